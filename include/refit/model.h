@@ -1,0 +1,242 @@
+/*
+ * refit: model config and inventory (DESIGN.md section 4).
+ *
+ * From a Hugging Face config.json the runtime derives every checkpoint tensor (name, dtype,
+ * shape, layer, expert, how the trainer splits it, which engine module and slot receives it)
+ * and every engine module (vLLM's module set: qkv_proj, o_proj, gate_up_proj, down_proj,
+ * embed_tokens, lm_head, norms, experts). Per-rank slot shapes follow the loader arithmetic
+ * of DESIGN.md section 5 and are computed by rf_module_slots().
+ *
+ * Families: Llama, Qwen2 (q/k/v bias), Qwen3 (q_norm/k_norm) dense; Qwen3-MoE.
+ */
+#ifndef REFIT_MODEL_H
+#define REFIT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "refit/dtype.h"
+#include "refit/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RF_MAX_DIMS 8
+#define RF_NAME_MAX 160
+#define RF_MODULE_MAX_SLOTS 8
+
+typedef enum {
+    RF_FAMILY_LLAMA = 0,
+    RF_FAMILY_QWEN2,
+    RF_FAMILY_QWEN3,
+    RF_FAMILY_QWEN3_MOE,
+} rf_family_t;
+
+typedef enum {
+    RF_QUANT_NONE = 0,
+    RF_QUANT_FP8_BLOCK,
+    RF_QUANT_WNA16,
+} rf_quant_t;
+
+/* "none", "fp8-block", "wna16" */
+const char *rf_quant_name(rf_quant_t q);
+/* 0 and *out set on success; -1 if unknown. */
+int rf_quant_parse(const char *s, rf_quant_t *out);
+
+/* config.json, after the key alias table of DESIGN.md section 4. Owned strings freed by
+ * rf_model_config_free(). */
+typedef struct rf_model_config {
+    rf_family_t family;
+    char model_type[32];     /* "llama", "qwen2", "qwen3", "qwen3_moe" */
+    char architecture[64];   /* architectures[0] */
+    rf_dtype_t dtype;        /* torch_dtype or dtype */
+    int64_t hidden_size;     /* H */
+    int64_t num_hidden_layers; /* L */
+    int64_t vocab_size;      /* V */
+    int64_t num_attention_heads; /* nh */
+    int64_t num_key_value_heads; /* nkv (defaults to nh) */
+    int64_t head_dim;        /* d: head_dim if present and not null, else H / nh */
+    int64_t intermediate_size; /* I (dense MLP) */
+    int64_t num_experts;     /* E: num_experts | num_local_experts | n_routed_experts; 0 dense */
+    int64_t moe_intermediate_size; /* Im */
+    int64_t decoder_sparse_step;   /* qwen3_moe; 1 if absent */
+    int64_t num_experts_per_tok;
+    int64_t *mlp_only_layers;      /* owned; layers with a dense MLP in a MoE model */
+    int n_mlp_only_layers;
+    bool tie_word_embeddings;
+    bool qkv_bias;           /* Qwen2 always; Llama/Qwen3 when attention_bias */
+    bool o_bias;             /* Llama/Qwen3 attention_bias */
+    bool mlp_bias;           /* Llama mlp_bias */
+    double rope_theta;       /* rope_theta | rope_parameters.rope_theta */
+    double rms_norm_eps;
+    /* quantization_config (absent: has_quant_config false, quant NONE) */
+    bool has_quant_config;
+    rf_quant_t quant;
+    int64_t group_size;      /* wna16 group G; 0 if not given */
+    int64_t weight_block[2]; /* fp8-block [128, 128] */
+    char scale_fmt[16];      /* "" (absent) or "float" accepted; "ue8m0" refused later */
+    char activation_scheme[16]; /* "dynamic" | "static" | "" */
+    bool act_order;          /* g_idx / actorder present and true */
+    char **not_convert;      /* owned: modules_to_not_convert + ignore */
+    int n_not_convert;
+    /* topology overrides applied (DESIGN.md section 3), for logs and the hash */
+    int64_t orig_num_hidden_layers, orig_num_experts, orig_vocab_size;
+} rf_model_config_t;
+
+/*
+ * Parses config.json text (len bytes, not necessarily NUL-terminated). `path` names the file
+ * in errors. Errors: RF_ERR_CONFIG naming the key (missing H/L/V/nh, unknown family,
+ * conflicting torch_dtype/dtype, non-integer sizes, ...). Not collective.
+ */
+rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path,
+                                  rf_model_config_t *cfg_p, rf_err_t *err);
+/* Reads and parses a file. */
+rf_status_t rf_model_config_load(const char *path, rf_model_config_t *cfg_p, rf_err_t *err);
+void rf_model_config_free(rf_model_config_t *cfg);
+/* Deep copy (dst is overwritten; free it with rf_model_config_free). */
+rf_status_t rf_model_config_copy(rf_model_config_t *dst, const rf_model_config_t *src);
+/* True for a MoE layer (qwen3_moe: E > 0, not in mlp_only_layers, (i+1) % step == 0). */
+bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer);
+
+/* ---- inventory ---------------------------------------------------------------------- */
+
+/* Engine module kinds (vLLM's parallel linear classes). */
+typedef enum {
+    RF_MOD_VOCAB = 0,  /* VocabParallelEmbedding / ParallelLMHead: (Vp/T_r, H) */
+    RF_MOD_QKV,        /* QKVParallelLinear: [q_r; k_r; v_r] */
+    RF_MOD_MERGED,     /* MergedColumnParallelLinear gate_up_proj: [gate_r; up_r] */
+    RF_MOD_ROW,        /* RowParallelLinear: o_proj, down_proj */
+    RF_MOD_REPLICATED, /* norms, q_norm/k_norm, router mlp.gate: full copy everywhere */
+    RF_MOD_MOE,        /* FusedMoE experts: w13 (E_l, 2 I_p, H), w2 (E_l, H, I_p) */
+} rf_module_kind_t;
+
+const char *rf_module_kind_name(rf_module_kind_t k);
+
+/* How the trainer splits a tensor across its TP group (DESIGN.md section 6). */
+typedef enum {
+    RF_SPLIT_REPLICATED = 0, /* full copy; copy of record on t = 0 */
+    RF_SPLIT_ROWS,           /* column-type: rows [t N/TP, (t+1) N/TP) */
+    RF_SPLIT_COLS,           /* row-type: columns [t K/TP, (t+1) K/TP) */
+    RF_SPLIT_VOCAB,          /* rows [min(t ceil(V/TP), V), min((t+1) ceil(V/TP), V)) */
+} rf_split_t;
+
+/* What a checkpoint tensor is, within its module. */
+typedef enum {
+    RF_PARAM_WEIGHT = 0,
+    RF_PARAM_BIAS,
+    RF_PARAM_WEIGHT_SCALE_INV, /* fp8-block */
+    RF_PARAM_WEIGHT_PACKED,    /* wna16 */
+    RF_PARAM_WEIGHT_SCALE,     /* wna16 */
+    RF_PARAM_WEIGHT_SHAPE,     /* wna16 (checked, not stored) */
+} rf_param_t;
+
+/* One checkpoint tensor, in checkpoint layout (Hugging Face names). */
+typedef struct rf_tensor {
+    char name[RF_NAME_MAX];
+    rf_dtype_t dtype;
+    int ndim;
+    int64_t shape[RF_MAX_DIMS];
+    uint64_t numel;
+    uint64_t nbytes;
+    int layer;        /* -1 embedding; [0, L) decoder layers; L final norm / lm_head */
+    int expert;       /* expert id or -1 */
+    rf_param_t param;
+    rf_split_t split; /* trainer-side split (experts: inside the expert, by expert TP) */
+    int module;       /* receiving engine module (index into inventory.modules) */
+    int slot;         /* slot index within the module (0 weight, 1 bias, ...) */
+    int shard;        /* fused shard: q 0 / k 1 / v 2; gate 0 / up 1; otherwise 0 */
+} rf_tensor_t;
+
+/* One engine module = one plannable layer (DESIGN.md section 8). */
+typedef struct rf_module {
+    char name[RF_NAME_MAX]; /* "model.layers.3.self_attn.qkv_proj" */
+    rf_module_kind_t kind;
+    int layer;              /* as rf_tensor_t.layer */
+    int nslots;
+    char slot_names[RF_MODULE_MAX_SLOTS][32]; /* "weight", "bias", "w13_weight", ... */
+    int *tensors;           /* owned: indices of the checkpoint tensors it receives */
+    int ntensors;
+    bool tied;              /* embedding module also serving lm_head (tie_word_embeddings) */
+    /* logical sizes used by the loader arithmetic */
+    int64_t n;              /* output rows: N (V for vocab, nh*d + 2 nkv*d for qkv, 2I merged) */
+    int64_t k;              /* input columns K (H for most) */
+} rf_module_t;
+
+typedef struct rf_inventory {
+    rf_model_config_t cfg;  /* owned copy, overrides applied */
+    rf_tensor_t *tensors;   /* owned, in manifest order within each layer */
+    int ntensors;
+    rf_module_t *modules;   /* owned */
+    int nmodules;
+    uint64_t nparams;       /* sum of numel over tensors */
+    void *index;            /* owned name -> tensor hash index */
+} rf_inventory_t;
+
+/*
+ * Builds the inventory of a (possibly overridden) config, for the given quantization
+ * (RF_QUANT_NONE in the dense bf16 case). Errors: RF_ERR_CONFIG / RF_ERR_UNSUPPORTED naming
+ * the key. Not collective.
+ */
+rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
+                               int64_t group_size, rf_inventory_t *inv_p, rf_err_t *err);
+void rf_inventory_free(rf_inventory_t *inv);
+/* Tensor index by exact name, or -1. O(1). */
+int rf_inventory_find(const rf_inventory_t *inv, const char *name);
+
+/* What to do with a checkpoint tensor the inventory does not know (DESIGN.md section 4). */
+typedef enum {
+    RF_UNKNOWN_ERROR = 0, /* not on the skip list */
+    RF_UNKNOWN_SKIP,      /* lm_head.weight when tied, *.rotary_emb.inv_freq, mtp.* */
+    RF_UNKNOWN_CUT,       /* layer >= L or expert >= E after overrides */
+} rf_unknown_t;
+rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char *name);
+
+/* ---- per-rank slot shapes (DESIGN.md section 5) -------------------------------------- */
+
+typedef enum {
+    RF_PLACE_LINEAR = 0,
+    RF_PLACE_ROUND_ROBIN,
+} rf_expert_placement_t;
+
+/* A rollout rank's shard coordinates, as the loader arithmetic needs them. */
+typedef struct rf_rollout_coords {
+    int tp, tp_rank; /* T_r, r */
+    int dp, dp_rank;
+    int ep, ep_rank; /* ep is 1 (experts TP-sharded) or tp * dp */
+    rf_expert_placement_t placement;
+} rf_rollout_coords_t;
+
+/* Shape and dtype of one slot on one rank, in model layout (row-major, contiguous). */
+typedef struct rf_slot_shape {
+    char name[32];
+    rf_dtype_t dtype;
+    int ndim;
+    int64_t shape[RF_MAX_DIMS];
+} rf_slot_shape_t;
+
+/*
+ * Slot shapes of module `m` on a rollout rank. Errors: RF_ERR_TOPOLOGY naming module and
+ * sizes when the rank's arithmetic does not divide (DESIGN.md section 5).
+ */
+rf_status_t rf_module_slots(const rf_inventory_t *inv, int m, const rf_rollout_coords_t *rc,
+                            rf_slot_shape_t out[RF_MODULE_MAX_SLOTS], int *nslots_p,
+                            rf_err_t *err);
+
+/* Checks every rollout divisibility rule of DESIGN.md section 5 for tp / ep. */
+rf_status_t rf_inventory_check_rollout(const rf_inventory_t *inv,
+                                       const rf_rollout_coords_t *rc, rf_err_t *err);
+
+/* Vp = round_up(V, 64) */
+static inline int64_t rf_vocab_padded(int64_t v) { return (v + 63) / 64 * 64; }
+
+/* Local experts of an EP rank: count, and the i-th local expert's global id. */
+int64_t rf_moe_local_count(int64_t e, const rf_rollout_coords_t *rc);
+int64_t rf_moe_local_expert(int64_t e, const rf_rollout_coords_t *rc, int64_t i);
+/* Local index of global expert id on this rank, or -1 when declined (non-local). */
+int64_t rf_moe_local_index(int64_t e, const rf_rollout_coords_t *rc, int64_t expert);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_MODEL_H */
