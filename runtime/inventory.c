@@ -1,0 +1,490 @@
+/*
+ * refit: model inventory (DESIGN.md sections 4 and 5).
+ *
+ * Derives every checkpoint tensor and every engine module from a parsed config. Tensors are
+ * kept in manifest order within the model: (layer with embed = -1 and final = L, expert id or
+ * -1, name by strcmp). Each tensor names the module, slot and fused shard that receive it, and
+ * how the trainer splits it. Per-rank slot shapes follow vLLM's parallel linear classes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hashmap_int.h"
+#include "refit/log.h"
+#include "refit/model.h"
+
+const char *rf_module_kind_name(rf_module_kind_t k)
+{
+    switch (k) {
+    case RF_MOD_VOCAB:
+        return "vocab";
+    case RF_MOD_QKV:
+        return "qkv";
+    case RF_MOD_MERGED:
+        return "merged";
+    case RF_MOD_ROW:
+        return "row";
+    case RF_MOD_REPLICATED:
+        return "replicated";
+    case RF_MOD_MOE:
+        return "moe";
+    }
+    return "?";
+}
+
+typedef struct inv_builder {
+    rf_inventory_t *inv;
+    int tcap, mcap;
+    rf_err_t *err;
+} inv_builder_t;
+
+static int inv_add_module(inv_builder_t *b, const char *name, rf_module_kind_t kind, int layer,
+                          int64_t n, int64_t k)
+{
+    rf_inventory_t *inv = b->inv;
+    if (inv->nmodules == b->mcap) {
+        int cap = b->mcap ? b->mcap * 2 : 64;
+        rf_module_t *m = realloc(inv->modules, cap * sizeof(*m));
+        if (m == NULL)
+            return -1;
+        inv->modules = m;
+        b->mcap = cap;
+    }
+    rf_module_t *m = &inv->modules[inv->nmodules];
+    memset(m, 0, sizeof(*m));
+    snprintf(m->name, sizeof(m->name), "%s", name);
+    m->kind = kind;
+    m->layer = layer;
+    m->n = n;
+    m->k = k;
+    return inv->nmodules++;
+}
+
+static int inv_module_slot(rf_module_t *m, const char *slot)
+{
+    for (int i = 0; i < m->nslots; i++)
+        if (strcmp(m->slot_names[i], slot) == 0)
+            return i;
+    snprintf(m->slot_names[m->nslots], sizeof(m->slot_names[0]), "%s", slot);
+    return m->nslots++;
+}
+
+static rf_status_t inv_add_tensor(inv_builder_t *b, const char *name, rf_dtype_t dt, int ndim,
+                                  const int64_t *shape, int layer, int expert, rf_param_t param,
+                                  rf_split_t split, int module, const char *slot, int shard)
+{
+    rf_inventory_t *inv = b->inv;
+    if (inv->ntensors == b->tcap) {
+        int cap = b->tcap ? b->tcap * 2 : 256;
+        rf_tensor_t *t = realloc(inv->tensors, cap * sizeof(*t));
+        if (t == NULL)
+            return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+        inv->tensors = t;
+        b->tcap = cap;
+    }
+    rf_tensor_t *t = &inv->tensors[inv->ntensors++];
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->numel *= (uint64_t)shape[i];
+    }
+    t->nbytes = t->numel * rf_dtype_size(dt);
+    t->layer = layer;
+    t->expert = expert;
+    t->param = param;
+    t->split = split;
+    t->module = module;
+    t->slot = inv_module_slot(&inv->modules[module], slot);
+    t->shard = shard;
+    return RF_OK;
+}
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+
+/* One linear's tensors: weight (and bias) into `slot`/`bias slot` of module m. */
+static rf_status_t inv_linear(inv_builder_t *b, const char *prefix, int layer, int expert,
+                              int64_t n, int64_t k, bool bias, rf_split_t wsplit, int m, int shard)
+{
+    char name[RF_NAME_MAX];
+    rf_dtype_t dt = b->inv->cfg.dtype;
+    /* a row-parallel bias is replicated on the trainer; a column-type bias splits like rows */
+    rf_split_t bsplit = wsplit == RF_SPLIT_COLS ? RF_SPLIT_REPLICATED : wsplit;
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    RF_CHECK(inv_add_tensor(b, name, dt, 2, SHAPE(n, k), layer, expert, RF_PARAM_WEIGHT, wsplit,
+                            m, "weight", shard));
+    if (bias) {
+        snprintf(name, sizeof(name), "%s.bias", prefix);
+        RF_CHECK(inv_add_tensor(b, name, dt, 1, SHAPE(n), layer, expert, RF_PARAM_BIAS, bsplit, m,
+                                "bias", shard));
+    }
+    return RF_OK;
+}
+
+static rf_status_t inv_norm(inv_builder_t *b, const char *name_w, const char *module, int layer,
+                            int64_t n)
+{
+    int m = inv_add_module(b, module, RF_MOD_REPLICATED, layer, n, 1);
+    if (m < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    return inv_add_tensor(b, name_w, b->inv->cfg.dtype, 1, SHAPE(n), layer, -1, RF_PARAM_WEIGHT,
+                          RF_SPLIT_REPLICATED, m, "weight", 0);
+}
+
+static rf_status_t inv_layer(inv_builder_t *b, int i)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, d = c->head_dim, nh = c->num_attention_heads,
+            nkv = c->num_key_value_heads;
+    char p[48], mn[RF_NAME_MAX], w[RF_NAME_MAX];
+    int m;
+    snprintf(p, sizeof(p), "model.layers.%d", i);
+
+    snprintf(w, sizeof(w), "%s.input_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.input_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, H));
+
+    /* attention: QKVParallelLinear [q; k; v] */
+    snprintf(mn, sizeof(mn), "%s.self_attn.qkv_proj", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_QKV, i, (nh + 2 * nkv) * d, H)) < 0)
+        return RF_ERR_NOMEM;
+    static const char *qkv[] = {"q_proj", "k_proj", "v_proj"};
+    for (int s = 0; s < 3; s++) {
+        snprintf(w, sizeof(w), "%s.self_attn.%s", p, qkv[s]);
+        RF_CHECK(inv_linear(b, w, i, -1, (s == 0 ? nh : nkv) * d, H, c->qkv_bias, RF_SPLIT_ROWS,
+                            m, s));
+    }
+    snprintf(mn, sizeof(mn), "%s.self_attn.o_proj", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_ROW, i, H, nh * d)) < 0)
+        return RF_ERR_NOMEM;
+    snprintf(w, sizeof(w), "%s.self_attn.o_proj", p);
+    RF_CHECK(inv_linear(b, w, i, -1, H, nh * d, c->o_bias, RF_SPLIT_COLS, m, 0));
+    if (c->family == RF_FAMILY_QWEN3 || c->family == RF_FAMILY_QWEN3_MOE) {
+        snprintf(w, sizeof(w), "%s.self_attn.q_norm.weight", p);
+        snprintf(mn, sizeof(mn), "%s.self_attn.q_norm", p);
+        RF_CHECK(inv_norm(b, w, mn, i, d));
+        snprintf(w, sizeof(w), "%s.self_attn.k_norm.weight", p);
+        snprintf(mn, sizeof(mn), "%s.self_attn.k_norm", p);
+        RF_CHECK(inv_norm(b, w, mn, i, d));
+    }
+    snprintf(w, sizeof(w), "%s.post_attention_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.post_attention_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, H));
+
+    if (rf_model_layer_is_moe(c, i)) {
+        int64_t E = c->num_experts, Im = c->moe_intermediate_size;
+        snprintf(mn, sizeof(mn), "%s.mlp.gate", p);
+        if ((m = inv_add_module(b, mn, RF_MOD_REPLICATED, i, E, H)) < 0)
+            return RF_ERR_NOMEM;
+        snprintf(w, sizeof(w), "%s.mlp.gate.weight", p);
+        RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(E, H), i, -1, RF_PARAM_WEIGHT,
+                                RF_SPLIT_REPLICATED, m, "weight", 0));
+        snprintf(mn, sizeof(mn), "%s.mlp.experts", p);
+        if ((m = inv_add_module(b, mn, RF_MOD_MOE, i, Im, H)) < 0)
+            return RF_ERR_NOMEM;
+        inv_module_slot(&b->inv->modules[m], "w13_weight");
+        inv_module_slot(&b->inv->modules[m], "w2_weight");
+        for (int e = 0; e < E; e++) {
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.gate_proj.weight", p, e);
+            RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(Im, H), i, e, RF_PARAM_WEIGHT,
+                                    RF_SPLIT_ROWS, m, "w13_weight", 0));
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.up_proj.weight", p, e);
+            RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(Im, H), i, e, RF_PARAM_WEIGHT,
+                                    RF_SPLIT_ROWS, m, "w13_weight", 1));
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.down_proj.weight", p, e);
+            RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(H, Im), i, e, RF_PARAM_WEIGHT,
+                                    RF_SPLIT_COLS, m, "w2_weight", 0));
+        }
+    } else {
+        int64_t I = c->intermediate_size;
+        if (I <= 0)
+            return rf_err_set(b->err, RF_ERR_CONFIG,
+                              "inventory: layer %d has a dense MLP but intermediate_size is 0", i);
+        snprintf(mn, sizeof(mn), "%s.mlp.gate_up_proj", p);
+        if ((m = inv_add_module(b, mn, RF_MOD_MERGED, i, 2 * I, H)) < 0)
+            return RF_ERR_NOMEM;
+        snprintf(w, sizeof(w), "%s.mlp.gate_proj", p);
+        RF_CHECK(inv_linear(b, w, i, -1, I, H, c->mlp_bias, RF_SPLIT_ROWS, m, 0));
+        snprintf(w, sizeof(w), "%s.mlp.up_proj", p);
+        RF_CHECK(inv_linear(b, w, i, -1, I, H, c->mlp_bias, RF_SPLIT_ROWS, m, 1));
+        snprintf(mn, sizeof(mn), "%s.mlp.down_proj", p);
+        if ((m = inv_add_module(b, mn, RF_MOD_ROW, i, H, I)) < 0)
+            return RF_ERR_NOMEM;
+        snprintf(w, sizeof(w), "%s.mlp.down_proj", p);
+        RF_CHECK(inv_linear(b, w, i, -1, H, I, c->mlp_bias, RF_SPLIT_COLS, m, 0));
+    }
+    return RF_OK;
+}
+
+static int tensor_order(const void *a, const void *b)
+{
+    const rf_tensor_t *x = a, *y = b;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    if (x->expert != y->expert)
+        return x->expert < y->expert ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
+                               int64_t group_size, rf_inventory_t *inv_p, rf_err_t *err)
+{
+    rf_inventory_t inv;
+    inv_builder_t b = {&inv, 0, 0, err};
+    rf_status_t st;
+    int64_t H, V, L;
+    (void)group_size;
+    memset(&inv, 0, sizeof(inv));
+    if (quant != RF_QUANT_NONE)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "inventory: quantization '%s' is not implemented yet (only none)",
+                          rf_quant_name(quant));
+    st = rf_model_config_copy(&inv.cfg, cfg);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "inventory: out of memory");
+    H = cfg->hidden_size;
+    V = cfg->vocab_size;
+    L = cfg->num_hidden_layers;
+
+    int m = inv_add_module(&b, "model.embed_tokens", RF_MOD_VOCAB, -1, V, H);
+    if (m < 0) {
+        st = RF_ERR_NOMEM;
+        goto fail;
+    }
+    inv.modules[m].tied = cfg->tie_word_embeddings;
+    RF_CHECK_GOTO(inv_add_tensor(&b, "model.embed_tokens.weight", cfg->dtype, 2, SHAPE(V, H), -1,
+                                 -1, RF_PARAM_WEIGHT, RF_SPLIT_VOCAB, m, "weight", 0),
+                  st, fail);
+    for (int i = 0; i < L; i++)
+        RF_CHECK_GOTO(inv_layer(&b, i), st, fail);
+    RF_CHECK_GOTO(inv_norm(&b, "model.norm.weight", "model.norm", (int)L, H), st, fail);
+    if (!cfg->tie_word_embeddings) {
+        if ((m = inv_add_module(&b, "lm_head", RF_MOD_VOCAB, (int)L, V, H)) < 0) {
+            st = RF_ERR_NOMEM;
+            goto fail;
+        }
+        RF_CHECK_GOTO(inv_add_tensor(&b, "lm_head.weight", cfg->dtype, 2, SHAPE(V, H), (int)L, -1,
+                                     RF_PARAM_WEIGHT, RF_SPLIT_VOCAB, m, "weight", 0),
+                      st, fail);
+    }
+    qsort(inv.tensors, inv.ntensors, sizeof(rf_tensor_t), tensor_order);
+
+    /* module -> tensor lists, name index, totals */
+    for (int i = 0; i < inv.nmodules; i++) {
+        inv.modules[i].tensors = calloc(1, sizeof(int));
+        if (inv.modules[i].tensors == NULL) {
+            st = RF_ERR_NOMEM;
+            goto fail;
+        }
+    }
+    for (int i = 0; i < inv.ntensors; i++) {
+        rf_module_t *mod = &inv.modules[inv.tensors[i].module];
+        int *grown = realloc(mod->tensors, (mod->ntensors + 1) * sizeof(int));
+        if (grown == NULL) {
+            st = RF_ERR_NOMEM;
+            goto fail;
+        }
+        mod->tensors = grown;
+        mod->tensors[mod->ntensors++] = i;
+        inv.nparams += inv.tensors[i].numel;
+    }
+    rf_map_t *idx = malloc(sizeof(rf_map_t));
+    if (idx == NULL || rf_map_init(idx, inv.ntensors) != RF_OK) {
+        free(idx);
+        st = RF_ERR_NOMEM;
+        goto fail;
+    }
+    inv.index = idx;
+    for (int i = 0; i < inv.ntensors; i++)
+        if (rf_map_put(idx, rf_map_strkey(inv.tensors[i].name), (uint64_t)i) != RF_OK) {
+            st = RF_ERR_NOMEM;
+            goto fail;
+        }
+    *inv_p = inv;
+    return RF_OK;
+fail:
+    rf_inventory_free(&inv);
+    if (st == RF_ERR_NOMEM)
+        rf_err_set(err, st, "inventory: out of memory");
+    return st;
+}
+
+void rf_inventory_free(rf_inventory_t *inv)
+{
+    if (inv == NULL)
+        return;
+    for (int i = 0; i < inv->nmodules; i++)
+        free(inv->modules[i].tensors);
+    free(inv->modules);
+    free(inv->tensors);
+    if (inv->index != NULL) {
+        rf_map_free(inv->index);
+        free(inv->index);
+    }
+    rf_model_config_free(&inv->cfg);
+    memset(inv, 0, sizeof(*inv));
+}
+
+int rf_inventory_find(const rf_inventory_t *inv, const char *name)
+{
+    uint64_t v;
+    if (inv->index == NULL || !rf_map_get(inv->index, rf_map_strkey(name), &v))
+        return -1;
+    return strcmp(inv->tensors[v].name, name) == 0 ? (int)v : -1;
+}
+
+rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char *name)
+{
+    const rf_model_config_t *c = &inv->cfg;
+    size_t n = strlen(name);
+    const char *sfx = ".rotary_emb.inv_freq";
+    int layer = -1, expert = -1, used = 0;
+    if (c->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
+        return RF_UNKNOWN_SKIP;
+    if (n >= strlen(sfx) && strcmp(name + n - strlen(sfx), sfx) == 0)
+        return RF_UNKNOWN_SKIP;
+    if (strncmp(name, "mtp.", 4) == 0)
+        return RF_UNKNOWN_SKIP;
+    if (sscanf(name, "model.layers.%d.%n", &layer, &used) == 1 && used > 0) {
+        if (layer >= c->num_hidden_layers && layer < c->orig_num_hidden_layers)
+            return RF_UNKNOWN_CUT;
+        if (sscanf(name + used, "mlp.experts.%d.", &expert) == 1 && expert >= c->num_experts &&
+            expert < c->orig_num_experts)
+            return RF_UNKNOWN_CUT;
+    }
+    return RF_UNKNOWN_ERROR;
+}
+
+/* ---- per-rank arithmetic ------------------------------------------------------------ */
+
+int64_t rf_moe_local_count(int64_t e, const rf_rollout_coords_t *rc)
+{
+    int64_t ep = rc->ep;
+    if (ep <= 1)
+        return e;
+    return e / ep + (rc->ep_rank < e % ep ? 1 : 0);
+}
+
+int64_t rf_moe_local_expert(int64_t e, const rf_rollout_coords_t *rc, int64_t i)
+{
+    int64_t ep = rc->ep, q = rc->ep_rank;
+    if (ep <= 1)
+        return i;
+    if (rc->placement == RF_PLACE_ROUND_ROBIN)
+        return q + i * ep;
+    return q * (e / ep) + (q < e % ep ? q : e % ep) + i;
+}
+
+int64_t rf_moe_local_index(int64_t e, const rf_rollout_coords_t *rc, int64_t expert)
+{
+    int64_t ep = rc->ep, q = rc->ep_rank;
+    if (expert < 0 || expert >= e)
+        return -1;
+    if (ep <= 1)
+        return expert;
+    if (rc->placement == RF_PLACE_ROUND_ROBIN)
+        return expert % ep == q ? expert / ep : -1;
+    int64_t first = rf_moe_local_expert(e, rc, 0);
+    int64_t cnt = rf_moe_local_count(e, rc);
+    return (expert >= first && expert < first + cnt) ? expert - first : -1;
+}
+
+static void slot_set(rf_slot_shape_t *s, const char *name, rf_dtype_t dt, int ndim,
+                     const int64_t *shape)
+{
+    memset(s, 0, sizeof(*s));
+    snprintf(s->name, sizeof(s->name), "%s", name);
+    s->dtype = dt;
+    s->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        s->shape[i] = shape[i];
+}
+
+static rf_status_t need_div(const rf_module_t *m, const char *what, int64_t a, int64_t b,
+                            rf_err_t *err)
+{
+    if (b <= 0 || a % b != 0)
+        return rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s %lld is not divisible by %lld", m->name,
+                          what, (long long)a, (long long)b);
+    return RF_OK;
+}
+
+rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_coords_t *rc,
+                            rf_slot_shape_t out[RF_MODULE_MAX_SLOTS], int *nslots_p,
+                            rf_err_t *err)
+{
+    const rf_model_config_t *c = &inv->cfg;
+    const rf_module_t *m = &inv->modules[mi];
+    int64_t T = rc->tp, H = c->hidden_size;
+    rf_dtype_t dt = c->dtype;
+    int n = 0;
+    switch (m->kind) {
+    case RF_MOD_VOCAB: {
+        int64_t Vp = rf_vocab_padded(c->vocab_size);
+        RF_CHECK(need_div(m, "padded vocab", Vp, T, err));
+        slot_set(&out[n++], "weight", dt, 2, SHAPE(Vp / T, H));
+        break;
+    }
+    case RF_MOD_QKV: {
+        int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, d = c->head_dim;
+        RF_CHECK(need_div(m, "num_attention_heads", nh, T, err));
+        if (T <= nkv)
+            RF_CHECK(need_div(m, "num_key_value_heads", nkv, T, err));
+        else
+            RF_CHECK(need_div(m, "tensor parallel size (kv heads replicated)", T, nkv, err));
+        int64_t nh_p = nh / T, nkv_p = nkv >= T ? nkv / T : 1;
+        int64_t rows = (nh_p + 2 * nkv_p) * d;
+        slot_set(&out[n++], "weight", dt, 2, SHAPE(rows, H));
+        if (c->qkv_bias)
+            slot_set(&out[n++], "bias", dt, 1, SHAPE(rows));
+        break;
+    }
+    case RF_MOD_MERGED: {
+        int64_t I = m->n / 2;
+        RF_CHECK(need_div(m, "intermediate_size", I, T, err));
+        slot_set(&out[n++], "weight", dt, 2, SHAPE(2 * I / T, m->k));
+        if (m->nslots > 1)
+            slot_set(&out[n++], "bias", dt, 1, SHAPE(2 * I / T));
+        break;
+    }
+    case RF_MOD_ROW:
+        RF_CHECK(need_div(m, "input size", m->k, T, err));
+        slot_set(&out[n++], "weight", dt, 2, SHAPE(m->n, m->k / T));
+        if (m->nslots > 1)
+            slot_set(&out[n++], "bias", dt, 1, SHAPE(m->n));
+        break;
+    case RF_MOD_REPLICATED: {
+        const rf_tensor_t *t = &inv->tensors[m->tensors[0]];
+        slot_set(&out[n++], "weight", t->dtype, t->ndim, t->shape);
+        break;
+    }
+    case RF_MOD_MOE: {
+        int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
+        int64_t Ip, El = rf_moe_local_count(c->num_experts, rc);
+        RF_CHECK(need_div(m, "moe_intermediate_size", m->n, Tm, err));
+        Ip = m->n / Tm;
+        slot_set(&out[n++], "w13_weight", dt, 3, SHAPE(El, 2 * Ip, H));
+        slot_set(&out[n++], "w2_weight", dt, 3, SHAPE(El, H, Ip));
+        break;
+    }
+    }
+    *nslots_p = n;
+    return RF_OK;
+}
+
+rf_status_t rf_inventory_check_rollout(const rf_inventory_t *inv,
+                                       const rf_rollout_coords_t *rc, rf_err_t *err)
+{
+    rf_slot_shape_t s[RF_MODULE_MAX_SLOTS];
+    int n;
+    if (rc->ep != 1 && rc->ep != rc->tp * rc->dp)
+        return rf_err_set(err, RF_ERR_TOPOLOGY, "rollout.ep %d must be 1 or tp x dp = %d", rc->ep,
+                          rc->tp * rc->dp);
+    for (int i = 0; i < inv->nmodules; i++)
+        RF_CHECK(rf_module_slots(inv, i, rc, s, &n, err));
+    return RF_OK;
+}

@@ -1,0 +1,456 @@
+/*
+ * refit: Hugging Face config.json parsing (DESIGN.md section 4).
+ *
+ * Accepts both spellings of the keys (transformers 4.x as published, transformers 5 as
+ * printed): torch_dtype | dtype, num_experts | num_local_experts | n_routed_experts,
+ * rope_theta | rope_parameters.rope_theta, head_dim or H / nh, and null lists as empty.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/log.h"
+#include "refit/model.h"
+
+const char *rf_quant_name(rf_quant_t q)
+{
+    switch (q) {
+    case RF_QUANT_NONE:
+        return "none";
+    case RF_QUANT_FP8_BLOCK:
+        return "fp8-block";
+    case RF_QUANT_WNA16:
+        return "wna16";
+    }
+    return "?";
+}
+
+int rf_quant_parse(const char *s, rf_quant_t *out)
+{
+    if (strcmp(s, "none") == 0)
+        *out = RF_QUANT_NONE;
+    else if (strcmp(s, "fp8-block") == 0)
+        *out = RF_QUANT_FP8_BLOCK;
+    else if (strcmp(s, "wna16") == 0)
+        *out = RF_QUANT_WNA16;
+    else
+        return -1;
+    return 0;
+}
+
+/* Reads an optional integer key; a present key of another type is an error. */
+static rf_status_t cfg_int(json_t *root, const char *key, const char *path, int64_t dflt,
+                           bool required, int64_t *out, rf_err_t *err)
+{
+    json_t *v = json_object_get(root, key);
+    if (v == NULL || json_is_null(v)) {
+        if (required)
+            return rf_err_set(err, RF_ERR_CONFIG, "%s: missing required key '%s'", path, key);
+        *out = dflt;
+        return RF_OK;
+    }
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v)) {
+        *out = (int64_t)json_real_value(v);
+    } else {
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: key '%s' must be an integer", path, key);
+    }
+    if (*out < 0)
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: key '%s' is negative (%lld)", path, key,
+                          (long long)*out);
+    return RF_OK;
+}
+
+static rf_status_t cfg_bool(json_t *root, const char *key, const char *path, bool dflt,
+                            bool *out, rf_err_t *err)
+{
+    json_t *v = json_object_get(root, key);
+    if (v == NULL || json_is_null(v)) {
+        *out = dflt;
+        return RF_OK;
+    }
+    if (!json_is_boolean(v))
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: key '%s' must be a boolean", path, key);
+    *out = json_is_true(v);
+    return RF_OK;
+}
+
+static rf_status_t cfg_str(json_t *root, const char *key, const char *path, char *out,
+                           size_t cap, rf_err_t *err)
+{
+    json_t *v = json_object_get(root, key);
+    out[0] = '\0';
+    if (v == NULL || json_is_null(v))
+        return RF_OK;
+    if (!json_is_string(v))
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: key '%s' must be a string", path, key);
+    if (strlen(json_string_value(v)) >= cap)
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: key '%s' is too long", path, key);
+    snprintf(out, cap, "%s", json_string_value(v));
+    return RF_OK;
+}
+
+static rf_status_t cfg_real(json_t *root, const char *key, double dflt, double *out)
+{
+    json_t *v = json_object_get(root, key);
+    *out = dflt;
+    if (v != NULL && json_is_number(v))
+        *out = json_number_value(v);
+    return RF_OK;
+}
+
+/* Appends the strings of a JSON list (null = empty) to cfg->not_convert. */
+static rf_status_t cfg_add_names(rf_model_config_t *cfg, json_t *list, const char *path,
+                                 const char *key, rf_err_t *err)
+{
+    if (list == NULL || json_is_null(list))
+        return RF_OK;
+    if (!json_is_array(list))
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: quantization_config.%s must be a list", path,
+                          key);
+    size_t n = json_array_size(list);
+    char **grown = realloc(cfg->not_convert, (cfg->n_not_convert + n) * sizeof(char *) + 1);
+    if (grown == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", path);
+    cfg->not_convert = grown;
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(list, i);
+        if (!json_is_string(s))
+            return rf_err_set(err, RF_ERR_CONFIG, "%s: quantization_config.%s[%zu] must be a string",
+                              path, key, i);
+        char *dup = strdup(json_string_value(s));
+        if (dup == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", path);
+        cfg->not_convert[cfg->n_not_convert++] = dup;
+    }
+    return RF_OK;
+}
+
+static rf_status_t cfg_quant(rf_model_config_t *cfg, json_t *q, const char *path, rf_err_t *err)
+{
+    rf_status_t st;
+    char method[64], fmt[32];
+    if (!json_is_object(q))
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: quantization_config must be an object", path);
+    cfg->has_quant_config = true;
+    RF_CHECK(cfg_str(q, "quant_method", path, method, sizeof(method), err));
+    RF_CHECK(cfg_str(q, "scale_fmt", path, cfg->scale_fmt, sizeof(cfg->scale_fmt), err));
+    RF_CHECK(cfg_str(q, "activation_scheme", path, cfg->activation_scheme,
+                     sizeof(cfg->activation_scheme), err));
+    RF_CHECK(cfg_add_names(cfg, json_object_get(q, "modules_to_not_convert"), path,
+                           "modules_to_not_convert", err));
+    RF_CHECK(cfg_add_names(cfg, json_object_get(q, "ignore"), path, "ignore", err));
+    if (strcmp(method, "fp8") == 0) {
+        cfg->quant = RF_QUANT_FP8_BLOCK;
+        RF_CHECK(cfg_str(q, "fmt", path, fmt, sizeof(fmt), err));
+        if (fmt[0] != '\0' && strcmp(fmt, "e4m3") != 0)
+            return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                              "%s: quantization_config.fmt '%s' is not supported (e4m3 only)",
+                              path, fmt);
+        json_t *wb = json_object_get(q, "weight_block_size");
+        if (!json_is_array(wb) || json_array_size(wb) != 2 ||
+            !json_is_integer(json_array_get(wb, 0)) || !json_is_integer(json_array_get(wb, 1)))
+            return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                              "%s: quantization_config.weight_block_size must be [128, 128] "
+                              "(per-tensor fp8 is not supported)",
+                              path);
+        cfg->weight_block[0] = json_integer_value(json_array_get(wb, 0));
+        cfg->weight_block[1] = json_integer_value(json_array_get(wb, 1));
+        if (cfg->weight_block[0] != 128 || cfg->weight_block[1] != 128)
+            return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                              "%s: quantization_config.weight_block_size [%lld, %lld]: only "
+                              "[128, 128] is supported",
+                              path, (long long)cfg->weight_block[0],
+                              (long long)cfg->weight_block[1]);
+    } else if (strcmp(method, "compressed-tensors") == 0) {
+        cfg->quant = RF_QUANT_WNA16;
+        json_t *groups = json_object_get(q, "config_groups");
+        const char *gk;
+        json_t *g;
+        if (!json_is_object(groups))
+            return rf_err_set(err, RF_ERR_CONFIG,
+                              "%s: quantization_config.config_groups missing", path);
+        json_object_foreach(groups, gk, g)
+        {
+            json_t *w = json_object_get(g, "weights");
+            int64_t bits = 0, gs = 0;
+            bool sym = true;
+            char strategy[32], actorder[32];
+            if (!json_is_object(w))
+                continue;
+            st = cfg_int(w, "num_bits", path, 0, false, &bits, err);
+            if (st == RF_OK)
+                st = cfg_int(w, "group_size", path, 0, false, &gs, err);
+            if (st == RF_OK)
+                st = cfg_bool(w, "symmetric", path, true, &sym, err);
+            if (st == RF_OK)
+                st = cfg_str(w, "strategy", path, strategy, sizeof(strategy), err);
+            if (st != RF_OK)
+                return st;
+            json_t *ao = json_object_get(w, "actorder");
+            actorder[0] = '\0';
+            if (json_is_string(ao))
+                snprintf(actorder, sizeof(actorder), "%s", json_string_value(ao));
+            if (json_is_true(ao) || (actorder[0] && strcmp(actorder, "static") != 0))
+                cfg->act_order = true;
+            if (bits != 4 || !sym || strcmp(strategy, "group") != 0)
+                return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                                  "%s: config_groups.%s: only int4 symmetric group quantization "
+                                  "(wna16) is supported",
+                                  path, gk);
+            cfg->group_size = gs;
+        }
+    } else {
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "%s: quantization_config.quant_method '%s' is not supported "
+                          "(fp8 block or compressed-tensors wna16)",
+                          path, method);
+    }
+    return RF_OK;
+}
+
+rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path,
+                                  rf_model_config_t *cfg_p, rf_err_t *err)
+{
+    json_error_t jerr;
+    rf_model_config_t cfg;
+    rf_status_t st = RF_OK;
+    char dt1[32], dt2[32];
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    path = path ? path : "config.json";
+    memset(&cfg, 0, sizeof(cfg));
+    if (root == NULL)
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: line %d: %s", path, jerr.line, jerr.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: not a JSON object", path);
+    }
+#define TRY(call)                                                                          \
+    do {                                                                                   \
+        st = (call);                                                                       \
+        if (st != RF_OK)                                                                   \
+            goto out;                                                                      \
+    } while (0)
+    TRY(cfg_str(root, "model_type", path, cfg.model_type, sizeof(cfg.model_type), err));
+    json_t *arch = json_object_get(root, "architectures");
+    if (json_is_array(arch) && json_is_string(json_array_get(arch, 0)))
+        snprintf(cfg.architecture, sizeof(cfg.architecture), "%s",
+                 json_string_value(json_array_get(arch, 0)));
+    if (strcmp(cfg.model_type, "llama") == 0)
+        cfg.family = RF_FAMILY_LLAMA;
+    else if (strcmp(cfg.model_type, "qwen2") == 0)
+        cfg.family = RF_FAMILY_QWEN2;
+    else if (strcmp(cfg.model_type, "qwen3") == 0)
+        cfg.family = RF_FAMILY_QWEN3;
+    else if (strcmp(cfg.model_type, "qwen3_moe") == 0)
+        cfg.family = RF_FAMILY_QWEN3_MOE;
+    else {
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: model_type '%s' is not supported (llama, qwen2, qwen3, qwen3_moe)",
+                        path, cfg.model_type);
+        goto out;
+    }
+    /* dtype: torch_dtype or dtype, error if both and different */
+    TRY(cfg_str(root, "torch_dtype", path, dt1, sizeof(dt1), err));
+    TRY(cfg_str(root, "dtype", path, dt2, sizeof(dt2), err));
+    if (dt1[0] && dt2[0] && strcmp(dt1, dt2) != 0) {
+        st = rf_err_set(err, RF_ERR_CONFIG, "%s: torch_dtype '%s' and dtype '%s' disagree", path,
+                        dt1, dt2);
+        goto out;
+    }
+    cfg.dtype = rf_dtype_parse(dt1[0] ? dt1 : (dt2[0] ? dt2 : "bfloat16"));
+    if (cfg.dtype != RF_DTYPE_BF16 && cfg.dtype != RF_DTYPE_F16 && cfg.dtype != RF_DTYPE_F32) {
+        st = rf_err_set(err, RF_ERR_CONFIG, "%s: dtype '%s' is not bfloat16, float16 or float32",
+                        path, dt1[0] ? dt1 : dt2);
+        goto out;
+    }
+    TRY(cfg_int(root, "hidden_size", path, 0, true, &cfg.hidden_size, err));
+    TRY(cfg_int(root, "num_hidden_layers", path, 0, true, &cfg.num_hidden_layers, err));
+    TRY(cfg_int(root, "vocab_size", path, 0, true, &cfg.vocab_size, err));
+    TRY(cfg_int(root, "num_attention_heads", path, 0, true, &cfg.num_attention_heads, err));
+    TRY(cfg_int(root, "num_key_value_heads", path, cfg.num_attention_heads, false,
+                &cfg.num_key_value_heads, err));
+    TRY(cfg_int(root, "intermediate_size", path, 0, cfg.family != RF_FAMILY_QWEN3_MOE,
+                &cfg.intermediate_size, err));
+    if (cfg.hidden_size == 0 || cfg.num_hidden_layers == 0 || cfg.vocab_size == 0 ||
+        cfg.num_attention_heads == 0 || cfg.num_key_value_heads == 0) {
+        st = rf_err_set(err, RF_ERR_CONFIG,
+                        "%s: hidden_size, num_hidden_layers, vocab_size, num_attention_heads and "
+                        "num_key_value_heads must be positive",
+                        path);
+        goto out;
+    }
+    if (cfg.hidden_size % cfg.num_attention_heads != 0 && json_object_get(root, "head_dim") == NULL) {
+        st = rf_err_set(err, RF_ERR_CONFIG,
+                        "%s: hidden_size %lld is not divisible by num_attention_heads %lld and "
+                        "head_dim is absent",
+                        path, (long long)cfg.hidden_size, (long long)cfg.num_attention_heads);
+        goto out;
+    }
+    TRY(cfg_int(root, "head_dim", path, cfg.hidden_size / cfg.num_attention_heads, false,
+                &cfg.head_dim, err));
+    if (cfg.head_dim == 0) {
+        st = rf_err_set(err, RF_ERR_CONFIG, "%s: head_dim must be positive", path);
+        goto out;
+    }
+    /* routed experts: three spellings; they must agree when several are present */
+    {
+        static const char *keys[] = {"num_experts", "num_local_experts", "n_routed_experts"};
+        cfg.num_experts = 0;
+        for (int i = 0; i < 3; i++) {
+            int64_t e = 0;
+            TRY(cfg_int(root, keys[i], path, 0, false, &e, err));
+            if (e != 0 && cfg.num_experts != 0 && e != cfg.num_experts) {
+                st = rf_err_set(err, RF_ERR_CONFIG, "%s: '%s' %lld disagrees with %lld", path,
+                                keys[i], (long long)e, (long long)cfg.num_experts);
+                goto out;
+            }
+            if (e != 0)
+                cfg.num_experts = e;
+        }
+    }
+    TRY(cfg_int(root, "moe_intermediate_size", path, 0, false, &cfg.moe_intermediate_size, err));
+    TRY(cfg_int(root, "decoder_sparse_step", path, 1, false, &cfg.decoder_sparse_step, err));
+    TRY(cfg_int(root, "num_experts_per_tok", path, 0, false, &cfg.num_experts_per_tok, err));
+    if (cfg.family == RF_FAMILY_QWEN3_MOE &&
+        (cfg.num_experts == 0 || cfg.moe_intermediate_size == 0 || cfg.decoder_sparse_step == 0)) {
+        st = rf_err_set(err, RF_ERR_CONFIG,
+                        "%s: qwen3_moe needs num_experts, moe_intermediate_size and a positive "
+                        "decoder_sparse_step",
+                        path);
+        goto out;
+    }
+    {
+        json_t *mol = json_object_get(root, "mlp_only_layers");
+        if (mol != NULL && !json_is_null(mol)) {
+            if (!json_is_array(mol)) {
+                st = rf_err_set(err, RF_ERR_CONFIG, "%s: mlp_only_layers must be a list", path);
+                goto out;
+            }
+            cfg.n_mlp_only_layers = (int)json_array_size(mol);
+            cfg.mlp_only_layers = calloc(cfg.n_mlp_only_layers + 1, sizeof(int64_t));
+            for (int i = 0; i < cfg.n_mlp_only_layers; i++) {
+                json_t *x = json_array_get(mol, i);
+                if (!json_is_integer(x)) {
+                    st = rf_err_set(err, RF_ERR_CONFIG,
+                                    "%s: mlp_only_layers[%d] must be an integer", path, i);
+                    goto out;
+                }
+                cfg.mlp_only_layers[i] = json_integer_value(x);
+            }
+        }
+    }
+    TRY(cfg_bool(root, "tie_word_embeddings", path, false, &cfg.tie_word_embeddings, err));
+    {
+        bool attn_bias = false;
+        TRY(cfg_bool(root, "attention_bias", path, false, &attn_bias, err));
+        TRY(cfg_bool(root, "mlp_bias", path, false, &cfg.mlp_bias, err));
+        /* Qwen2 always has q/k/v biases and no o_proj bias (vLLM Qwen2Attention). */
+        cfg.qkv_bias = cfg.family == RF_FAMILY_QWEN2 ? true : attn_bias;
+        cfg.o_bias = cfg.family == RF_FAMILY_QWEN2 ? false : attn_bias;
+        if (cfg.family != RF_FAMILY_LLAMA)
+            cfg.mlp_bias = false;
+    }
+    {
+        json_t *rp = json_object_get(root, "rope_parameters");
+        TRY(cfg_real(root, "rope_theta", 10000.0, &cfg.rope_theta));
+        if (json_is_object(rp))
+            TRY(cfg_real(rp, "rope_theta", cfg.rope_theta, &cfg.rope_theta));
+    }
+    TRY(cfg_real(root, "rms_norm_eps", 1e-6, &cfg.rms_norm_eps));
+    {
+        json_t *q = json_object_get(root, "quantization_config");
+        if (q != NULL && !json_is_null(q))
+            TRY(cfg_quant(&cfg, q, path, err));
+    }
+    cfg.orig_num_hidden_layers = cfg.num_hidden_layers;
+    cfg.orig_num_experts = cfg.num_experts;
+    cfg.orig_vocab_size = cfg.vocab_size;
+#undef TRY
+out:
+    json_decref(root);
+    if (st != RF_OK) {
+        rf_model_config_free(&cfg);
+        return st;
+    }
+    *cfg_p = cfg;
+    return RF_OK;
+}
+
+rf_status_t rf_model_config_load(const char *path, rf_model_config_t *cfg_p, rf_err_t *err)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+    rf_status_t st;
+    if (f == NULL)
+        return rf_err_set(err, RF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return rf_err_set(err, RF_ERR_IO, "%s: cannot read", path);
+    }
+    if (n > 16 * 1024 * 1024) {
+        fclose(f);
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: %ld bytes is too large for a config.json",
+                          path, n);
+    }
+    buf = malloc((size_t)n + 1);
+    if (buf == NULL || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        return rf_err_set(err, RF_ERR_IO, "%s: cannot read", path);
+    }
+    fclose(f);
+    st = rf_model_config_parse(buf, (size_t)n, path, cfg_p, err);
+    free(buf);
+    return st;
+}
+
+void rf_model_config_free(rf_model_config_t *cfg)
+{
+    if (cfg == NULL)
+        return;
+    free(cfg->mlp_only_layers);
+    for (int i = 0; i < cfg->n_not_convert; i++)
+        free(cfg->not_convert[i]);
+    free(cfg->not_convert);
+    cfg->mlp_only_layers = NULL;
+    cfg->not_convert = NULL;
+    cfg->n_mlp_only_layers = 0;
+    cfg->n_not_convert = 0;
+}
+
+rf_status_t rf_model_config_copy(rf_model_config_t *dst, const rf_model_config_t *src)
+{
+    *dst = *src;
+    dst->mlp_only_layers = NULL;
+    dst->not_convert = NULL;
+    if (src->n_mlp_only_layers > 0) {
+        dst->mlp_only_layers = malloc(src->n_mlp_only_layers * sizeof(int64_t));
+        if (dst->mlp_only_layers == NULL)
+            return RF_ERR_NOMEM;
+        memcpy(dst->mlp_only_layers, src->mlp_only_layers,
+               src->n_mlp_only_layers * sizeof(int64_t));
+    }
+    if (src->n_not_convert > 0) {
+        dst->not_convert = calloc(src->n_not_convert, sizeof(char *));
+        if (dst->not_convert == NULL)
+            return RF_ERR_NOMEM;
+        for (int i = 0; i < src->n_not_convert; i++)
+            dst->not_convert[i] = strdup(src->not_convert[i]);
+    }
+    return RF_OK;
+}
+
+bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer)
+{
+    if (cfg->num_experts <= 0)
+        return false;
+    for (int i = 0; i < cfg->n_mlp_only_layers; i++)
+        if (cfg->mlp_only_layers[i] == layer)
+            return false;
+    return (layer + 1) % cfg->decoder_sparse_step == 0;
+}

@@ -1,0 +1,197 @@
+/* Unit tests: config.json parsing and the model inventory (DESIGN.md section 4), against the
+ * counts in shared/models/SOURCES.md and the real tiny checkpoints' reference lists. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/model.h"
+
+static rf_model_config_t load_cfg(const char *path)
+{
+    rf_model_config_t cfg;
+    rf_err_t err;
+    rf_err_clear(&err);
+    rf_status_t st = rf_model_config_load(path, &cfg, &err);
+    ck_assert_msg(st == RF_OK, "%s: %s", path, err.msg);
+    return cfg;
+}
+
+static void check_counts(const char *file, int ntensors, uint64_t nparams)
+{
+    char path[512];
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_err_clear(&err);
+    snprintf(path, sizeof(path), "%s/models/%s", REFIT_JOBS_DIR, file);
+    rf_model_config_t cfg = load_cfg(path);
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(inv.ntensors, ntensors);
+    ck_assert_uint_eq(inv.nparams, nparams);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+}
+
+START_TEST(test_counts_qwen3_0_6b) { check_counts("qwen3-0.6b.config.json", 310, 596049920ULL); }
+END_TEST
+START_TEST(test_counts_qwen3_4b) { check_counts("qwen3-4b.config.json", 398, 4022468096ULL); }
+END_TEST
+START_TEST(test_counts_qwen2_5_0_5b) { check_counts("qwen2.5-0.5b.config.json", 290, 494032768ULL); }
+END_TEST
+START_TEST(test_counts_llama_3_1_8b) { check_counts("llama-3.1-8b.config.json", 291, 8030261248ULL); }
+END_TEST
+START_TEST(test_counts_qwen3_30b_a3b) { check_counts("qwen3-30b-a3b.config.json", 18867, 30532122624ULL); }
+END_TEST
+
+START_TEST(test_qwen2_biases_and_modules)
+{
+    char path[512];
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_err_clear(&err);
+    snprintf(path, sizeof(path), "%s/models/qwen2.5-0.5b.config.json", REFIT_JOBS_DIR);
+    rf_model_config_t cfg = load_cfg(path);
+    ck_assert(cfg.qkv_bias);
+    ck_assert(!cfg.o_bias);
+    ck_assert(cfg.tie_word_embeddings);
+    ck_assert_int_eq(cfg.head_dim, 64);
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    int k = rf_inventory_find(&inv, "model.layers.3.self_attn.k_proj.bias");
+    ck_assert_int_ge(k, 0);
+    ck_assert_int_eq(inv.tensors[k].shape[0], 128);
+    ck_assert_int_eq(inv.tensors[k].shard, 1);
+    ck_assert_str_eq(inv.modules[inv.tensors[k].module].name, "model.layers.3.self_attn.qkv_proj");
+    ck_assert_str_eq(inv.modules[inv.tensors[k].module].slot_names[inv.tensors[k].slot], "bias");
+    ck_assert_int_eq(rf_inventory_find(&inv, "lm_head.weight"), -1);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "lm_head.weight"), RF_UNKNOWN_SKIP);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.0.self_attn.rotary_emb.inv_freq"), RF_UNKNOWN_SKIP);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.0.self_attn.foo.weight"), RF_UNKNOWN_ERROR);
+    /* 1 embed + 24 x (2 norms + qkv + o + gate_up + down) + final norm = 146 modules */
+    ck_assert_int_eq(inv.nmodules, 1 + 24 * 6 + 1);
+    /* embed first, final norm last; tensors in manifest order */
+    ck_assert_str_eq(inv.tensors[0].name, "model.embed_tokens.weight");
+    ck_assert_str_eq(inv.tensors[inv.ntensors - 1].name, "model.norm.weight");
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+}
+END_TEST
+
+START_TEST(test_slots_qkv_replication)
+{
+    char path[512];
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_slot_shape_t s[RF_MODULE_MAX_SLOTS];
+    int n;
+    rf_err_clear(&err);
+    snprintf(path, sizeof(path), "%s/llama-tiny/config.json", REFIT_TEST_DATA);
+    rf_model_config_t cfg = load_cfg(path);
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(inv.ntensors, 3 * 9 + 3);
+    int qkv = inv.tensors[rf_inventory_find(&inv, "model.layers.0.self_attn.q_proj.weight")].module;
+    rf_rollout_coords_t rc = {.tp = 3, .tp_rank = 2, .dp = 1, .ep = 1};
+    /* llama-tiny: nh 6, nkv 2, d 16; TP 3 > nkv: rep = ... only when T mod nkv == 0 */
+    ck_assert_int_eq(rf_module_slots(&inv, qkv, &rc, s, &n, &err), RF_ERR_TOPOLOGY);
+    rf_err_clear(&err);
+    rc.tp = 2;
+    ck_assert_int_eq(rf_module_slots(&inv, qkv, &rc, s, &n, &err), RF_OK);
+    ck_assert_int_eq(s[0].shape[0], (3 + 2 * 1) * 16);
+    ck_assert_int_eq(s[0].shape[1], 96);
+    rc.tp = 6; /* heads 1 per rank, kv replicated 3x */
+    ck_assert_int_eq(rf_module_slots(&inv, qkv, &rc, s, &n, &err), RF_OK);
+    ck_assert_int_eq(s[0].shape[0], (1 + 2) * 16);
+    rc.tp = 4; /* 6 heads not divisible by 4 */
+    ck_assert_int_eq(rf_inventory_check_rollout(&inv, &rc, &err), RF_ERR_TOPOLOGY);
+    ck_assert_ptr_nonnull(strstr(err.msg, "num_attention_heads"));
+    /* vocab 1003 -> Vp 1024 */
+    int emb = inv.tensors[rf_inventory_find(&inv, "model.embed_tokens.weight")].module;
+    rc.tp = 2;
+    ck_assert_int_eq(rf_module_slots(&inv, emb, &rc, s, &n, &err), RF_OK);
+    ck_assert_int_eq(s[0].shape[0], 512);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+}
+END_TEST
+
+START_TEST(test_config_errors)
+{
+    rf_model_config_t cfg;
+    rf_err_t err;
+    const char *bad[][2] = {
+        {"{\"model_type\": \"llama\", \"hidden_size\": 64}", "num_hidden_layers"},
+        {"{\"model_type\": \"gpt2\"}", "gpt2"},
+        {"[1,2]", "not a JSON object"},
+        {"{\"model_type\": \"llama\", \"hidden_size\": \"64\"}", "hidden_size"},
+        {"{\"model_type\": \"llama\", \"torch_dtype\": \"float16\", \"dtype\": \"bfloat16\"}", "disagree"},
+        {"{\"model_type\": \"llama\", \"model_type\": \"qwen2\"}", "duplicate"},
+        {"{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"num_hidden_layers\": 1, \"vocab_size\": 8, "
+         "\"num_attention_heads\": 4, \"num_experts\": 8, \"num_local_experts\": 4, \"moe_intermediate_size\": 8}", "disagrees"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rf_err_clear(&err);
+        ck_assert_int_ne(rf_model_config_parse(bad[i][0], strlen(bad[i][0]), "x.json", &cfg, &err), RF_OK);
+        ck_assert_msg(strstr(err.msg, bad[i][1]) != NULL, "case %zu: '%s' lacks '%s'", i, err.msg, bad[i][1]);
+    }
+}
+END_TEST
+
+START_TEST(test_config_aliases)
+{
+    /* transformers 5 spelling: num_local_experts, rope_parameters, dtype */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/qwen3-moe-tiny/config.json", REFIT_TEST_DATA);
+    rf_model_config_t cfg = load_cfg(path);
+    ck_assert_int_eq(cfg.num_experts, 8);
+    ck_assert_int_eq(cfg.dtype, RF_DTYPE_BF16);
+    ck_assert(cfg.rope_theta == 10000.0);
+    ck_assert_int_eq(cfg.family, RF_FAMILY_QWEN3_MOE);
+    rf_model_config_free(&cfg);
+    snprintf(path, sizeof(path), "%s/models/qwen3-30b-a3b.config.json", REFIT_JOBS_DIR);
+    cfg = load_cfg(path);
+    ck_assert_int_eq(cfg.num_experts, 128);
+    ck_assert(cfg.rope_theta == 1000000.0);
+    rf_model_config_free(&cfg);
+}
+END_TEST
+
+START_TEST(test_moe_placement)
+{
+    rf_rollout_coords_t rc = {.tp = 2, .dp = 2, .ep = 4, .placement = RF_PLACE_LINEAR};
+    /* E = 10 over EP 4: 3, 3, 2, 2 */
+    int64_t expect_first[] = {0, 3, 6, 8}, expect_cnt[] = {3, 3, 2, 2};
+    for (int q = 0; q < 4; q++) {
+        rc.ep_rank = q;
+        ck_assert_int_eq(rf_moe_local_count(10, &rc), expect_cnt[q]);
+        ck_assert_int_eq(rf_moe_local_expert(10, &rc, 0), expect_first[q]);
+        ck_assert_int_eq(rf_moe_local_index(10, &rc, expect_first[q] + 1), 1);
+    }
+    rc.placement = RF_PLACE_ROUND_ROBIN;
+    rc.ep_rank = 1;
+    ck_assert_int_eq(rf_moe_local_expert(10, &rc, 2), 9);
+    ck_assert_int_eq(rf_moe_local_index(10, &rc, 5), 1);
+    ck_assert_int_eq(rf_moe_local_index(10, &rc, 6), -1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("inventory");
+    TCase *tc = tcase_create("inventory");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_counts_qwen3_0_6b);
+    tcase_add_test(tc, test_counts_qwen3_4b);
+    tcase_add_test(tc, test_counts_qwen2_5_0_5b);
+    tcase_add_test(tc, test_counts_llama_3_1_8b);
+    tcase_add_test(tc, test_counts_qwen3_30b_a3b);
+    tcase_add_test(tc, test_qwen2_biases_and_modules);
+    tcase_add_test(tc, test_slots_qkv_replication);
+    tcase_add_test(tc, test_config_errors);
+    tcase_add_test(tc, test_config_aliases);
+    tcase_add_test(tc, test_moe_placement);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
