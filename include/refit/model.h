@@ -227,6 +227,18 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int m, const rf_rollout_c
 rf_status_t rf_inventory_check_rollout(const rf_inventory_t *inv,
                                        const rf_rollout_coords_t *rc, rf_err_t *err);
 
+/* Rows of a tensor as chunks and loaders count them: dim 0 (a 1-D tensor's rows are its
+ * elements; a 0-D tensor has one row). */
+static inline uint64_t rf_tensor_rows(const rf_tensor_t *t)
+{
+    return t->ndim == 0 ? 1 : (uint64_t)t->shape[0];
+}
+static inline uint64_t rf_tensor_row_bytes(const rf_tensor_t *t)
+{
+    uint64_t r = rf_tensor_rows(t);
+    return r == 0 ? 0 : t->nbytes / r;
+}
+
 /* Vp = round_up(V, 64) */
 static inline int64_t rf_vocab_padded(int64_t v) { return (v + 63) / 64 * 64; }
 

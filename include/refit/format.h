@@ -1,0 +1,88 @@
+/*
+ * refit: format owners (DESIGN.md section 7).
+ *
+ * A format owner knows one quantization scheme on one backend: the runtime tensors a module
+ * holds, whether post-processing is the identity (DIRECT opt-in), a non-mutating
+ * model-layout -> runtime-view mapping (RUNTIME_VIEW) or a process_after_loading step
+ * (LAYERWISE), its inverse for verification, and the deferred stage for weight-derived
+ * buffers. Every format object starts with its ops table (libfabric / Open MPI MCA shape).
+ *
+ * Owners: "none" (unquantized, DIRECT). Test-only owners: "test-transpose" stores every 2-D
+ * linear weight transposed (runtime layout differs, so LAYERWISE), "test-derived" adds a
+ * weight-derived buffer to every attention (qkv) layer, recomputed once per update in the
+ * deferred stage. They exist so the LAYERWISE path and the deferred stage are exercised
+ * before the quantized formats land.
+ */
+#ifndef REFIT_FORMAT_H
+#define REFIT_FORMAT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "refit/model.h"
+#include "refit/status.h"
+#include "refit/storage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A strided view (elements) over runtime storage, in model layout. */
+typedef struct rf_view {
+    void *data;
+    rf_dtype_t dtype;
+    int ndim;
+    int64_t shape[RF_MAX_DIMS];
+    int64_t stride[RF_MAX_DIMS];
+    int runtime_slot; /* index of the runtime slot it covers (within the module) */
+} rf_view_t;
+
+typedef struct rf_format rf_format_t;
+
+typedef struct rf_format_ops {
+    const char *name;
+    /* Runtime slots of module m from its model-layout slots; may add derived slots
+     * (derived[i] true). Not collective. */
+    rf_status_t (*runtime_slots)(const rf_format_t *f, const rf_inventory_t *inv, int m,
+                                 const rf_slot_shape_t *model, int nmodel, rf_slot_shape_t *rt,
+                                 bool *derived, int *nrt_p, rf_err_t *err);
+    /* DIRECT opt-in: post-processing of module m is the identity on this backend. */
+    bool (*identity)(const rf_format_t *f, const rf_inventory_t *inv, int m);
+    /* RUNTIME_VIEW: fill views[i] for every model-layout param i over the runtime slots
+     * (non-mutating). Returns false to decline. NULL = always decline. */
+    bool (*runtime_mapping)(const rf_format_t *f, const rf_inventory_t *inv, int m,
+                            const rf_slot_shape_t *model, int nmodel, rf_slot_t *const *rt,
+                            int nrt, rf_view_t *views);
+    /* LAYERWISE: model-layout buffers (contiguous) -> runtime slots, written in place. */
+    rf_status_t (*process_after_loading)(const rf_format_t *f, const rf_inventory_t *inv, int m,
+                                         const rf_slot_shape_t *model, void *const *model_bufs,
+                                         int nmodel, rf_slot_t *const *rt, int nrt,
+                                         rf_err_t *err);
+    /* Verification: runtime slots -> model-layout buffers (the inverse of the above). */
+    rf_status_t (*runtime_to_model)(const rf_format_t *f, const rf_inventory_t *inv, int m,
+                                    const rf_slot_shape_t *model, void *const *model_bufs,
+                                    int nmodel, rf_slot_t *const *rt, int nrt, rf_err_t *err);
+    /* Deferred stage: recompute derived slots of module m. NULL = none. */
+    rf_status_t (*compute_derived)(rf_format_t *f, const rf_inventory_t *inv, int m,
+                                   rf_slot_t *const *rt, int nrt, rf_err_t *err);
+} rf_format_ops_t;
+
+struct rf_format {
+    const rf_format_ops_t *ops; /* first, always */
+    rf_quant_t quant;
+    int backend;                /* rf_backend_t */
+    uint64_t derived_runs;      /* deferred-stage calls (test-derived) */
+};
+
+/* Format owner by name ("none", "test-transpose", "test-derived"); NULL if unknown. */
+const rf_format_ops_t *rf_format_lookup(const char *name);
+/* Comma-separated list of known owner names, for --help. */
+const char *rf_format_names(void);
+
+/* Shared helper: contiguous row-major byte copy of a slot's model-layout bytes. */
+uint64_t rf_slot_shape_bytes(const rf_slot_shape_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_FORMAT_H */

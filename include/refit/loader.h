@@ -1,0 +1,57 @@
+/*
+ * refit: rollout loaders (DESIGN.md section 5), the fast path.
+ *
+ * A loader takes one arriving piece of a checkpoint tensor, (tensor, row_begin, row_end)
+ * with full-width rows in checkpoint layout, and writes its intersection with this rank's
+ * slice into the model-layout destination: TP slices (column / row parallel), fused shards
+ * (vLLM QKVParallelLinear with k/v heads replicated when TP > num_key_value_heads,
+ * MergedColumnParallelLinear gate_up), vocab-parallel rows (VocabParallelEmbedding, padded to
+ * a multiple of 64), replicated tensors and FusedMoE w13 / w2. Writing shard k of a fused
+ * tensor touches only shard k's bytes. Copies are whole-row memcpy runs wherever the
+ * destination's columns are contiguous.
+ */
+#ifndef REFIT_LOADER_H
+#define REFIT_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "refit/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a model-layout parameter lives: strides in elements, in checkpoint orientation
+ * (rows = the checkpoint tensor's dim 0 direction after slicing). */
+typedef struct rf_dst {
+    char *data;            /* element 0 */
+    size_t esize;          /* bytes per element */
+    int64_t row_stride;    /* between consecutive rows (1-D params: 1) */
+    int64_t col_stride;    /* between consecutive columns (1 = rows are contiguous runs) */
+    int64_t expert_stride; /* between local experts (3-D MoE params) */
+} rf_dst_t;
+
+/* Contiguous row-major destination for a slot shape (model layout). */
+rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *shape);
+
+/*
+ * Writes the intersection of rows [row_begin, row_end) of checkpoint tensor `tensor` (src
+ * holds exactly those rows, full width, contiguous) with this rank's slice. Returns the
+ * number of elements written (0 is legal: an empty intersection). `local_expert` is the
+ * expert's local index for MoE tensors (callers decline non-local experts before calling).
+ * Not collective; no allocation; O(rows) work.
+ */
+uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t local_expert, const rf_dst_t *dst, const void *src,
+                       uint64_t row_begin, uint64_t row_end);
+
+/* Zero-fills the local vocab padding rows of a vocab-parallel module (rows whose global index
+ * is >= V): rows [clamp(V - r Vp/T, 0, Vp/T), Vp/T). Returns the rows filled. */
+uint64_t rf_load_vocab_pad(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int module,
+                           const rf_dst_t *dst);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_LOADER_H */

@@ -1,0 +1,113 @@
+/*
+ * refit: rollout runtime storage (DESIGN.md section 8, "Runtime storage").
+ *
+ * Runtime parameters live in a few arenas (one per layer, like a caching allocator's block);
+ * slots are carved 256-byte aligned, so storage offsets are real and a slot's data pointer
+ * differs from its storage base. The slot registry holds each slot's full signature: shape,
+ * stride (elements), dtype, device, data pointer, storage base pointer, storage offset
+ * (elements of the slot's dtype), storage size (bytes). In library mode an engine registers
+ * its live tensors by pointer and signature instead (rf_storage_register).
+ */
+#ifndef REFIT_STORAGE_H
+#define REFIT_STORAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "refit/model.h"
+#include "refit/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RF_SLOT_ALIGN 256
+#define RF_DEVICE_HOST (-1)
+
+/* A slot's signature. Two signatures are equal iff every field is equal. */
+typedef struct rf_signature {
+    int ndim;
+    int64_t shape[RF_MAX_DIMS];
+    int64_t stride[RF_MAX_DIMS]; /* elements */
+    rf_dtype_t dtype;
+    int device;                  /* RF_DEVICE_HOST or a GPU ordinal */
+    void *data;                  /* first element */
+    void *storage_base;          /* base of the storage (arena) holding it */
+    int64_t storage_offset;      /* (data - storage_base) / element size */
+    uint64_t storage_bytes;      /* size of that storage */
+} rf_signature_t;
+
+bool rf_signature_equal(const rf_signature_t *a, const rf_signature_t *b);
+/* numel x element size */
+uint64_t rf_signature_bytes(const rf_signature_t *s);
+/* True when row-major contiguous. */
+bool rf_signature_contiguous(const rf_signature_t *s);
+
+/* One runtime slot. */
+typedef struct rf_slot {
+    char name[RF_NAME_MAX + 32]; /* "model.layers.0.self_attn.qkv_proj.weight" */
+    int module;                  /* inventory module (= plannable layer) */
+    int index;                   /* slot index within the module's runtime slots */
+    bool derived;                /* weight-derived buffer (deferred stage), not loaded */
+    rf_signature_t sig;
+} rf_slot_t;
+
+typedef struct rf_arena {
+    void *base;
+    uint64_t bytes;
+    bool noreserve;   /* reserved with MAP_NORESERVE (refit-plan): never touched */
+    int module;
+} rf_arena_t;
+
+/* Registry of a rollout rank's runtime slots. Owns its arenas. */
+typedef struct rf_storage {
+    rf_slot_t *slots;
+    int nslots;
+    int cap;
+    rf_arena_t *arenas;
+    int narenas;
+    int *module_first; /* per module: first slot index (slots of a module are contiguous) */
+    int *module_count;
+    int nmodules;
+    void *index;       /* name -> slot */
+    uint64_t bytes;    /* arena bytes in total */
+    void **moved;      /* buffers made by rf_storage_move_slot (owned) */
+    int nmoved;
+} rf_storage_t;
+
+/* Empty registry for an inventory of `nmodules` modules. */
+rf_status_t rf_storage_init(rf_storage_t *st, int nmodules, rf_err_t *err);
+void rf_storage_free(rf_storage_t *st);
+
+/*
+ * Allocates one arena for module m holding `n` slots of the given shapes (row-major
+ * contiguous), each 256-byte aligned, with a `lead` gap before the first slot so that at
+ * least one slot has a non-zero storage offset. noreserve: mmap with MAP_NORESERVE and never
+ * touch (refit-plan). Slots are zero-filled otherwise. Not collective.
+ */
+rf_status_t rf_storage_alloc_module(rf_storage_t *st, int m, const char *module_name,
+                                    const rf_slot_shape_t *shapes, const bool *derived, int n,
+                                    bool noreserve, rf_err_t *err);
+
+/* Registers a caller-owned tensor (library mode). The memory stays the caller's. */
+rf_status_t rf_storage_register(rf_storage_t *st, int m, const char *name, bool derived,
+                                const rf_signature_t *sig, rf_err_t *err);
+
+/* Slot lookup by full name, or NULL. */
+rf_slot_t *rf_storage_find(rf_storage_t *st, const char *name);
+/* i-th slot of module m, or NULL. */
+rf_slot_t *rf_storage_module_slot(rf_storage_t *st, int m, int i);
+int rf_storage_module_nslots(const rf_storage_t *st, int m);
+
+/*
+ * Test and fault-injection support: moves slot `name` to a freshly allocated buffer (a new
+ * storage base), copying its bytes, as an engine that re-allocated a parameter would.
+ * The old memory stays valid (it belongs to the arena).
+ */
+rf_status_t rf_storage_move_slot(rf_storage_t *st, const char *name, rf_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_STORAGE_H */

@@ -1,0 +1,143 @@
+/*
+ * refit: rollout loader arithmetic (DESIGN.md section 5), the fast path.
+ *
+ * Each module kind reduces to "source rows [lo, lo + n) of the checkpoint tensor, columns
+ * [c0, c0 + nc), go to destination rows starting at dst_off": copy_rows() intersects that with
+ * the arriving piece and copies whole-row runs.
+ */
+#include <string.h>
+
+#include "refit/loader.h"
+
+rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *s)
+{
+    rf_dst_t d;
+    memset(&d, 0, sizeof(d));
+    d.data = data;
+    d.esize = rf_dtype_size(s->dtype);
+    d.col_stride = 1;
+    if (s->ndim <= 1) {
+        d.row_stride = 1;
+    } else if (s->ndim == 2) {
+        d.row_stride = s->shape[1];
+    } else {
+        d.row_stride = s->shape[s->ndim - 1];
+        d.expert_stride = s->shape[s->ndim - 2] * s->shape[s->ndim - 1];
+    }
+    return d;
+}
+
+/*
+ * Source rows [src_lo, src_lo + nrows) (checkpoint indices), columns [c0, c0 + nc) of rows
+ * that are src_row_elems wide, land at destination rows dst_off + (g - src_lo). The piece
+ * holds rows [rb, re).
+ */
+static uint64_t copy_rows(const rf_dst_t *dst, char *base, const char *src, uint64_t rb,
+                          uint64_t re, int64_t src_lo, int64_t nrows, int64_t dst_off, int64_t c0,
+                          int64_t nc, int64_t src_row_elems)
+{
+    int64_t lo = (int64_t)rb > src_lo ? (int64_t)rb : src_lo;
+    int64_t hi = (int64_t)re < src_lo + nrows ? (int64_t)re : src_lo + nrows;
+    size_t es = dst->esize;
+    if (hi <= lo || nc <= 0)
+        return 0;
+    const char *s = src + ((size_t)(lo - (int64_t)rb) * src_row_elems + c0) * es;
+    char *d = base + (size_t)(dst_off + (lo - src_lo)) * dst->row_stride * es;
+    int64_t n = hi - lo;
+    if (dst->col_stride == 1) {
+        if (nc == src_row_elems && dst->row_stride == nc) {
+            memcpy(d, s, (size_t)n * nc * es);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                memcpy(d + (size_t)i * dst->row_stride * es, s + (size_t)i * src_row_elems * es,
+                       (size_t)nc * es);
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < nc; c++)
+                memcpy(d + ((size_t)i * dst->row_stride + (size_t)c * dst->col_stride) * es,
+                       s + ((size_t)i * src_row_elems + c) * es, es);
+    }
+    return (uint64_t)(n * nc);
+}
+
+uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t local_expert, const rf_dst_t *dst, const void *src,
+                       uint64_t row_begin, uint64_t row_end)
+{
+    const rf_model_config_t *c = &inv->cfg;
+    const rf_tensor_t *t = &inv->tensors[tensor];
+    const rf_module_t *m = &inv->modules[t->module];
+    int64_t T = rc->tp, r = rc->tp_rank;
+    int64_t rows = (int64_t)rf_tensor_rows(t);
+    int64_t width = t->ndim >= 2 ? (int64_t)(t->numel / (uint64_t)rows) : 1;
+    bool is_bias = t->ndim == 1;
+
+    switch (m->kind) {
+    case RF_MOD_REPLICATED:
+        return copy_rows(dst, dst->data, src, row_begin, row_end, 0, rows, 0, 0, width, width);
+    case RF_MOD_VOCAB: {
+        int64_t per = rf_vocab_padded(c->vocab_size) / T;
+        int64_t lo = r * per < c->vocab_size ? r * per : c->vocab_size;
+        int64_t hi = (r + 1) * per < c->vocab_size ? (r + 1) * per : c->vocab_size;
+        return copy_rows(dst, dst->data, src, row_begin, row_end, lo, hi - lo, 0, 0, width,
+                         width);
+    }
+    case RF_MOD_QKV: {
+        int64_t d = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+        int64_t nh_p = nh / T, rep = T > nkv ? T / nkv : 1, nkv_p = nkv >= T ? nkv / T : 1;
+        int64_t lo, n, off;
+        if (t->shard == 0) {
+            lo = r * nh_p * d;
+            n = nh_p * d;
+            off = 0;
+        } else {
+            lo = (r / rep) * nkv_p * d;
+            n = nkv_p * d;
+            off = t->shard == 1 ? nh_p * d : (nh_p + nkv_p) * d;
+        }
+        return copy_rows(dst, dst->data, src, row_begin, row_end, lo, n, off, 0, width, width);
+    }
+    case RF_MOD_MERGED: {
+        int64_t Ip = (m->n / 2) / T;
+        return copy_rows(dst, dst->data, src, row_begin, row_end, r * Ip, Ip, t->shard * Ip, 0,
+                         width, width);
+    }
+    case RF_MOD_ROW:
+        if (is_bias)
+            return copy_rows(dst, dst->data, src, row_begin, row_end, 0, rows, 0, 0, 1, 1);
+        return copy_rows(dst, dst->data, src, row_begin, row_end, 0, rows, 0, r * (width / T),
+                         width / T, width);
+    case RF_MOD_MOE: {
+        int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
+        int64_t rm = rc->ep > 1 ? 0 : (int64_t)rc->dp_rank * rc->tp + rc->tp_rank;
+        int64_t Ip = m->n / Tm;
+        char *base = dst->data + (size_t)local_expert * dst->expert_stride * dst->esize;
+        if (t->slot == 0) /* w13: gate rows [0, Ip), up rows [Ip, 2 Ip) */
+            return copy_rows(dst, base, src, row_begin, row_end, rm * Ip, Ip, t->shard * Ip, 0,
+                             width, width);
+        return copy_rows(dst, base, src, row_begin, row_end, 0, rows, 0, rm * Ip, Ip, width);
+    }
+    }
+    return 0;
+}
+
+uint64_t rf_load_vocab_pad(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int module,
+                           const rf_dst_t *dst)
+{
+    const rf_module_t *m = &inv->modules[module];
+    int64_t V = inv->cfg.vocab_size, per = rf_vocab_padded(V) / rc->tp;
+    int64_t first = V - rc->tp_rank * per;
+    if (m->kind != RF_MOD_VOCAB)
+        return 0;
+    first = first < 0 ? 0 : (first > per ? per : first);
+    for (int64_t row = first; row < per; row++) {
+        char *d = dst->data + (size_t)row * dst->row_stride * dst->esize;
+        if (dst->col_stride == 1)
+            memset(d, 0, (size_t)m->k * dst->esize);
+        else
+            for (int64_t c = 0; c < m->k; c++)
+                memset(d + (size_t)c * dst->col_stride * dst->esize, 0, dst->esize);
+    }
+    return (uint64_t)(per - first);
+}

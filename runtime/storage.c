@@ -1,0 +1,222 @@
+/*
+ * refit: runtime storage arenas and the slot registry (see include/refit/storage.h).
+ *
+ * One mmap'd arena per module; slots carved 256-byte aligned after a 256-byte lead gap, so
+ * every slot has a real, non-zero storage offset, as parameters carved from a caching
+ * allocator's block do.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "hashmap_int.h"
+#include "refit/storage.h"
+
+bool rf_signature_equal(const rf_signature_t *a, const rf_signature_t *b)
+{
+    if (a->ndim != b->ndim || a->dtype != b->dtype || a->device != b->device ||
+        a->data != b->data || a->storage_base != b->storage_base ||
+        a->storage_offset != b->storage_offset || a->storage_bytes != b->storage_bytes)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || a->stride[i] != b->stride[i])
+            return false;
+    return true;
+}
+
+uint64_t rf_signature_bytes(const rf_signature_t *s)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        n *= (uint64_t)s->shape[i];
+    return n * rf_dtype_size(s->dtype);
+}
+
+bool rf_signature_contiguous(const rf_signature_t *s)
+{
+    int64_t expect = 1;
+    for (int i = s->ndim - 1; i >= 0; i--) {
+        if (s->shape[i] != 1 && s->stride[i] != expect)
+            return false;
+        expect *= s->shape[i];
+    }
+    return true;
+}
+
+rf_status_t rf_storage_init(rf_storage_t *st, int nmodules, rf_err_t *err)
+{
+    memset(st, 0, sizeof(*st));
+    st->nmodules = nmodules;
+    st->module_first = calloc(nmodules + 1, sizeof(int));
+    st->module_count = calloc(nmodules + 1, sizeof(int));
+    st->index = malloc(sizeof(rf_map_t));
+    if (!st->module_first || !st->module_count || !st->index ||
+        rf_map_init(st->index, (size_t)nmodules * 2) != RF_OK) {
+        free(st->index);
+        st->index = NULL;
+        rf_storage_free(st);
+        return rf_err_set(err, RF_ERR_NOMEM, "storage: out of memory");
+    }
+    for (int i = 0; i < nmodules; i++)
+        st->module_first[i] = -1;
+    return RF_OK;
+}
+
+void rf_storage_free(rf_storage_t *st)
+{
+    if (st == NULL)
+        return;
+    for (int i = 0; i < st->narenas; i++)
+        if (st->arenas[i].base != NULL)
+            munmap(st->arenas[i].base, st->arenas[i].bytes);
+    for (int i = 0; i < st->nmoved; i++)
+        free(st->moved[i]);
+    free(st->moved);
+    free(st->arenas);
+    free(st->slots);
+    free(st->module_first);
+    free(st->module_count);
+    if (st->index) {
+        rf_map_free(st->index);
+        free(st->index);
+    }
+    memset(st, 0, sizeof(*st));
+}
+
+static rf_status_t storage_add(rf_storage_t *st, int m, const char *name, bool derived,
+                               const rf_signature_t *sig, rf_err_t *err)
+{
+    if (m < 0 || m >= st->nmodules)
+        return rf_err_set(err, RF_ERR_INVALID, "storage: module %d out of range", m);
+    if (st->module_first[m] >= 0 &&
+        st->module_first[m] + st->module_count[m] != st->nslots)
+        return rf_err_set(err, RF_ERR_INVALID,
+                          "storage: slots of module %d must be registered together (%s)", m,
+                          name);
+    if (rf_storage_find(st, name) != NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "storage: slot %s registered twice", name);
+    if (st->nslots == st->cap) {
+        int cap = st->cap ? st->cap * 2 : 256;
+        rf_slot_t *s = realloc(st->slots, cap * sizeof(*s));
+        if (s == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "storage: out of memory");
+        st->slots = s;
+        st->cap = cap;
+    }
+    rf_slot_t *s = &st->slots[st->nslots];
+    memset(s, 0, sizeof(*s));
+    snprintf(s->name, sizeof(s->name), "%s", name);
+    s->module = m;
+    s->derived = derived;
+    s->sig = *sig;
+    if (st->module_first[m] < 0)
+        st->module_first[m] = st->nslots;
+    s->index = st->module_count[m]++;
+    if (rf_map_put(st->index, rf_map_strkey(name), (uint64_t)st->nslots) != RF_OK)
+        return rf_err_set(err, RF_ERR_NOMEM, "storage: out of memory");
+    st->nslots++;
+    return RF_OK;
+}
+
+rf_status_t rf_storage_alloc_module(rf_storage_t *st, int m, const char *module_name,
+                                    const rf_slot_shape_t *shapes, const bool *derived, int n,
+                                    bool noreserve, rf_err_t *err)
+{
+    uint64_t off[RF_MODULE_MAX_SLOTS], total = RF_SLOT_ALIGN; /* lead gap */
+    if (n > RF_MODULE_MAX_SLOTS)
+        return rf_err_set(err, RF_ERR_INVALID, "storage: %s has too many slots", module_name);
+    for (int i = 0; i < n; i++) {
+        uint64_t numel = 1;
+        for (int d = 0; d < shapes[i].ndim; d++)
+            numel *= (uint64_t)shapes[i].shape[d];
+        off[i] = total;
+        total += (numel * rf_dtype_size(shapes[i].dtype) + RF_SLOT_ALIGN - 1) / RF_SLOT_ALIGN *
+                 RF_SLOT_ALIGN;
+    }
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0);
+    void *base = mmap(NULL, total, noreserve ? PROT_NONE : PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (base == MAP_FAILED)
+        return rf_err_set(err, RF_ERR_NOMEM, "storage: cannot map %llu bytes for %s: %s",
+                          (unsigned long long)total, module_name, strerror(errno));
+    rf_arena_t *a = realloc(st->arenas, (st->narenas + 1) * sizeof(*a));
+    if (a == NULL) {
+        munmap(base, total);
+        return rf_err_set(err, RF_ERR_NOMEM, "storage: out of memory");
+    }
+    st->arenas = a;
+    st->arenas[st->narenas++] = (rf_arena_t){base, total, noreserve, m};
+    st->bytes += total;
+    for (int i = 0; i < n; i++) {
+        rf_signature_t sig;
+        char name[RF_NAME_MAX + 32];
+        memset(&sig, 0, sizeof(sig));
+        sig.ndim = shapes[i].ndim;
+        sig.dtype = shapes[i].dtype;
+        sig.device = RF_DEVICE_HOST;
+        int64_t stride = 1;
+        for (int d = sig.ndim - 1; d >= 0; d--) {
+            sig.shape[d] = shapes[i].shape[d];
+            sig.stride[d] = stride;
+            stride *= shapes[i].shape[d];
+        }
+        sig.storage_base = base;
+        sig.storage_bytes = total;
+        sig.data = (char *)base + off[i];
+        sig.storage_offset = (int64_t)(off[i] / rf_dtype_size(sig.dtype));
+        snprintf(name, sizeof(name), "%s.%s", module_name, shapes[i].name);
+        RF_CHECK(storage_add(st, m, name, derived ? derived[i] : false, &sig, err));
+    }
+    return RF_OK;
+}
+
+rf_status_t rf_storage_register(rf_storage_t *st, int m, const char *name, bool derived,
+                                const rf_signature_t *sig, rf_err_t *err)
+{
+    return storage_add(st, m, name, derived, sig, err);
+}
+
+rf_slot_t *rf_storage_find(rf_storage_t *st, const char *name)
+{
+    uint64_t v;
+    if (!rf_map_get(st->index, rf_map_strkey(name), &v))
+        return NULL;
+    return strcmp(st->slots[v].name, name) == 0 ? &st->slots[v] : NULL;
+}
+
+rf_slot_t *rf_storage_module_slot(rf_storage_t *st, int m, int i)
+{
+    if (m < 0 || m >= st->nmodules || st->module_first[m] < 0 || i < 0 ||
+        i >= st->module_count[m])
+        return NULL;
+    return &st->slots[st->module_first[m] + i];
+}
+
+int rf_storage_module_nslots(const rf_storage_t *st, int m)
+{
+    return (m < 0 || m >= st->nmodules) ? 0 : st->module_count[m];
+}
+
+rf_status_t rf_storage_move_slot(rf_storage_t *st, const char *name, rf_err_t *err)
+{
+    rf_slot_t *s = rf_storage_find(st, name);
+    if (s == NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "storage: no slot %s", name);
+    uint64_t bytes = rf_signature_bytes(&s->sig);
+    void *buf = aligned_alloc(RF_SLOT_ALIGN, (bytes + RF_SLOT_ALIGN - 1) / RF_SLOT_ALIGN *
+                                                 RF_SLOT_ALIGN);
+    void **grown = realloc(st->moved, (st->nmoved + 1) * sizeof(void *));
+    if (buf == NULL || grown == NULL) {
+        free(buf);
+        return rf_err_set(err, RF_ERR_NOMEM, "storage: out of memory");
+    }
+    st->moved = grown;
+    st->moved[st->nmoved++] = buf;
+    memcpy(buf, s->sig.data, bytes);
+    s->sig.data = buf;
+    s->sig.storage_base = buf;
+    s->sig.storage_offset = 0;
+    s->sig.storage_bytes = bytes;
+    return RF_OK;
+}
