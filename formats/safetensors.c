@@ -403,11 +403,15 @@ uint64_t rf_st_entry_rows(const rf_st_entry_t *e)
 
 uint64_t rf_st_entry_row_bytes(const rf_st_entry_t *e)
 {
+    uint64_t rows = rf_st_entry_rows(e);
+    if (rows > 0)
+        return e->nbytes / rows; /* exact: nbytes = rows x row bytes, checked at parse */
+    /* No rows: the other dims may still multiply past 2^64 (shape [0, 2^40, 2^40]);
+     * saturate, there are no bytes to read anyway. */
     uint64_t n = rf_dtype_size(e->dtype);
     for (int d = 1; d < e->ndim; d++)
-        n *= e->shape[d];
-    /* A tensor with a zero dim has nbytes 0, but its other dims may still multiply past
-     * 2^64 (shape [0, 2^40, 2^40]); such a tensor has no bytes to read anyway. */
+        if (!mul_u64(n, e->shape[d], &n))
+            return UINT64_MAX;
     return n;
 }
 
@@ -861,7 +865,7 @@ rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_beg
     if (ck == NULL || e == NULL || e->file == NULL)
         return rf_err_set(err, RF_ERR_INVALID, "rf_ckpt_read: NULL checkpoint or entry");
     uint64_t rows = rf_st_entry_rows(e);
-    uint64_t row_bytes = rows == 0 ? 0 : e->nbytes / rows;
+    uint64_t row_bytes = rf_st_entry_row_bytes(e);
     if (row_begin > row_end || row_end > rows)
         return rf_err_set(err, RF_ERR_INVALID,
                           "%s: tensor " NAME_FMT " rows [%llu, %llu) outside [0, %llu)",

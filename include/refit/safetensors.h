@@ -90,7 +90,8 @@ const char *rf_st_header_meta(const rf_st_header_t *h, const char *key);
 uint64_t rf_st_entry_numel(const rf_st_entry_t *e);
 /* Rows along dim 0: shape[0], or 1 for a scalar. */
 uint64_t rf_st_entry_rows(const rf_st_entry_t *e);
-/* Bytes per row: product of shape[1..] x dtype size (dtype size for 1-D and scalars). */
+/* Bytes per row: product of shape[1..] x dtype size (dtype size for 1-D and scalars);
+ * UINT64_MAX if shape[0] is 0 and the product overflows. */
 uint64_t rf_st_entry_row_bytes(const rf_st_entry_t *e);
 
 /*
