@@ -1,0 +1,146 @@
+/*
+ * refit: the reload planner (DESIGN.md section 8; after vLLM PR "Reload layout-preserving
+ * weights directly").
+ *
+ * Once per layer (engine module), and again whenever a slot's signature changed before an
+ * update begins, the planner decides DIRECT (loaders write straight into runtime storage),
+ * RUNTIME_VIEW (through the format owner's validated view) or LAYERWISE (stage the model
+ * layout in scratch, process_after_loading once the layer is complete, copy into the
+ * original storage), fail-closed. Every layer holds its expected applications, keyed by
+ * (source tensor, sender, destination slot, shard id, expert id); each arriving piece is one
+ * O(1) hash lookup plus a cursor check (repeats, gaps, unknown keys and late pieces fail the
+ * update), and missing applications fail at finalize. Probes are counted in
+ * `bookkeeping_probes`.
+ */
+#ifndef REFIT_PLAN_H
+#define REFIT_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "refit/format.h"
+#include "refit/loader.h"
+#include "refit/model.h"
+#include "refit/status.h"
+#include "refit/storage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    RF_PLAN_DIRECT = 0,
+    RF_PLAN_RUNTIME_VIEW = 1,
+    RF_PLAN_LAYERWISE = 2,
+} rf_plan_mode_t;
+#define RF_PLAN_MODES 3
+
+const char *rf_plan_mode_name(rf_plan_mode_t m);
+
+typedef enum {
+    RF_POLICY_AUTO = 0,     /* the planner's decision */
+    RF_POLICY_LAYERWISE = 1 /* every layer LAYERWISE, for comparison */
+} rf_reload_policy_t;
+
+typedef struct rf_plan_stats {
+    uint64_t layers[RF_PLAN_MODES]; /* layers per mode (plan time) */
+    uint64_t applications;          /* completed keys this update */
+    uint64_t declined;              /* completed keys declined (non-local experts) */
+    uint64_t loader_calls;          /* pieces applied */
+    uint64_t bookkeeping_probes;    /* hash probes of application lookups this update */
+    uint64_t elements_written;      /* elements the loaders wrote */
+    uint64_t layerwise_runs;        /* process_after_loading calls */
+    uint64_t derived_runs;          /* deferred-stage calls */
+    uint64_t rebuilds;              /* plan rebuilds (signature changed before an update) */
+    double loader_s;                /* CPU time in loader calls */
+    double layerwise_s, deferred_s, verify_s;
+} rf_plan_stats_t;
+
+typedef struct rf_app {
+    int tensor;
+    int sender;          /* trainer world rank in p2p, -1 in broadcast */
+    int layer;
+    int slot;            /* model-layout slot within the layer */
+    int shard;
+    int expert;          /* global expert id or -1 */
+    int64_t local_expert;
+    uint64_t rows;       /* rows the key expects (rf_tensor_rows) */
+    uint64_t cursor;     /* next expected row */
+    bool declined;
+} rf_app_t;
+
+typedef struct rf_layer {
+    int module;
+    rf_plan_mode_t mode;
+    int nmodel;
+    rf_slot_shape_t model[RF_MODULE_MAX_SLOTS];
+    rf_dst_t dst[RF_MODULE_MAX_SLOTS];    /* where loaders write (runtime, view or scratch) */
+    void *scratch[RF_MODULE_MAX_SLOTS];   /* LAYERWISE model-layout staging (owned) */
+    int nrt;
+    bool has_derived;
+    int app_first, napps;
+    int pending;                          /* applications still expected this update */
+    bool complete;
+    const char *why;                      /* why not DIRECT (for logs) */
+} rf_layer_t;
+
+typedef struct rf_plan {
+    const rf_inventory_t *inv;  /* borrowed */
+    rf_rollout_coords_t rc;
+    rf_storage_t *st;           /* borrowed */
+    rf_format_t *fmt;           /* borrowed */
+    rf_reload_policy_t policy;
+    rf_layer_t *layers;         /* one per inventory module */
+    int nlayers;
+    rf_app_t *apps;
+    int napps;
+    void *app_index;            /* key -> app */
+    rf_signature_t *sigs;       /* recorded signatures, per storage slot */
+    int nsigs;
+    bool in_update;
+    uint32_t update;
+    uint64_t probes_base;
+    rf_plan_stats_t stats;
+} rf_plan_t;
+
+/*
+ * Allocates this rank's runtime storage: per module, the format owner's runtime slots in one
+ * arena. noreserve: reserve only (refit-plan). Not collective.
+ */
+rf_status_t rf_plan_alloc_storage(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                                  const rf_format_t *fmt, rf_storage_t *st, bool noreserve,
+                                  rf_err_t *err);
+
+/* Builds the plan against the registered storage. Does not touch slot memory. */
+rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                          rf_storage_t *st, rf_format_t *fmt, rf_reload_policy_t policy,
+                          rf_err_t *err);
+void rf_plan_free(rf_plan_t *p);
+
+/* Starts update `update`: rebuilds the plan if a signature changed (one log line), resets
+ * cursors and per-update counters. */
+rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err);
+
+/*
+ * One arriving piece: rows [row_begin, row_end) of `tensor` from `sender` (-1 broadcast),
+ * full-width rows in checkpoint layout at src. chunk names the chunk in errors. Errors:
+ * RF_ERR_EXTRA (unknown key, or a layer already completed), RF_ERR_SEQUENCE (repeat / gap).
+ */
+rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                          uint64_t row_end, const void *src, uint32_t chunk, rf_err_t *err);
+
+/* Finalize: missing applications (RF_ERR_MISSING), the deferred stage, signature
+ * re-verification (RF_ERR_MOVED naming the slot). */
+rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err);
+
+/* Abandons an update (frees scratch); the rank stays PAUSED. */
+void rf_plan_abort(rf_plan_t *p);
+
+/* Copies a layer's runtime slots back into model layout (verification). bufs[i] must hold
+ * rf_slot_shape_bytes(&layer->model[i]) bytes. */
+rf_status_t rf_plan_read_model(rf_plan_t *p, int layer, void *const *bufs, rf_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_PLAN_H */

@@ -1,0 +1,555 @@
+/*
+ * refit: the reload planner (see include/refit/plan.h and DESIGN.md section 8).
+ *
+ * Planning happens once per layer and whenever a signature changed before an update; the
+ * per-piece path (rf_plan_apply) is one hash lookup, a cursor check and a loader call, with
+ * no scan over other layers and no log line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hashmap_int.h"
+#include "refit/log.h"
+#include "refit/plan.h"
+
+const char *rf_plan_mode_name(rf_plan_mode_t m)
+{
+    switch (m) {
+    case RF_PLAN_DIRECT:
+        return "DIRECT";
+    case RF_PLAN_RUNTIME_VIEW:
+        return "RUNTIME_VIEW";
+    case RF_PLAN_LAYERWISE:
+        return "LAYERWISE";
+    }
+    return "?";
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t app_key(int tensor, int sender)
+{
+    return ((uint64_t)(uint32_t)tensor << 20) | (uint64_t)(uint32_t)(sender + 1);
+}
+
+rf_status_t rf_plan_alloc_storage(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                                  const rf_format_t *fmt, rf_storage_t *st, bool noreserve,
+                                  rf_err_t *err)
+{
+    for (int m = 0; m < inv->nmodules; m++) {
+        rf_slot_shape_t model[RF_MODULE_MAX_SLOTS], rt[RF_MODULE_MAX_SLOTS];
+        bool derived[RF_MODULE_MAX_SLOTS];
+        int nmodel, nrt;
+        RF_CHECK(rf_module_slots(inv, m, rc, model, &nmodel, err));
+        RF_CHECK(fmt->ops->runtime_slots(fmt, inv, m, model, nmodel, rt, derived, &nrt, err));
+        RF_CHECK(rf_storage_alloc_module(st, m, inv->modules[m].name, rt, derived, nrt, noreserve,
+                                         err));
+    }
+    return RF_OK;
+}
+
+/* Runtime slots of module m as a pointer array. */
+static int layer_runtime(rf_plan_t *p, int m, rf_slot_t **rt)
+{
+    int n = rf_storage_module_nslots(p->st, m);
+    for (int i = 0; i < n; i++)
+        rt[i] = rf_storage_module_slot(p->st, m, i);
+    return n;
+}
+
+/* DESIGN.md 8.3: the view is injective and dense: drop size-1 dims, sort by stride; accept
+ * iff the smallest stride is 1 and each next stride equals the previous stride x size. */
+static bool view_dense(const rf_view_t *v)
+{
+    int64_t st[RF_MAX_DIMS], sz[RF_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < v->ndim; i++)
+        if (v->shape[i] != 1) {
+            st[n] = v->stride[i];
+            sz[n++] = v->shape[i];
+        }
+    for (int i = 1; i < n; i++) /* insertion sort by stride */
+        for (int j = i; j > 0 && st[j] < st[j - 1]; j--) {
+            int64_t a = st[j], b = sz[j];
+            st[j] = st[j - 1];
+            sz[j] = sz[j - 1];
+            st[j - 1] = a;
+            sz[j - 1] = b;
+        }
+    if (n == 0)
+        return true;
+    if (st[0] != 1)
+        return false;
+    for (int i = 1; i < n; i++)
+        if (st[i] != st[i - 1] * sz[i - 1])
+            return false;
+    return true;
+}
+
+/* DESIGN.md 8.3: validate a complete mapping before anything is bound. */
+static bool mapping_valid(const rf_layer_t *L, rf_slot_t *const *rt, int nrt,
+                          const rf_view_t *views, const char **why)
+{
+    for (int i = 0; i < L->nmodel; i++) {
+        const rf_view_t *v = &views[i];
+        const rf_slot_shape_t *ms = &L->model[i];
+        if (v->data == NULL || v->runtime_slot < 0 || v->runtime_slot >= nrt) {
+            *why = "mapping misses a model-layout param";
+            return false;
+        }
+        const rf_slot_t *s = rt[v->runtime_slot];
+        if (s->derived) {
+            *why = "buffer routed through a custom mapping";
+            return false;
+        }
+        if (v->dtype != ms->dtype && rf_dtype_size(v->dtype) != rf_dtype_size(ms->dtype)) {
+            *why = "view dtype differs";
+            return false;
+        }
+        if (v->ndim != ms->ndim) {
+            *why = "view rank differs from the model layout";
+            return false;
+        }
+        uint64_t numel = 1;
+        for (int d = 0; d < v->ndim; d++) {
+            if (v->shape[d] != ms->shape[d]) {
+                *why = "view shape differs from the model layout";
+                return false;
+            }
+            numel *= (uint64_t)v->shape[d];
+        }
+        /* same storage: the view must lie at the slot's own byte offset in its storage */
+        if ((char *)v->data != (char *)s->sig.data) {
+            *why = "view byte offset differs from its runtime slot (detached copy or offset)";
+            return false;
+        }
+        if (numel * rf_dtype_size(v->dtype) != rf_signature_bytes(&s->sig)) {
+            *why = "view covers a different number of bytes than its runtime slot";
+            return false;
+        }
+        if (!view_dense(v)) {
+            *why = "view is not injective and dense";
+            return false;
+        }
+    }
+    return true;
+}
+
+static rf_dst_t view_dst(const rf_view_t *v)
+{
+    rf_dst_t d;
+    memset(&d, 0, sizeof(d));
+    d.data = v->data;
+    d.esize = rf_dtype_size(v->dtype);
+    if (v->ndim <= 1) {
+        d.row_stride = v->ndim == 1 ? v->stride[0] : 1;
+        d.col_stride = 1;
+    } else {
+        d.row_stride = v->stride[v->ndim - 2];
+        d.col_stride = v->stride[v->ndim - 1];
+        if (v->ndim >= 3)
+            d.expert_stride = v->stride[v->ndim - 3];
+    }
+    return d;
+}
+
+static rf_status_t plan_layer(rf_plan_t *p, int m, rf_err_t *err)
+{
+    rf_layer_t *L = &p->layers[m];
+    rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
+    rf_view_t views[RF_MODULE_MAX_SLOTS];
+    memset(L->scratch, 0, sizeof(L->scratch));
+    L->module = m;
+    RF_CHECK(rf_module_slots(p->inv, m, &p->rc, L->model, &L->nmodel, err));
+    L->nrt = layer_runtime(p, m, rt);
+    L->has_derived = false;
+    bool allocated = true;
+    int nreload = 0;
+    for (int i = 0; i < L->nrt; i++) {
+        if (rt[i]->derived)
+            L->has_derived = true;
+        else
+            nreload++;
+        if (rt[i]->sig.data == NULL)
+            allocated = false;
+    }
+    L->why = NULL;
+    if (!allocated) {
+        return rf_err_set(err, RF_ERR_STATE, "plan: %s has an unallocated runtime slot",
+                          p->inv->modules[m].name);
+    }
+    if (p->policy == RF_POLICY_LAYERWISE) {
+        L->mode = RF_PLAN_LAYERWISE;
+        L->why = "--reload-policy layerwise";
+        return RF_OK;
+    }
+    /* DIRECT: key sets equal, every tensor matches in shape, stride and dtype, identity */
+    bool direct = nreload == L->nmodel && p->fmt->ops->identity(p->fmt, p->inv, m);
+    for (int i = 0; direct && i < L->nmodel; i++) {
+        const rf_slot_t *s = rt[i];
+        const char *dot = strrchr(s->name, '.');
+        if (s->derived || dot == NULL || strcmp(dot + 1, L->model[i].name) != 0 ||
+            s->sig.dtype != L->model[i].dtype || s->sig.ndim != L->model[i].ndim ||
+            !rf_signature_contiguous(&s->sig))
+            direct = false;
+        for (int d = 0; direct && d < s->sig.ndim; d++)
+            if (s->sig.shape[d] != L->model[i].shape[d])
+                direct = false;
+    }
+    if (direct) {
+        L->mode = RF_PLAN_DIRECT;
+        for (int i = 0; i < L->nmodel; i++)
+            L->dst[i] = rf_dst_contiguous(rt[i]->sig.data, &L->model[i]);
+        return RF_OK;
+    }
+    /* RUNTIME_VIEW: the owner's complete mapping, validated as a whole before binding */
+    memset(views, 0, sizeof(views));
+    if (p->fmt->ops->runtime_mapping != NULL &&
+        p->fmt->ops->runtime_mapping(p->fmt, p->inv, m, L->model, L->nmodel, rt, L->nrt,
+                                     views)) {
+        const char *why = NULL;
+        if (mapping_valid(L, rt, L->nrt, views, &why)) {
+            L->mode = RF_PLAN_RUNTIME_VIEW;
+            for (int i = 0; i < L->nmodel; i++)
+                L->dst[i] = view_dst(&views[i]);
+            return RF_OK;
+        }
+        L->why = why;
+    } else {
+        L->why = "format owner declined a runtime view";
+    }
+    L->mode = RF_PLAN_LAYERWISE;
+    return RF_OK;
+}
+
+static rf_status_t plan_record_sigs(rf_plan_t *p, rf_err_t *err)
+{
+    free(p->sigs);
+    p->nsigs = p->st->nslots;
+    p->sigs = malloc((size_t)(p->nsigs + 1) * sizeof(rf_signature_t));
+    if (p->sigs == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+    for (int i = 0; i < p->nsigs; i++)
+        p->sigs[i] = p->st->slots[i].sig;
+    return RF_OK;
+}
+
+static rf_status_t plan_layers(rf_plan_t *p, rf_err_t *err)
+{
+    memset(p->stats.layers, 0, sizeof(p->stats.layers));
+    for (int m = 0; m < p->nlayers; m++) {
+        RF_CHECK(plan_layer(p, m, err));
+        p->stats.layers[p->layers[m].mode]++;
+    }
+    return plan_record_sigs(p, err);
+}
+
+rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                          rf_storage_t *st, rf_format_t *fmt, rf_reload_policy_t policy,
+                          rf_err_t *err)
+{
+    memset(p, 0, sizeof(*p));
+    p->inv = inv;
+    p->rc = *rc;
+    p->st = st;
+    p->fmt = fmt;
+    p->policy = policy;
+    p->nlayers = inv->nmodules;
+    p->layers = calloc((size_t)p->nlayers + 1, sizeof(rf_layer_t));
+    p->apps = calloc((size_t)inv->ntensors + 1, sizeof(rf_app_t));
+    p->app_index = malloc(sizeof(rf_map_t));
+    if (!p->layers || !p->apps || !p->app_index ||
+        rf_map_init(p->app_index, (size_t)inv->ntensors) != RF_OK) {
+        free(p->app_index);
+        p->app_index = NULL;
+        rf_plan_free(p);
+        return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+    }
+    /* expected applications, grouped by layer (broadcast: one sender, -1) */
+    for (int m = 0; m < inv->nmodules; m++) {
+        const rf_module_t *mod = &inv->modules[m];
+        p->layers[m].app_first = p->napps;
+        for (int j = 0; j < mod->ntensors; j++) {
+            const rf_tensor_t *t = &inv->tensors[mod->tensors[j]];
+            rf_app_t *a = &p->apps[p->napps];
+            a->tensor = mod->tensors[j];
+            a->sender = -1;
+            a->layer = m;
+            a->slot = t->slot;
+            a->shard = t->shard;
+            a->expert = t->expert;
+            a->local_expert =
+                t->expert >= 0 ? rf_moe_local_index(inv->cfg.num_experts, rc, t->expert) : 0;
+            a->declined = t->expert >= 0 && a->local_expert < 0;
+            a->rows = rf_tensor_rows(t);
+            if (rf_map_put(p->app_index, app_key(a->tensor, a->sender), (uint64_t)p->napps) !=
+                RF_OK) {
+                rf_plan_free(p);
+                return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+            }
+            p->napps++;
+        }
+        p->layers[m].napps = p->napps - p->layers[m].app_first;
+    }
+    rf_status_t s = plan_layers(p, err);
+    if (s != RF_OK) {
+        rf_plan_free(p);
+        return s;
+    }
+    return RF_OK;
+}
+
+static void plan_free_scratch(rf_plan_t *p)
+{
+    for (int m = 0; m < p->nlayers; m++)
+        for (int i = 0; i < RF_MODULE_MAX_SLOTS; i++) {
+            free(p->layers[m].scratch[i]);
+            p->layers[m].scratch[i] = NULL;
+        }
+}
+
+void rf_plan_free(rf_plan_t *p)
+{
+    if (p == NULL)
+        return;
+    if (p->layers)
+        plan_free_scratch(p);
+    free(p->layers);
+    free(p->apps);
+    free(p->sigs);
+    if (p->app_index) {
+        rf_map_free(p->app_index);
+        free(p->app_index);
+    }
+    memset(p, 0, sizeof(*p));
+}
+
+/* First slot whose signature differs from the recorded one, or -1. */
+static int plan_changed_slot(const rf_plan_t *p)
+{
+    if (p->nsigs != p->st->nslots)
+        return p->nsigs < p->st->nslots ? p->nsigs : 0;
+    for (int i = 0; i < p->nsigs; i++)
+        if (!rf_signature_equal(&p->sigs[i], &p->st->slots[i].sig))
+            return i;
+    return -1;
+}
+
+rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
+{
+    int changed = plan_changed_slot(p);
+    bool reconfirm = false;
+    if (p->in_update)
+        rf_plan_abort(p);
+    /* DIRECT layers re-confirm the owner's identity every update */
+    for (int m = 0; m < p->nlayers && !reconfirm; m++)
+        if (p->layers[m].mode == RF_PLAN_DIRECT &&
+            !p->fmt->ops->identity(p->fmt, p->inv, m))
+            reconfirm = true;
+    if (changed >= 0 || reconfirm) {
+        rf_info("plan rebuilt before update %u: %s", update,
+                changed >= 0 ? p->st->slots[changed].name : "format owner changed its mapping");
+        RF_CHECK(plan_layers(p, err));
+        p->stats.rebuilds++;
+    }
+    for (int m = 0; m < p->nlayers; m++) {
+        p->layers[m].pending = p->layers[m].napps;
+        p->layers[m].complete = false;
+    }
+    for (int i = 0; i < p->napps; i++)
+        p->apps[i].cursor = 0;
+    p->stats.applications = p->stats.declined = p->stats.loader_calls = 0;
+    p->stats.elements_written = p->stats.layerwise_runs = p->stats.derived_runs = 0;
+    p->stats.loader_s = p->stats.layerwise_s = p->stats.deferred_s = 0;
+    p->probes_base = ((rf_map_t *)p->app_index)->probes;
+    p->stats.bookkeeping_probes = 0;
+    p->update = update;
+    p->in_update = true;
+    return RF_OK;
+}
+
+static rf_status_t layer_complete(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
+{
+    const rf_module_t *mod = &p->inv->modules[L->module];
+    L->complete = true;
+    if (mod->kind == RF_MOD_VOCAB)
+        rf_load_vocab_pad(p->inv, &p->rc, L->module, &L->dst[0]);
+    if (L->mode == RF_PLAN_LAYERWISE) {
+        rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
+        double t0 = cpu_now();
+        int nrt = layer_runtime(p, L->module, rt);
+        rf_status_t st = p->fmt->ops->process_after_loading(p->fmt, p->inv, L->module, L->model,
+                                                            L->scratch, L->nmodel, rt, nrt, err);
+        for (int i = 0; i < L->nmodel; i++) {
+            free(L->scratch[i]);
+            L->scratch[i] = NULL;
+        }
+        p->stats.layerwise_runs++;
+        p->stats.layerwise_s += cpu_now() - t0;
+        return st;
+    }
+    return RF_OK;
+}
+
+static rf_status_t layer_scratch(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
+{
+    for (int i = 0; i < L->nmodel; i++) {
+        if (L->scratch[i] != NULL)
+            continue;
+        L->scratch[i] = calloc(1, rf_slot_shape_bytes(&L->model[i]) + 1);
+        if (L->scratch[i] == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "plan: no scratch for %s",
+                              p->inv->modules[L->module].name);
+        L->dst[i] = rf_dst_contiguous(L->scratch[i], &L->model[i]);
+    }
+    return RF_OK;
+}
+
+rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                          uint64_t row_end, const void *src, uint32_t chunk, rf_err_t *err)
+{
+    uint64_t idx;
+    rf_map_t *map = p->app_index;
+    bool found = rf_map_get(map, app_key(tensor, sender), &idx);
+    const char *tname = (tensor >= 0 && tensor < p->inv->ntensors)
+                            ? p->inv->tensors[tensor].name
+                            : "(unknown tensor)";
+    p->stats.bookkeeping_probes = map->probes - p->probes_base;
+    if (!p->in_update)
+        return rf_err_set(err, RF_ERR_STATE, "chunk %u: %s arrived outside an update", chunk,
+                          tname);
+    if (!found || p->apps[idx].tensor != tensor || p->apps[idx].sender != sender)
+        return rf_err_set(err, RF_ERR_EXTRA,
+                          "chunk %u: unexpected application of %s from sender %d", chunk, tname,
+                          sender);
+    rf_app_t *a = &p->apps[idx];
+    rf_layer_t *L = &p->layers[a->layer];
+    if (L->complete)
+        return rf_err_set(err, RF_ERR_EXTRA,
+                          "chunk %u: rows [%llu, %llu) of %s arrived after layer %s completed",
+                          chunk, (unsigned long long)row_begin, (unsigned long long)row_end,
+                          tname, p->inv->modules[L->module].name);
+    if (row_begin != a->cursor || row_end <= row_begin || row_end > a->rows)
+        return rf_err_set(err, RF_ERR_SEQUENCE,
+                          "chunk %u: rows [%llu, %llu) of %s: %s (expected row %llu of %llu)",
+                          chunk, (unsigned long long)row_begin, (unsigned long long)row_end,
+                          tname,
+                          row_begin < a->cursor ? "repeated rows"
+                                                : (row_begin > a->cursor ? "gap" : "bad range"),
+                          (unsigned long long)a->cursor, (unsigned long long)a->rows);
+    if (!a->declined) {
+        double t0 = cpu_now();
+        if (L->mode == RF_PLAN_LAYERWISE && L->scratch[0] == NULL)
+            RF_CHECK(layer_scratch(p, L, err));
+        p->stats.elements_written += rf_load_piece(p->inv, &p->rc, tensor, a->local_expert,
+                                                   &L->dst[a->slot], src, row_begin, row_end);
+        p->stats.loader_calls++;
+        p->stats.loader_s += cpu_now() - t0;
+    }
+    a->cursor = row_end;
+    if (a->cursor == a->rows) {
+        if (a->declined)
+            p->stats.declined++;
+        else
+            p->stats.applications++;
+        if (--L->pending == 0)
+            RF_CHECK(layer_complete(p, L, err));
+    }
+    return RF_OK;
+}
+
+rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
+{
+    if (!p->in_update)
+        return rf_err_set(err, RF_ERR_STATE, "plan: finalize without an update");
+    for (int m = 0; m < p->nlayers; m++) {
+        rf_layer_t *L = &p->layers[m];
+        if (L->pending == 0)
+            continue;
+        for (int i = L->app_first; i < L->app_first + L->napps; i++) {
+            rf_app_t *a = &p->apps[i];
+            if (a->cursor != a->rows) {
+                rf_err_set(err, RF_ERR_MISSING,
+                           "update %u: %s missing (%llu of %llu rows arrived) for layer %s",
+                           p->update, p->inv->tensors[a->tensor].name,
+                           (unsigned long long)a->cursor, (unsigned long long)a->rows,
+                           p->inv->modules[m].name);
+                rf_plan_abort(p);
+                return RF_ERR_MISSING;
+            }
+        }
+    }
+    /* deferred stage: once per layer with weight-derived state */
+    double t0 = cpu_now();
+    for (int m = 0; m < p->nlayers; m++) {
+        rf_layer_t *L = &p->layers[m];
+        if (!L->has_derived || p->fmt->ops->compute_derived == NULL)
+            continue;
+        rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
+        int nrt = layer_runtime(p, m, rt);
+        rf_status_t st = p->fmt->ops->compute_derived(p->fmt, p->inv, m, rt, nrt, err);
+        if (st != RF_OK) {
+            rf_plan_abort(p);
+            return st;
+        }
+        p->stats.derived_runs++;
+    }
+    p->stats.deferred_s = cpu_now() - t0;
+    /* signatures must not change between update begin and finalize */
+    int changed = plan_changed_slot(p);
+    if (changed >= 0) {
+        rf_err_set(err, RF_ERR_MOVED,
+                   "update %u: slot %s changed its signature during the update (storage moved)",
+                   p->update, changed < p->st->nslots ? p->st->slots[changed].name : "?");
+        rf_plan_abort(p);
+        return RF_ERR_MOVED;
+    }
+    p->stats.bookkeeping_probes = ((rf_map_t *)p->app_index)->probes - p->probes_base;
+    p->in_update = false;
+    return RF_OK;
+}
+
+void rf_plan_abort(rf_plan_t *p)
+{
+    plan_free_scratch(p);
+    for (int m = 0; m < p->nlayers; m++)
+        if (p->layers[m].mode == RF_PLAN_LAYERWISE)
+            for (int i = 0; i < p->layers[m].nmodel; i++)
+                memset(&p->layers[m].dst[i], 0, sizeof(rf_dst_t));
+    p->in_update = false;
+}
+
+rf_status_t rf_plan_read_model(rf_plan_t *p, int layer, void *const *bufs, rf_err_t *err)
+{
+    rf_layer_t *L = &p->layers[layer];
+    rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
+    int nrt = layer_runtime(p, layer, rt);
+    if (L->mode == RF_PLAN_RUNTIME_VIEW) {
+        for (int i = 0; i < L->nmodel; i++) {
+            const rf_dst_t *d = &L->dst[i];
+            const rf_slot_shape_t *s = &L->model[i];
+            int64_t E = s->ndim >= 3 ? s->shape[0] : 1;
+            int64_t R = s->ndim >= 2 ? s->shape[s->ndim - 2] : s->shape[0];
+            int64_t C = s->ndim >= 2 ? s->shape[s->ndim - 1] : 1;
+            char *out = bufs[i];
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t c = 0; c < C; c++, out += d->esize)
+                        memcpy(out,
+                               d->data + ((size_t)e * d->expert_stride + (size_t)r * d->row_stride +
+                                          (size_t)c * d->col_stride) *
+                                             d->esize,
+                               d->esize);
+        }
+        return RF_OK;
+    }
+    return p->fmt->ops->runtime_to_model(p->fmt, p->inv, layer, L->model, bufs, L->nmodel, rt,
+                                         nrt, err);
+}
