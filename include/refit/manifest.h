@@ -1,0 +1,78 @@
+/*
+ * refit: the update manifest (DESIGN.md section 9).
+ *
+ * The ordered list of tensors an update carries (name, dtype, shape, bytes, stage), built by
+ * trainer rank 0 from the inventory and, for checkpoint sources, the files' headers; it is
+ * broadcast, validated by every rank against its own inventory and agreed by all-reducing MIN
+ * and MAX of a 64-bit hash of its canonical serialization. Order key: (stage, layer with
+ * embed = -1 and final norm / lm_head = L, expert id or -1, name by strcmp).
+ */
+#ifndef REFIT_MANIFEST_H
+#define REFIT_MANIFEST_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "refit/model.h"
+#include "refit/safetensors.h"
+#include "refit/status.h"
+#include "refit/topology.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rf_manifest_entry {
+    char name[RF_NAME_MAX];
+    rf_dtype_t dtype;
+    int ndim;
+    int64_t shape[RF_MAX_DIMS];
+    uint64_t nbytes;
+    int stage;
+    int layer;
+    int expert;
+    int tensor; /* index in this rank's inventory (set by validation) */
+} rf_manifest_entry_t;
+
+typedef struct rf_manifest {
+    rf_manifest_entry_t *entries; /* owned */
+    int n;
+    uint64_t payload_bytes;       /* sum of nbytes */
+    uint64_t digest;              /* XXH3 of the canonical serialization */
+    int skipped;                  /* checkpoint tensors skipped (skip list) */
+    int cut;                      /* checkpoint tensors cut away by overrides */
+} rf_manifest_t;
+
+/*
+ * Builds the manifest from the inventory and, when ck is not NULL, the checkpoint headers:
+ * every inventory tensor must be present with the inventory's shape and dtype; checkpoint
+ * tensors the inventory does not know are skipped (skip list, overrides: one log line each
+ * kind) or refused (RF_ERR_EXTRA naming the tensor). Not collective (trainer rank 0).
+ */
+rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *topo,
+                              const rf_ckpt_t *ck, const char *ck_dir, rf_manifest_t *man_p,
+                              rf_err_t *err);
+void rf_manifest_free(rf_manifest_t *man);
+
+/* Canonical serialization ("name dtype d0xd1 stage layer expert\n" per entry). Returns its
+ * length; writes at most cap bytes. */
+size_t rf_manifest_serialize(const rf_manifest_t *man, char *buf, size_t cap);
+rf_status_t rf_manifest_parse(const char *buf, size_t len, rf_manifest_t *man_p, rf_err_t *err);
+
+/*
+ * Collective over comm: root broadcasts its manifest (the others' man is filled), every rank
+ * validates it against its own inventory (names, shapes, bytes, dtypes, order; sets
+ * entry.tensor) and all agree on the digest (MPI_Allreduce MIN and MAX). A failure on any rank
+ * fails every rank with that rank's message.
+ */
+rf_status_t rf_manifest_agree(rf_manifest_t *man, int root, const rf_inventory_t *inv,
+                              const rf_topology_t *topo, MPI_Comm comm, rf_err_t *err);
+
+/* Validates a manifest against an inventory (used by rf_manifest_agree). */
+rf_status_t rf_manifest_validate(rf_manifest_t *man, const rf_inventory_t *inv,
+                                 const rf_topology_t *topo, rf_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_MANIFEST_H */

@@ -1,0 +1,104 @@
+/*
+ * refit: trainer shards (DESIGN.md section 6).
+ *
+ * Every trainer rank produces only its own shard of each tensor of its stage (generator or
+ * checkpoint reader, reading only its bytes), in checkpoint layout. The broadcast sender of
+ * stage p (t = 0, c = 0, d = 0) gathers the rest of its stage from the other copies of record
+ * over a trainer-only communicator, chunk by chunk, and packs full tensors into chunks.
+ *
+ * Shard regions (rows along dim 0; columns = elements within a row):
+ *   replicated: everything (copy of record on t = 0);
+ *   column-type (q/k/v/gate/up and their biases): rows [t N/TP, (t+1) N/TP);
+ *   row-type (o_proj, down_proj): columns [t K/TP, (t+1) K/TP), biases replicated;
+ *   vocab (embedding, lm_head): rows [min(t ceil(V/TP), V), min((t+1) ceil(V/TP), V));
+ *   experts: EP rank q holds experts [q E/EP, (q+1) E/EP), split inside by expert TP rank u.
+ * Copies of record: dense tensors on c = 0, d = 0; expert tensors on x = 0.
+ */
+#ifndef REFIT_TRAINER_H
+#define REFIT_TRAINER_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "refit/chunk.h"
+#include "refit/control.h"
+#include "refit/manifest.h"
+#include "refit/model.h"
+#include "refit/safetensors.h"
+#include "refit/topology.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RF_MAX_OWNERS 64
+
+/* A rectangle of a checkpoint tensor: rows [r0, r1), columns [c0, c1) (elements of a row). */
+typedef struct rf_region {
+    int64_t r0, r1, c0, c1;
+} rf_region_t;
+
+typedef struct rf_owner {
+    int rank; /* world rank of a copy of record */
+    rf_region_t reg;
+} rf_owner_t;
+
+/* This trainer rank's shard of tensor t; false when it holds none (other stage / expert). */
+bool rf_trainer_shard(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
+                      const rf_rank_info_t *me, rf_region_t *reg_p);
+/* The copies of record that tile tensor t (empty regions dropped). Returns the count. */
+int rf_trainer_owners(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
+                      rf_owner_t out[RF_MAX_OWNERS]);
+
+typedef struct rf_trainer_stats {
+    uint64_t bytes_produced;    /* bytes of this rank's shards produced this update */
+    uint64_t bytes_read;        /* checkpoint tensor-data bytes read */
+    uint64_t header_bytes_read; /* checkpoint header bytes read */
+    uint64_t bytes_gathered;    /* bytes the stage sender received from other trainer ranks */
+    uint64_t gather_msgs;
+    double produce_s, gather_s, pack_s;
+} rf_trainer_stats_t;
+
+typedef struct rf_trainer {
+    const rf_topology_t *topo;   /* borrowed */
+    const rf_inventory_t *inv;   /* borrowed */
+    const rf_manifest_t *man;    /* borrowed */
+    const rf_chunk_plan_t *plan; /* borrowed */
+    rf_rank_info_t me;
+    MPI_Comm comm;               /* trainer-only communicator (world ranks [0, T)) */
+    bool sender;                 /* broadcast sender of its stage */
+    int stage;
+    rf_region_t *reg;            /* per manifest entry */
+    bool *has;
+    char **buf;                  /* own shard bytes per manifest entry (owned) */
+    char *gather_buf;            /* sender: per-chunk staging for peers' parts (owned) */
+    uint64_t gather_cap;
+    rf_trainer_stats_t stats;
+} rf_trainer_t;
+
+/* Collective over the trainer ranks (comm = trainer-only communicator). */
+rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
+                            const rf_inventory_t *inv, const rf_manifest_t *man,
+                            const rf_chunk_plan_t *plan, const rf_rank_info_t *me, MPI_Comm comm,
+                            rf_err_t *err);
+void rf_trainer_free(rf_trainer_t *tr);
+
+/* Produces this rank's shards: generator values for `step` (ck NULL) or the checkpoint's
+ * bytes (pread of its rows / columns only). Not collective. */
+rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err);
+
+/* Stage sender: packs chunk `c` into payload, gathering other copies of record's parts
+ * (waits under the deadline, polling ABORT through ctl). */
+rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
+                            const rf_chunk_t *c, void *payload, double deadline, rf_err_t *err);
+
+/* Non-sender copies of record: send this rank's parts of every chunk of its stage to the
+ * stage sender (at most `buffers` messages in flight). */
+rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, int buffers,
+                                  double deadline, rf_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_TRAINER_H */

@@ -1,0 +1,396 @@
+/*
+ * refit: trainer shards, production and the stage gather (see include/refit/trainer.h and
+ * DESIGN.md section 6).
+ *
+ * The stage sender gathers per chunk: for chunk k every other copy of record of the stage
+ * sends one message holding, piece by piece, the intersection of its shard with the piece's
+ * rows (tag = update mod 8, chunk seq) on the trainer-only communicator; the sender copies
+ * its own parts straight from its shard buffers into the payload.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/generator.h"
+#include "refit/log.h"
+#include "refit/trainer.h"
+
+static uint64_t tensor_cols(const rf_tensor_t *t)
+{
+    uint64_t rows = rf_tensor_rows(t);
+    return rows == 0 ? 0 : t->numel / rows;
+}
+
+static rf_region_t region_all(const rf_tensor_t *t)
+{
+    rf_region_t r = {0, (int64_t)rf_tensor_rows(t), 0, (int64_t)tensor_cols(t)};
+    return r;
+}
+
+/* Region of TP rank `t` of `tp` for a tensor split `split`. */
+static rf_region_t region_split(const rf_tensor_t *t, rf_split_t split, int tr, int tp)
+{
+    rf_region_t r = region_all(t);
+    int64_t rows = r.r1, cols = r.c1;
+    switch (split) {
+    case RF_SPLIT_REPLICATED:
+        break;
+    case RF_SPLIT_ROWS:
+        r.r0 = tr * (rows / tp);
+        r.r1 = (tr + 1) * (rows / tp);
+        break;
+    case RF_SPLIT_COLS:
+        r.c0 = tr * (cols / tp);
+        r.c1 = (tr + 1) * (cols / tp);
+        break;
+    case RF_SPLIT_VOCAB: {
+        int64_t per = (rows + tp - 1) / tp;
+        r.r0 = tr * per < rows ? tr * per : rows;
+        r.r1 = (tr + 1) * per < rows ? (tr + 1) * per : rows;
+        break;
+    }
+    }
+    return r;
+}
+
+static bool region_empty(const rf_region_t *r) { return r->r1 <= r->r0 || r->c1 <= r->c0; }
+
+bool rf_trainer_shard(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
+                      const rf_rank_info_t *me, rf_region_t *reg_p)
+{
+    int stage = rf_topology_layer_stage(topo, t->layer, inv->cfg.num_hidden_layers);
+    if (me->role != RF_ROLE_TRAINER || me->p != stage)
+        return false;
+    if (t->expert >= 0) {
+        int64_t per = inv->cfg.num_experts / topo->t_ep;
+        if (per <= 0 || t->expert / per != me->q)
+            return false;
+        *reg_p = region_split(t, t->split, me->u, topo->t_etp);
+    } else {
+        *reg_p = region_split(t, t->split, me->t, topo->t_tp);
+    }
+    return !region_empty(reg_p);
+}
+
+int rf_trainer_owners(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
+                      rf_owner_t out[RF_MAX_OWNERS])
+{
+    int n = 0;
+    int p = rf_topology_layer_stage(topo, t->layer, inv->cfg.num_hidden_layers);
+    if (t->expert >= 0) {
+        int T = rf_topology_trainer_size(topo);
+        int etp = topo->t_etp, ep = topo->t_ep, edp = T / (etp * ep * topo->t_pp);
+        int64_t per = inv->cfg.num_experts / ep;
+        int q = (int)(t->expert / per);
+        (void)edp;
+        for (int u = 0; u < etp && n < RF_MAX_OWNERS; u++) {
+            if (u > 0 && t->split == RF_SPLIT_REPLICATED)
+                break;
+            rf_owner_t o = {u + etp * (q + ep * (0 + edp * p)), region_split(t, t->split, u, etp)};
+            if (!region_empty(&o.reg))
+                out[n++] = o;
+        }
+        return n;
+    }
+    for (int tr = 0; tr < topo->t_tp && n < RF_MAX_OWNERS; tr++) {
+        if (tr > 0 && t->split == RF_SPLIT_REPLICATED)
+            break;
+        rf_owner_t o = {rf_topology_trainer_rank(topo, tr, 0, 0, p),
+                        region_split(t, t->split, tr, topo->t_tp)};
+        if (!region_empty(&o.reg))
+            out[n++] = o;
+    }
+    return n;
+}
+
+rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
+                            const rf_inventory_t *inv, const rf_manifest_t *man,
+                            const rf_chunk_plan_t *plan, const rf_rank_info_t *me, MPI_Comm comm,
+                            rf_err_t *err)
+{
+    memset(tr, 0, sizeof(*tr));
+    tr->topo = topo;
+    tr->inv = inv;
+    tr->man = man;
+    tr->plan = plan;
+    tr->me = *me;
+    tr->comm = comm;
+    tr->stage = me->p;
+    tr->sender = me->t == 0 && me->c == 0 && me->d == 0;
+    tr->reg = calloc((size_t)man->n + 1, sizeof(rf_region_t));
+    tr->has = calloc((size_t)man->n + 1, sizeof(bool));
+    tr->buf = calloc((size_t)man->n + 1, sizeof(char *));
+    if (!tr->reg || !tr->has || !tr->buf) {
+        rf_trainer_free(tr);
+        return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
+    }
+    for (int i = 0; i < man->n; i++) {
+        const rf_tensor_t *t = &inv->tensors[man->entries[i].tensor];
+        tr->has[i] = rf_trainer_shard(topo, inv, t, me, &tr->reg[i]);
+        if (!tr->has[i])
+            continue;
+        const rf_region_t *r = &tr->reg[i];
+        size_t bytes = (size_t)(r->r1 - r->r0) * (size_t)(r->c1 - r->c0) * rf_dtype_size(t->dtype);
+        tr->buf[i] = malloc(bytes + 1);
+        if (tr->buf[i] == NULL) {
+            rf_trainer_free(tr);
+            return rf_err_set(err, RF_ERR_NOMEM, "trainer: no memory for the shard of %s",
+                              t->name);
+        }
+    }
+    if (tr->sender) {
+        tr->gather_cap = plan->chunk_bytes;
+        tr->gather_buf = malloc(tr->gather_cap);
+        if (tr->gather_buf == NULL) {
+            rf_trainer_free(tr);
+            return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
+        }
+    }
+    return RF_OK;
+}
+
+void rf_trainer_free(rf_trainer_t *tr)
+{
+    if (tr == NULL)
+        return;
+    if (tr->buf)
+        for (int i = 0; i < tr->man->n; i++)
+            free(tr->buf[i]);
+    free(tr->buf);
+    free(tr->has);
+    free(tr->reg);
+    free(tr->gather_buf);
+    memset(tr, 0, sizeof(*tr));
+}
+
+rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err)
+{
+    double t0 = rf_time_now();
+    uint64_t read0 = ck ? rf_ckpt_bytes_read(ck) : 0, hdr0 = ck ? rf_ckpt_header_bytes_read(ck) : 0;
+    tr->stats.bytes_produced = 0;
+    for (int i = 0; i < tr->man->n; i++) {
+        if (!tr->has[i])
+            continue;
+        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+        const rf_region_t *r = &tr->reg[i];
+        size_t es = rf_dtype_size(t->dtype);
+        size_t pitch = (size_t)(r->c1 - r->c0) * es;
+        if (ck == NULL) {
+            rf_gen_fill(t, step, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0,
+                        (uint64_t)r->c1, tr->buf[i], pitch);
+        } else {
+            const rf_st_entry_t *e = rf_ckpt_find(ck, t->name);
+            if (e == NULL)
+                return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
+                                  tr->me.world_rank, t->name);
+            RF_CHECK(rf_ckpt_read(ck, e, (uint64_t)r->r0, (uint64_t)r->r1,
+                                  (uint64_t)r->c0 * es, (uint64_t)r->c1 * es, tr->buf[i], pitch,
+                                  err));
+        }
+        tr->stats.bytes_produced += (uint64_t)(r->r1 - r->r0) * pitch;
+    }
+    if (ck != NULL) {
+        tr->stats.bytes_read = rf_ckpt_bytes_read(ck) - read0;
+        tr->stats.header_bytes_read = rf_ckpt_header_bytes_read(ck) - hdr0;
+    } else {
+        tr->stats.bytes_read = 0;
+    }
+    tr->stats.bytes_gathered = 0;
+    tr->stats.gather_msgs = 0;
+    tr->stats.gather_s = tr->stats.pack_s = 0;
+    tr->stats.produce_s = rf_time_now() - t0;
+    return RF_OK;
+}
+
+static int gather_tag(uint32_t update, uint32_t seq)
+{
+    return (int)(((update & 7u) << 20) | (seq & 0xfffffu));
+}
+
+/* Intersection of an owner's region with piece rows; false when empty. */
+static bool piece_part(const rf_region_t *reg, const rf_chunk_piece_t *pc, rf_region_t *out)
+{
+    *out = *reg;
+    if ((int64_t)pc->row_begin > out->r0)
+        out->r0 = (int64_t)pc->row_begin;
+    if ((int64_t)pc->row_end < out->r1)
+        out->r1 = (int64_t)pc->row_end;
+    return !region_empty(out);
+}
+
+/* Bytes owner `rank` contributes to chunk c. */
+static uint64_t contribution_bytes(const rf_trainer_t *tr, const rf_chunk_t *c, int rank)
+{
+    uint64_t total = 0;
+    for (size_t k = 0; k < c->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
+        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
+        rf_owner_t own[RF_MAX_OWNERS];
+        int n = rf_trainer_owners(tr->topo, tr->inv, t, own);
+        for (int o = 0; o < n; o++) {
+            rf_region_t part;
+            if (own[o].rank == rank && piece_part(&own[o].reg, pc, &part))
+                total += (uint64_t)(part.r1 - part.r0) * (uint64_t)(part.c1 - part.c0) *
+                         rf_dtype_size(t->dtype);
+        }
+    }
+    return total;
+}
+
+/* Copy `part` rows of a region-shaped buffer into a full-width piece in the payload. */
+static void place_part(char *payload, const rf_chunk_piece_t *pc, const rf_tensor_t *t,
+                       const rf_region_t *part, const char *src, size_t src_pitch)
+{
+    size_t es = rf_dtype_size(t->dtype);
+    size_t row_bytes = rf_tensor_row_bytes(t);
+    size_t run = (size_t)(part->c1 - part->c0) * es;
+    for (int64_t r = part->r0; r < part->r1; r++)
+        memcpy(payload + pc->offset + (size_t)(r - (int64_t)pc->row_begin) * row_bytes +
+                   (size_t)part->c0 * es,
+               src + (size_t)(r - part->r0) * src_pitch, run);
+}
+
+rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
+                            const rf_chunk_t *c, void *payload, double deadline, rf_err_t *err)
+{
+    int T = rf_topology_trainer_size(tr->topo);
+    int peers[RF_MAX_OWNERS * 4], npeers = 0;
+    MPI_Request reqs[RF_MAX_OWNERS * 4];
+    uint64_t offs[RF_MAX_OWNERS * 4], off = 0;
+    double t0 = rf_time_now();
+    /* peers of this chunk: every other copy of record with a non-empty part */
+    for (size_t k = 0; k < c->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
+        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
+        rf_owner_t own[RF_MAX_OWNERS];
+        int n = rf_trainer_owners(tr->topo, tr->inv, t, own);
+        for (int o = 0; o < n; o++) {
+            rf_region_t part;
+            bool seen = own[o].rank == tr->me.world_rank;
+            for (int q = 0; q < npeers && !seen; q++)
+                seen = peers[q] == own[o].rank;
+            if (!seen && piece_part(&own[o].reg, pc, &part) && npeers < RF_MAX_OWNERS * 4)
+                peers[npeers++] = own[o].rank;
+        }
+    }
+    for (int q = 0; q < npeers; q++) {
+        uint64_t b = contribution_bytes(tr, c, peers[q]);
+        if (off + b > tr->gather_cap)
+            return rf_err_set(err, RF_ERR_INTERNAL, "trainer: gather of chunk %u overflows",
+                              c->seq);
+        offs[q] = off;
+        if (peers[q] < 0 || peers[q] >= T)
+            return rf_err_set(err, RF_ERR_INTERNAL, "trainer: bad owner rank %d", peers[q]);
+        MPI_Irecv(tr->gather_buf + off, (int)b, MPI_BYTE, peers[q], gather_tag(update, c->seq),
+                  tr->comm, &reqs[q]);
+        off += b;
+    }
+    /* own parts while the peers' parts travel */
+    for (size_t k = 0; k < c->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
+        int ei = (int)pc->item;
+        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+        rf_region_t part;
+        if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part)) {
+            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * rf_dtype_size(t->dtype);
+            place_part(payload, pc, t, &part,
+                       tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, pitch);
+        }
+    }
+    if (npeers > 0) {
+        double tw = rf_time_now();
+        RF_CHECK(rf_ctl_wait(ctl, reqs, npeers, deadline, err));
+        tr->stats.gather_s += rf_time_now() - tw;
+        tr->stats.bytes_gathered += off;
+        tr->stats.gather_msgs += (uint64_t)npeers;
+    }
+    for (int q = 0; q < npeers; q++) {
+        const char *src = tr->gather_buf + offs[q];
+        for (size_t k = 0; k < c->piece_count; k++) {
+            const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
+            const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
+            rf_owner_t own[RF_MAX_OWNERS];
+            int n = rf_trainer_owners(tr->topo, tr->inv, t, own);
+            for (int o = 0; o < n; o++) {
+                rf_region_t part;
+                if (own[o].rank != peers[q] || !piece_part(&own[o].reg, pc, &part))
+                    continue;
+                size_t pitch = (size_t)(part.c1 - part.c0) * rf_dtype_size(t->dtype);
+                place_part(payload, pc, t, &part, src, pitch);
+                src += (size_t)(part.r1 - part.r0) * pitch;
+            }
+        }
+    }
+    tr->stats.pack_s += rf_time_now() - t0;
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, int buffers,
+                                  double deadline, rf_err_t *err)
+{
+    int sender = rf_topology_trainer_rank(tr->topo, 0, 0, 0, tr->stage);
+    const rf_chunk_stage_range_t *sr;
+    MPI_Request reqs[16];
+    char *bufs[16] = {0};
+    int nin = 0;
+    rf_status_t st = RF_OK;
+    if (tr->stage >= tr->plan->n_stages)
+        return RF_OK;
+    /* dense copies of record are c = 0, d = 0; replicas contribute nothing */
+    if (tr->me.c != 0 || tr->me.d != 0 || tr->me.world_rank == sender)
+        return RF_OK;
+    if (buffers < 1)
+        buffers = 1;
+    if (buffers > 16)
+        buffers = 16;
+    sr = &tr->plan->stages[tr->stage];
+    for (uint32_t k = 0; k < sr->chunk_count; k++) {
+        const rf_chunk_t *c = &tr->plan->chunks[sr->chunk_begin + k];
+        uint64_t b = contribution_bytes(tr, c, tr->me.world_rank);
+        if (b == 0)
+            continue;
+        if (nin == buffers) { /* oldest message done before its buffer is reused */
+            RF_CHECK_GOTO(rf_ctl_wait(ctl, &reqs[0], 1, deadline, err), st, out);
+            free(bufs[0]);
+            memmove(&reqs[0], &reqs[1], (size_t)(nin - 1) * sizeof(MPI_Request));
+            memmove(&bufs[0], &bufs[1], (size_t)(nin - 1) * sizeof(char *));
+            nin--;
+        }
+        char *msg = malloc(b), *w = msg;
+        if (msg == NULL) {
+            st = rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
+            goto out;
+        }
+        for (size_t p = 0; p < c->piece_count; p++) {
+            const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + p];
+            int ei = (int)pc->item;
+            const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+            rf_region_t part;
+            rf_owner_t own[RF_MAX_OWNERS];
+            int n = rf_trainer_owners(tr->topo, tr->inv, t, own);
+            bool mine = false;
+            for (int o = 0; o < n; o++)
+                mine |= own[o].rank == tr->me.world_rank;
+            if (!mine || !tr->has[ei] || !piece_part(&tr->reg[ei], pc, &part))
+                continue;
+            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * rf_dtype_size(t->dtype);
+            size_t nb = (size_t)(part.r1 - part.r0) * pitch;
+            memcpy(w, tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, nb);
+            w += nb;
+        }
+        bufs[nin] = msg;
+        MPI_Isend(msg, (int)b, MPI_BYTE, sender, gather_tag(update, c->seq), tr->comm,
+                  &reqs[nin]);
+        nin++;
+    }
+    if (nin > 0)
+        st = rf_ctl_wait(ctl, reqs, nin, deadline, err);
+out:
+    if (st != RF_OK) {
+        /* Open MPI cannot cancel sends: the buffers stay allocated until the job ends */
+        return st;
+    }
+    for (int i = 0; i < nin; i++)
+        free(bufs[i]);
+    return st;
+}
