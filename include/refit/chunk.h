@@ -1,0 +1,121 @@
+/*
+ * refit: the chunk plan (DESIGN.md section 9, "Chunks").
+ *
+ * An update's manifest (tensors in stage-major order) is cut into chunks, the unit of
+ * transfer. The plan is pure and deterministic: the same items and chunk_bytes give the same
+ * chunks on every rank, so senders and receivers agree on it without talking.
+ *
+ * Rules (the spec):
+ *   - every chunk begins with a 16-byte in-band header {u32 update, u32 seq, u64 payload
+ *     bytes} (little endian); the payload follows it and holds at most
+ *     capacity = chunk_bytes - 16 bytes;
+ *   - pieces sit in the payload at offsets that are multiples of 256 (RF_CHUNK_ALIGN);
+ *   - a tensor that does not fit in the rest of the current chunk starts a new chunk;
+ *   - a tensor larger than the capacity is split into pieces of floor(capacity / row_bytes)
+ *     rows (the last piece may be shorter), each piece in its own chunk (the next tensor
+ *     starts a new chunk);
+ *   - a single row wider than the capacity is an error naming the tensor (RF_ERR_INVALID);
+ *   - chunks never span stages; seq numbers form one global stage-major sequence 0..n-1.
+ *
+ * Rows: a tensor of shape [d0, d1, ...] is d0 rows of prod(d1...) x elem bytes. A 1-D tensor
+ * is numel rows of one element, so it splits at element boundaries. A 0-byte tensor gets a
+ * 0-byte piece like any other.
+ *
+ * A chunk buffer is laid out so that the payload (buf + 16) is 256-byte aligned:
+ * rf_chunk_buffer_alloc() returns such a buffer.
+ */
+#ifndef REFIT_CHUNK_H
+#define REFIT_CHUNK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "refit/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RF_CHUNK_HEADER_BYTES 16
+#define RF_CHUNK_ALIGN 256
+
+/* One manifest tensor as the planner sees it. bytes must equal rows * row_bytes. */
+typedef struct rf_chunk_item {
+    int stage;         /* >= 0, non-decreasing over the item array */
+    uint64_t rows;     /* rows (dim 0; numel for a 1-D tensor) */
+    uint64_t row_bytes; /* bytes of one row */
+    uint64_t bytes;    /* total bytes = rows * row_bytes */
+    const char *name;  /* borrowed, for error messages; may be NULL */
+} rf_chunk_item_t;
+
+/* The in-band header at the start of every chunk. */
+typedef struct rf_chunk_header {
+    uint32_t update;
+    uint32_t seq;
+    uint64_t payload_bytes;
+} rf_chunk_header_t;
+
+/* A row range of one item placed in one chunk's payload. */
+typedef struct rf_chunk_piece {
+    size_t item;        /* index into the item array */
+    uint64_t row_begin; /* first row */
+    uint64_t row_end;   /* one past the last row */
+    uint64_t offset;    /* payload offset (multiple of RF_CHUNK_ALIGN) */
+    uint64_t bytes;     /* (row_end - row_begin) * row_bytes */
+} rf_chunk_piece_t;
+
+typedef struct rf_chunk {
+    int stage;
+    uint32_t seq;           /* global, stage-major; equals the chunk's index in the plan */
+    uint64_t payload_bytes; /* end of the last piece (no trailing padding) */
+    size_t piece_begin;     /* index of its first piece in plan->pieces */
+    size_t piece_count;
+} rf_chunk_t;
+
+/* Chunks of one stage: seq chunk_begin .. chunk_begin + chunk_count - 1. */
+typedef struct rf_chunk_stage_range {
+    uint32_t chunk_begin;
+    uint32_t chunk_count;
+    uint64_t payload_bytes; /* sum of the stage's chunks' payload bytes */
+} rf_chunk_stage_range_t;
+
+typedef struct rf_chunk_plan {
+    uint64_t chunk_bytes;     /* header + payload capacity */
+    size_t n_chunks;
+    rf_chunk_t *chunks;       /* [n_chunks], owned by the plan */
+    size_t n_pieces;
+    rf_chunk_piece_t *pieces; /* [n_pieces], owned by the plan */
+    int n_stages;             /* max stage + 1 (0 when there are no items) */
+    rf_chunk_stage_range_t *stages; /* [n_stages], indexed by stage; owned by the plan */
+    uint64_t payload_bytes;   /* sum over all chunks */
+} rf_chunk_plan_t;
+
+/*
+ * Builds the chunk plan of items[0..n_items) (borrowed; names must outlive nothing: they are
+ * used only for messages during the call). Local, not collective. Returns RF_OK and a new
+ * plan in *plan_p (free with rf_chunk_plan_destroy); RF_ERR_INVALID for chunk_bytes <= 16,
+ * stages out of order or negative, bytes != rows * row_bytes, or a row wider than the
+ * payload capacity (the message names the tensor); RF_ERR_NOMEM.
+ */
+rf_status_t rf_chunk_plan_create(const rf_chunk_item_t *items, size_t n_items,
+                                 uint64_t chunk_bytes, rf_chunk_plan_t **plan_p, rf_err_t *err);
+/* Frees a plan (NULL is fine). */
+void rf_chunk_plan_destroy(rf_chunk_plan_t *plan);
+
+/* Writes / reads the 16-byte header at buf (little endian). Local; cannot fail. */
+void rf_chunk_header_write(void *buf, uint32_t update, uint32_t seq, uint64_t payload_bytes);
+void rf_chunk_header_read(const void *buf, rf_chunk_header_t *hdr_p);
+
+/*
+ * Allocates a chunk buffer of chunk_bytes whose payload start (returned pointer + 16) is
+ * RF_CHUNK_ALIGN-aligned. Local. Returns the buffer (owned by the caller, free with
+ * rf_chunk_buffer_free) or NULL when out of memory or chunk_bytes <= 16.
+ */
+void *rf_chunk_buffer_alloc(uint64_t chunk_bytes);
+/* Frees a buffer from rf_chunk_buffer_alloc (NULL is fine). */
+void rf_chunk_buffer_free(void *buf);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_CHUNK_H */
