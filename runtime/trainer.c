@@ -176,8 +176,8 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
         size_t es = rf_dtype_size(t->dtype);
         size_t pitch = (size_t)(r->c1 - r->c0) * es;
         if (ck == NULL) {
-            rf_gen_fill(t, step, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0,
-                        (uint64_t)r->c1, tr->buf[i], pitch);
+            RF_CHECK(rf_gen_fill(t, step, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0,
+                                 (uint64_t)r->c1, tr->buf[i], pitch));
         } else {
             const rf_st_entry_t *e = rf_ckpt_find(ck, t->name);
             if (e == NULL)

@@ -1,0 +1,182 @@
+/*
+ * refit-run: the main job (DESIGN.md section 2).
+ *
+ *   mpirun -np N refit-run [--topology FILE] [--checkpoint DIR] [--steps K] [--reference FILE]
+ *
+ * Rank 0 reads the topology (or the compiled-in default) and the model config and broadcasts
+ * them; rollout ranks build the inventory, allocate runtime storage and plan every layer;
+ * trainer rank 0 builds the manifest, which every rank validates and agrees on; then each
+ * update checks the source, moves the chunks over MPI through the plans, finalizes, passes the
+ * completion gate and is verified by an independent oracle. Rank 0 prints a table per update
+ * and its last line is "refit: COMMITTED <n> update(s), verified <k> tensors" or
+ * "refit: FAILED: <reason>". Exit 0 only if every update committed and verified.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "refit/chunk.h"
+#include "refit/control.h"
+#include "refit/format.h"
+#include "refit/generator.h"
+#include "refit/hashes.h"
+#include "refit/log.h"
+#include "refit/manifest.h"
+#include "refit/model.h"
+#include "refit/plan.h"
+#include "refit/reference.h"
+#include "refit/safetensors.h"
+#include "refit/storage.h"
+#include "refit/topology.h"
+#include "refit/trainer.h"
+#include "refit/transport.h"
+#include "refit/verify.h"
+
+#include "refit/job.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mpirun -np N refit-run [options]\n"
+            "\n"
+            "Moves trainer weights into rollout ranks' runtime storage over MPI, through per-layer\n"
+            "reload plans and a completion gate, and verifies every update.\n"
+            "\n"
+            "options:\n"
+            "  --topology FILE       topology YAML (default: the compiled-in jobs/topologies/default.yaml,\n"
+            "                        whose model config resolves against the current folder)\n"
+            "  --checkpoint DIR      safetensors checkpoint directory (model.safetensors or an index);\n"
+            "                        odd updates carry it as stored, even updates generator weights\n"
+            "  --steps K             number of updates (default 2)\n"
+            "  --reference FILE      tensors.reference.json (name -> dtype, shape, sha256): updates that\n"
+            "                        carry the checkpoint are reassembled from rollout storage and hashed\n"
+            "                        (otherwise every update is checked by the scalar reference loader)\n"
+            "  --reload-policy P     auto (the planner decides) or layerwise (every layer LAYERWISE)\n"
+            "  --format-owner NAME   format owner for the runtime layout (%s;\n"
+            "                        test-* owners exist to exercise LAYERWISE and the deferred stage)\n"
+            "  --profile-dir DIR     write profile-rank<R>.json there (default: refit-profile)\n"
+            "  --quiet               print only the last line on rank 0\n"
+            "  --help                this text\n"
+            "\n"
+            "environment: REFIT_LOG_LEVEL=error|warn|info|debug\n"
+            "example: mpirun --oversubscribe -np 4 refit-run --steps 2\n",
+            rf_format_names());
+}
+
+static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t cap)
+{
+    static const struct option longopts[] = {
+        {"topology", required_argument, NULL, 't'},
+        {"checkpoint", required_argument, NULL, 'c'},
+        {"steps", required_argument, NULL, 's'},
+        {"reference", required_argument, NULL, 'r'},
+        {"reload-policy", required_argument, NULL, 'p'},
+        {"format-owner", required_argument, NULL, 'f'},
+        {"profile-dir", required_argument, NULL, 'd'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof(*o));
+    o->steps = 2;
+    o->format = "none";
+    o->profile_dir = "refit-profile";
+    o->policy = RF_POLICY_AUTO;
+    opterr = 0;
+    optind = 1;
+    for (;;) {
+        int c = getopt_long(argc, argv, "h", longopts, NULL);
+        char *end;
+        if (c == -1)
+            break;
+        switch (c) {
+        case 't':
+            o->topology = optarg;
+            break;
+        case 'c':
+            o->checkpoint = optarg;
+            break;
+        case 's':
+            errno = 0;
+            o->steps = (int)strtol(optarg, &end, 10);
+            if (errno || *end || o->steps < 1 || o->steps > 1000000) {
+                snprintf(msg, cap, "--steps: '%s' is not a positive integer", optarg);
+                return -1;
+            }
+            break;
+        case 'r':
+            o->reference = optarg;
+            break;
+        case 'p':
+            if (strcmp(optarg, "auto") == 0)
+                o->policy = RF_POLICY_AUTO;
+            else if (strcmp(optarg, "layerwise") == 0)
+                o->policy = RF_POLICY_LAYERWISE;
+            else {
+                snprintf(msg, cap, "--reload-policy: '%s' is not auto or layerwise", optarg);
+                return -1;
+            }
+            break;
+        case 'f':
+            if (rf_format_lookup(optarg) == NULL) {
+                snprintf(msg, cap, "--format-owner: unknown owner '%s' (known: %s)", optarg,
+                         rf_format_names());
+                return -1;
+            }
+            o->format = optarg;
+            break;
+        case 'd':
+            o->profile_dir = optarg;
+            break;
+        case 'q':
+            o->quiet = true;
+            break;
+        case 'h':
+            o->help = true;
+            break;
+        default:
+            snprintf(msg, cap, "unknown option '%s' (see --help)", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        snprintf(msg, cap, "unexpected argument '%s' (see --help)", argv[optind]);
+        return -1;
+    }
+    if (o->reference && !o->checkpoint) {
+        snprintf(msg, cap, "--reference needs --checkpoint (it describes the checkpoint's tensors)");
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    rf_job_opts_t opts;
+    char msg[RF_ERR_MSG_MAX] = "";
+    int rank = 0, rc;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    rf_log_set_rank(rank);
+    if (parse_args(argc, argv, &opts, msg, sizeof(msg)) != 0) {
+        if (rank == 0)
+            fprintf(stderr, "refit-run: %s\nrefit: FAILED: %s\n", msg, msg);
+        MPI_Finalize();
+        return 2;
+    }
+    if (opts.help) {
+        if (rank == 0)
+            usage(stdout);
+        MPI_Finalize();
+        return 0;
+    }
+    rc = rf_job_run(&opts);
+    MPI_Finalize();
+    return rc;
+}

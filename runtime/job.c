@@ -1,0 +1,876 @@
+/*
+ * refit: the end-to-end job (DESIGN.md section 2), as driven by refit-run.
+ *
+ * Setup (collective, plain MPI): topology + config broadcast and hash agreement, placement,
+ * inventory, runtime storage and plans on rollout ranks, manifest built by trainer rank 0 and
+ * agreed, chunk plan, trainer shards. Then per update: begin agreement (source check, GO or
+ * FAILED), shard production, transfer (stage senders pack and gather, rollout ranks apply
+ * every piece through their plans), finalize, completion gate, drain on FAILED. After the gate
+ * the update is checked by an oracle that shares no code with the fast path: the scalar
+ * reference loader, or reassembly + sha256 against --reference; and the "99% of elements
+ * changed" rule of DESIGN.md section 2.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "refit/chunk.h"
+#include "refit/control.h"
+#include "refit/format.h"
+#include "refit/generator.h"
+#include "refit/hashes.h"
+#include "refit/job.h"
+#include "refit/log.h"
+#include "refit/manifest.h"
+#include "refit/reference.h"
+#include "refit/safetensors.h"
+#include "refit/storage.h"
+#include "refit/topology.h"
+#include "refit/trainer.h"
+#include "refit/transport.h"
+#include "refit/verify.h"
+
+/* Per-rank figures of one update, gathered to rank 0 for the table. */
+typedef struct job_stats {
+    int role;
+    int status;
+    uint64_t applications, declined, loader_calls, bookkeeping_probes;
+    uint64_t layers[RF_PLAN_MODES];
+    uint64_t chunks_recv, bytes_recv, chunks_sent, bytes_sent;
+    uint64_t bytes_produced, bytes_read, header_bytes_read, bytes_gathered;
+    int max_inflight;
+    double update_s, begin_s, receive_s, wire_s, unpack_s, loader_s, finalize_s, layerwise_s,
+        deferred_s, gate_s, produce_s, send_s, verify_s;
+    uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed;
+    int verify_status;
+    char verify_msg[256];
+} job_stats_t;
+
+typedef struct job {
+    const rf_job_opts_t *o;
+    int rank, size, T, R;
+    rf_topology_t topo;
+    rf_model_config_t cfg;
+    rf_rank_info_t me;
+    rf_placement_t place;
+    rf_inventory_t inv;
+    MPI_Comm role_comm, engine_comm, stats_comm;
+    rf_ctl_t *ctl;
+    rf_xfer_t *xfer;
+    rf_manifest_t man;
+    rf_chunk_item_t *items;
+    rf_chunk_plan_t *cplan;
+    int *senders, *receivers;
+    rf_gate_expect_t expect;
+    /* trainer */
+    rf_trainer_t tr;
+    bool tr_ready;
+    /* both: checkpoint (trainers read shards, rollout ranks read what they verify) */
+    rf_ckpt_t *ck;
+    /* rollout */
+    rf_storage_t st;
+    rf_format_t fmt;
+    rf_plan_t plan;
+    bool plan_ready;
+    uint64_t plan_layers[RF_PLAN_MODES];
+    rf_ref_t *ref;
+    char **snap;            /* per storage slot: bytes before the update (diff rule) */
+    uint8_t *verified;      /* per inventory tensor: verified this update */
+    /* per update */
+    job_stats_t js;
+    const char *source;     /* "checkpoint" | "generator" */
+    bool paused;
+} job_t;
+
+static bool is_rollout(const job_t *j) { return j->me.role == RF_ROLE_ROLLOUT; }
+
+/* ---- setup ---------------------------------------------------------------------------- */
+
+/* Every rank learns the lowest failing rank's message (plain collective; setup only). */
+static rf_status_t agree_status(job_t *j, MPI_Comm comm, rf_status_t st, rf_err_t *err)
+{
+    int size, rank, mine, first;
+    struct {
+        int status;
+        char msg[RF_ERR_MSG_MAX];
+    } rep;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &rank);
+    mine = st == RF_OK ? size : rank;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (first == size)
+        return RF_OK;
+    rep.status = (int)(err->status != RF_OK ? err->status : st);
+    snprintf(rep.msg, sizeof(rep.msg), "%s", err->msg);
+    MPI_Bcast(&rep, (int)sizeof(rep), MPI_BYTE, first, comm);
+    (void)j;
+    if (rank != first) {
+        rf_err_clear(err);
+        int wr;
+        MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+        rf_err_set(err, (rf_status_t)rep.status, "%s", rep.msg);
+    }
+    return (rf_status_t)rep.status;
+}
+
+static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
+{
+    RF_CHECK(rf_inventory_check_rollout(&j->inv, &j->me.rc, err));
+    j->fmt.ops = rf_format_lookup(j->o->format);
+    j->fmt.quant = j->topo.quantization;
+    j->fmt.backend = (int)j->topo.r_backend;
+    RF_CHECK(rf_storage_init(&j->st, j->inv.nmodules, err));
+    RF_CHECK(rf_plan_alloc_storage(&j->inv, &j->me.rc, &j->fmt, &j->st, false, err));
+    RF_CHECK(rf_plan_build(&j->plan, &j->inv, &j->me.rc, &j->st, &j->fmt, j->o->policy, err));
+    j->plan_ready = true;
+    memcpy(j->plan_layers, j->plan.stats.layers, sizeof(j->plan_layers));
+    rf_info("plan: %" PRIu64 " direct, %" PRIu64 " runtime-view, %" PRIu64 " layerwise layers",
+            j->plan_layers[0], j->plan_layers[1], j->plan_layers[2]);
+    j->snap = calloc((size_t)j->st.nslots + 1, sizeof(char *));
+    j->verified = calloc((size_t)j->inv.ntensors + 1, 1);
+    if (j->snap == NULL || j->verified == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    if (j->o->reference)
+        RF_CHECK(rf_ref_load(j->o->reference, &j->ref, err));
+    return RF_OK;
+}
+
+static rf_status_t setup(job_t *j, rf_err_t *err)
+{
+    rf_status_t st;
+    RF_CHECK(rf_topology_load(j->o->topology, MPI_COMM_WORLD, &j->topo, &j->cfg, err));
+    j->T = rf_topology_trainer_size(&j->topo);
+    j->R = rf_topology_rollout_size(&j->topo);
+    RF_CHECK(rf_topology_rank_info(&j->topo, j->rank, &j->me));
+    st = rf_topology_place(&j->topo, MPI_COMM_WORLD, &j->place, err);
+    if (st != RF_OK)
+        return st;
+    if (j->topo.transport != RF_TRANSPORT_MPI || j->topo.t_ngpus > 0 || j->topo.r_ngpus > 0) {
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: transfer.transport %s%s is not available in this build (CPU, mpi "
+                        "transport only)",
+                        j->topo.name, rf_transport_name(j->topo.transport),
+                        (j->topo.t_ngpus || j->topo.r_ngpus) ? " with gpus" : "");
+        return agree_status(j, MPI_COMM_WORLD, st, err);
+    }
+    if (j->topo.mode != RF_MODE_BROADCAST) {
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: transfer.mode %s is not implemented yet (broadcast only)",
+                        j->topo.name, rf_mode_name(j->topo.mode));
+        return agree_status(j, MPI_COMM_WORLD, st, err);
+    }
+    MPI_Comm_split(MPI_COMM_WORLD, (int)j->me.role, j->rank, &j->role_comm);
+    MPI_Comm_split(MPI_COMM_WORLD, is_rollout(j) ? j->me.engine : MPI_UNDEFINED, j->rank,
+                   &j->engine_comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &j->stats_comm);
+
+    st = rf_inventory_build(&j->cfg, j->topo.quantization, j->topo.group_size, &j->inv, err);
+    if (st == RF_OK && j->o->checkpoint)
+        st = rf_ckpt_open(j->o->checkpoint, &j->ck, err);
+    if (st == RF_OK && is_rollout(j))
+        st = setup_rollout(j, err);
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+
+    /* manifest: trainer rank 0 builds it from the inventory and the checkpoint headers */
+    st = RF_OK;
+    if (j->rank == 0)
+        st = rf_manifest_build(&j->inv, &j->topo, j->ck, j->o->checkpoint, &j->man, err);
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+    RF_CHECK(rf_manifest_agree(&j->man, 0, &j->inv, &j->topo, MPI_COMM_WORLD, err));
+
+    /* chunk plan (every rank computes the same one) */
+    j->items = calloc((size_t)j->man.n + 1, sizeof(rf_chunk_item_t));
+    if (j->items == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < j->man.n; i++) {
+        const rf_tensor_t *t = &j->inv.tensors[j->man.entries[i].tensor];
+        j->items[i].stage = j->man.entries[i].stage;
+        j->items[i].rows = rf_tensor_rows(t);
+        j->items[i].row_bytes = rf_tensor_row_bytes(t);
+        j->items[i].bytes = t->nbytes;
+        j->items[i].name = t->name;
+    }
+    st = rf_chunk_plan_create(j->items, (size_t)j->man.n, j->topo.chunk_bytes, &j->cplan, err);
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+
+    /* schedule: stage senders, receivers, and the gate's expectation */
+    j->senders = calloc((size_t)j->topo.t_pp + 1, sizeof(int));
+    j->receivers = calloc((size_t)j->R + 1, sizeof(int));
+    if (!j->senders || !j->receivers)
+        return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
+    for (int p = 0; p < j->topo.t_pp; p++)
+        j->senders[p] = rf_topology_trainer_rank(&j->topo, 0, 0, 0, p);
+    for (int r = 0; r < j->R; r++)
+        j->receivers[r] = j->T + r;
+    RF_CHECK(rf_gate_expect_init(&j->expect, j->size, err));
+    for (int p = 0; p < j->cplan->n_stages; p++) {
+        const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
+        uint64_t bytes = sr->payload_bytes + (uint64_t)sr->chunk_count * RF_CHUNK_HEADER_BYTES;
+        for (int r = 0; r < j->R; r++) {
+            j->expect.chunks[(size_t)j->senders[p] * j->size + j->receivers[r]] += sr->chunk_count;
+            j->expect.bytes[(size_t)j->senders[p] * j->size + j->receivers[r]] += bytes;
+        }
+    }
+
+    st = RF_OK;
+    if (!is_rollout(j)) {
+        st = rf_trainer_init(&j->tr, &j->topo, &j->inv, &j->man, j->cplan, &j->me, j->role_comm,
+                             err);
+        j->tr_ready = st == RF_OK;
+    }
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+    RF_CHECK(rf_ctl_create(MPI_COMM_WORLD, &j->ctl, err));
+    RF_CHECK(rf_xfer_create(j->ctl, rf_transport_name(j->topo.transport), j->topo.chunk_bytes,
+                            j->topo.buffers, &j->xfer, err));
+    j->paused = true;
+    return RF_OK;
+}
+
+/* ---- one update ----------------------------------------------------------------------- */
+
+typedef struct pack_ctx {
+    job_t *j;
+    uint32_t update;
+    double deadline;
+} pack_ctx_t;
+
+static rf_status_t job_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
+                            void *payload, rf_err_t *err)
+{
+    pack_ctx_t *c = ctx;
+    (void)pieces;
+    return rf_trainer_pack(&c->j->tr, c->j->ctl, c->update, chunk, payload, c->deadline, err);
+}
+
+static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
+                              const void *payload, rf_err_t *err)
+{
+    job_t *j = ctx;
+    for (size_t k = 0; k < chunk->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &pieces[k];
+        RF_CHECK(rf_plan_apply(&j->plan, j->man.entries[pc->item].tensor, -1, pc->row_begin,
+                               pc->row_end, (const char *)payload + pc->offset, chunk->seq, err));
+    }
+    return RF_OK;
+}
+
+/* Source check against the manifest (DESIGN.md section 9): names, dtypes, shapes. */
+static rf_status_t check_source(job_t *j, bool from_ckpt, rf_err_t *err)
+{
+    if (!from_ckpt)
+        return RF_OK; /* the generator produces exactly the inventory's tensors */
+    for (int i = 0; i < j->man.n; i++) {
+        const rf_manifest_entry_t *e = &j->man.entries[i];
+        if (!j->tr.has[i])
+            continue;
+        const rf_st_entry_t *se = rf_ckpt_find(j->ck, e->name);
+        if (se == NULL)
+            return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: source lacks %s", j->rank,
+                              e->name);
+        bool same = se->dtype == e->dtype && se->ndim == e->ndim;
+        for (int d = 0; same && d < e->ndim; d++)
+            same = (int64_t)se->shape[d] == e->shape[d];
+        if (!same)
+            return rf_err_set(err, RF_ERR_MISMATCH,
+                              "trainer rank %d: source tensor %s differs from the manifest in "
+                              "dtype or shape",
+                              j->rank, e->name);
+    }
+    return RF_OK;
+}
+
+static void snapshot(job_t *j)
+{
+    for (int s = 0; s < j->st.nslots; s++) {
+        rf_slot_t *sl = &j->st.slots[s];
+        uint64_t b = rf_signature_bytes(&sl->sig);
+        if (sl->derived)
+            continue;
+        if (j->snap[s] == NULL)
+            j->snap[s] = malloc(b + 1);
+        if (j->snap[s] != NULL)
+            memcpy(j->snap[s], sl->sig.data, b);
+    }
+}
+
+/* DESIGN.md section 2: elements written that differ from the previous update (whole values of
+ * the slot's dtype; vocab padding rows excluded; padding is zero both times). */
+static void diff_rule(job_t *j)
+{
+    uint64_t total = 0, changed = 0;
+    for (int s = 0; s < j->st.nslots; s++) {
+        rf_slot_t *sl = &j->st.slots[s];
+        if (sl->derived || j->snap[s] == NULL)
+            continue;
+        size_t es = rf_dtype_size(sl->sig.dtype);
+        uint64_t n = rf_signature_bytes(&sl->sig) / es, pad = 0;
+        const char *a = sl->sig.data, *b = j->snap[s];
+        if (j->inv.modules[sl->module].kind == RF_MOD_VOCAB) {
+            int64_t per = rf_vocab_padded(j->inv.cfg.vocab_size) / j->me.rc.tp;
+            int64_t first = j->inv.cfg.vocab_size - (int64_t)j->me.rc.tp_rank * per;
+            first = first < 0 ? 0 : (first > per ? per : first);
+            pad = (uint64_t)(per - first) * (uint64_t)j->inv.cfg.hidden_size;
+        }
+        uint64_t same = 0;
+        for (uint64_t i = 0; i < n; i++)
+            same += memcmp(a + i * es, b + i * es, es) == 0;
+        total += n - pad;
+        changed += n - same;
+    }
+    j->js.diff_elems = total;
+    j->js.diff_changed = changed;
+}
+
+typedef struct tensor_cache {
+    job_t *j;
+    int idx[8];
+    char *buf[8];
+    int n;
+    rf_status_t st;
+    rf_err_t *err;
+} tensor_cache_t;
+
+static const void *ckpt_tensor_bytes(void *ctx, int tensor)
+{
+    tensor_cache_t *c = ctx;
+    for (int i = 0; i < c->n; i++)
+        if (c->idx[i] == tensor)
+            return c->buf[i];
+    const rf_tensor_t *t = &c->j->inv.tensors[tensor];
+    const rf_st_entry_t *e = rf_ckpt_find(c->j->ck, t->name);
+    if (e == NULL || c->n == 8)
+        return NULL;
+    char *b = malloc(t->nbytes + 1);
+    if (b == NULL)
+        return NULL;
+    if (rf_ckpt_read(c->j->ck, e, 0, rf_tensor_rows(t), 0, rf_tensor_row_bytes(t), b,
+                     rf_tensor_row_bytes(t), c->err) != RF_OK) {
+        free(b);
+        return NULL;
+    }
+    c->idx[c->n] = tensor;
+    c->buf[c->n++] = b;
+    return b;
+}
+
+static void cache_clear(tensor_cache_t *c)
+{
+    for (int i = 0; i < c->n; i++)
+        free(c->buf[i]);
+    c->n = 0;
+}
+
+/* Scalar reference loader over every slot of this rank. */
+static rf_status_t verify_scalar(job_t *j, uint64_t step, bool from_ckpt, rf_err_t *err)
+{
+    tensor_cache_t cache = {.j = j, .err = err};
+    rf_status_t st = RF_OK;
+    for (int m = 0; m < j->plan.nlayers && st == RF_OK; m++) {
+        rf_layer_t *L = &j->plan.layers[m];
+        void *bufs[RF_MODULE_MAX_SLOTS] = {0};
+        for (int s = 0; s < L->nmodel; s++)
+            bufs[s] = malloc(rf_slot_shape_bytes(&L->model[s]) + 1);
+        st = rf_plan_read_model(&j->plan, m, bufs, err);
+        for (int s = 0; s < L->nmodel && st == RF_OK; s++) {
+            uint64_t mism = 0;
+            size_t nb = rf_slot_shape_bytes(&L->model[s]);
+            if (from_ckpt)
+                st = rf_verify_slot(&j->inv, m, s, &j->me.rc, bufs[s], nb, ckpt_tensor_bytes,
+                                    &cache, &mism, err);
+            else
+                st = rf_verify_slot_generator(&j->inv, m, s, &j->me.rc, bufs[s], nb, step, &mism,
+                                              err);
+            cache_clear(&cache);
+            j->js.verify_elems += nb / rf_dtype_size(L->model[s].dtype);
+            j->js.verify_mismatch += mism;
+            if (st == RF_OK && mism > 0)
+                st = rf_err_set(err, RF_ERR_VERIFY, "rank %d: %" PRIu64 " mismatches in %s.%s",
+                                j->rank, mism, j->inv.modules[m].name, L->model[s].name);
+            for (int k = 0; k < j->inv.modules[m].ntensors; k++) {
+                const rf_tensor_t *t = &j->inv.tensors[j->inv.modules[m].tensors[k]];
+                if (t->slot == s &&
+                    (t->expert < 0 || rf_moe_local_index(j->inv.cfg.num_experts, &j->me.rc,
+                                                         t->expert) >= 0))
+                    j->verified[j->inv.modules[m].tensors[k]] = 1;
+            }
+        }
+        for (int s = 0; s < L->nmodel; s++)
+            free(bufs[s]);
+    }
+    return st;
+}
+
+typedef struct reasm_ctx {
+    job_t *j;
+    void **bufs; /* per storage slot: model-layout bytes */
+    rf_status_t st;
+    rf_err_t *err;
+    uint64_t checked;
+} reasm_ctx_t;
+
+static const void *reasm_slot_bytes(void *ctx, int module, int slot)
+{
+    reasm_ctx_t *c = ctx;
+    int first = c->j->st.module_first[module];
+    return c->bufs[first + slot];
+}
+
+static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
+{
+    reasm_ctx_t *c = ctx;
+    const rf_tensor_t *t = &c->j->inv.tensors[tensor];
+    const rf_ref_entry_t *e = rf_ref_find(c->j->ref, t->name);
+    uint8_t d[32];
+    char hex[65];
+    if (c->st != RF_OK)
+        return;
+    if (e == NULL) {
+        c->st = rf_err_set(c->err, RF_ERR_VERIFY, "%s: no reference entry for %s",
+                           c->j->o->reference, t->name);
+        return;
+    }
+    rf_sha256(bytes, nbytes, d);
+    if (memcmp(d, e->sha256, 32) != 0) {
+        rf_sha256_hex(d, hex);
+        c->st = rf_err_set(c->err, RF_ERR_VERIFY,
+                           "%s: reassembled %s has sha256 %s, the reference says %s",
+                           c->j->o->reference, t->name, hex, e->sha256_hex);
+        return;
+    }
+    c->j->verified[tensor] = 1;
+    c->checked++;
+}
+
+/* Reassembly from the engine's storage + sha256 against --reference (collective per engine). */
+static rf_status_t verify_reference(job_t *j, rf_err_t *err)
+{
+    reasm_ctx_t c = {.j = j, .err = err};
+    rf_status_t st = RF_OK;
+    c.bufs = calloc((size_t)j->st.nslots + 1, sizeof(void *));
+    if (c.bufs == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
+    for (int m = 0; m < j->plan.nlayers && st == RF_OK; m++) {
+        rf_layer_t *L = &j->plan.layers[m];
+        int first = j->st.module_first[m];
+        for (int s = 0; s < L->nmodel; s++)
+            c.bufs[first + s] = malloc(rf_slot_shape_bytes(&L->model[s]) + 1);
+        st = rf_plan_read_model(&j->plan, m, &c.bufs[first], err);
+    }
+    int ok = st == RF_OK, all;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, j->engine_comm);
+    if (all) {
+        st = rf_reassemble(&j->inv, &j->me.rc, j->engine_comm, reasm_slot_bytes, reasm_done, &c,
+                           err);
+        if (st == RF_OK)
+            st = c.st;
+    } else if (st == RF_OK) {
+        st = rf_err_set(err, RF_ERR_VERIFY, "rank %d: an engine peer could not read its storage",
+                        j->rank);
+    }
+    for (int s = 0; s < j->st.nslots; s++)
+        free(c.bufs[s]);
+    free(c.bufs);
+    /* only the engine leader checked hashes; the others verified by contributing */
+    if (st == RF_OK && j->me.rc.tp_rank + j->me.rc.dp_rank * j->me.rc.tp != 0)
+        memset(j->verified, 0, (size_t)j->inv.ntensors);
+    return st;
+}
+
+static void write_profile(job_t *j, uint32_t update)
+{
+    char path[RF_PATH_MAX + 64];
+    if (j->o->profile_dir == NULL || j->o->profile_dir[0] == '\0')
+        return;
+    mkdir(j->o->profile_dir, 0755);
+    snprintf(path, sizeof(path), "%s/profile-rank%d.json", j->o->profile_dir, j->rank);
+    json_t *root = NULL;
+    if (update > 1) {
+        json_error_t je;
+        root = json_load_file(path, 0, &je);
+    }
+    if (root == NULL || !json_is_object(root)) {
+        json_decref(root);
+        root = json_pack("{s:i, s:s, s:s, s:[]}", "rank", j->rank, "role",
+                         is_rollout(j) ? "rollout" : "trainer", "topology", j->topo.name,
+                         "updates");
+    }
+    const job_stats_t *s = &j->js;
+    json_t *u = json_pack(
+        "{s:i, s:s, s:s, s:f, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, "
+        "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
+        "update", (int)update, "status", rf_status_name((rf_status_t)s->status), "source",
+        j->source, "update_s", s->update_s, "receiver", "initialize_s", s->begin_s, "receive_s",
+        s->receive_s, "wire_s", s->wire_s, "unpack_s", s->unpack_s, "loader_s", s->loader_s,
+        "finalize_s", s->finalize_s, "layerwise_s", s->layerwise_s, "deferred_s", s->deferred_s,
+        "gate_s", s->gate_s, "verify_s", s->verify_s, "counters", "layers_direct",
+        (json_int_t)s->layers[0], "layers_runtime_view", (json_int_t)s->layers[1],
+        "layers_layerwise", (json_int_t)s->layers[2], "applications",
+        (json_int_t)s->applications, "declined", (json_int_t)s->declined, "loader_calls",
+        (json_int_t)s->loader_calls, "bookkeeping_probes", (json_int_t)s->bookkeeping_probes,
+        "chunks_sent", (json_int_t)s->chunks_sent, "bytes_sent", (json_int_t)s->bytes_sent,
+        "chunks_received", (json_int_t)s->chunks_recv, "bytes_received",
+        (json_int_t)s->bytes_recv, "bytes_produced", (json_int_t)s->bytes_produced,
+        "bytes_read", (json_int_t)s->bytes_read, "header_bytes_read",
+        (json_int_t)s->header_bytes_read, "bytes_gathered", (json_int_t)s->bytes_gathered,
+        "max_inflight_chunks", s->max_inflight);
+    if (u != NULL)
+        json_array_append_new(json_object_get(root, "updates"), u);
+    json_dump_file(root, path, JSON_INDENT(1));
+    json_decref(root);
+}
+
+static const char *human_bytes(double b, char *buf, size_t cap)
+{
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int i = 0;
+    while (b >= 1000.0 && i < 4) {
+        b /= 1000.0;
+        i++;
+    }
+    snprintf(buf, cap, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+    return buf;
+}
+
+static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
+                        const rf_gate_verdict_t *v, uint64_t verified)
+{
+    char b1[32], b2[32], b3[32], b4[32];
+    uint64_t produced = 0, read = 0, gathered = 0, elems = 0, mism = 0, dtot = 0, dchg = 0;
+    int crit = -1, inflight = 0;
+    double crit_s = 0, upd = 0;
+    for (int r = 0; r < j->size; r++) {
+        const job_stats_t *s = &all[r];
+        produced += s->bytes_produced;
+        read += s->bytes_read;
+        gathered += s->bytes_gathered;
+        elems += s->verify_elems;
+        mism += s->verify_mismatch;
+        dtot += s->diff_elems;
+        dchg += s->diff_changed;
+        if (s->max_inflight > inflight)
+            inflight = s->max_inflight;
+        if (s->update_s > upd)
+            upd = s->update_s;
+        double recv_total = s->begin_s + s->receive_s + s->finalize_s;
+        if (s->role == RF_ROLE_ROLLOUT && recv_total >= crit_s) {
+            crit_s = recv_total;
+            crit = r;
+        }
+    }
+    const job_stats_t *c = crit >= 0 ? &all[crit] : &all[0];
+    const job_stats_t *r0 = &all[j->T]; /* first rollout rank */
+    printf("refit update %u/%d: %s  source %s  topology %s (%d trainer + %d rollout ranks)\n",
+           update, j->o->steps, v->committed ? "COMMITTED" : "FAILED", j->source, j->topo.name,
+           j->T, j->R);
+    printf("  %-10s %s in %zu chunks of %s, %d tensors, manifest %016" PRIx64 "\n", "payload",
+           human_bytes((double)j->man.payload_bytes, b1, sizeof(b1)), j->cplan->n_chunks,
+           human_bytes((double)j->topo.chunk_bytes, b2, sizeof(b2)), j->man.n, j->man.digest);
+    printf("  %-10s DIRECT %" PRIu64 "  RUNTIME_VIEW %" PRIu64 "  LAYERWISE %" PRIu64
+           "  (per rollout rank; applications %" PRIu64 ", declined %" PRIu64
+           ", loader calls %" PRIu64 ", probes %" PRIu64 ")\n",
+           "layers", r0->layers[0], r0->layers[1], r0->layers[2], r0->applications, r0->declined,
+           r0->loader_calls, r0->bookkeeping_probes);
+    printf("  %-10s update %.3f s | receiver critical %.3f s (rank %d: init %.3f + receive %.3f "
+           "[wire %.3f, unpack %.3f, loaders %.3f] + finalize %.3f) | %.2f GB/s\n",
+           "time", upd, crit_s, crit, c->begin_s, c->receive_s, c->wire_s, c->unpack_s,
+           c->loader_s, c->finalize_s,
+           crit_s > 0 ? (double)j->man.payload_bytes / crit_s / 1e9 : 0.0);
+    printf("  %-10s produced %s, read %s, gathered %s; max %d chunks in flight\n", "trainer",
+           human_bytes((double)produced, b1, sizeof(b1)), human_bytes((double)read, b2, sizeof(b2)),
+           human_bytes((double)gathered, b3, sizeof(b3)), inflight);
+    if (!v->committed)
+        printf("  %-10s rank %d: %s: %s\n", "verdict", v->rank, rf_status_name(v->code),
+               v->reason);
+    else
+        printf("  %-10s %s: %" PRIu64 " tensors verified, %" PRIu64 " elements, %" PRIu64
+               " mismatches%s%s\n",
+               "verify", j->o->reference && strcmp(j->source, "checkpoint") == 0
+                             ? "reassembly + sha256 vs --reference"
+                             : "scalar reference loader",
+               verified, elems, mism, dtot ? "; changed " : "",
+               dtot ? (snprintf(b4, sizeof(b4), "%.2f%% of %s elements", 100.0 * dchg / dtot,
+                                human_bytes((double)dtot, b3, sizeof(b3))),
+                       b4)
+                    : "");
+    fflush(stdout);
+}
+
+/* Runs update v; returns 0 if committed and verified. */
+static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, size_t cap)
+{
+    rf_err_t err, e2;
+    rf_status_t st = RF_OK;
+    rf_gate_record_t rec;
+    rf_gate_verdict_t verdict;
+    bool from_ckpt = j->ck != NULL && (v % 2 == 1);
+    double t_start = rf_time_now(), t;
+    rf_err_clear(&err);
+    rf_err_clear(&e2);
+    memset(&j->js, 0, sizeof(j->js));
+    memset(&verdict, 0, sizeof(verdict));
+    j->js.role = (int)j->me.role;
+    j->source = from_ckpt ? "checkpoint" : "generator";
+
+    rf_ctl_begin(j->ctl, v, &e2);
+    rf_xfer_begin(j->xfer, v);
+    double deadline = rf_deadline_for_update(j->topo.timeout_s, j->topo.slack_s,
+                                             j->man.payload_bytes, j->topo.min_bandwidth);
+    t = rf_time_now();
+    if (is_rollout(j)) {
+        j->paused = true; /* not served until the gate says COMMITTED */
+        if (v > 1)
+            snapshot(j);
+        st = rf_plan_begin(&j->plan, v, &err);
+    } else {
+        st = check_source(j, from_ckpt, &err);
+    }
+    rf_err_clear(&e2);
+    rf_status_t ag = rf_ctl_agree(j->ctl, v, st, err.msg, deadline, &e2);
+    if (st == RF_OK && ag != RF_OK) {
+        st = ag;
+        rf_err_set(&err, ag, "%s", e2.msg);
+    }
+    j->js.begin_s = rf_time_now() - t;
+
+    if (st == RF_OK && !is_rollout(j)) {
+        st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
+        if (st != RF_OK)
+            rf_ctl_abort(j->ctl, st, err.msg);
+    }
+    if (st == RF_OK) {
+        rf_xfer_config_t cfg = {v, j->cplan, j->senders, j->receivers, j->R, deadline,
+                                RF_XFER_FAULT_NONE};
+        t = rf_time_now();
+        if (is_rollout(j)) {
+            st = rf_xfer_recv(j->xfer, &cfg, job_unpack, j, &err);
+            j->js.receive_s = rf_time_now() - t;
+            if (st == RF_OK) {
+                t = rf_time_now();
+                st = rf_plan_finalize(&j->plan, &err);
+                j->js.finalize_s = rf_time_now() - t;
+                if (st != RF_OK)
+                    rf_ctl_abort(j->ctl, st, err.msg);
+            }
+        } else if (j->tr.sender) {
+            pack_ctx_t pc = {j, v, deadline};
+            st = rf_xfer_send(j->xfer, &cfg, job_pack, &pc, &err);
+        } else {
+            st = rf_trainer_contribute(&j->tr, j->ctl, v, j->topo.buffers, deadline, &err);
+            if (st != RF_OK && st != RF_ERR_PEER)
+                rf_ctl_abort(j->ctl, st, err.msg);
+        }
+        j->js.send_s = rf_time_now() - t;
+    }
+
+    /* completion gate */
+    const rf_xfer_stats_t *xs = rf_xfer_stats(j->xfer);
+    memset(&rec, 0, sizeof(rec));
+    rf_gate_record_set_result(&rec, j->ctl, st, &err);
+    rec.nranks = j->size;
+    rec.peers = xs->peers;
+    if (is_rollout(j)) {
+        memcpy(rec.mode_layers, j->plan.stats.layers, sizeof(rec.mode_layers));
+        memcpy(rec.plan_mode_layers, j->plan_layers, sizeof(rec.plan_mode_layers));
+    }
+    rec.manifest_digest = j->man.digest;
+    t = rf_time_now();
+    rf_err_clear(&e2);
+    rf_gate_run(j->ctl, v, &rec, j->rank == 0 ? &j->expect : NULL, deadline, &verdict, &e2);
+    j->js.gate_s = rf_time_now() - t;
+    if (!verdict.committed) {
+        rf_err_t de;
+        rf_err_clear(&de);
+        if (verdict.posted_from != NULL)
+            rf_xfer_drain(j->xfer, verdict.posted_from, rf_time_now() + 30.0, &de);
+        if (is_rollout(j) && j->plan.in_update)
+            rf_plan_abort(&j->plan);
+    } else if (is_rollout(j)) {
+        j->paused = false; /* serve version v */
+    }
+    j->js.update_s = rf_time_now() - t_start;
+    j->js.status = verdict.committed ? RF_OK : (int)(verdict.code ? verdict.code : RF_ERR_INTERNAL);
+
+    /* counters */
+    j->js.chunks_sent = xs->chunks_sent;
+    j->js.chunks_recv = xs->chunks_received;
+    for (int r = 0; r < j->size; r++) {
+        j->js.bytes_sent += xs->peers[r].bytes_sent;
+        j->js.bytes_recv += xs->peers[r].bytes_recv;
+    }
+    j->js.max_inflight = xs->max_inflight_chunks;
+    j->js.wire_s = xs->wire_s;
+    j->js.unpack_s = xs->unpack_s;
+    if (is_rollout(j)) {
+        const rf_plan_stats_t *ps = &j->plan.stats;
+        memcpy(j->js.layers, ps->layers, sizeof(j->js.layers));
+        j->js.applications = ps->applications;
+        j->js.declined = ps->declined;
+        j->js.loader_calls = ps->loader_calls;
+        j->js.bookkeeping_probes = ps->bookkeeping_probes;
+        j->js.loader_s = ps->loader_s;
+        j->js.layerwise_s = ps->layerwise_s;
+        j->js.deferred_s = ps->deferred_s;
+    } else {
+        j->js.bytes_produced = j->tr.stats.bytes_produced;
+        j->js.bytes_read = j->tr.stats.bytes_read;
+        j->js.header_bytes_read = j->tr.stats.header_bytes_read;
+        j->js.bytes_gathered = j->tr.stats.bytes_gathered;
+    }
+
+    /* the oracle, after the gate: only a committed update is verified */
+    j->js.verify_status = RF_OK;
+    if (verdict.committed && is_rollout(j)) {
+        rf_err_t ve;
+        rf_status_t vs;
+        rf_err_clear(&ve);
+        t = rf_time_now();
+        memset(j->verified, 0, (size_t)j->inv.ntensors);
+        if (j->ref != NULL && from_ckpt)
+            vs = verify_reference(j, &ve);
+        else
+            vs = verify_scalar(j, v, from_ckpt, &ve);
+        if (vs == RF_OK && v > 1) {
+            diff_rule(j);
+            double frac = j->js.diff_elems ? (double)j->js.diff_changed / j->js.diff_elems : 1.0;
+            if (frac < 0.99)
+                vs = rf_err_set(&ve, RF_ERR_VERIFY,
+                                "rank %d: only %.2f%% of the elements written changed since the "
+                                "previous update (at least 99%% required)",
+                                j->rank, 100.0 * frac);
+        }
+        j->js.verify_s = rf_time_now() - t;
+        j->js.verify_status = (int)vs;
+        snprintf(j->js.verify_msg, sizeof(j->js.verify_msg), "%s", ve.msg);
+    }
+
+    /* rank 0 learns everything for the table */
+    job_stats_t *all = j->rank == 0 ? calloc((size_t)j->size, sizeof(job_stats_t)) : NULL;
+    MPI_Gather(&j->js, (int)sizeof(job_stats_t), MPI_BYTE, all, (int)sizeof(job_stats_t),
+               MPI_BYTE, 0, j->stats_comm);
+    uint8_t *vsum = j->rank == 0 ? calloc((size_t)j->inv.ntensors + 1, 1) : NULL;
+    uint8_t *mine = calloc((size_t)j->inv.ntensors + 1, 1);
+    if (is_rollout(j) && mine)
+        memcpy(mine, j->verified, (size_t)j->inv.ntensors);
+    MPI_Reduce(mine, vsum, j->inv.ntensors, MPI_UNSIGNED_CHAR, MPI_BOR, 0, j->stats_comm);
+    free(mine);
+    int rc = 0;
+    if (j->rank == 0) {
+        uint64_t verified = 0;
+        for (int i = 0; i < j->inv.ntensors; i++)
+            verified += vsum[i] != 0;
+        *verified_p = verified;
+        if (!j->o->quiet)
+            print_table(j, v, all, &verdict, verified);
+        if (!verdict.committed) {
+            snprintf(fail, cap, "update %u: rank %d: %s", v, verdict.rank, verdict.reason);
+            rc = 1;
+        } else {
+            for (int r = 0; r < j->size; r++)
+                if (all[r].verify_status != RF_OK) {
+                    snprintf(fail, cap, "update %u: verification: %s", v, all[r].verify_msg);
+                    rc = 1;
+                    break;
+                }
+        }
+    }
+    free(all);
+    free(vsum);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, j->stats_comm);
+    write_profile(j, v);
+    rf_gate_verdict_fini(&verdict);
+    return rc;
+}
+
+static void teardown(job_t *j)
+{
+    if (j->xfer)
+        rf_xfer_destroy(j->xfer);
+    if (j->ctl)
+        rf_ctl_destroy(j->ctl);
+    if (j->tr_ready)
+        rf_trainer_free(&j->tr);
+    if (j->plan_ready)
+        rf_plan_free(&j->plan);
+    if (j->snap) {
+        for (int s = 0; s < j->st.nslots; s++)
+            free(j->snap[s]);
+        free(j->snap);
+    }
+    free(j->verified);
+    if (is_rollout(j))
+        rf_storage_free(&j->st);
+    if (j->ref)
+        rf_ref_free(j->ref);
+    if (j->ck)
+        rf_ckpt_close(j->ck);
+    rf_chunk_plan_destroy(j->cplan);
+    free(j->items);
+    free(j->senders);
+    free(j->receivers);
+    rf_gate_expect_fini(&j->expect);
+    rf_manifest_free(&j->man);
+    rf_inventory_free(&j->inv);
+    rf_model_config_free(&j->cfg);
+    if (j->role_comm != MPI_COMM_NULL && j->role_comm != 0)
+        MPI_Comm_free(&j->role_comm);
+    if (j->engine_comm != MPI_COMM_NULL && j->engine_comm != 0)
+        MPI_Comm_free(&j->engine_comm);
+    if (j->stats_comm != MPI_COMM_NULL && j->stats_comm != 0)
+        MPI_Comm_free(&j->stats_comm);
+}
+
+int rf_job_run(const rf_job_opts_t *opts)
+{
+    job_t j;
+    rf_err_t err;
+    char fail[RF_ERR_MSG_MAX + 64] = "";
+    uint64_t verified = 0;
+    int rc = 0, committed = 0;
+    memset(&j, 0, sizeof(j));
+    j.role_comm = j.engine_comm = j.stats_comm = MPI_COMM_NULL;
+    j.o = opts;
+    rf_err_clear(&err);
+    MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &j.size);
+    if (setup(&j, &err) != RF_OK) {
+        if (j.rank == 0) {
+            fprintf(stderr, "refit-run: %s\n", err.msg);
+            printf("refit: FAILED: %s\n", err.msg);
+        }
+        teardown(&j);
+        return 1;
+    }
+    if (j.rank == 0 && !opts->quiet) {
+        printf("refit: topology %s (hash %016" PRIx64 "), model %s %s, %d trainer ranks (tp %d "
+               "pp %d dp %d) -> %d engine(s) x tp %d, %s transport, %s\n",
+               j.topo.name, rf_topology_hash(&j.topo), j.cfg.model_type,
+               j.cfg.architecture, j.T, j.topo.t_tp, j.topo.t_pp, j.topo.t_dp,
+               j.topo.r_engines, j.topo.r_tp, rf_transport_name(j.topo.transport),
+               opts->checkpoint ? opts->checkpoint : "generator weights");
+        fflush(stdout);
+    }
+    for (int v = 1; v <= opts->steps; v++) {
+        char f[sizeof(fail)] = "";
+        if (run_update(&j, (uint32_t)v, &verified, f, sizeof(f)) != 0) {
+            if (rc == 0)
+                snprintf(fail, sizeof(fail), "%s", f);
+            rc = 1;
+        } else {
+            committed++;
+        }
+    }
+    if (j.rank == 0) {
+        if (rc == 0)
+            printf("refit: COMMITTED %d update(s), verified %" PRIu64 " tensors\n", committed,
+                   verified);
+        else
+            printf("refit: FAILED: %s\n", fail);
+        fflush(stdout);
+    }
+    teardown(&j);
+    return rc;
+}
