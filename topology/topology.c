@@ -103,8 +103,8 @@ rf_status_t rf_topology_parse_size(const char *text, uint64_t *bytes_p)
             return RF_ERR_PARSE;
         v = v * 10 + (uint64_t)(*s++ - '0');
     }
-    if (*s == ' ')
-        s++;
+    if (*s == ' ' && *++s == '\0')
+        return RF_ERR_PARSE;
     if (unit_factor(s, &f) != 0)
         return RF_ERR_PARSE;
     mul = (uint64_t)f;
@@ -934,7 +934,8 @@ static rf_status_t check_quant_sizes(const rf_topology_t *t, const rf_model_conf
                               t->file, (long long)(c->moe_intermediate_size / Tm),
                               (long long)c->moe_intermediate_size, (long long)Tm);
         int64_t ns[3] = {c->num_attention_heads * d / Tr, dense ? c->intermediate_size / Tr : 128,
-                         c->num_key_value_heads >= Tr ? c->num_key_value_heads * d / Tr : 128};
+                         Tr > 1 ? (c->num_key_value_heads >= Tr ? c->num_key_value_heads / Tr : 1) * d
+                                : 128};
         const char *names[3] = {"q rows per rank", "intermediate rows per rank",
                                 "kv rows per rank"};
         for (int i = 0; i < 3; i++)
