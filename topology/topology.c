@@ -28,8 +28,8 @@
 #include "refit/log.h"
 #include "refit/topology.h"
 
-#define RF_TOPO_MAX_DIM 65536     /* any one parallel size */
-#define RF_TOPO_MAX_RANKS 1048576 /* T or R */
+#define RF_TOPO_MAX_DIM 65536                         /* any one parallel size */
+#define RF_TOPO_MAX_RANKS 1048576                     /* T or R */
 #define RF_MPI_CHUNK_MAX ((uint64_t)2147483647 - 255) /* 2^31 - 256: Open MPI int counts */
 #define RF_CHUNK_MAX ((uint64_t)1 << 40)
 
@@ -79,9 +79,16 @@ static int unit_factor(const char *u, double *f)
         const char *s;
         double f;
     } units[] = {
-        {"", 1.0},           {"B", 1.0},          {"KiB", 1024.0},       {"MiB", 1048576.0},
-        {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
-        {"GB", 1e9},         {"TB", 1e12},
+        {"", 1.0},
+        {"B", 1.0},
+        {"KiB", 1024.0},
+        {"MiB", 1048576.0},
+        {"GiB", 1073741824.0},
+        {"TiB", 1099511627776.0},
+        {"KB", 1e3},
+        {"MB", 1e6},
+        {"GB", 1e9},
+        {"TB", 1e12},
     };
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
         if (strcmp(u, units[i].s) == 0) {
@@ -252,8 +259,8 @@ static rf_status_t get_bool(parse_ctx_t *cx, const yaml_node_t *n, const char *k
     return perr(cx, key, "%s is not a boolean (true or false, unquoted)", shown);
 }
 
-static rf_status_t get_double(parse_ctx_t *cx, const yaml_node_t *n, const char *key,
-                              double lo, double *out)
+static rf_status_t get_double(parse_ctx_t *cx, const yaml_node_t *n, const char *key, double lo,
+                              double *out)
 {
     char shown[128];
     const char *s;
@@ -309,8 +316,8 @@ static rf_status_t get_enum(parse_ctx_t *cx, const yaml_node_t *n, const char *k
     return perr(cx, key, "%s is not one of %s", shown, list);
 }
 
-static rf_status_t get_int_list(parse_ctx_t *cx, const yaml_node_t *n, const char *key,
-                                int64_t lo, int64_t hi, int64_t *out, int cap, int *count)
+static rf_status_t get_int_list(parse_ctx_t *cx, const yaml_node_t *n, const char *key, int64_t lo,
+                                int64_t hi, int64_t *out, int cap, int *count)
 {
     char shown[128], ikey[96];
     int k = 0;
@@ -362,8 +369,7 @@ static rf_status_t walk_map(parse_ctx_t *cx, const yaml_node_t *n, const char *s
         if (is_null(n))
             return RF_OK; /* "trainer:" with nothing: all defaults */
         show(n, shown, sizeof(shown));
-        return perr(cx, section[0] ? section : "(top level)", "%s where a map is expected",
-                    shown);
+        return perr(cx, section[0] ? section : "(top level)", "%s where a map is expected", shown);
     }
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         const yaml_node_t *k = yaml_document_get_node(cx->doc, p->key);
@@ -405,8 +411,9 @@ static rf_status_t on_override(parse_ctx_t *cx, const char *key, const char *nam
                    : strcmp(name, "vocab_size") == 0      ? &t->ov_vocab_size
                                                           : NULL;
     if (dst == NULL)
-        return perr(cx, key, "unknown override (only num_hidden_layers, num_experts, "
-                             "vocab_size)");
+        return perr(cx, key,
+                    "unknown override (only num_hidden_layers, num_experts, "
+                    "vocab_size)");
     return get_int(cx, v, key, 1, INT32_MAX, dst);
 }
 
@@ -533,8 +540,10 @@ static rf_status_t on_transfer(parse_ctx_t *cx, const char *key, const char *nam
     if (strcmp(name, "chunk_bytes") == 0) {
         if (v->type != YAML_SCALAR_NODE || is_null(v) ||
             rf_topology_parse_size(scalar(v), &t->chunk_bytes) != RF_OK)
-            return perr(cx, key, "%s is not a size (an integer, or with KiB/MiB/GiB or "
-                                 "KB/MB/GB)", shown);
+            return perr(cx, key,
+                        "%s is not a size (an integer, or with KiB/MiB/GiB or "
+                        "KB/MB/GB)",
+                        shown);
         if (t->chunk_bytes < 1 || t->chunk_bytes > RF_CHUNK_MAX)
             return perr(cx, key, "%s is out of range (1 to 1TiB)", shown);
         return RF_OK;
@@ -566,16 +575,15 @@ static rf_status_t on_transfer(parse_ctx_t *cx, const char *key, const char *nam
     return unknown(cx, key, v);
 }
 
-static rf_status_t on_top(parse_ctx_t *cx, const char *key, const char *name,
-                          const yaml_node_t *v, void *user)
+static rf_status_t on_top(parse_ctx_t *cx, const char *key, const char *name, const yaml_node_t *v,
+                          void *user)
 {
     parse_state_t *ps = user;
     if (strcmp(name, "name") == 0) {
         RF_CHECK(get_str(cx, v, key, ps->t->name, sizeof(ps->t->name)));
         for (const char *c = ps->t->name; *c; c++)
             if (!isalnum((unsigned char)*c) && strchr("._+-", *c) == NULL)
-                return perr(cx, key, "\"%s\": use letters, digits and . _ + - only",
-                            ps->t->name);
+                return perr(cx, key, "\"%s\": use letters, digits and . _ + - only", ps->t->name);
         return RF_OK;
     }
     if (strcmp(name, "model") == 0) {
@@ -602,8 +610,7 @@ static rf_status_t scan_events(parse_ctx_t *cx, const char *yaml, size_t len)
     int docs = 0;
     bool done = false;
     if (!yaml_parser_initialize(&parser))
-        return rf_err_set(cx->err, RF_ERR_NOMEM, "%s: cannot initialize the yaml parser",
-                          cx->file);
+        return rf_err_set(cx->err, RF_ERR_NOMEM, "%s: cannot initialize the yaml parser", cx->file);
     yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
     while (!done && st == RF_OK) {
         if (!yaml_parser_parse(&parser, &ev)) {
@@ -728,8 +735,7 @@ static rf_status_t check_file_rules(parse_ctx_t *cx, rf_topology_t *t)
         while (npp < RF_MAX_STAGES && t->pp_layers[npp] > 0)
             npp++;
         if (npp != t->t_pp)
-            return perr(cx, "trainer.pp_layers", "%d entries but trainer.pp is %d", npp,
-                        t->t_pp);
+            return perr(cx, "trainer.pp_layers", "%d entries but trainer.pp is %d", npp, t->t_pp);
     }
     if (t->r_ep != 1 && t->r_ep != t->r_tp * t->r_dp)
         return perr(cx, "rollout.ep",
@@ -749,8 +755,10 @@ static rf_status_t check_file_rules(parse_ctx_t *cx, rf_topology_t *t)
                         rf_transport_name(t->transport),
                         t->transport == RF_TRANSPORT_MPI ? " with gpus" : "");
         if (T != R)
-            return perr(cx, "colocated", "true requires as many trainer ranks (%lld) as rollout "
-                                         "ranks (%lld)", (long long)T, (long long)R);
+            return perr(cx, "colocated",
+                        "true requires as many trainer ranks (%lld) as rollout "
+                        "ranks (%lld)",
+                        (long long)T, (long long)R);
         bool same = t->t_ngpus == t->r_ngpus;
         for (int i = 0; same && i < t->t_ngpus; i++)
             same = t->t_gpus[i] == t->r_gpus[i];
@@ -779,8 +787,8 @@ static void file_stem(const char *path, char *buf, size_t cap)
     buf[n] = '\0';
 }
 
-rf_status_t rf_topology_parse(const char *yaml, size_t len, const char *path,
-                              rf_topology_t *topo_p, rf_err_t *err)
+rf_status_t rf_topology_parse(const char *yaml, size_t len, const char *path, rf_topology_t *topo_p,
+                              rf_err_t *err)
 {
     rf_topology_t *t;
     parse_ctx_t cx;
@@ -901,8 +909,8 @@ static rf_status_t need(const rf_topology_t *t, rf_err_t *err, const char *key, 
 {
     if (val % div == 0)
         return RF_OK;
-    return rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s: %lld does not divide %s %lld", t->file,
-                      key, (long long)div, what, (long long)val);
+    return rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s: %lld does not divide %s %lld", t->file, key,
+                      (long long)div, what, (long long)val);
 }
 
 /* Quantized sharding rules of DESIGN.md section 5 that the inventory does not cover yet. */
@@ -933,9 +941,9 @@ static rf_status_t check_quant_sizes(const rf_topology_t *t, const rf_model_conf
                               "%lld / %lld) is not a multiple of 128",
                               t->file, (long long)(c->moe_intermediate_size / Tm),
                               (long long)c->moe_intermediate_size, (long long)Tm);
-        int64_t ns[3] = {c->num_attention_heads * d / Tr, dense ? c->intermediate_size / Tr : 128,
-                         Tr > 1 ? (c->num_key_value_heads >= Tr ? c->num_key_value_heads / Tr : 1) * d
-                                : 128};
+        int64_t ns[3] = {
+            c->num_attention_heads * d / Tr, dense ? c->intermediate_size / Tr : 128,
+            Tr > 1 ? (c->num_key_value_heads >= Tr ? c->num_key_value_heads / Tr : 1) * d : 128};
         const char *names[3] = {"q rows per rank", "intermediate rows per rank",
                                 "kv rows per rank"};
         for (int i = 0; i < 3; i++)
@@ -1029,14 +1037,14 @@ rf_status_t rf_topology_check_model(const rf_topology_t *topo, const rf_model_co
     if (t->group_size_set && q == RF_QUANT_WNA16 && cfg->has_quant_config && cfg->group_size > 0 &&
         cfg->group_size != t->group_size) {
         st = rf_err_set(err, RF_ERR_TOPOLOGY,
-                        "%s: model.group_size: %lld disagrees with the config's group_size %lld",
-                        f, (long long)t->group_size, (long long)cfg->group_size);
+                        "%s: model.group_size: %lld disagrees with the config's group_size %lld", f,
+                        (long long)t->group_size, (long long)cfg->group_size);
         goto fail;
     }
     if (t->group_size_set && q != RF_QUANT_WNA16) {
         st = rf_err_set(err, RF_ERR_TOPOLOGY,
-                        "%s: model.group_size: %lld applies to quantization wna16 only (got %s)",
-                        f, (long long)t->group_size, rf_quant_name(q));
+                        "%s: model.group_size: %lld applies to quantization wna16 only (got %s)", f,
+                        (long long)t->group_size, rf_quant_name(q));
         goto fail;
     }
     RF_CHECK_GOTO(quant_backend_check(f, q, t->r_backend, err), st, fail);
@@ -1045,18 +1053,18 @@ rf_status_t rf_topology_check_model(const rf_topology_t *topo, const rf_model_co
     bool moe = c.num_experts > 0, dense = !moe;
     for (int64_t i = 0; moe && !dense && i < c.num_hidden_layers; i++)
         dense = !rf_model_layer_is_moe(&c, i);
-    RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "num_attention_heads",
-                       c.num_attention_heads), st, fail);
-    RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "num_key_value_heads",
-                       c.num_key_value_heads), st, fail);
+    RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "num_attention_heads", c.num_attention_heads),
+                  st, fail);
+    RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "num_key_value_heads", c.num_key_value_heads),
+                  st, fail);
     if (dense)
-        RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "intermediate_size",
-                           c.intermediate_size), st, fail);
+        RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "intermediate_size", c.intermediate_size),
+                      st, fail);
     if (moe) {
-        RF_CHECK_GOTO(need(t, err, "trainer.etp", t->t_etp, "moe_intermediate_size",
-                           c.moe_intermediate_size), st, fail);
-        RF_CHECK_GOTO(need(t, err, "trainer.ep", t->t_ep, "num_experts", c.num_experts), st,
-                      fail);
+        RF_CHECK_GOTO(
+            need(t, err, "trainer.etp", t->t_etp, "moe_intermediate_size", c.moe_intermediate_size),
+            st, fail);
+        RF_CHECK_GOTO(need(t, err, "trainer.ep", t->t_ep, "num_experts", c.num_experts), st, fail);
     } else if (t->t_ep > 1 || t->r_ep > 1) {
         st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s: %d requires a MoE model (%s has no experts)",
                         f, t->t_ep > 1 ? "trainer.ep" : "rollout.ep",
@@ -1075,8 +1083,8 @@ rf_status_t rf_topology_check_model(const rf_topology_t *topo, const rf_model_co
             goto fail;
         }
     } else {
-        RF_CHECK_GOTO(need(t, err, "trainer.pp", t->t_pp, "num_hidden_layers",
-                           c.num_hidden_layers), st, fail);
+        RF_CHECK_GOTO(need(t, err, "trainer.pp", t->t_pp, "num_hidden_layers", c.num_hidden_layers),
+                      st, fail);
     }
 
     /* rollout: the loader arithmetic, on every rank of one engine (ranks of all engines
@@ -1085,8 +1093,12 @@ rf_status_t rf_topology_check_model(const rf_topology_t *topo, const rf_model_co
     if (st != RF_OK)
         goto fail;
     for (int l = 0; l < t->r_tp * t->r_dp && st == RF_OK; l++) {
-        rf_rollout_coords_t rc = {.tp = t->r_tp, .tp_rank = l % t->r_tp, .dp = t->r_dp,
-                                  .dp_rank = l / t->r_tp, .ep = t->r_ep, .ep_rank = 0,
+        rf_rollout_coords_t rc = {.tp = t->r_tp,
+                                  .tp_rank = l % t->r_tp,
+                                  .dp = t->r_dp,
+                                  .dp_rank = l / t->r_tp,
+                                  .ep = t->r_ep,
+                                  .ep_rank = 0,
                                   .placement = t->r_placement};
         rf_err_t sub;
         rf_err_clear(&sub);
@@ -1118,8 +1130,7 @@ fail:
     return st;
 }
 
-rf_status_t rf_topology_bind_model(rf_topology_t *topo, const rf_model_config_t *cfg,
-                                   rf_err_t *err)
+rf_status_t rf_topology_bind_model(rf_topology_t *topo, const rf_model_config_t *cfg, rf_err_t *err)
 {
     int64_t L = cfg->num_hidden_layers;
     if (topo->quantization_set && cfg->has_quant_config && topo->quantization != cfg->quant)
@@ -1141,12 +1152,12 @@ rf_status_t rf_topology_bind_model(rf_topology_t *topo, const rf_model_config_t 
 
 /* ---- canonical form and hash ----------------------------------------------------------- */
 
-#define CANON(...)                                                                         \
-    do {                                                                                   \
-        int n_ = snprintf(buf ? buf + (len < cap ? len : cap) : NULL,                     \
-                          buf && len < cap ? cap - len : 0, __VA_ARGS__);                  \
-        if (n_ > 0)                                                                        \
-            len += (size_t)n_;                                                             \
+#define CANON(...)                                                                                 \
+    do {                                                                                           \
+        int n_ = snprintf(buf ? buf + (len < cap ? len : cap) : NULL,                              \
+                          buf && len < cap ? cap - len : 0, __VA_ARGS__);                          \
+        if (n_ > 0)                                                                                \
+            len += (size_t)n_;                                                                     \
     } while (0)
 
 static void canon_list(char *out, size_t cap, const int64_t *v, int n)
@@ -1206,8 +1217,7 @@ size_t rf_topology_canonical(const rf_topology_t *t, char *buf, size_t cap)
     CANON("colocated: %s\n", t->colocated ? "true" : "false");
     CANON("transfer.transport: %s\ntransfer.mode: %s\n", rf_transport_name(t->transport),
           rf_mode_name(t->mode));
-    CANON("transfer.chunk_bytes: %" PRIu64 "\ntransfer.buffers: %d\n", t->chunk_bytes,
-          t->buffers);
+    CANON("transfer.chunk_bytes: %" PRIu64 "\ntransfer.buffers: %d\n", t->chunk_bytes, t->buffers);
     /* %a: exact, locale-free */
     CANON("transfer.timeout_s: %a\ntransfer.integrity: %s\n", t->timeout_s,
           t->integrity ? "true" : "false");
@@ -1282,8 +1292,7 @@ int rf_topology_rollout_rank(const rf_topology_t *topo, int engine, int tp_rank,
            dp_rank * topo->r_tp + tp_rank;
 }
 
-void rf_topology_stage_layers(const rf_topology_t *topo, int p, int64_t *first_p,
-                              int64_t *count_p)
+void rf_topology_stage_layers(const rf_topology_t *topo, int p, int64_t *first_p, int64_t *count_p)
 {
     int64_t first = 0, count = 0;
     if (p >= 0 && p < topo->t_pp) {

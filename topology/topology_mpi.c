@@ -22,16 +22,15 @@
 #define RF_TOPO_FILE_MAX (1u << 20)    /* 1 MiB of YAML */
 #define RF_CONFIG_FILE_MAX (16u << 20) /* as rf_model_config_load */
 
-#define RF_MPI_CHECK(call, err)                                                            \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ != MPI_SUCCESS) {                                                          \
-            char s_[MPI_MAX_ERROR_STRING];                                                 \
-            int n_ = 0;                                                                    \
-            MPI_Error_string(rc_, s_, &n_);                                                \
-            return rf_err_set((err), RF_ERR_MPI, "%s:%d: %s: %s", __FILE__, __LINE__,      \
-                              #call, s_);                                                  \
-        }                                                                                  \
+#define RF_MPI_CHECK(call, err)                                                                    \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) {                                                                  \
+            char s_[MPI_MAX_ERROR_STRING];                                                         \
+            int n_ = 0;                                                                            \
+            MPI_Error_string(rc_, s_, &n_);                                                        \
+            return rf_err_set((err), RF_ERR_MPI, "%s:%d: %s: %s", __FILE__, __LINE__, #call, s_);  \
+        }                                                                                          \
     } while (0)
 
 /* Reads a whole file (NUL-terminated, *len_p bytes). buf_p: owned by the caller. */
@@ -49,8 +48,8 @@ static rf_status_t read_text(const char *path, size_t max, const char *what, cha
     }
     if ((size_t)n > max) {
         fclose(f);
-        return rf_err_set(err, RF_ERR_IO, "%s: %ld bytes is too large for a %s (at most %zu)",
-                          path, n, what, max);
+        return rf_err_set(err, RF_ERR_IO, "%s: %ld bytes is too large for a %s (at most %zu)", path,
+                          n, what, max);
     }
     buf = malloc((size_t)n + 1);
     if (buf == NULL) {
@@ -290,16 +289,15 @@ rf_status_t rf_placement_resolve(const rf_topology_t *topo, const rf_rank_record
             const rf_rank_record_t *b = &recs[v];
             if (b->node_leader != a->node_leader || a->device < 0 || b->device != a->device)
                 continue;
-            bool pair = t->colocated && a->info.role != b->info.role &&
-                        a->local_index == b->local_index;
+            bool pair =
+                t->colocated && a->info.role != b->info.role && a->local_index == b->local_index;
             if (!pair)
-                return rf_err_set(err, RF_ERR_TOPOLOGY,
-                                  "%s: ranks %d (%s) and %d (%s) share %s on host %s but the "
-                                  "topology %s",
-                                  t->file, v, role_name(b->info.role), w, role, a->device_id,
-                                  a->host,
-                                  t->colocated ? "pairs only trainer i with rollout i"
-                                               : "is not colocated");
+                return rf_err_set(
+                    err, RF_ERR_TOPOLOGY,
+                    "%s: ranks %d (%s) and %d (%s) share %s on host %s but the "
+                    "topology %s",
+                    t->file, v, role_name(b->info.role), w, role, a->device_id, a->host,
+                    t->colocated ? "pairs only trainer i with rollout i" : "is not colocated");
         }
     }
 
@@ -356,8 +354,7 @@ rf_status_t rf_topology_place(const rf_topology_t *topo, MPI_Comm comm, rf_place
         mine.info.role = RF_ROLE_ROLLOUT;
         mine.info.world_rank = rank;
     }
-    RF_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
-                 err);
+    RF_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), err);
     RF_MPI_CHECK(MPI_Comm_rank(node, &nrank), err);
     RF_MPI_CHECK(MPI_Allreduce(&rank, &leader, 1, MPI_INT, MPI_MIN, node), err);
     RF_MPI_CHECK(MPI_Comm_split(node, (int)mine.info.role, rank, &role), err);
@@ -386,8 +383,8 @@ rf_status_t rf_topology_place(const rf_topology_t *topo, MPI_Comm comm, rf_place
         free(all);
         return rf_err_set(err, RF_ERR_NOMEM, "placement: out of memory on some rank");
     }
-    int rc = MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine), MPI_BYTE,
-                           comm);
+    int rc =
+        MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine), MPI_BYTE, comm);
     if (rc != MPI_SUCCESS) {
         free(all);
         return rf_err_set(err, RF_ERR_MPI, "placement: MPI_Allgather failed (%d)", rc);

@@ -32,8 +32,8 @@ START_TEST(test_load_ok)
     rf_err_t err;
     rf_err_clear(&err);
     ck_assert_int_eq(g_size, 4);
-    rf_status_t st = rf_topology_load(TOPO_DIR "/llama-tiny-tp2-to-2xtp1.yaml", MPI_COMM_WORLD,
-                                      &t, &cfg, &err);
+    rf_status_t st =
+        rf_topology_load(TOPO_DIR "/llama-tiny-tp2-to-2xtp1.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
     ck_assert_msg(st == RF_OK, "rank %d: %s", g_rank, err.msg);
     ck_assert_str_eq(t.name, "llama-tiny-tp2-to-2xtp1");
     ck_assert_int_eq(cfg.num_hidden_layers, 3);
@@ -82,8 +82,8 @@ START_TEST(test_load_missing_file)
     rf_model_config_t cfg;
     rf_err_t err;
     rf_err_clear(&err);
-    rf_status_t st = rf_topology_load(TOPO_DIR "/no-such-file.yaml", MPI_COMM_WORLD, &t, &cfg,
-                                      &err);
+    rf_status_t st =
+        rf_topology_load(TOPO_DIR "/no-such-file.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
     ck_assert_int_eq(st, RF_ERR_IO);
     ck_assert_ptr_nonnull(strstr(err.msg, "no-such-file.yaml: cannot open topology file"));
     assert_same_everywhere(err.msg);
@@ -96,8 +96,8 @@ START_TEST(test_load_wrong_world)
     rf_model_config_t cfg;
     rf_err_t err;
     rf_err_clear(&err);
-    rf_status_t st = rf_topology_load(TOPO_DIR "/llama-tiny-tp1-to-tp1.yaml", MPI_COMM_WORLD, &t,
-                                      &cfg, &err);
+    rf_status_t st =
+        rf_topology_load(TOPO_DIR "/llama-tiny-tp1-to-tp1.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
     ck_assert_int_eq(st, RF_ERR_TOPOLOGY);
     ck_assert_ptr_nonnull(strstr(err.msg, "world size 4 != trainer 1 + rollout 1 ranks (mpirun "
                                           "-np 2)"));

@@ -110,8 +110,8 @@ static void check_one_file(const expect_file_t *e)
         snprintf(path, sizeof(path), "%s/../%s", REFIT_JOBS_DIR, t.model_config_path);
         raw = load_cfg(path);
     } else {
-        ck_assert_msg(strncmp(t.model_config_path, TOPO_DIR "/", strlen(TOPO_DIR) + 1) == 0,
-                      "%s", t.model_config_path);
+        ck_assert_msg(strncmp(t.model_config_path, TOPO_DIR "/", strlen(TOPO_DIR) + 1) == 0, "%s",
+                      t.model_config_path);
         raw = load_cfg(t.model_config_path);
     }
     rf_err_clear(&err);
@@ -314,8 +314,17 @@ START_TEST(test_sizes)
     ck_assert_uint_eq(b, 12345);
     ck_assert_int_eq(rf_topology_parse_size("8 MiB", &b), RF_OK);
     ck_assert_uint_eq(b, 8388608);
-    const char *bad[] = {"", "MiB", "-1", "1.5GiB", "64mib", "64MiBs", "0x10", "64 ",
-                         "99999999999999999999", "20000000000TiB", "64MB/s"};
+    const char *bad[] = {"",
+                         "MiB",
+                         "-1",
+                         "1.5GiB",
+                         "64mib",
+                         "64MiBs",
+                         "0x10",
+                         "64 ",
+                         "99999999999999999999",
+                         "20000000000TiB",
+                         "64MB/s"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         ck_assert_msg(rf_topology_parse_size(bad[i], &b) == RF_ERR_PARSE, "'%s' accepted", bad[i]);
 
@@ -442,48 +451,76 @@ END_TEST
 /* ---- rules against the model ----------------------------------------------------------- */
 
 typedef struct model_case {
-    const char *config;  /* under tests/data */
-    const char *body;    /* yaml after the model.config line; "%s" -> nothing */
+    const char *config; /* under tests/data */
+    const char *body;   /* yaml after the model.config line; "%s" -> nothing */
     int world;
     const char *want[3];
 } model_case_t;
 
 static const model_case_t k_model_bad[] = {
     {"llama-tiny", "rollout: { tp: 4 }\n", 5, {"rollout.tp: 4", "num_attention_heads 6"}},
-    {"llama-tiny", "trainer: { tp: 4 }\n", 5,
+    {"llama-tiny",
+     "trainer: { tp: 4 }\n",
+     5,
      {"m.yaml: trainer.tp: 4 does not divide num_attention_heads 6"}},
-    {"llama-tiny", "trainer: { tp: 3 }\n", 4,
+    {"llama-tiny",
+     "trainer: { tp: 3 }\n",
+     4,
      {"trainer.tp: 3 does not divide num_key_value_heads 2"}},
     {"qwen3-tiny-tied", "rollout: { tp: 8 }\n", 9, {"rollout.tp: 8", "num_attention_heads 4"}},
     {"qwen3-tiny-tied", "rollout: { tp: 3 }\n", 4, {"rollout.tp: 3"}},
-    {"llama-tiny", "trainer: { tp: 2 }\nrollout: { engines: 2 }\n", 3,
+    {"llama-tiny",
+     "trainer: { tp: 2 }\nrollout: { engines: 2 }\n",
+     3,
      {"m.yaml: world size 3 != trainer 2 + rollout 2 ranks (mpirun -np 4)"}},
-    {"llama-tiny", "  overrides: { num_hidden_layers: 4 }\n", 2,
+    {"llama-tiny",
+     "  overrides: { num_hidden_layers: 4 }\n",
+     2,
      {"model.overrides.num_hidden_layers: 4 is larger", "num_hidden_layers 3"}},
-    {"llama-tiny", "  overrides: { vocab_size: 2000 }\n", 2,
+    {"llama-tiny",
+     "  overrides: { vocab_size: 2000 }\n",
+     2,
      {"model.overrides.vocab_size: 2000 is larger", "1003"}},
-    {"llama-tiny", "  overrides: { num_experts: 2 }\n", 2,
+    {"llama-tiny",
+     "  overrides: { num_experts: 2 }\n",
+     2,
      {"model.overrides.num_experts: 2", "dense"}},
-    {"qwen3-moe-tiny", "  overrides: { num_experts: 16 }\n", 2,
+    {"qwen3-moe-tiny",
+     "  overrides: { num_experts: 16 }\n",
+     2,
      {"model.overrides.num_experts: 16 is larger", "num_experts 8"}},
-    {"llama-tiny", "trainer: { pp: 2 }\n", 3, {"trainer.pp: 2 does not divide num_hidden_layers 3"}},
-    {"llama-tiny", "trainer: { pp: 2, pp_layers: [1, 1] }\n", 3,
+    {"llama-tiny",
+     "trainer: { pp: 2 }\n",
+     3,
+     {"trainer.pp: 2 does not divide num_hidden_layers 3"}},
+    {"llama-tiny",
+     "trainer: { pp: 2, pp_layers: [1, 1] }\n",
+     3,
      {"trainer.pp_layers", "sum to 2", "num_hidden_layers 3"}},
-    {"llama-tiny", "trainer: { ep: 1 }\nrollout: { tp: 2, ep: 2 }\n", 3,
+    {"llama-tiny",
+     "trainer: { ep: 1 }\nrollout: { tp: 2, ep: 2 }\n",
+     3,
      {"rollout.ep: 2 requires a MoE model"}},
-    {"qwen3-moe-tiny", "trainer: { dp: 3, ep: 3 }\n", 4,
+    {"qwen3-moe-tiny",
+     "trainer: { dp: 3, ep: 3 }\n",
+     4,
      {"trainer.ep: 3 does not divide num_experts 8"}},
-    {"qwen3-moe-tiny", "trainer: { tp: 2, etp: 2, dp: 2, ep: 1 }\n"
-                       "  # moe_intermediate_size 32 is fine for etp 2\n", 5, {NULL}},
-    {"qwen3-fp8-tiny", "  quantization: wna16\n", 2,
+    {"qwen3-moe-tiny",
+     "trainer: { tp: 2, etp: 2, dp: 2, ep: 1 }\n"
+     "  # moe_intermediate_size 32 is fine for etp 2\n",
+     5,
+     {NULL}},
+    {"qwen3-fp8-tiny",
+     "  quantization: wna16\n",
+     2,
      {"model.quantization: wna16 disagrees", "fp8-block"}},
     {"qwen3-fp8-tiny", "rollout: { tp: 2 }\n", 3, {"rollout.tp: 2", "128-row fp8 block"}},
     {"llama-tiny", "  quantization: wna16\n", 2, {"wna16", "hidden_size 96", "group size 128"}},
 };
 #define N_MODEL_BAD (sizeof(k_model_bad) / sizeof(k_model_bad[0]))
 
-static rf_status_t run_model_case(const char *config, const char *body, int world,
-                                  rf_topology_t *t, rf_model_config_t *cfg_p, rf_err_t *err)
+static rf_status_t run_model_case(const char *config, const char *body, int world, rf_topology_t *t,
+                                  rf_model_config_t *cfg_p, rf_err_t *err)
 {
     char yaml[2048], cpath[512];
     snprintf(cpath, sizeof(cpath), "%s/%s/config.json", REFIT_TEST_DATA, config);
@@ -547,9 +584,8 @@ START_TEST(test_overrides_applied)
     ck_assert_uint_ne(before, rf_topology_hash(&t));
     rf_model_config_free(&cfg);
     /* and agreeing with it when both are given */
-    ck_assert_int_eq(run_model_case("qwen3-fp8-tiny", "  quantization: fp8-block\n", 2, &t, &cfg,
-                                    &err),
-                     RF_OK);
+    ck_assert_int_eq(
+        run_model_case("qwen3-fp8-tiny", "  quantization: fp8-block\n", 2, &t, &cfg, &err), RF_OK);
     rf_model_config_free(&cfg);
     /* KV heads replicated on the rollout: tp 4 > nkv 2, 4 mod 2 == 0 */
     ck_assert_int_eq(run_model_case("qwen3-tiny-tied", "rollout: { tp: 4 }\n", 5, &t, &cfg, &err),
@@ -603,27 +639,35 @@ START_TEST(test_hash)
 
     /* one value at a time, from the flow form */
     const char *tweaks[] = {
-        "trainer: { tp: 1 }\n", "trainer: { cp: 2 }\n", "trainer: { dp: 2 }\n",
-        "trainer: { etp: 1 }\n", "trainer: { pp_layers: [1, 1] }\n", "trainer: { gpus: [0] }\n",
-        "rollout: { tp: 2 }\n", "rollout: { dp: 2 }\n", "rollout: { engines: 3 }\n",
-        "rollout: { expert_placement: round_robin }\n", "rollout: { backend: marlin }\n",
-        "rollout: { gpus: [1] }\n", "colocated: true\n", "transfer: { transport: nccl }\n",
-        "transfer: { mode: p2p }\n", "transfer: { chunk_bytes: 2MiB }\n",
-        "transfer: { buffers: 3 }\n", "transfer: { timeout_s: 301 }\n",
-        "transfer: { integrity: true }\n", "transfer: { min_bandwidth: 1GB/s }\n",
-        "transfer: { slack_s: 11 }\n", "model: { quantization: none }\n",
+        "trainer: { tp: 1 }\n",
+        "trainer: { cp: 2 }\n",
+        "trainer: { dp: 2 }\n",
+        "trainer: { etp: 1 }\n",
+        "trainer: { pp_layers: [1, 1] }\n",
+        "trainer: { gpus: [0] }\n",
+        "rollout: { tp: 2 }\n",
+        "rollout: { dp: 2 }\n",
+        "rollout: { engines: 3 }\n",
+        "rollout: { expert_placement: round_robin }\n",
+        "rollout: { backend: marlin }\n",
+        "rollout: { gpus: [1] }\n",
+        "colocated: true\n",
+        "transfer: { transport: nccl }\n",
+        "transfer: { mode: p2p }\n",
+        "transfer: { chunk_bytes: 2MiB }\n",
+        "transfer: { buffers: 3 }\n",
+        "transfer: { timeout_s: 301 }\n",
+        "transfer: { integrity: true }\n",
+        "transfer: { min_bandwidth: 1GB/s }\n",
+        "transfer: { slack_s: 11 }\n",
+        "model: { quantization: none }\n",
         "model: { quantization: wna16, group_size: 128 }\n",
     };
     rf_topology_t base = parse_ok(block, "dir/h.yaml");
     for (size_t i = 0; i < sizeof(tweaks) / sizeof(tweaks[0]); i++) {
-        /* apply the tweak by editing the parsed struct through a re-parse of a merged file */
-        rf_topology_t t = base;
-        rf_topology_t w = parse_ok(tweaks[i][0] == 'm'
-                                       ? "model: { config: a.json, quantization: wna16, "
-                                         "group_size: 128 }\n"
-                                       : "model: { config: a.json }\n",
-                                   "dir/h.yaml");
-        (void)w;
+        /* the base file with the tweaked section merged in (a key given twice is an error,
+         * so tp, engines and chunk_bytes replace the base value instead) */
+        rf_topology_t t;
         char yaml[1024];
         /* merge: the base flow text with the tweaked section replaced */
         const char *sect = tweaks[i];
@@ -733,9 +777,8 @@ START_TEST(test_placement_dense)
         ck_assert_int_eq(in.u, want[w][0]);
         ck_assert_int_eq(in.q, 0);
         ck_assert_int_eq(in.x, want[w][2]);
-        ck_assert_int_eq(rf_topology_trainer_rank(&t, want[w][0], want[w][1], want[w][2],
-                                                  want[w][3]),
-                         w);
+        ck_assert_int_eq(
+            rf_topology_trainer_rank(&t, want[w][0], want[w][1], want[w][2], want[w][3]), w);
     }
     /* rollout: ranks 8..11 */
     static const int rwant[4][3] = {{0, 0, 0}, {0, 1, 0}, {1, 0, 0}, {1, 1, 0}};
@@ -851,7 +894,8 @@ START_TEST(test_placement_resolve)
                              rec(&t, 2, "a", 0, 0, 0), rec(&t, 3, "a", 0, 1, 1)};
     rf_err_clear(&err);
     ck_assert_int_eq(rf_placement_resolve(&t, s, 4, 0, &pl, &err), RF_ERR_TOPOLOGY);
-    ck_assert_ptr_nonnull(strstr(err.msg, "ranks 0 (trainer) and 2 (rollout) share gpu0 on host a"));
+    ck_assert_ptr_nonnull(
+        strstr(err.msg, "ranks 0 (trainer) and 2 (rollout) share gpu0 on host a"));
     ck_assert_ptr_nonnull(strstr(err.msg, "not colocated"));
 
     /* three trainers on a node whose trainer.gpus lists two */
@@ -894,7 +938,8 @@ START_TEST(test_placement_resolve)
     v[3] = rec(&c, 3, "b", 2, 1, 1);
     rf_err_clear(&err);
     ck_assert_int_eq(rf_placement_resolve(&c, v, 4, 0, &pl, &err), RF_ERR_TOPOLOGY);
-    ck_assert_ptr_nonnull(strstr(err.msg, "colocated: rank 0 (trainer 0 on host a) has no rollout"));
+    ck_assert_ptr_nonnull(
+        strstr(err.msg, "colocated: rank 0 (trainer 0 on host a) has no rollout"));
 
     /* CPU colocated over mpi: pairs by (node, index) with devices "host" */
     rf_topology_t h = parse_ok("model: { config: c.json }\ncolocated: true\n", "h.yaml");
@@ -911,15 +956,15 @@ static Suite *topology_suite(void)
 {
     Suite *s = suite_create("topology");
     TCase *tc;
-#define ADD(name, fn)                                                                      \
-    tc = tcase_create(name);                                                               \
-    tcase_set_timeout(tc, 30);                                                             \
-    tcase_add_test(tc, fn);                                                                \
+#define ADD(name, fn)                                                                              \
+    tc = tcase_create(name);                                                                       \
+    tcase_set_timeout(tc, 30);                                                                     \
+    tcase_add_test(tc, fn);                                                                        \
     suite_add_tcase(s, tc)
-#define ADD_LOOP(name, fn, n)                                                              \
-    tc = tcase_create(name);                                                               \
-    tcase_set_timeout(tc, 30);                                                             \
-    tcase_add_loop_test(tc, fn, 0, (int)(n));                                              \
+#define ADD_LOOP(name, fn, n)                                                                      \
+    tc = tcase_create(name);                                                                       \
+    tcase_set_timeout(tc, 30);                                                                     \
+    tcase_add_loop_test(tc, fn, 0, (int)(n));                                                      \
     suite_add_tcase(s, tc)
     ADD_LOOP("shipped_files", test_shipped_files, N_FILES);
     ADD("all_files_listed", test_all_files_listed);
