@@ -12,7 +12,10 @@
 #define REFIT_TOPOLOGY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include <mpi.h>
 
 #include "refit/model.h"
 #include "refit/status.h"
@@ -73,6 +76,10 @@ typedef struct rf_topology {
     bool integrity;              /* default false */
     double min_bandwidth;        /* bytes/s; default 100 MB/s (mpi), 10 GB/s (nccl, ipc) */
     double slack_s;              /* default 10 */
+    /* added by the topology module */
+    char file[RF_PATH_MAX];      /* path given to rf_topology_parse, for messages (not hashed);
+                                    "default.yaml" for the compiled-in copy */
+    int64_t model_layers;        /* L after overrides; 0 until rf_topology_bind_model() */
 } rf_topology_t;
 
 /*
@@ -105,6 +112,25 @@ uint64_t rf_topology_hash(const rf_topology_t *topo);
  * it needs (snprintf-like). */
 size_t rf_topology_canonical(const rf_topology_t *topo, char *buf, size_t cap);
 
+/*
+ * Binds a parsed topology to its (overridden) model config, as returned by
+ * rf_topology_check_model(): quantization and group_size not given in the file are taken from
+ * the config's quantization_config (none / 128 without one), model_layers = L, and without
+ * pp_layers the even split L / pp is stored in pp_layers[] (pp_layers_set stays false).
+ * Call after rf_topology_check_model() succeeded; the hash changes only where the file left
+ * quantization or group_size to the config. Errors: RF_ERR_TOPOLOGY. Not collective.
+ */
+rf_status_t rf_topology_bind_model(rf_topology_t *topo, const rf_model_config_t *cfg,
+                                   rf_err_t *err);
+
+/*
+ * Size and rate values of topology files: an integer with an optional suffix KiB / MiB /
+ * GiB / TiB (binary) or KB / MB / GB / TB (decimal) or B; rates end in "/s" ("100MB/s",
+ * "10GB/s", "1.5GB/s"). RF_ERR_PARSE on anything else or on overflow. Not collective.
+ */
+rf_status_t rf_topology_parse_size(const char *text, uint64_t *bytes_p);
+rf_status_t rf_topology_parse_rate(const char *text, double *bytes_per_s_p);
+
 /* ---- rank placement ----------------------------------------------------------------- */
 
 typedef enum { RF_ROLE_TRAINER = 0, RF_ROLE_ROLLOUT = 1 } rf_role_t;
@@ -134,6 +160,72 @@ void rf_topology_stage_layers(const rf_topology_t *topo, int p, int64_t *first_p
                               int64_t *count_p);
 /* Stage holding a tensor's layer (embed -1 -> 0, final L -> pp - 1). */
 int rf_topology_layer_stage(const rf_topology_t *topo, int layer, int64_t num_layers);
+
+/* ---- collective loading and device placement (topology/topology_mpi.c) ------------- */
+
+/*
+ * Collective over comm. Rank 0 of comm reads the topology file (path_or_NULL; NULL: the
+ * compiled-in rf_default_topology_yaml, model.config relative to the current folder) and the
+ * config.json it names, and broadcasts a status with its error message first, then the file
+ * path and both texts, so other nodes need no shared filesystem and an unreadable file on
+ * rank 0 makes every rank return the same error. Every rank then parses both texts, runs
+ * rf_topology_check_model() with the communicator size as world size and
+ * rf_topology_bind_model(), and all ranks agree on rf_topology_hash() (MPI_Allreduce MIN and
+ * MAX). Any rank's failure is returned on every rank with the lowest failing rank's message.
+ * path_or_NULL: borrowed (only rank 0's is used). topo_p, cfg_p: caller-owned outputs, set
+ * only on success; cfg_p receives the overridden config (free with rf_model_config_free).
+ * Errors: RF_ERR_IO (unreadable file), RF_ERR_TOPOLOGY, RF_ERR_CONFIG, RF_ERR_MISMATCH (hash
+ * disagreement), RF_ERR_MPI.
+ */
+rf_status_t rf_topology_load(const char *path_or_NULL, MPI_Comm comm, rf_topology_t *topo_p,
+                             rf_model_config_t *cfg_p, rf_err_t *err);
+
+#define RF_HOST_MAX 256
+
+/* What every rank contributes to the placement all-gather (DESIGN.md section 3). */
+typedef struct rf_rank_record {
+    char host[RF_HOST_MAX];  /* MPI_Get_processor_name() */
+    int node_leader;         /* lowest rank of comm on the same shared-memory node */
+    int local_index;         /* index among the ranks of its role on its node */
+    int device;              /* role.gpus[local_index], or -1 on CPU ("host") */
+    char device_id[64];      /* "host" or "gpu<N>" (GPU UUIDs once CUDA is in) */
+    rf_rank_info_t info;     /* role and coordinates, as this rank computed them */
+} rf_rank_record_t;
+
+/* Where this rank runs and whom it pairs with. */
+typedef struct rf_placement {
+    rf_rank_info_t info;     /* role and coordinates */
+    int rank;                /* rank in the communicator (== world rank of the topology) */
+    int node;                /* node index: nodes numbered by their lowest rank */
+    int nnodes;
+    int local_index;         /* index among the ranks of its role on its node */
+    int device;              /* GPU ordinal from <role>.gpus, -1 for host */
+    char device_id[64];      /* "host" or "gpu<N>" */
+    char host[RF_HOST_MAX];
+    int pair_rank;           /* colocated: the other role's rank on (node, local_index); -1 */
+} rf_placement_t;
+
+/*
+ * Checks all ranks' records against the topology and fills rank `rank`'s placement. Pure and
+ * deterministic, so every rank reaches the same verdict and message: wrong rank count, a
+ * record whose coordinates disagree with the file, more ranks of a role on a node than that
+ * role's gpus list, two ranks on one GPU where the file does not say colocated (or that are
+ * not a trainer / rollout pair with the same local index), a colocated rank without its
+ * pair. recs: borrowed, n entries indexed by rank. Errors: RF_ERR_TOPOLOGY naming rank and
+ * host. Not collective.
+ */
+rf_status_t rf_placement_resolve(const rf_topology_t *topo, const rf_rank_record_t *recs, int n,
+                                 int rank, rf_placement_t *out_p, rf_err_t *err);
+
+/*
+ * Collective over comm: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), then a split by role
+ * ordered by rank gives each rank its local index i and device <role>.gpus[i] (-1, "host",
+ * without gpus); every rank all-gathers rf_rank_record_t and runs rf_placement_resolve().
+ * topo: borrowed. out_p: set on success. Errors: RF_ERR_TOPOLOGY (the same on every rank),
+ * RF_ERR_MPI, RF_ERR_NOMEM.
+ */
+rf_status_t rf_topology_place(const rf_topology_t *topo, MPI_Comm comm, rf_placement_t *out_p,
+                              rf_err_t *err);
 
 /* The compiled-in copy of jobs/topologies/default.yaml. */
 extern const char rf_default_topology_yaml[];
