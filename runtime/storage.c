@@ -135,7 +135,8 @@ rf_status_t rf_storage_alloc_module(rf_storage_t *st, int m, const char *module_
         total += (numel * rf_dtype_size(shapes[i].dtype) + RF_SLOT_ALIGN - 1) / RF_SLOT_ALIGN *
                  RF_SLOT_ALIGN;
     }
-    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0);
+    /* real arenas are populated up front so the first update does not pay page faults */
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : MAP_POPULATE);
     void *base = mmap(NULL, total, noreserve ? PROT_NONE : PROT_READ | PROT_WRITE, flags, -1, 0);
     if (base == MAP_FAILED)
         return rf_err_set(err, RF_ERR_NOMEM, "storage: cannot map %llu bytes for %s: %s",

@@ -856,8 +856,11 @@ rf_status_t rf_topology_parse(const char *yaml, size_t len, const char *path, rf
     }
     RF_CHECK_GOTO(check_file_rules(&cx, t), st, out_free);
 
-    /* model.config: relative paths against the file's folder (the default: the cwd) */
-    if (path == NULL || t->model_config[0] == '/' || strchr(path, '/') == NULL) {
+    /* model.config: relative paths against the file's folder; the compiled-in default stands
+     * for jobs/topologies/default.yaml under the current folder (a checkout's root) */
+    if (path == NULL && t->model_config[0] != '/')
+        path = "jobs/topologies/default.yaml";
+    if (t->model_config[0] == '/' || strchr(path, '/') == NULL) {
         snprintf(t->model_config_path, sizeof(t->model_config_path), "%s", t->model_config);
     } else {
         int dirlen = (int)(strrchr(path, '/') - path);
