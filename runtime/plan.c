@@ -512,6 +512,16 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
             }
         }
     }
+    /* signatures must not change between update begin and finalize; checked before the
+     * deferred stage, which would otherwise read a moved slot the loaders never wrote */
+    int changed = plan_changed_slot(p);
+    if (changed >= 0) {
+        rf_err_set(err, RF_ERR_MOVED,
+                   "update %u: slot %s changed its signature during the update (storage moved)",
+                   p->update, changed < p->st->nslots ? p->st->slots[changed].name : "?");
+        rf_plan_abort(p);
+        return RF_ERR_MOVED;
+    }
     /* deferred stage: once per layer with weight-derived state */
     double t0 = cpu_now();
     for (int m = 0; m < p->nlayers; m++) {
@@ -528,15 +538,6 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
         p->stats.derived_runs++;
     }
     p->stats.deferred_s = cpu_now() - t0;
-    /* signatures must not change between update begin and finalize */
-    int changed = plan_changed_slot(p);
-    if (changed >= 0) {
-        rf_err_set(err, RF_ERR_MOVED,
-                   "update %u: slot %s changed its signature during the update (storage moved)",
-                   p->update, changed < p->st->nslots ? p->st->slots[changed].name : "?");
-        rf_plan_abort(p);
-        return RF_ERR_MOVED;
-    }
     p->stats.bookkeeping_probes = ((rf_map_t *)p->app_index)->probes - p->probes_base;
     p->in_update = false;
     return RF_OK;
