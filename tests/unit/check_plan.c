@@ -625,6 +625,22 @@ START_TEST(test_move_during_update)
     update(&h, 2, 0, false);
     ck_assert_uint_eq(h.p.stats.rebuilds, 1);
     h_free(&h);
+
+    /* the failed update runs no deferred stage: the loaders wrote the old storage, so derived
+     * state computed from the moved slot would come from stale bytes */
+    h_init(&h, LLAMA1, "test-derived", NULL, tp(1, 0), RF_POLICY_AUTO);
+    begin(&h, 1);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_storage_move_slot(&h.st, QKV_W, &err), RF_OK);
+    apply_all(&h, 1, 0, true, -1);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_plan_finalize(&h.p, &err), RF_ERR_MOVED);
+    ck_assert_ptr_nonnull(strstr(err.msg, QKV_W));
+    ck_assert_uint_eq(h.own.derived_runs, 0);
+    update(&h, 2, 0, true);
+    ck_assert_uint_eq(h.own.derived_runs, 1);
+    ck_assert_uint_eq(h.p.stats.rebuilds, 1);
+    h_free(&h);
 }
 END_TEST
 
