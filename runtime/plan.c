@@ -331,6 +331,30 @@ void rf_plan_free(rf_plan_t *p)
     memset(p, 0, sizeof(*p));
 }
 
+/* A RUNTIME_VIEW layer's mapping still stands: the owner still offers one, it still
+ * validates, and it still binds exactly the views the plan holds. */
+static bool view_confirmed(rf_plan_t *p, int m)
+{
+    rf_layer_t *L = &p->layers[m];
+    rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
+    rf_view_t views[RF_MODULE_MAX_SLOTS];
+    const char *why = NULL;
+    int nrt = layer_runtime(p, m, rt);
+    memset(views, 0, sizeof(views));
+    if (p->fmt->ops->runtime_mapping == NULL ||
+        !p->fmt->ops->runtime_mapping(p->fmt, p->inv, m, L->model, L->nmodel, rt, nrt, views) ||
+        !mapping_valid(L, rt, nrt, views, &why))
+        return false;
+    for (int i = 0; i < L->nmodel; i++) {
+        rf_dst_t d = view_dst(&views[i]);
+        if (d.data != L->dst[i].data || d.esize != L->dst[i].esize ||
+            d.row_stride != L->dst[i].row_stride || d.col_stride != L->dst[i].col_stride ||
+            d.expert_stride != L->dst[i].expert_stride)
+            return false;
+    }
+    return true;
+}
+
 /* First slot whose signature differs from the recorded one, or -1. */
 static int plan_changed_slot(const rf_plan_t *p)
 {
@@ -348,10 +372,12 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
     bool reconfirm = false;
     if (p->in_update)
         rf_plan_abort(p);
-    /* DIRECT layers re-confirm the owner's identity every update */
+    /* DIRECT layers re-confirm the owner's identity, RUNTIME_VIEW layers its mapping, every
+     * update (DESIGN.md 8.7) */
     for (int m = 0; m < p->nlayers && !reconfirm; m++)
-        if (p->layers[m].mode == RF_PLAN_DIRECT &&
-            !p->fmt->ops->identity(p->fmt, p->inv, m))
+        if ((p->layers[m].mode == RF_PLAN_DIRECT &&
+             !p->fmt->ops->identity(p->fmt, p->inv, m)) ||
+            (p->layers[m].mode == RF_PLAN_RUNTIME_VIEW && changed < 0 && !view_confirmed(p, m)))
             reconfirm = true;
     if (changed >= 0 || reconfirm) {
         rf_info("plan rebuilt before update %u: %s", update,
@@ -486,6 +512,16 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
             }
         }
     }
+    /* signatures must not change between update begin and finalize; checked before the
+     * deferred stage, which would otherwise read a moved slot the loaders never wrote */
+    int changed = plan_changed_slot(p);
+    if (changed >= 0) {
+        rf_err_set(err, RF_ERR_MOVED,
+                   "update %u: slot %s changed its signature during the update (storage moved)",
+                   p->update, changed < p->st->nslots ? p->st->slots[changed].name : "?");
+        rf_plan_abort(p);
+        return RF_ERR_MOVED;
+    }
     /* deferred stage: once per layer with weight-derived state */
     double t0 = cpu_now();
     for (int m = 0; m < p->nlayers; m++) {
@@ -502,15 +538,6 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
         p->stats.derived_runs++;
     }
     p->stats.deferred_s = cpu_now() - t0;
-    /* signatures must not change between update begin and finalize */
-    int changed = plan_changed_slot(p);
-    if (changed >= 0) {
-        rf_err_set(err, RF_ERR_MOVED,
-                   "update %u: slot %s changed its signature during the update (storage moved)",
-                   p->update, changed < p->st->nslots ? p->st->slots[changed].name : "?");
-        rf_plan_abort(p);
-        return RF_ERR_MOVED;
-    }
     p->stats.bookkeeping_probes = ((rf_map_t *)p->app_index)->probes - p->probes_base;
     p->in_update = false;
     return RF_OK;
