@@ -485,7 +485,15 @@ static void write_profile(job_t *j, uint32_t update)
     char path[RF_PATH_MAX + 64];
     if (j->o->profile_dir == NULL || j->o->profile_dir[0] == '\0')
         return;
-    mkdir(j->o->profile_dir, 0755);
+    /* mkdir -p */
+    snprintf(path, sizeof(path), "%s", j->o->profile_dir);
+    for (char *q = path + 1; *q; q++)
+        if (*q == '/') {
+            *q = '\0';
+            mkdir(path, 0755);
+            *q = '/';
+        }
+    mkdir(path, 0755);
     snprintf(path, sizeof(path), "%s/profile-rank%d.json", j->o->profile_dir, j->rank);
     json_t *root = NULL;
     if (update > 1) {

@@ -171,9 +171,9 @@ START_TEST(test_compiled_default)
     ck_assert_int_eq(parse_str(rf_default_topology_yaml, NULL, &t, &err), RF_OK);
     ck_assert_str_eq(t.name, "default");
     ck_assert_str_eq(t.file, "default.yaml");
-    /* compiled-in: relative to the current folder */
-    ck_assert_str_eq(t.model_config_path, "jobs/models/qwen3-0.6b.config.json");
-    ck_assert_str_eq(t.model_config, "jobs/models/qwen3-0.6b.config.json");
+    /* compiled-in: as jobs/topologies/default.yaml under the current folder */
+    ck_assert_str_eq(t.model_config_path, "jobs/topologies/../models/qwen3-0.6b.config.json");
+    ck_assert_str_eq(t.model_config, "../models/qwen3-0.6b.config.json");
     ck_assert_int_eq(t.t_pp, 2);
     ck_assert_int_eq(t.r_tp, 2);
     /* the file version: same content, different path, same name -> same hash */

@@ -1,0 +1,81 @@
+# refit-run end to end under mpiexec on the CPU topologies (label mpi; full-size ones also slow).
+# tests/mpi/expect.sh checks the exit status and a line of the output.
+set(REFIT_RUN ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none)
+set(EXPECT ${CMAKE_CURRENT_SOURCE_DIR}/expect.sh)
+set(TOPO ${CMAKE_SOURCE_DIR}/jobs/topologies)
+set(TTOPO ${CMAKE_CURRENT_SOURCE_DIR}/topologies)
+set(DATA ${REFIT_TEST_DATA})
+
+# refit_run_test(NAME NP ok|fail "REGEX[;REGEX...]" refit-run-args...)
+function(refit_run_test name np want regex)
+  add_test(NAME ${name}
+           COMMAND ${EXPECT} ${want} ${regex} -- ${REFIT_RUN} -np ${np} $<TARGET_FILE:refit-run>
+                   --profile-dir ${CMAKE_BINARY_DIR}/profiles/${name} ${ARGN}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 600)
+endfunction()
+
+# the dense fixtures with --reference at every rollout TP the validator accepts
+foreach(case "llama-tiny-tp1-to-tp1;2" "llama-tiny-tp1pp3-to-tp2;5" "llama-tiny-tp2-to-2xtp1;4"
+             "llama-tiny-tp2pp2-to-tp2;6")
+  list(GET case 0 topo)
+  list(GET case 1 np)
+  refit_run_test(refit_run_${topo} ${np} ok "refit: COMMITTED 3 update\\(s\\), verified 30 tensors"
+                 --topology ${TOPO}/${topo}.yaml --checkpoint ${DATA}/llama-tiny
+                 --reference ${DATA}/llama-tiny/tensors.reference.json --steps 3)
+endforeach()
+foreach(case "qwen3-tiny-tied-tp2-to-tp2;${TOPO};4" "qwen3-tiny-tied-tp1-to-tp4;${TOPO};5"
+             "qwen3-tiny-tied-tp1-to-tp1;${TTOPO};2")
+  list(GET case 0 topo)
+  list(GET case 1 dir)
+  list(GET case 2 np)
+  refit_run_test(refit_run_${topo} ${np} ok "refit: COMMITTED 3 update\\(s\\), verified 24 tensors"
+                 --topology ${dir}/${topo}.yaml --checkpoint ${DATA}/qwen3-tiny-tied
+                 --reference ${DATA}/qwen3-tiny-tied/tensors.reference.json --steps 3)
+endforeach()
+# refused at startup, naming the cause: 6 heads do not split over rollout TP 4
+refit_run_test(refit_run_llama_tiny_tp4_refused 5 fail "refit: FAILED: .*num_attention_heads 6 is not divisible by 4"
+               --topology ${TTOPO}/llama-tiny-tp1-to-tp4.yaml --checkpoint ${DATA}/llama-tiny)
+
+# reload policies and format owners: LAYERWISE and the deferred stage, same bytes
+refit_run_test(refit_run_policy_layerwise 4 ok "DIRECT 0  RUNTIME_VIEW 0  LAYERWISE 21;refit: COMMITTED 2"
+               --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml --checkpoint ${DATA}/llama-tiny
+               --reference ${DATA}/llama-tiny/tensors.reference.json --reload-policy layerwise)
+refit_run_test(refit_run_owner_test_transpose 4 ok "DIRECT 9  RUNTIME_VIEW 0  LAYERWISE 12;refit: COMMITTED 2"
+               --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml --checkpoint ${DATA}/llama-tiny
+               --reference ${DATA}/llama-tiny/tensors.reference.json --format-owner test-transpose)
+refit_run_test(refit_run_owner_test_derived 4 ok "refit: COMMITTED 3 update\\(s\\)"
+               --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml --format-owner test-derived --steps 3)
+# small chunks: row pieces, many chunks, generator weights
+refit_run_test(refit_run_small_chunks 4 ok "max 2 chunks in flight;refit: COMMITTED 2"
+               --topology ${TTOPO}/llama-tiny-tp2-to-2xtp1-small-chunks.yaml)
+
+# bad input: clear errors, no hang
+refit_run_test(refit_run_missing_topology 2 fail "refit: FAILED: .*no-such.yaml"
+               --topology ${TTOPO}/no-such.yaml)
+refit_run_test(refit_run_wrong_world_size 3 fail "refit: FAILED: .*world size 3"
+               --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml)
+refit_run_test(refit_run_wrong_checkpoint 2 fail "refit: FAILED: .*tensor model.embed_tokens.weight has a different shape"
+               --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --checkpoint ${DATA}/qwen3-tiny-tied)
+refit_run_test(refit_run_bad_steps 2 fail "--steps: 'zero' is not a positive integer"
+               --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --steps zero)
+refit_run_test(refit_run_help 1 ok "usage: mpirun -np N refit-run" --help)
+
+# counters: bytes_produced / bytes_read / bytes_gathered against hand-computed values
+refit_run_test(refit_run_counters_llama_tiny_tp2 4 ok "refit: COMMITTED 2"
+               --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml --checkpoint ${DATA}/llama-tiny)
+set_tests_properties(refit_run_counters_llama_tiny_tp2 PROPERTIES FIXTURES_SETUP counters_profile)
+add_executable(check_profile_counters ${CMAKE_CURRENT_SOURCE_DIR}/check_profile_counters.c)
+target_link_libraries(check_profile_counters PRIVATE PkgConfig::CHECK PkgConfig::JANSSON)
+add_test(NAME check_profile_counters
+         COMMAND check_profile_counters ${CMAKE_BINARY_DIR}/profiles/refit_run_counters_llama_tiny_tp2)
+set_tests_properties(check_profile_counters PROPERTIES LABELS mpi FIXTURES_REQUIRED counters_profile)
+
+# the main job on real input: full-size Qwen3-0.6B shape, generator weights
+refit_run_test(refit_run_default_qwen3_0_6b 4 ok "refit: COMMITTED 2 update\\(s\\), verified 310 tensors" --steps 2)
+refit_run_test(refit_run_qwen3_0_6b_tp2_to_2xtp1 4 ok "refit: COMMITTED 2 update\\(s\\), verified 310 tensors"
+               --topology ${TOPO}/qwen3-0.6b-tp2-to-2xtp1.yaml --steps 2)
+refit_run_test(refit_run_qwen3_0_6b_tp2pp2_to_tp4 8 ok "refit: COMMITTED 2 update\\(s\\), verified 310 tensors"
+               --topology ${TOPO}/qwen3-0.6b-tp2pp2-to-tp4.yaml --steps 2)
+set_tests_properties(refit_run_default_qwen3_0_6b refit_run_qwen3_0_6b_tp2_to_2xtp1
+                     refit_run_qwen3_0_6b_tp2pp2_to_tp4 PROPERTIES LABELS "mpi;slow")
