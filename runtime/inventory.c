@@ -6,6 +6,7 @@
  * -1, name by strcmp). Each tensor names the module, slot and fused shard that receive it, and
  * how the trainer splits it. Per-rank slot shapes follow vLLM's parallel linear classes.
  */
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,30 +100,115 @@ static rf_status_t inv_add_tensor(inv_builder_t *b, const char *name, rf_dtype_t
     t->param = param;
     t->split = split;
     t->module = module;
-    t->slot = inv_module_slot(&inv->modules[module], slot);
+    t->slot = slot ? inv_module_slot(&inv->modules[module], slot) : -1;
     t->shard = shard;
     return RF_OK;
 }
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 
-/* One linear's tensors: weight (and bias) into `slot`/`bias slot` of module m. */
-static rf_status_t inv_linear(inv_builder_t *b, const char *prefix, int layer, int expert,
-                              int64_t n, int64_t k, bool bias, rf_split_t wsplit, int m, int shard)
+/* True when the linear `prefix` is left unquantized by modules_to_not_convert / ignore:
+ * an exact name, a dotted suffix ("lm_head", "mlp.gate"), or "re:<regex>" (compressed-tensors). */
+static bool inv_not_converted(const rf_model_config_t *c, const char *prefix)
 {
-    char name[RF_NAME_MAX];
-    rf_dtype_t dt = b->inv->cfg.dtype;
+    size_t pl = strlen(prefix);
+    for (int i = 0; i < c->n_not_convert; i++) {
+        const char *e = c->not_convert[i];
+        size_t el = strlen(e);
+        if (strncmp(e, "re:", 3) == 0) {
+            regex_t re;
+            if (regcomp(&re, e + 3, REG_EXTENDED | REG_NOSUB) == 0) {
+                bool hit = regexec(&re, prefix, 0, NULL, 0) == 0;
+                regfree(&re);
+                if (hit)
+                    return true;
+            }
+            continue;
+        }
+        if (strcmp(prefix, e) == 0)
+            return true;
+        if (pl > el && prefix[pl - el - 1] == '.' && strcmp(prefix + pl - el, e) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * One linear's checkpoint tensors into module m (DESIGN.md section 7): unquantized `weight`
+ * (N, K); fp8-block `weight` e4m3 + `weight_scale_inv` fp32 (cdiv(N,128), cdiv(K,128));
+ * wna16 `weight_packed` int32 (N, K/8) + `weight_scale` (N, K/G) + `weight_shape` int64 [2].
+ * Slot names get `sp` as prefix ("w13_" for fused experts). Biases stay unquantized.
+ */
+static rf_status_t inv_linear_q(inv_builder_t *b, const char *prefix, int layer, int expert,
+                                int64_t n, int64_t k, bool bias, rf_split_t wsplit, int m,
+                                int shard, const char *sp)
+{
+    char name[RF_NAME_MAX], slot[32];
+    rf_inventory_t *inv = b->inv;
+    rf_dtype_t dt = inv->cfg.dtype;
+    rf_module_t *mod = &inv->modules[m];
     /* a row-parallel bias is replicated on the trainer; a column-type bias splits like rows */
     rf_split_t bsplit = wsplit == RF_SPLIT_COLS ? RF_SPLIT_REPLICATED : wsplit;
-    snprintf(name, sizeof(name), "%s.weight", prefix);
-    RF_CHECK(inv_add_tensor(b, name, dt, 2, SHAPE(n, k), layer, expert, RF_PARAM_WEIGHT, wsplit,
-                            m, "weight", shard));
+    rf_quant_t q = inv->quant;
+    if (q != RF_QUANT_NONE && inv_not_converted(&inv->cfg, prefix))
+        q = RF_QUANT_NONE;
+    if (mod->nlinears++ == 0)
+        mod->quant = q;
+    else if (mod->quant != q)
+        return rf_err_set(b->err, RF_ERR_UNSUPPORTED,
+                          "inventory: %s is %s but other parts of %s are %s (modules_to_not_convert "
+                          "must cover a fused module whole)",
+                          prefix, rf_quant_name(q), mod->name, rf_quant_name(mod->quant));
+    switch (q) {
+    case RF_QUANT_NONE:
+        snprintf(name, sizeof(name), "%s.weight", prefix);
+        snprintf(slot, sizeof(slot), "%sweight", sp);
+        RF_CHECK(inv_add_tensor(b, name, dt, 2, SHAPE(n, k), layer, expert, RF_PARAM_WEIGHT,
+                                wsplit, m, slot, shard));
+        break;
+    case RF_QUANT_FP8_BLOCK:
+        snprintf(name, sizeof(name), "%s.weight", prefix);
+        snprintf(slot, sizeof(slot), "%sweight", sp);
+        RF_CHECK(inv_add_tensor(b, name, RF_DTYPE_F8_E4M3, 2, SHAPE(n, k), layer, expert,
+                                RF_PARAM_WEIGHT, wsplit, m, slot, shard));
+        snprintf(name, sizeof(name), "%s.weight_scale_inv", prefix);
+        snprintf(slot, sizeof(slot), "%sweight_scale_inv", sp);
+        RF_CHECK(inv_add_tensor(b, name, RF_DTYPE_F32, 2, SHAPE((n + 127) / 128, (k + 127) / 128),
+                                layer, expert, RF_PARAM_WEIGHT_SCALE_INV, wsplit, m, slot, shard));
+        break;
+    case RF_QUANT_WNA16: {
+        int64_t G = inv->group_size;
+        if (G <= 0 || k % G != 0 || k % 8 != 0)
+            return rf_err_set(b->err, RF_ERR_TOPOLOGY,
+                              "inventory: %s: K %lld must be a multiple of the group size %lld "
+                              "and of 8 (wna16)",
+                              prefix, (long long)k, (long long)G);
+        snprintf(name, sizeof(name), "%s.weight_packed", prefix);
+        snprintf(slot, sizeof(slot), "%sweight_packed", sp);
+        RF_CHECK(inv_add_tensor(b, name, RF_DTYPE_I32, 2, SHAPE(n, k / 8), layer, expert,
+                                RF_PARAM_WEIGHT_PACKED, wsplit, m, slot, shard));
+        snprintf(name, sizeof(name), "%s.weight_scale", prefix);
+        snprintf(slot, sizeof(slot), "%sweight_scale", sp);
+        RF_CHECK(inv_add_tensor(b, name, dt, 2, SHAPE(n, k / G), layer, expert,
+                                RF_PARAM_WEIGHT_SCALE, wsplit, m, slot, shard));
+        snprintf(name, sizeof(name), "%s.weight_shape", prefix);
+        RF_CHECK(inv_add_tensor(b, name, RF_DTYPE_I64, 1, SHAPE(2), layer, expert,
+                                RF_PARAM_WEIGHT_SHAPE, RF_SPLIT_REPLICATED, m, NULL, shard));
+        break;
+    }
+    }
     if (bias) {
         snprintf(name, sizeof(name), "%s.bias", prefix);
         RF_CHECK(inv_add_tensor(b, name, dt, 1, SHAPE(n), layer, expert, RF_PARAM_BIAS, bsplit, m,
                                 "bias", shard));
     }
     return RF_OK;
+}
+
+static rf_status_t inv_linear(inv_builder_t *b, const char *prefix, int layer, int expert,
+                              int64_t n, int64_t k, bool bias, rf_split_t wsplit, int m, int shard)
+{
+    return inv_linear_q(b, prefix, layer, expert, n, k, bias, wsplit, m, shard, "");
 }
 
 static rf_status_t inv_norm(inv_builder_t *b, const char *name_w, const char *module, int layer,
@@ -186,18 +272,13 @@ static rf_status_t inv_layer(inv_builder_t *b, int i)
         snprintf(mn, sizeof(mn), "%s.mlp.experts", p);
         if ((m = inv_add_module(b, mn, RF_MOD_MOE, i, Im, H)) < 0)
             return RF_ERR_NOMEM;
-        inv_module_slot(&b->inv->modules[m], "w13_weight");
-        inv_module_slot(&b->inv->modules[m], "w2_weight");
         for (int e = 0; e < E; e++) {
-            snprintf(w, sizeof(w), "%s.mlp.experts.%d.gate_proj.weight", p, e);
-            RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(Im, H), i, e, RF_PARAM_WEIGHT,
-                                    RF_SPLIT_ROWS, m, "w13_weight", 0));
-            snprintf(w, sizeof(w), "%s.mlp.experts.%d.up_proj.weight", p, e);
-            RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(Im, H), i, e, RF_PARAM_WEIGHT,
-                                    RF_SPLIT_ROWS, m, "w13_weight", 1));
-            snprintf(w, sizeof(w), "%s.mlp.experts.%d.down_proj.weight", p, e);
-            RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(H, Im), i, e, RF_PARAM_WEIGHT,
-                                    RF_SPLIT_COLS, m, "w2_weight", 0));
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.gate_proj", p, e);
+            RF_CHECK(inv_linear_q(b, w, i, e, Im, H, false, RF_SPLIT_ROWS, m, 0, "w13_"));
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.up_proj", p, e);
+            RF_CHECK(inv_linear_q(b, w, i, e, Im, H, false, RF_SPLIT_ROWS, m, 1, "w13_"));
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.down_proj", p, e);
+            RF_CHECK(inv_linear_q(b, w, i, e, H, Im, false, RF_SPLIT_COLS, m, 0, "w2_"));
         }
     } else {
         int64_t I = c->intermediate_size;
@@ -237,12 +318,9 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
     inv_builder_t b = {&inv, 0, 0, err};
     rf_status_t st;
     int64_t H, V, L;
-    (void)group_size;
     memset(&inv, 0, sizeof(inv));
-    if (quant != RF_QUANT_NONE)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                          "inventory: quantization '%s' is not implemented yet (only none)",
-                          rf_quant_name(quant));
+    inv.quant = quant;
+    inv.group_size = group_size > 0 ? group_size : 128;
     st = rf_model_config_copy(&inv.cfg, cfg);
     if (st != RF_OK)
         return rf_err_set(err, st, "inventory: out of memory");
@@ -413,6 +491,91 @@ static rf_status_t need_div(const rf_module_t *m, const char *what, int64_t a, i
     return RF_OK;
 }
 
+/* Shape of one model-layout slot named `name` of module m on a rank whose local logical
+ * weight is rows x K (dense) or, for experts, El x (2 Ip | H) x (H | Ip). */
+static rf_status_t quant_slot(const rf_inventory_t *inv, const rf_module_t *m, const char *name,
+                              int64_t rows, int64_t K, rf_slot_shape_t *out, rf_err_t *err)
+{
+    rf_dtype_t dt = inv->cfg.dtype;
+    int64_t G = inv->group_size;
+    if (strcmp(name, "bias") == 0) {
+        slot_set(out, name, dt, 1, SHAPE(m->kind == RF_MOD_ROW ? m->n : rows));
+        return RF_OK;
+    }
+    switch (m->quant) {
+    case RF_QUANT_NONE:
+        slot_set(out, name, dt, 2, SHAPE(rows, K));
+        return RF_OK;
+    case RF_QUANT_FP8_BLOCK:
+        if (strcmp(name, "weight") == 0)
+            slot_set(out, name, RF_DTYPE_F8_E4M3, 2, SHAPE(rows, K));
+        else
+            slot_set(out, name, RF_DTYPE_F32, 2, SHAPE((rows + 127) / 128, (K + 127) / 128));
+        return RF_OK;
+    case RF_QUANT_WNA16:
+        if (K % G != 0 || K % 8 != 0)
+            return rf_err_set(err, RF_ERR_TOPOLOGY,
+                              "%s: input size %lld per rank is not a multiple of the wna16 group "
+                              "size %lld and of 8",
+                              m->name, (long long)K, (long long)G);
+        if (strcmp(name, "weight_packed") == 0)
+            slot_set(out, name, RF_DTYPE_I32, 2, SHAPE(rows, K / 8));
+        else
+            slot_set(out, name, dt, 2, SHAPE(rows, K / G));
+        return RF_OK;
+    }
+    return RF_OK;
+}
+
+static rf_status_t need_block(const rf_module_t *m, const char *what, int64_t a, rf_err_t *err)
+{
+    if (a % 128 != 0)
+        return rf_err_set(err, RF_ERR_TOPOLOGY,
+                          "%s: %s %lld is not a multiple of the 128-row fp8 block: a shard "
+                          "boundary would split a block",
+                          m->name, what, (long long)a);
+    return RF_OK;
+}
+
+static rf_status_t moe_slot(const rf_inventory_t *inv, const rf_module_t *m, const char *name,
+                            int64_t El, int64_t Ip, rf_slot_shape_t *out, rf_err_t *err)
+{
+    int64_t H = inv->cfg.hidden_size, G = inv->group_size;
+    bool w13 = strncmp(name, "w13_", 4) == 0;
+    const char *p = name + (w13 ? 4 : 3);
+    rf_dtype_t dt = inv->cfg.dtype;
+    switch (m->quant) {
+    case RF_QUANT_NONE:
+        slot_set(out, name, dt, 3, w13 ? SHAPE(El, 2 * Ip, H) : SHAPE(El, H, Ip));
+        return RF_OK;
+    case RF_QUANT_FP8_BLOCK:
+        RF_CHECK(need_block(m, "moe intermediate size per rank (I_p)", Ip, err));
+        if (strcmp(p, "weight") == 0)
+            slot_set(out, name, RF_DTYPE_F8_E4M3, 3, w13 ? SHAPE(El, 2 * Ip, H) : SHAPE(El, H, Ip));
+        else if (w13)
+            slot_set(out, name, RF_DTYPE_F32, 3, SHAPE(El, 2 * Ip / 128, (H + 127) / 128));
+        else
+            slot_set(out, name, RF_DTYPE_F32, 3, SHAPE(El, (H + 127) / 128, Ip / 128));
+        return RF_OK;
+    case RF_QUANT_WNA16: {
+        int64_t K = w13 ? H : Ip, N = w13 ? 2 * Ip : H;
+        if (K % G != 0 || K % 8 != 0)
+            return rf_err_set(err, RF_ERR_TOPOLOGY,
+                              "%s: %s input size %lld per rank is not a multiple of the wna16 "
+                              "group size %lld and of 8",
+                              m->name, w13 ? "w13" : "w2", (long long)K, (long long)G);
+        /* vLLM's wna16 FusedMoE model layout is K-first: (E_l, K/8, N) and (E_l, K/G, N) */
+        if (strcmp(p, "weight_packed") == 0)
+            slot_set(out, name, RF_DTYPE_I32, 3, SHAPE(El, K / 8, N));
+        else
+            slot_set(out, name, dt, 3, SHAPE(El, K / G, N));
+        out->kfirst = true;
+        return RF_OK;
+    }
+    }
+    return RF_OK;
+}
+
 rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_coords_t *rc,
                             rf_slot_shape_t out[RF_MODULE_MAX_SLOTS], int *nslots_p,
                             rf_err_t *err)
@@ -420,14 +583,21 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
     const rf_model_config_t *c = &inv->cfg;
     const rf_module_t *m = &inv->modules[mi];
     int64_t T = rc->tp, H = c->hidden_size;
-    rf_dtype_t dt = c->dtype;
-    int n = 0;
+    int64_t rows = 0, K = m->k;
+    bool fp8 = m->quant == RF_QUANT_FP8_BLOCK;
     switch (m->kind) {
     case RF_MOD_VOCAB: {
         int64_t Vp = rf_vocab_padded(c->vocab_size);
         RF_CHECK(need_div(m, "padded vocab", Vp, T, err));
-        slot_set(&out[n++], "weight", dt, 2, SHAPE(Vp / T, H));
-        break;
+        slot_set(&out[0], "weight", c->dtype, 2, SHAPE(Vp / T, H));
+        *nslots_p = 1;
+        return RF_OK;
+    }
+    case RF_MOD_REPLICATED: {
+        const rf_tensor_t *t = &inv->tensors[m->tensors[0]];
+        slot_set(&out[0], "weight", t->dtype, t->ndim, t->shape);
+        *nslots_p = 1;
+        return RF_OK;
     }
     case RF_MOD_QKV: {
         int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, d = c->head_dim;
@@ -437,42 +607,39 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
         else
             RF_CHECK(need_div(m, "tensor parallel size (kv heads replicated)", T, nkv, err));
         int64_t nh_p = nh / T, nkv_p = nkv >= T ? nkv / T : 1;
-        int64_t rows = (nh_p + 2 * nkv_p) * d;
-        slot_set(&out[n++], "weight", dt, 2, SHAPE(rows, H));
-        if (c->qkv_bias)
-            slot_set(&out[n++], "bias", dt, 1, SHAPE(rows));
+        if (fp8) {
+            RF_CHECK(need_block(m, "q rows per rank", nh_p * d, err));
+            RF_CHECK(need_block(m, "k/v rows per rank", nkv_p * d, err));
+        }
+        rows = (nh_p + 2 * nkv_p) * d;
         break;
     }
-    case RF_MOD_MERGED: {
-        int64_t I = m->n / 2;
-        RF_CHECK(need_div(m, "intermediate_size", I, T, err));
-        slot_set(&out[n++], "weight", dt, 2, SHAPE(2 * I / T, m->k));
-        if (m->nslots > 1)
-            slot_set(&out[n++], "bias", dt, 1, SHAPE(2 * I / T));
+    case RF_MOD_MERGED:
+        RF_CHECK(need_div(m, "intermediate_size", m->n / 2, T, err));
+        rows = m->n / T;
+        if (fp8)
+            RF_CHECK(need_block(m, "intermediate rows per rank", m->n / 2 / T, err));
         break;
-    }
     case RF_MOD_ROW:
         RF_CHECK(need_div(m, "input size", m->k, T, err));
-        slot_set(&out[n++], "weight", dt, 2, SHAPE(m->n, m->k / T));
-        if (m->nslots > 1)
-            slot_set(&out[n++], "bias", dt, 1, SHAPE(m->n));
+        rows = m->n;
+        K = m->k / T;
+        if (fp8 && T > 1)
+            RF_CHECK(need_block(m, "input columns per rank", K, err));
         break;
-    case RF_MOD_REPLICATED: {
-        const rf_tensor_t *t = &inv->tensors[m->tensors[0]];
-        slot_set(&out[n++], "weight", t->dtype, t->ndim, t->shape);
-        break;
-    }
     case RF_MOD_MOE: {
         int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
-        int64_t Ip, El = rf_moe_local_count(c->num_experts, rc);
+        int64_t El = rf_moe_local_count(c->num_experts, rc);
         RF_CHECK(need_div(m, "moe_intermediate_size", m->n, Tm, err));
-        Ip = m->n / Tm;
-        slot_set(&out[n++], "w13_weight", dt, 3, SHAPE(El, 2 * Ip, H));
-        slot_set(&out[n++], "w2_weight", dt, 3, SHAPE(El, H, Ip));
-        break;
+        for (int i = 0; i < m->nslots; i++)
+            RF_CHECK(moe_slot(inv, m, m->slot_names[i], El, m->n / Tm, &out[i], err));
+        *nslots_p = m->nslots;
+        return RF_OK;
     }
     }
-    *nslots_p = n;
+    for (int i = 0; i < m->nslots; i++)
+        RF_CHECK(quant_slot(inv, m, m->slot_names[i], rows, K, &out[i], err));
+    *nslots_p = m->nslots;
     return RF_OK;
 }
 

@@ -144,7 +144,8 @@ typedef struct rf_tensor {
     rf_param_t param;
     rf_split_t split; /* trainer-side split (experts: inside the expert, by expert TP) */
     int module;       /* receiving engine module (index into inventory.modules) */
-    int slot;         /* slot index within the module (0 weight, 1 bias, ...) */
+    int slot;         /* model-layout slot within the module (0 weight, 1 bias, ...);
+                         -1 for wna16 weight_shape (checked on arrival, counted, not stored) */
     int shard;        /* fused shard: q 0 / k 1 / v 2; gate 0 / up 1; otherwise 0 */
 } rf_tensor_t;
 
@@ -158,6 +159,8 @@ typedef struct rf_module {
     int *tensors;           /* owned: indices of the checkpoint tensors it receives */
     int ntensors;
     bool tied;              /* embedding module also serving lm_head (tie_word_embeddings) */
+    rf_quant_t quant;       /* quantization of its weights (RF_QUANT_NONE when unquantized) */
+    int nlinears;           /* linears fused into it (inventory builder bookkeeping) */
     /* logical sizes used by the loader arithmetic */
     int64_t n;              /* output rows: N (V for vocab, nh*d + 2 nkv*d for qkv, 2I merged) */
     int64_t k;              /* input columns K (H for most) */
@@ -170,6 +173,8 @@ typedef struct rf_inventory {
     rf_module_t *modules;   /* owned */
     int nmodules;
     uint64_t nparams;       /* sum of numel over tensors */
+    rf_quant_t quant;       /* model quantization (per module: rf_module_t.quant) */
+    int64_t group_size;     /* wna16 group G */
     void *index;            /* owned name -> tensor hash index */
 } rf_inventory_t;
 
@@ -213,6 +218,8 @@ typedef struct rf_slot_shape {
     rf_dtype_t dtype;
     int ndim;
     int64_t shape[RF_MAX_DIMS];
+    bool kfirst; /* model layout is K-first: the last two dims are (K, N), transposed against
+                    the checkpoint's (N, K) (vLLM's wna16 FusedMoE loader layout) */
 } rf_slot_shape_t;
 
 /*
@@ -237,6 +244,13 @@ static inline uint64_t rf_tensor_row_bytes(const rf_tensor_t *t)
 {
     uint64_t r = rf_tensor_rows(t);
     return r == 0 ? 0 : t->nbytes / r;
+}
+
+/* Rows of the logical weight one row of this tensor stands for: 128 for FP8 block scales
+ * (weight_scale_inv), 1 otherwise. */
+static inline int64_t rf_tensor_row_unit(const rf_tensor_t *t)
+{
+    return t->param == RF_PARAM_WEIGHT_SCALE_INV ? 128 : 1;
 }
 
 /* Vp = round_up(V, 64) */
