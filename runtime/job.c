@@ -151,16 +151,16 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         return st;
     if (j->topo.transport != RF_TRANSPORT_MPI || j->topo.t_ngpus > 0 || j->topo.r_ngpus > 0) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: transfer.transport %s%s is not available in this build (CPU, mpi "
+                        "%s: transfer.transport: %s%s is not available in this build (CPU, mpi "
                         "transport only)",
-                        j->topo.name, rf_transport_name(j->topo.transport),
+                        j->topo.file, rf_transport_name(j->topo.transport),
                         (j->topo.t_ngpus || j->topo.r_ngpus) ? " with gpus" : "");
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
     if (j->topo.mode != RF_MODE_BROADCAST) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: transfer.mode %s is not implemented yet (broadcast only)",
-                        j->topo.name, rf_mode_name(j->topo.mode));
+                        "%s: transfer.mode: %s is not implemented yet (broadcast only)",
+                        j->topo.file, rf_mode_name(j->topo.mode));
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
     MPI_Comm_split(MPI_COMM_WORLD, (int)j->me.role, j->rank, &j->role_comm);
@@ -698,7 +698,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         rf_err_t de;
         rf_err_clear(&de);
         if (verdict.posted_from != NULL)
-            rf_xfer_drain(j->xfer, verdict.posted_from, rf_time_now() + 30.0, &de);
+            rf_xfer_drain(j->xfer, verdict.posted_from,
+                          rf_time_now() + j->topo.slack_s + RF_GATE_GRACE_S, &de);
         if (is_rollout(j) && j->plan.in_update)
             rf_plan_abort(&j->plan);
     } else if (is_rollout(j)) {

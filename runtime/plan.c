@@ -142,13 +142,19 @@ static bool mapping_valid(const rf_layer_t *L, rf_slot_t *const *rt, int nrt,
     return true;
 }
 
-static rf_dst_t view_dst(const rf_view_t *v)
+static rf_dst_t view_dst(const rf_view_t *v, bool kfirst)
 {
     rf_dst_t d;
     memset(&d, 0, sizeof(d));
     d.data = v->data;
     d.esize = rf_dtype_size(v->dtype);
-    if (v->ndim <= 1) {
+    d.dtype = v->dtype;
+    if (kfirst && v->ndim >= 2) {
+        d.row_stride = v->stride[v->ndim - 1];
+        d.col_stride = v->stride[v->ndim - 2];
+        if (v->ndim >= 3)
+            d.expert_stride = v->stride[v->ndim - 3];
+    } else if (v->ndim <= 1) {
         d.row_stride = v->ndim == 1 ? v->stride[0] : 1;
         d.col_stride = 1;
     } else {
@@ -217,8 +223,10 @@ static rf_status_t plan_layer(rf_plan_t *p, int m, rf_err_t *err)
         const char *why = NULL;
         if (mapping_valid(L, rt, L->nrt, views, &why)) {
             L->mode = RF_PLAN_RUNTIME_VIEW;
-            for (int i = 0; i < L->nmodel; i++)
-                L->dst[i] = view_dst(&views[i]);
+            for (int i = 0; i < L->nmodel; i++) {
+                L->views[i] = views[i];
+                L->dst[i] = view_dst(&views[i], L->model[i].kfirst);
+            }
             return RF_OK;
         }
         L->why = why;
@@ -289,6 +297,17 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
                 t->expert >= 0 ? rf_moe_local_index(inv->cfg.num_experts, rc, t->expert) : 0;
             a->declined = t->expert >= 0 && a->local_expert < 0;
             a->rows = rf_tensor_rows(t);
+            a->src_dtype = t->dtype;
+            if (t->param == RF_PARAM_WEIGHT_SHAPE) {
+                char sib[RF_NAME_MAX];
+                size_t pl = strlen(t->name) - strlen("weight_shape");
+                snprintf(sib, sizeof(sib), "%.*sweight_packed", (int)pl, t->name);
+                int k = rf_inventory_find(inv, sib);
+                if (k >= 0) {
+                    a->shape_nk[0] = inv->tensors[k].shape[0];
+                    a->shape_nk[1] = inv->tensors[k].shape[1] * 8;
+                }
+            }
             if (rf_map_put(p->app_index, app_key(a->tensor, a->sender), (uint64_t)p->napps) !=
                 RF_OK) {
                 rf_plan_free(p);
@@ -346,7 +365,7 @@ static bool view_confirmed(rf_plan_t *p, int m)
         !mapping_valid(L, rt, nrt, views, &why))
         return false;
     for (int i = 0; i < L->nmodel; i++) {
-        rf_dst_t d = view_dst(&views[i]);
+        rf_dst_t d = view_dst(&views[i], L->model[i].kfirst);
         if (d.data != L->dst[i].data || d.esize != L->dst[i].esize ||
             d.row_stride != L->dst[i].row_stride || d.col_stride != L->dst[i].col_stride ||
             d.expert_stride != L->dst[i].expert_stride)
@@ -393,6 +412,7 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
         p->apps[i].cursor = 0;
     p->stats.applications = p->stats.declined = p->stats.loader_calls = 0;
     p->stats.elements_written = p->stats.layerwise_runs = p->stats.derived_runs = 0;
+    p->stats.shapes_checked = 0;
     p->stats.loader_s = p->stats.layerwise_s = p->stats.deferred_s = 0;
     p->probes_base = ((rf_map_t *)p->app_index)->probes;
     p->stats.bookkeeping_probes = 0;
@@ -470,12 +490,31 @@ rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_beg
                           row_begin < a->cursor ? "repeated rows"
                                                 : (row_begin > a->cursor ? "gap" : "bad range"),
                           (unsigned long long)a->cursor, (unsigned long long)a->rows);
-    if (!a->declined) {
+    if (a->slot < 0) {
+        /* wna16 weight_shape: checked against the inventory's [N, K], counted, not stored */
+        int64_t v[2];
+        for (int i = 0; i < 2; i++) {
+            if (a->src_dtype == RF_DTYPE_I32) {
+                int32_t x;
+                memcpy(&x, (const char *)src + (size_t)(i - (int)row_begin) * 4, 4);
+                v[i] = x;
+            } else {
+                memcpy(&v[i], (const char *)src + (size_t)(i - (int)row_begin) * 8, 8);
+            }
+        }
+        if (row_begin != 0 || row_end != 2 || v[0] != a->shape_nk[0] || v[1] != a->shape_nk[1])
+            return rf_err_set(err, RF_ERR_MISMATCH,
+                              "chunk %u: %s carries [%lld, %lld], the model says [%lld, %lld]",
+                              chunk, tname, (long long)v[0], (long long)v[1],
+                              (long long)a->shape_nk[0], (long long)a->shape_nk[1]);
+        p->stats.shapes_checked++;
+    } else if (!a->declined) {
         double t0 = cpu_now();
         if (L->mode == RF_PLAN_LAYERWISE && L->scratch[0] == NULL)
             RF_CHECK(layer_scratch(p, L, err));
-        p->stats.elements_written += rf_load_piece(p->inv, &p->rc, tensor, a->local_expert,
-                                                   &L->dst[a->slot], src, row_begin, row_end);
+        p->stats.elements_written +=
+            rf_load_piece(p->inv, &p->rc, tensor, a->local_expert, &L->dst[a->slot], src,
+                          a->src_dtype, row_begin, row_end);
         p->stats.loader_calls++;
         p->stats.loader_s += cpu_now() - t0;
     }
@@ -559,24 +598,52 @@ rf_status_t rf_plan_read_model(rf_plan_t *p, int layer, void *const *bufs, rf_er
     rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
     int nrt = layer_runtime(p, layer, rt);
     if (L->mode == RF_PLAN_RUNTIME_VIEW) {
+        /* gather through the view, in model-layout order */
         for (int i = 0; i < L->nmodel; i++) {
-            const rf_dst_t *d = &L->dst[i];
-            const rf_slot_shape_t *s = &L->model[i];
-            int64_t E = s->ndim >= 3 ? s->shape[0] : 1;
-            int64_t R = s->ndim >= 2 ? s->shape[s->ndim - 2] : s->shape[0];
-            int64_t C = s->ndim >= 2 ? s->shape[s->ndim - 1] : 1;
+            const rf_view_t *v = &L->views[i];
+            size_t es = rf_dtype_size(v->dtype);
+            uint64_t numel = 1;
+            int64_t idx[RF_MAX_DIMS] = {0};
             char *out = bufs[i];
-            for (int64_t e = 0; e < E; e++)
-                for (int64_t r = 0; r < R; r++)
-                    for (int64_t c = 0; c < C; c++, out += d->esize)
-                        memcpy(out,
-                               d->data + ((size_t)e * d->expert_stride + (size_t)r * d->row_stride +
-                                          (size_t)c * d->col_stride) *
-                                             d->esize,
-                               d->esize);
+            for (int d = 0; d < v->ndim; d++)
+                numel *= (uint64_t)v->shape[d];
+            for (uint64_t e = 0; e < numel; e++, out += es) {
+                int64_t off = 0;
+                for (int d = 0; d < v->ndim; d++)
+                    off += idx[d] * v->stride[d];
+                memcpy(out, (const char *)v->data + (size_t)off * es, es);
+                for (int d = v->ndim - 1; d >= 0; d--) {
+                    if (++idx[d] < v->shape[d])
+                        break;
+                    idx[d] = 0;
+                }
+            }
         }
         return RF_OK;
     }
     return p->fmt->ops->runtime_to_model(p->fmt, p->inv, layer, L->model, bufs, L->nmodel, rt,
                                          nrt, err);
+}
+
+rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype, rf_err_t *err)
+{
+    uint64_t idx;
+    if (!rf_map_get(p->app_index, app_key(tensor, -1), &idx))
+        return RF_OK; /* not received here */
+    rf_app_t *a = &p->apps[idx];
+    const rf_tensor_t *t = &p->inv->tensors[tensor];
+    if (dtype == t->dtype) {
+        a->src_dtype = dtype;
+        return RF_OK;
+    }
+    bool ok = (t->param == RF_PARAM_WEIGHT_SCALE_INV &&
+               (dtype == RF_DTYPE_BF16 || dtype == RF_DTYPE_F16)) ||
+              (t->param == RF_PARAM_WEIGHT_SHAPE && dtype == RF_DTYPE_I32);
+    if (!ok)
+        return rf_err_set(err, RF_ERR_MISMATCH, "%s arrives as %s, the runtime needs %s", t->name,
+                          rf_dtype_name(dtype), rf_dtype_name(t->dtype));
+    for (int i = 0; i < p->napps; i++)
+        if (p->apps[i].tensor == tensor)
+            p->apps[i].src_dtype = dtype;
+    return RF_OK;
 }

@@ -336,8 +336,9 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
     rf_status_t st = RF_OK;
     if (tr->stage >= tr->plan->n_stages)
         return RF_OK;
-    /* dense copies of record are c = 0, d = 0; replicas contribute nothing */
-    if (tr->me.c != 0 || tr->me.d != 0 || tr->me.world_rank == sender)
+    /* only copies of record contribute (dense: c = 0, d = 0; experts: x = 0, which may be a
+     * rank with d != 0): contribution_bytes() is 0 for everyone else */
+    if (tr->me.world_rank == sender)
         return RF_OK;
     if (buffers < 1)
         buffers = 1;

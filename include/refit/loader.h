@@ -27,24 +27,29 @@ extern "C" {
 typedef struct rf_dst {
     char *data;            /* element 0 */
     size_t esize;          /* bytes per element */
+    rf_dtype_t dtype;      /* element type (a source in another dtype is converted exactly:
+                              bf16 / f16 -> f32 FP8 block scales) */
     int64_t row_stride;    /* between consecutive rows (1-D params: 1) */
     int64_t col_stride;    /* between consecutive columns (1 = rows are contiguous runs) */
     int64_t expert_stride; /* between local experts (3-D MoE params) */
 } rf_dst_t;
 
-/* Contiguous row-major destination for a slot shape (model layout). */
+/* Contiguous row-major destination for a slot shape (model layout; a K-first shape gets the
+ * transposed strides). */
 rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *shape);
 
 /*
  * Writes the intersection of rows [row_begin, row_end) of checkpoint tensor `tensor` (src
- * holds exactly those rows, full width, contiguous) with this rank's slice. Returns the
+ * holds exactly those rows, full width, contiguous, in src_dtype) with this rank's slice.
+ * Quantized params follow the same rules in their own units: FP8 block scales in 128-row /
+ * 128-column blocks, packed int4 words in K/8 columns, group scales in K/G columns. Returns the
  * number of elements written (0 is legal: an empty intersection). `local_expert` is the
  * expert's local index for MoE tensors (callers decline non-local experts before calling).
  * Not collective; no allocation; O(rows) work.
  */
 uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
                        int64_t local_expert, const rf_dst_t *dst, const void *src,
-                       uint64_t row_begin, uint64_t row_end);
+                       rf_dtype_t src_dtype, uint64_t row_begin, uint64_t row_end);
 
 /* Zero-fills the local vocab padding rows of a vocab-parallel module (rows whose global index
  * is >= V): rows [clamp(V - r Vp/T, 0, Vp/T), Vp/T). Returns the rows filled. */

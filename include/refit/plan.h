@@ -50,6 +50,7 @@ typedef struct rf_plan_stats {
     uint64_t bookkeeping_probes;    /* hash probes of application lookups this update */
     uint64_t elements_written;      /* elements the loaders wrote */
     uint64_t layerwise_runs;        /* process_after_loading calls */
+    uint64_t shapes_checked;        /* wna16 weight_shape applications checked (not stored) */
     uint64_t derived_runs;          /* deferred-stage calls */
     uint64_t rebuilds;              /* plan rebuilds (signature changed before an update) */
     double loader_s;                /* CPU time in loader calls */
@@ -67,6 +68,8 @@ typedef struct rf_app {
     uint64_t rows;       /* rows the key expects (rf_tensor_rows) */
     uint64_t cursor;     /* next expected row */
     bool declined;
+    rf_dtype_t src_dtype; /* dtype the source sends (the manifest's; FP8 scales may be bf16) */
+    int64_t shape_nk[2];  /* wna16 weight_shape: the [N, K] it must carry */
 } rf_app_t;
 
 typedef struct rf_layer {
@@ -75,6 +78,7 @@ typedef struct rf_layer {
     int nmodel;
     rf_slot_shape_t model[RF_MODULE_MAX_SLOTS];
     rf_dst_t dst[RF_MODULE_MAX_SLOTS];    /* where loaders write (runtime, view or scratch) */
+    rf_view_t views[RF_MODULE_MAX_SLOTS]; /* RUNTIME_VIEW: the validated views */
     void *scratch[RF_MODULE_MAX_SLOTS];   /* LAYERWISE model-layout staging (owned) */
     int nrt;
     bool has_derived;
@@ -116,6 +120,11 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
                           rf_storage_t *st, rf_format_t *fmt, rf_reload_policy_t policy,
                           rf_err_t *err);
 void rf_plan_free(rf_plan_t *p);
+
+/* Sets the dtype the source sends for `tensor` (from the agreed manifest). Errors when the
+ * format does not allow it (only FP8 block scales may arrive as bf16 / f16 for fp32 slots, and
+ * wna16 weight_shape as int32 or int64). */
+rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype, rf_err_t *err);
 
 /* Starts update `update`: rebuilds the plan if a signature changed (one log line), resets
  * cursors and per-update counters. */

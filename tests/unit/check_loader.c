@@ -118,7 +118,7 @@ static uint64_t load(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, c
     int t = tidx(inv, name);
     uint16_t *s = src_for(inv, t, base);
     uint64_t w = inv->tensors[t].numel / rf_tensor_rows(&inv->tensors[t]);
-    uint64_t n = rf_load_piece(inv, rc, t, local_expert, &d->dst, s + rb * w, rb, re);
+    uint64_t n = rf_load_piece(inv, rc, t, local_expert, &d->dst, s + rb * w, inv->tensors[t].dtype, rb, re);
     free(s);
     return n;
 }

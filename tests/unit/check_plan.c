@@ -256,7 +256,7 @@ START_TEST(test_direct_none)
     for (int i = 0; i < h.inv.modules[q->module].ntensors; i++) {
         int t = h.inv.modules[q->module].tensors[i];
         uint16_t *s = src_of(&h.inv, t, 1, false);
-        rf_load_piece(&h.inv, &h.rc, t, 0, &d, s, 0, rf_tensor_rows(&h.inv.tensors[t]));
+        rf_load_piece(&h.inv, &h.rc, t, 0, &d, s, h.inv.tensors[t].dtype, 0, rf_tensor_rows(&h.inv.tensors[t]));
         free(s);
     }
     ck_assert_int_eq(memcmp(want, q->sig.data, qb), 0);
