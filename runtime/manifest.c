@@ -44,6 +44,104 @@ static void manifest_digest(rf_manifest_t *man)
     free(buf);
 }
 
+/* The logical (unquantized) weight "<P>.weight" of a quantized linear whose checkpoint tensor
+ * t belongs to it: its name, and whether the checkpoint holds it in the model dtype with the
+ * logical shape (a bf16 source the trainer quantizes). */
+static bool logical_source(const rf_inventory_t *inv, const rf_tensor_t *t, const rf_ckpt_t *ck,
+                           char *name, size_t cap)
+{
+    const char *dot = strrchr(t->name, '.');
+    const rf_module_t *m = &inv->modules[t->module];
+    if (m->quant == RF_QUANT_NONE || dot == NULL || t->param == RF_PARAM_BIAS)
+        return false;
+    snprintf(name, cap, "%.*s.weight", (int)(dot - t->name), t->name);
+    const rf_st_entry_t *se = rf_ckpt_find(ck, name);
+    if (se == NULL || se->dtype != inv->cfg.dtype || se->ndim != 2)
+        return false;
+    /* logical shape: fp8 weight (N, K); wna16 packed (N, K/8) -> (N, K) */
+    int64_t n = t->shape[0], k = t->shape[1];
+    int pi = t->param == RF_PARAM_WEIGHT ? rf_inventory_find(inv, t->name) : -1;
+    if (pi < 0) {
+        char sib[RF_NAME_MAX];
+        snprintf(sib, sizeof(sib), "%.*s.%s", (int)(dot - t->name), t->name,
+                 m->quant == RF_QUANT_FP8_BLOCK ? "weight" : "weight_packed");
+        int si = rf_inventory_find(inv, sib);
+        if (si < 0)
+            return false;
+        n = inv->tensors[si].shape[0];
+        k = inv->tensors[si].shape[1] * (m->quant == RF_QUANT_WNA16 ? 8 : 1);
+    }
+    return (int64_t)se->shape[0] == n && (int64_t)se->shape[1] == k;
+}
+
+bool rf_manifest_is_bf16_source(const rf_inventory_t *inv, const char *name)
+{
+    size_t n = strlen(name);
+    char sib[RF_NAME_MAX];
+    if (n < 7 || strcmp(name + n - 7, ".weight") != 0)
+        return false;
+    snprintf(sib, sizeof(sib), "%.*s.weight_packed", (int)(n - 7), name);
+    int i = rf_inventory_find(inv, sib);
+    return i >= 0 && inv->modules[inv->tensors[i].module].quant == RF_QUANT_WNA16;
+}
+
+bool rf_manifest_trainer_quantizes(const rf_inventory_t *inv, const rf_tensor_t *t,
+                                   const rf_ckpt_t *ck)
+{
+    char name[RF_NAME_MAX];
+    const rf_st_entry_t *se;
+    if (inv->modules[t->module].quant == RF_QUANT_NONE || t->param == RF_PARAM_BIAS)
+        return false;
+    if (ck == NULL)
+        return true; /* generator: the reference quantizer on the generator's bf16 */
+    se = rf_ckpt_find(ck, t->name);
+    if (se != NULL && se->dtype != inv->cfg.dtype)
+        return false; /* stored quantized */
+    return logical_source(inv, t, ck, name, sizeof(name));
+}
+
+/* One inventory tensor against the checkpoint headers; sets the entry's dtype from the header
+ * where the format allows a difference (DESIGN.md section 7). */
+static rf_status_t manifest_check_ckpt(const rf_inventory_t *inv, const rf_tensor_t *t,
+                                       const rf_ckpt_t *ck, const char *ck_dir,
+                                       rf_manifest_entry_t *e, rf_err_t *err)
+{
+    const rf_st_entry_t *se = rf_ckpt_find(ck, t->name);
+    if (rf_manifest_trainer_quantizes(inv, t, ck))
+        return RF_OK; /* bf16 source quantized on the trainer: inventory dtypes */
+    if (se == NULL)
+        return rf_err_set(err, RF_ERR_MISSING, "checkpoint %s: tensor %s is missing", ck_dir,
+                          t->name);
+    bool same = se->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = (int64_t)se->shape[d] == t->shape[d];
+    if (!same)
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "checkpoint %s: tensor %s has a different shape than the model config "
+                          "implies",
+                          ck_dir, t->name);
+    if (se->dtype == t->dtype)
+        return RF_OK;
+    if (t->param == RF_PARAM_WEIGHT_SCALE_INV &&
+        (se->dtype == RF_DTYPE_BF16 || se->dtype == RF_DTYPE_F16)) {
+        e->dtype = se->dtype; /* converted exactly to the fp32 runtime scale by the loader */
+        e->nbytes = t->numel * rf_dtype_size(se->dtype);
+        return RF_OK;
+    }
+    if (t->param == RF_PARAM_WEIGHT_SHAPE && se->dtype == RF_DTYPE_I32) {
+        e->dtype = se->dtype;
+        e->nbytes = t->numel * 4;
+        return RF_OK;
+    }
+    if (t->param == RF_PARAM_WEIGHT_SCALE)
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "checkpoint %s: %s is %s: wna16 runtime scales are in the model dtype "
+                          "%s",
+                          ck_dir, t->name, rf_dtype_name(se->dtype), rf_dtype_name(t->dtype));
+    return rf_err_set(err, RF_ERR_MISMATCH, "checkpoint %s: tensor %s is %s, the model expects %s",
+                      ck_dir, t->name, rf_dtype_name(se->dtype), rf_dtype_name(t->dtype));
+}
+
 rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *topo,
                               const rf_ckpt_t *ck, const char *ck_dir, rf_manifest_t *man_p,
                               rf_err_t *err)
@@ -66,27 +164,10 @@ rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *to
         e->expert = t->expert;
         e->tensor = i;
         if (ck != NULL) {
-            const rf_st_entry_t *se = rf_ckpt_find(ck, t->name);
-            if (se == NULL) {
+            rf_status_t st = manifest_check_ckpt(inv, t, ck, ck_dir, e, err);
+            if (st != RF_OK) {
                 rf_manifest_free(&man);
-                return rf_err_set(err, RF_ERR_MISSING, "checkpoint %s: tensor %s is missing",
-                                  ck_dir, t->name);
-            }
-            bool same = se->ndim == t->ndim;
-            for (int d = 0; same && d < t->ndim; d++)
-                same = (int64_t)se->shape[d] == t->shape[d];
-            if (!same) {
-                rf_manifest_free(&man);
-                return rf_err_set(err, RF_ERR_MISMATCH,
-                                  "checkpoint %s: tensor %s has a different shape than the "
-                                  "model config implies",
-                                  ck_dir, t->name);
-            }
-            if (se->dtype != t->dtype) {
-                rf_manifest_free(&man);
-                return rf_err_set(err, RF_ERR_MISMATCH,
-                                  "checkpoint %s: tensor %s is %s, the model expects %s", ck_dir,
-                                  t->name, rf_dtype_name(se->dtype), rf_dtype_name(t->dtype));
+                return st;
             }
         }
     }
@@ -94,7 +175,7 @@ rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *to
         const char *first_skip = NULL, *first_cut = NULL;
         for (size_t i = 0; i < rf_ckpt_count(ck); i++) {
             const rf_st_entry_t *se = rf_ckpt_entry(ck, i);
-            if (rf_inventory_find(inv, se->name) >= 0)
+            if (rf_inventory_find(inv, se->name) >= 0 || rf_manifest_is_bf16_source(inv, se->name))
                 continue;
             switch (rf_inventory_classify_unknown(inv, se->name)) {
             case RF_UNKNOWN_SKIP:
@@ -221,7 +302,11 @@ rf_status_t rf_manifest_validate(rf_manifest_t *man, const rf_inventory_t *inv,
             return rf_err_set(err, RF_ERR_EXTRA, "manifest: tensor %s is not in the inventory",
                               e->name);
         const rf_tensor_t *t = &inv->tensors[ti];
-        bool same = t->ndim == e->ndim && t->nbytes == e->nbytes && t->dtype == e->dtype;
+        bool dt_ok = t->dtype == e->dtype ||
+                     (t->param == RF_PARAM_WEIGHT_SCALE_INV &&
+                      (e->dtype == RF_DTYPE_BF16 || e->dtype == RF_DTYPE_F16)) ||
+                     (t->param == RF_PARAM_WEIGHT_SHAPE && e->dtype == RF_DTYPE_I32);
+        bool same = t->ndim == e->ndim && t->numel * rf_dtype_size(e->dtype) == e->nbytes && dt_ok;
         for (int d = 0; same && d < t->ndim; d++)
             same = t->shape[d] == e->shape[d];
         if (!same)

@@ -54,6 +54,13 @@ rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *to
                               rf_err_t *err);
 void rf_manifest_free(rf_manifest_t *man);
 
+/* True when the trainer produces tensor t by quantizing a logical bf16 weight (generator, or a
+ * bf16 checkpoint for a quantized topology); false when it is sent as stored / unquantized. */
+bool rf_manifest_trainer_quantizes(const rf_inventory_t *inv, const rf_tensor_t *t,
+                                   const rf_ckpt_t *ck);
+/* True for "<P>.weight" of a wna16-quantized linear: a bf16 source, not an unknown tensor. */
+bool rf_manifest_is_bf16_source(const rf_inventory_t *inv, const char *name);
+
 /* Canonical serialization ("name dtype d0xd1 stage layer expert\n" per entry). Returns its
  * length; writes at most cap bytes. */
 size_t rf_manifest_serialize(const rf_manifest_t *man, char *buf, size_t cap);
