@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "refit/format.h"
+#include "refit/formats.h"
 
 uint64_t rf_slot_shape_bytes(const rf_slot_shape_t *s)
 {
@@ -233,11 +234,16 @@ static const rf_format_ops_t rf_format_test_derived_ops = {
 const rf_format_ops_t *rf_format_lookup(const char *name)
 {
     static const rf_format_ops_t *all[] = {&rf_format_none_ops, &rf_format_test_transpose_ops,
-                                           &rf_format_test_derived_ops};
+                                           &rf_format_test_derived_ops, &rf_format_fp8_block_ops,
+                                           &rf_format_fp8_block_fnuz_ops, &rf_format_wna16_ops,
+                                           &rf_format_wna16_marlin_ops};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (strcmp(all[i]->name, name) == 0)
             return all[i];
     return NULL;
 }
 
-const char *rf_format_names(void) { return "none, test-transpose, test-derived"; }
+const char *rf_format_names(void)
+{
+    return "none, test-transpose, test-derived, fp8-block, fp8-block-fnuz, wna16, wna16-marlin";
+}
