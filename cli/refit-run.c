@@ -58,8 +58,9 @@ static void usage(FILE *f)
             "                        carry the checkpoint are reassembled from rollout storage and hashed\n"
             "                        (otherwise every update is checked by the scalar reference loader)\n"
             "  --reload-policy P     auto (the planner decides) or layerwise (every layer LAYERWISE)\n"
-            "  --format-owner NAME   format owner for the runtime layout (%s;\n"
-            "                        test-* owners exist to exercise LAYERWISE and the deferred stage)\n"
+            "  --format-owner NAME   format owner for the runtime layout (%s; default: the owner\n"
+            "                        for the topology's quantization and backend; test-* owners\n"
+            "                        exist to exercise LAYERWISE and the deferred stage)\n"
             "  --profile-dir DIR     write profile-rank<R>.json there (default: refit-profile)\n"
             "  --quiet               print only the last line on rank 0\n"
             "  --help                this text\n"
@@ -85,7 +86,7 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
     };
     memset(o, 0, sizeof(*o));
     o->steps = 2;
-    o->format = "none";
+    o->format = NULL; /* the owner for the topology's (quantization, backend) */
     o->profile_dir = "refit-profile";
     o->policy = RF_POLICY_AUTO;
     opterr = 0;

@@ -21,6 +21,7 @@
 #include "refit/chunk.h"
 #include "refit/control.h"
 #include "refit/format.h"
+#include "refit/formats.h"
 #include "refit/generator.h"
 #include "refit/hashes.h"
 #include "refit/job.h"
@@ -120,7 +121,14 @@ static rf_status_t agree_status(job_t *j, MPI_Comm comm, rf_status_t st, rf_err_
 static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
 {
     RF_CHECK(rf_inventory_check_rollout(&j->inv, &j->me.rc, err));
-    j->fmt.ops = rf_format_lookup(j->o->format);
+    /* the format owner: --format-owner, else the one for (quantization, backend) */
+    j->fmt.ops = j->o->format ? rf_format_lookup(j->o->format)
+                              : rf_format_for(j->topo.quantization, (int)j->topo.r_backend);
+    if (j->fmt.ops == NULL)
+        return rf_err_set(err, RF_ERR_TOPOLOGY, "%s: no format owner for quantization %s on "
+                          "backend %s",
+                          j->topo.file, rf_quant_name(j->topo.quantization),
+                          rf_backend_name(j->topo.r_backend));
     j->fmt.quant = j->topo.quantization;
     j->fmt.backend = (int)j->topo.r_backend;
     RF_CHECK(rf_storage_init(&j->st, j->inv.nmodules, err));
@@ -181,6 +189,11 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         st = rf_manifest_build(&j->inv, &j->topo, j->ck, j->o->checkpoint, &j->man, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
     RF_CHECK(rf_manifest_agree(&j->man, 0, &j->inv, &j->topo, MPI_COMM_WORLD, err));
+    st = RF_OK;
+    for (int i = 0; i < j->man.n && st == RF_OK && is_rollout(j); i++)
+        st = rf_plan_set_source_dtype(&j->plan, j->man.entries[i].tensor, j->man.entries[i].dtype,
+                                      err);
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
 
     /* chunk plan (every rank computes the same one) */
     j->items = calloc((size_t)j->man.n + 1, sizeof(rf_chunk_item_t));
@@ -190,8 +203,8 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         const rf_tensor_t *t = &j->inv.tensors[j->man.entries[i].tensor];
         j->items[i].stage = j->man.entries[i].stage;
         j->items[i].rows = rf_tensor_rows(t);
-        j->items[i].row_bytes = rf_tensor_row_bytes(t);
-        j->items[i].bytes = t->nbytes;
+        j->items[i].bytes = j->man.entries[i].nbytes; /* the manifest's dtype */
+        j->items[i].row_bytes = j->items[i].rows ? j->items[i].bytes / j->items[i].rows : 0;
         j->items[i].name = t->name;
     }
     st = rf_chunk_plan_create(j->items, (size_t)j->man.n, j->topo.chunk_bytes, &j->cplan, err);
@@ -261,26 +274,7 @@ static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk
 /* Source check against the manifest (DESIGN.md section 9): names, dtypes, shapes. */
 static rf_status_t check_source(job_t *j, bool from_ckpt, rf_err_t *err)
 {
-    if (!from_ckpt)
-        return RF_OK; /* the generator produces exactly the inventory's tensors */
-    for (int i = 0; i < j->man.n; i++) {
-        const rf_manifest_entry_t *e = &j->man.entries[i];
-        if (!j->tr.has[i])
-            continue;
-        const rf_st_entry_t *se = rf_ckpt_find(j->ck, e->name);
-        if (se == NULL)
-            return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: source lacks %s", j->rank,
-                              e->name);
-        bool same = se->dtype == e->dtype && se->ndim == e->ndim;
-        for (int d = 0; same && d < e->ndim; d++)
-            same = (int64_t)se->shape[d] == e->shape[d];
-        if (!same)
-            return rf_err_set(err, RF_ERR_MISMATCH,
-                              "trainer rank %d: source tensor %s differs from the manifest in "
-                              "dtype or shape",
-                              j->rank, e->name);
-    }
-    return RF_OK;
+    return rf_trainer_check_source(&j->tr, from_ckpt ? j->ck : NULL, err);
 }
 
 static void snapshot(job_t *j)

@@ -13,6 +13,7 @@
 
 #include "refit/generator.h"
 #include "refit/log.h"
+#include "refit/quant.h"
 #include "refit/trainer.h"
 
 static uint64_t tensor_cols(const rf_tensor_t *t)
@@ -54,6 +55,19 @@ static rf_region_t region_split(const rf_tensor_t *t, rf_split_t split, int tr, 
 }
 
 static bool region_empty(const rf_region_t *r) { return r->r1 <= r->r0 || r->c1 <= r->c0; }
+
+/* Element size of manifest entry i (the manifest's dtype: FP8 scales may travel as bf16). */
+static size_t entry_es(const rf_trainer_t *tr, int i)
+{
+    return rf_dtype_size(tr->man->entries[i].dtype);
+}
+
+static uint64_t entry_row_bytes(const rf_trainer_t *tr, int i)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+    uint64_t rows = rf_tensor_rows(t);
+    return rows ? tr->man->entries[i].nbytes / rows : 0;
+}
 
 bool rf_trainer_shard(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
                       const rf_rank_info_t *me, rf_region_t *reg_p)
@@ -130,7 +144,29 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
         if (!tr->has[i])
             continue;
         const rf_region_t *r = &tr->reg[i];
-        size_t bytes = (size_t)(r->r1 - r->r0) * (size_t)(r->c1 - r->c0) * rf_dtype_size(t->dtype);
+        size_t bytes = (size_t)(r->r1 - r->r0) * (size_t)(r->c1 - r->c0) * entry_es(tr, i);
+        /* a quantized slice must start on a block (FP8) / group (WNA16) boundary */
+        const rf_module_t *mod = &inv->modules[t->module];
+        if (mod->quant == RF_QUANT_FP8_BLOCK && t->param == RF_PARAM_WEIGHT &&
+            (r->r0 % 128 != 0 || r->c0 % 128 != 0)) {
+            rf_trainer_free(tr);
+            return rf_err_set(err, RF_ERR_TOPOLOGY,
+                              "trainer rank %d: its slice of %s starts at row %lld, column %lld, "
+                              "inside a 128 x 128 fp8 block (trainer.tp %d); gathering "
+                              "unquantized slices to quantize them is not implemented",
+                              me->world_rank, t->name, (long long)r->r0, (long long)r->c0,
+                              topo->t_tp);
+        }
+        if (mod->quant == RF_QUANT_WNA16 && t->param == RF_PARAM_WEIGHT_PACKED &&
+            (r->c0 * 8) % inv->group_size != 0) {
+            rf_trainer_free(tr);
+            return rf_err_set(err, RF_ERR_TOPOLOGY,
+                              "trainer rank %d: its slice of %s starts at column %lld, inside a "
+                              "wna16 group of %lld (trainer.tp %d); gathering unquantized slices "
+                              "is not implemented",
+                              me->world_rank, t->name, (long long)r->c0 * 8,
+                              (long long)inv->group_size, topo->t_tp);
+        }
         tr->buf[i] = malloc(bytes + 1);
         if (tr->buf[i] == NULL) {
             rf_trainer_free(tr);
@@ -163,6 +199,112 @@ void rf_trainer_free(rf_trainer_t *tr)
     memset(tr, 0, sizeof(*tr));
 }
 
+/* Index of the manifest entry of inventory tensor `name`, or -1. */
+static int entry_of(const rf_trainer_t *tr, const char *prefix, const char *suffix)
+{
+    char name[RF_NAME_MAX + 32];
+    snprintf(name, sizeof(name), "%s.%s", prefix, suffix);
+    int ti = rf_inventory_find(tr->inv, name);
+    if (ti < 0)
+        return -1;
+    for (int i = 0; i < tr->man->n; i++)
+        if (tr->man->entries[i].tensor == ti)
+            return i;
+    return -1;
+}
+
+/*
+ * Produces the logical (unquantized) region of linear `prefix` (N x K, model dtype) from the
+ * generator or a bf16 checkpoint, and quantizes it into this rank's slices of the quantized
+ * checkpoint tensors (DESIGN.md section 7: fp8-block weight + weight_scale_inv; wna16
+ * weight_packed + weight_scale). ei is the primary entry (fp8 weight / wna16 weight_packed).
+ */
+static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, rf_ckpt_t *ck,
+                                     rf_err_t *err)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+    const rf_module_t *mod = &tr->inv->modules[t->module];
+    const rf_region_t *r = &tr->reg[ei];
+    bool wna16 = mod->quant == RF_QUANT_WNA16;
+    rf_dtype_t dt = tr->inv->cfg.dtype;
+    char prefix[RF_NAME_MAX - 16];
+    const char *dot = strrchr(t->name, '.');
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+    int64_t N = t->shape[0], K = t->shape[1] * (wna16 ? 8 : 1);
+    int64_t c0 = r->c0 * (wna16 ? 8 : 1), c1 = r->c1 * (wna16 ? 8 : 1);
+    int64_t rows = r->r1 - r->r0, cols = c1 - c0;
+    size_t es = rf_dtype_size(dt);
+    char *logical = malloc((size_t)rows * (size_t)cols * es + 1);
+    rf_status_t st = RF_OK;
+    if (logical == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
+    if (ck == NULL) {
+        rf_tensor_t lt = *t;
+        snprintf(lt.name, sizeof(lt.name), "%s.weight", prefix);
+        lt.dtype = dt;
+        lt.shape[0] = N;
+        lt.shape[1] = K;
+        lt.numel = (uint64_t)N * (uint64_t)K;
+        lt.nbytes = lt.numel * es;
+        st = rf_gen_fill(&lt, step, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)c0, (uint64_t)c1,
+                         logical, (size_t)cols * es);
+    } else {
+        char name[RF_NAME_MAX + 8];
+        snprintf(name, sizeof(name), "%s.weight", prefix);
+        const rf_st_entry_t *se = rf_ckpt_find(ck, name);
+        if (se == NULL)
+            st = rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
+                            tr->me.world_rank, name);
+        else
+            st = rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)c0 * es,
+                              (uint64_t)c1 * es, logical, (size_t)cols * es, err);
+    }
+    int si = entry_of(tr, prefix, wna16 ? "weight_scale" : "weight_scale_inv");
+    if (st == RF_OK && (si < 0 || !tr->has[si]))
+        st = rf_err_set(err, RF_ERR_INTERNAL, "trainer: %s has no scale slice here", t->name);
+    if (st == RF_OK) {
+        int64_t spitch = tr->reg[si].c1 - tr->reg[si].c0;
+        rf_dtype_t sdt = tr->man->entries[si].dtype;
+        if (wna16)
+            st = rf_wna16_quantize(logical, dt, rows, cols, cols, tr->inv->group_size,
+                                   (uint32_t *)tr->buf[ei], cols / 8, tr->buf[si], sdt, spitch);
+        else
+            st = rf_fp8_quantize(logical, dt, rows, cols, cols, (uint8_t *)tr->buf[ei], cols,
+                                 tr->buf[si], sdt, spitch, RF_FP8_PLAIN);
+        if (st != RF_OK)
+            rf_err_set(err, st, "trainer rank %d: quantizing %s failed", tr->me.world_rank,
+                       t->name);
+    }
+    free(logical);
+    return st;
+}
+
+rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *err)
+{
+    if (ck == NULL)
+        return RF_OK; /* the generator produces exactly the inventory's tensors */
+    for (int i = 0; i < tr->man->n; i++) {
+        const rf_manifest_entry_t *e = &tr->man->entries[i];
+        const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
+        if (!tr->has[i] || rf_manifest_trainer_quantizes(tr->inv, t, ck))
+            continue;
+        const rf_st_entry_t *se = rf_ckpt_find(ck, e->name);
+        if (se == NULL)
+            return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: source lacks %s",
+                              tr->me.world_rank, e->name);
+        bool same = se->dtype == e->dtype && se->ndim == e->ndim;
+        for (int d = 0; same && d < e->ndim; d++)
+            same = (int64_t)se->shape[d] == e->shape[d];
+        if (!same)
+            return rf_err_set(err, RF_ERR_MISMATCH,
+                              "trainer rank %d: source tensor %s is %s %s, the manifest says %s",
+                              tr->me.world_rank, e->name, rf_dtype_name(se->dtype),
+                              se->ndim == e->ndim ? "of another shape" : "of another rank",
+                              rf_dtype_name(e->dtype));
+    }
+    return RF_OK;
+}
+
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err)
 {
     double t0 = rf_time_now();
@@ -171,23 +313,44 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
     for (int i = 0; i < tr->man->n; i++) {
         if (!tr->has[i])
             continue;
-        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+        const rf_manifest_entry_t *e = &tr->man->entries[i];
+        const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
         const rf_region_t *r = &tr->reg[i];
-        size_t es = rf_dtype_size(t->dtype);
+        size_t es = entry_es(tr, i);
         size_t pitch = (size_t)(r->c1 - r->c0) * es;
+        tr->stats.bytes_produced += (uint64_t)(r->r1 - r->r0) * pitch;
+        if (rf_manifest_trainer_quantizes(tr->inv, t, ck)) {
+            if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
+                RF_CHECK(produce_quantized(tr, i, step, ck, err));
+            } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
+                char prefix[RF_NAME_MAX - 16];
+                const char *dot = strrchr(t->name, '.');
+                snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+                int pi = entry_of(tr, prefix, "weight_packed");
+                const rf_tensor_t *pt = pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
+                int64_t nk[2] = {pt->shape[0], pt->shape[1] * 8};
+                if (e->dtype == RF_DTYPE_I32) {
+                    int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
+                    memcpy(tr->buf[i], v, sizeof(v));
+                } else {
+                    memcpy(tr->buf[i], nk, sizeof(nk));
+                }
+            }
+            /* scales are written by their weight's quantization */
+            continue;
+        }
         if (ck == NULL) {
             RF_CHECK(rf_gen_fill(t, step, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0,
                                  (uint64_t)r->c1, tr->buf[i], pitch));
         } else {
-            const rf_st_entry_t *e = rf_ckpt_find(ck, t->name);
-            if (e == NULL)
+            const rf_st_entry_t *se = rf_ckpt_find(ck, t->name);
+            if (se == NULL)
                 return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
                                   tr->me.world_rank, t->name);
-            RF_CHECK(rf_ckpt_read(ck, e, (uint64_t)r->r0, (uint64_t)r->r1,
+            RF_CHECK(rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1,
                                   (uint64_t)r->c0 * es, (uint64_t)r->c1 * es, tr->buf[i], pitch,
                                   err));
         }
-        tr->stats.bytes_produced += (uint64_t)(r->r1 - r->r0) * pitch;
     }
     if (ck != NULL) {
         tr->stats.bytes_read = rf_ckpt_bytes_read(ck) - read0;
@@ -231,18 +394,18 @@ static uint64_t contribution_bytes(const rf_trainer_t *tr, const rf_chunk_t *c, 
             rf_region_t part;
             if (own[o].rank == rank && piece_part(&own[o].reg, pc, &part))
                 total += (uint64_t)(part.r1 - part.r0) * (uint64_t)(part.c1 - part.c0) *
-                         rf_dtype_size(t->dtype);
+                         entry_es(tr, (int)pc->item);
         }
     }
     return total;
 }
 
 /* Copy `part` rows of a region-shaped buffer into a full-width piece in the payload. */
-static void place_part(char *payload, const rf_chunk_piece_t *pc, const rf_tensor_t *t,
+static void place_part(const rf_trainer_t *tr, char *payload, const rf_chunk_piece_t *pc,
                        const rf_region_t *part, const char *src, size_t src_pitch)
 {
-    size_t es = rf_dtype_size(t->dtype);
-    size_t row_bytes = rf_tensor_row_bytes(t);
+    size_t es = entry_es(tr, (int)pc->item);
+    size_t row_bytes = entry_row_bytes(tr, (int)pc->item);
     size_t run = (size_t)(part->c1 - part->c0) * es;
     for (int64_t r = part->r0; r < part->r1; r++)
         memcpy(payload + pc->offset + (size_t)(r - (int64_t)pc->row_begin) * row_bytes +
@@ -289,11 +452,10 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     for (size_t k = 0; k < c->piece_count; k++) {
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         int ei = (int)pc->item;
-        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
         rf_region_t part;
         if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part)) {
-            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * rf_dtype_size(t->dtype);
-            place_part(payload, pc, t, &part,
+            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * entry_es(tr, ei);
+            place_part(tr, payload, pc, &part,
                        tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, pitch);
         }
     }
@@ -315,8 +477,8 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
                 rf_region_t part;
                 if (own[o].rank != peers[q] || !piece_part(&own[o].reg, pc, &part))
                     continue;
-                size_t pitch = (size_t)(part.c1 - part.c0) * rf_dtype_size(t->dtype);
-                place_part(payload, pc, t, &part, src, pitch);
+                size_t pitch = (size_t)(part.c1 - part.c0) * entry_es(tr, (int)pc->item);
+                place_part(tr, payload, pc, &part, src, pitch);
                 src += (size_t)(part.r1 - part.r0) * pitch;
             }
         }
@@ -374,7 +536,7 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
                 mine |= own[o].rank == tr->me.world_rank;
             if (!mine || !tr->has[ei] || !piece_part(&tr->reg[ei], pc, &part))
                 continue;
-            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * rf_dtype_size(t->dtype);
+            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * entry_es(tr, ei);
             size_t nb = (size_t)(part.r1 - part.r0) * pitch;
             memcpy(w, tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, nb);
             w += nb;

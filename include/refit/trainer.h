@@ -84,6 +84,10 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
                             rf_err_t *err);
 void rf_trainer_free(rf_trainer_t *tr);
 
+/* Checks this rank's source against the manifest at update begin (names, dtypes, shapes;
+ * bf16 sources of quantized tensors by their logical shape). Not collective. */
+rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *err);
+
 /* Produces this rank's shards: generator values for `step` (ck NULL) or the checkpoint's
  * bytes (pread of its rows / columns only). Not collective. */
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err);
