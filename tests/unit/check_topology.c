@@ -76,6 +76,19 @@ static const expect_file_t k_files[] = {
     {"llama-tiny-tp2pp2-to-tp2.yaml", "llama-tiny-tp2pp2-to-tp2", 4, 2, 2, 2, 1, 2, 2},
     {"qwen3-tiny-tied-tp1-to-tp4.yaml", "qwen3-tiny-tied-tp1-to-tp4", 1, 4, 1, 1, 1, 4, 2},
     {"qwen3-tiny-tied-tp2-to-tp2.yaml", "qwen3-tiny-tied-tp2-to-tp2", 2, 2, 2, 1, 1, 2, 2},
+    {"qwen3-30b-a3b-1l-fp8-block-rocm-fnuz-tp2.yaml", "qwen3-30b-a3b-1l-fp8-block-rocm-fnuz-tp2", 1, 2, 1, 1, 1, 2, 1},
+    {"qwen3-30b-a3b-1l-fp8-block-rocm-fnuz-tp2ep2.yaml", "qwen3-30b-a3b-1l-fp8-block-rocm-fnuz-tp2ep2", 1, 2, 1, 1, 1, 2, 1},
+    {"qwen3-30b-a3b-1l-fp8-block-triton-tp2.yaml", "qwen3-30b-a3b-1l-fp8-block-triton-tp2", 1, 2, 1, 1, 1, 2, 1},
+    {"qwen3-30b-a3b-1l-fp8-block-triton-tp2ep2.yaml", "qwen3-30b-a3b-1l-fp8-block-triton-tp2ep2", 1, 2, 1, 1, 1, 2, 1},
+    {"qwen3-30b-a3b-1l-wna16-marlin-tp2.yaml", "qwen3-30b-a3b-1l-wna16-marlin-tp2", 1, 2, 1, 1, 1, 2, 1},
+    {"qwen3-30b-a3b-1l-wna16-marlin-tp2ep2.yaml", "qwen3-30b-a3b-1l-wna16-marlin-tp2ep2", 1, 2, 1, 1, 1, 2, 1},
+    {"qwen3-30b-a3b-1l-wna16-triton-tp2.yaml", "qwen3-30b-a3b-1l-wna16-triton-tp2", 1, 2, 1, 1, 1, 2, 1},
+    {"qwen3-30b-a3b-1l-wna16-triton-tp2ep2.yaml", "qwen3-30b-a3b-1l-wna16-triton-tp2ep2", 1, 2, 1, 1, 1, 2, 1},
+    {"qwen3-fp8-tiny-tp1-to-tp1.yaml", "qwen3-fp8-tiny-tp1-to-tp1", 1, 1, 1, 1, 1, 1, 2},
+    {"qwen3-moe-tiny-tp1-to-tp2ep1-linear.yaml", "qwen3-moe-tiny-tp1-to-tp2ep1-linear", 1, 2, 1, 1, 1, 2, 2},
+    {"qwen3-moe-tiny-tp1-to-tp2ep1-round_robin.yaml", "qwen3-moe-tiny-tp1-to-tp2ep1-round_robin", 1, 2, 1, 1, 1, 2, 2},
+    {"qwen3-moe-tiny-tp1-to-tp2ep2-linear.yaml", "qwen3-moe-tiny-tp1-to-tp2ep2-linear", 1, 2, 1, 1, 1, 2, 2},
+    {"qwen3-moe-tiny-tp1-to-tp2ep2-round_robin.yaml", "qwen3-moe-tiny-tp1-to-tp2ep2-round_robin", 1, 2, 1, 1, 1, 2, 2},
 };
 #define N_FILES (sizeof(k_files) / sizeof(k_files[0]))
 
