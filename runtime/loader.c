@@ -78,7 +78,8 @@ static uint64_t copy_rows(const rf_dst_t *dst, char *base, const char *src, rf_d
     int64_t lo = (int64_t)rb > src_lo ? (int64_t)rb : src_lo;
     int64_t hi = (int64_t)re < src_lo + nrows ? (int64_t)re : src_lo + nrows;
     size_t es = dst->esize, ses = rf_dtype_size(sdt);
-    bool same = sdt == dst->dtype || dst->dtype == RF_DTYPE_INVALID;
+    /* only FP8 block scales convert (2-byte bf16 / f16 into 4-byte f32 slots) */
+    bool same = ses == es || dst->dtype != RF_DTYPE_F32;
     if (hi <= lo || nc <= 0)
         return 0;
     if (same)

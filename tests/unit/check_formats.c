@@ -695,6 +695,7 @@ static rf_dst_t ckpt_dst_of_kfirst_view(const rf_view_t *v)
     memset(&d, 0, sizeof(d));
     d.data = v->data;
     d.esize = rf_dtype_size(v->dtype);
+    d.dtype = v->dtype;
     d.row_stride = v->stride[2];
     d.col_stride = v->stride[1];
     d.expert_stride = v->stride[0];
@@ -803,8 +804,8 @@ START_TEST(test_triton_views)
          * checkpoint orientation (loader.h), in two pieces */
         rf_dst_t d = ckpt_dst_of_kfirst_view(&views[i13]);
         ck_assert_int_eq(d.col_stride, 1); /* whole-row runs, never element by element */
-        uint64_t n1 = rf_load_piece(&h.inv, &h.rc, t, e, &d, ck[s], 0, 5);
-        uint64_t n2 = rf_load_piece(&h.inv, &h.rc, t, e, &d, ck[s] + 5 * W, 5, (uint64_t)Ip);
+        uint64_t n1 = rf_load_piece(&h.inv, &h.rc, t, e, &d, ck[s], RF_DTYPE_I32, 0, 5);
+        uint64_t n2 = rf_load_piece(&h.inv, &h.rc, t, e, &d, ck[s] + 5 * W, RF_DTYPE_I32, 5, (uint64_t)Ip);
         ck_assert_uint_eq(n1 + n2, (uint64_t)(Ip * W));
         /* the element-wise transposed path: K-first model layout model[e][kw][s Ip + n] =
          * ckpt[n][kw], then the view's read rule runtime[e][s Ip + n][kw] = model[e][kw][..] */
@@ -938,15 +939,7 @@ int main(void)
     tcase_add_test(ow, test_triton_views);
     tcase_add_test(ow, test_format_for);
     suite_add_tcase(s, ow);
-    if (getenv("REFIT_KNOWN_BUGS") != NULL) {
-        TCase *kb = tcase_create("known-bugs");
-        tcase_set_timeout(kb, 60);
-        tcase_add_test(kb, test_triton_plan_dst_kfirst);
-        suite_add_tcase(s, kb);
-    } else {
-        fprintf(stderr, "skipping test_triton_plan_dst_kfirst (runtime/plan.c view_dst ignores "
-                        "kfirst); REFIT_KNOWN_BUGS=1 runs it\n");
-    }
+    tcase_add_test(ow, test_triton_plan_dst_kfirst);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
