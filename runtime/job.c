@@ -970,7 +970,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         st = rf_plan_begin(&j->plan, v, &err);
         j->js.rebuilds = j->plan.stats.rebuilds - rebuilds;
         if (j->js.rebuilds) {
-            printf("refit: rank %d: plan rebuilt before update %u (%s)\n", j->rank, v,
+            printf("refit: rank %d: plan rebuilt before update %u (slot %s changed its signature)\n", j->rank, v,
                    moved ? moved : "format owner changed its mapping");
             fflush(stdout);
         }
@@ -1203,6 +1203,7 @@ int rf_job_run(const rf_job_opts_t *opts)
     char fail[RF_ERR_MSG_MAX + 64] = "";
     uint64_t verified = 0;
     int rc = 0, committed = 0;
+    char failed_list[256] = "";
     memset(&j, 0, sizeof(j));
     j.role_comm = j.engine_comm = j.stats_comm = MPI_COMM_NULL;
     j.o = opts;
@@ -1231,6 +1232,9 @@ int rf_job_run(const rf_job_opts_t *opts)
         if (run_update(&j, (uint32_t)v, &verified, f, sizeof(f)) != 0) {
             if (rc == 0)
                 snprintf(fail, sizeof(fail), "%s", f);
+            size_t len = strlen(failed_list);
+            if (len + 16 < sizeof(failed_list))
+                snprintf(failed_list + len, sizeof(failed_list) - len, " %d", v);
             rc = 1;
         } else {
             committed++;
@@ -1241,7 +1245,9 @@ int rf_job_run(const rf_job_opts_t *opts)
             printf("refit: COMMITTED %d update(s), verified %" PRIu64 " tensors\n", committed,
                    verified);
         else
-            printf("refit: FAILED: %s\n", fail);
+            printf("refit: %d of %d update(s) committed and verified (failed:%s)\n"
+                   "refit: FAILED: %s\n",
+                   committed, opts->steps, failed_list, fail);
         fflush(stdout);
     }
     teardown(&j);
