@@ -245,12 +245,10 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
                           rf_fault_kind_name(f->kind), f->rank, need);
     if (f->kind == RF_FAULT_CORRUPT_CHUNK && !j->integrity)
         rf_warn("--inject-fault corrupt-chunk without --integrity: only the oracle can notice");
-    /* the chunk faults hit the first chunk of the sender's stage */
-    if (f->kind == RF_FAULT_CORRUPT_CHUNK || f->kind == RF_FAULT_DROP_CHUNK ||
-        f->kind == RF_FAULT_DUPLICATE_CHUNK || f->kind == RF_FAULT_GATHER_DROP) {
-        int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
-        f->seq = p < j->cplan->n_stages ? j->cplan->stages[p].chunk_begin : 0;
-    }
+    /* chunk faults, and exit / stall on a stage sender, hit the first chunk of the rank's
+     * stage (a rollout rank's hooks fire after chunk 0) */
+    int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
+    f->seq = p < j->cplan->n_stages ? j->cplan->stages[p].chunk_begin : 0;
     if (j->rank == 0)
         rf_warn("fault: %s on rank %d at update %d", rf_fault_kind_name(f->kind), f->rank,
                 f->update);
@@ -947,6 +945,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     }
     if (is_rollout(j) && fault_update)
         hash_before = storage_hash(j); /* outside the timed path, like the snapshot */
+    double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(j->ctl, v, &e2);
     rf_xfer_begin(j->xfer, v);
     if (!is_rollout(j))
@@ -1042,7 +1041,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     rf_err_clear(&e2);
     rf_gate_run(j->ctl, v, &rec, j->rank == 0 ? &j->expect : NULL, deadline, &verdict, &e2);
     j->js.gate_s = rf_time_now() - t;
-    j->js.verdict_s = rf_time_now() - t_start;
+    j->js.verdict_s = rf_time_now() - t_begin;
     if (!verdict.committed) {
         /* leave both communicators clean for the next update (bounded: after the verdict) */
         rf_err_t de;

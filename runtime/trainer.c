@@ -536,9 +536,12 @@ rf_status_t rf_trainer_drain(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, d
     int T = rf_topology_trainer_size(tr->topo);
     if (is_contributor(tr, &tr->me)) {
         int sender = rf_topology_trainer_rank(tr->topo, 0, 0, 0, tr->stage);
-        uint64_t posted = tr->gather_posted;
+        uint64_t *posted = malloc(sizeof(uint64_t));
         MPI_Request creq;
-        MPI_Isend(&posted, 1, MPI_UINT64_T, sender, RF_TRAINER_COUNT_TAG(update), tr->comm,
+        if (posted == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "trainer drain: out of memory");
+        *posted = tr->gather_posted;
+        MPI_Isend(posted, 1, MPI_UINT64_T, sender, RF_TRAINER_COUNT_TAG(update), tr->comm,
                   &creq);
         req_ctx_t c = {&creq, 1};
         rf_status_t st = rf_ctl_wait_fn(ctl, reqs_test, &c, deadline, RF_CTL_WAIT_NO_ABORT, &e);
@@ -549,13 +552,16 @@ rf_status_t rf_trainer_drain(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, d
         }
         if (st != RF_OK) {
             if (creq != MPI_REQUEST_NULL)
-                MPI_Request_free(&creq); /* the count sits in `posted`: wait no more */
+                MPI_Request_free(&creq); /* wait no more; `posted` may still be read: leaked */
+            else
+                free(posted);
             return rf_err_set(err, st,
                               "trainer drain: rank %d: %d gather send(s) to rank %d still "
                               "outstanding: %s",
                               tr->me.world_rank, tr->n_out, sender,
                               st == RF_ERR_TIMEOUT ? "deadline expired" : e.msg);
         }
+        free(posted);
         out_reap(tr);
         tr->gather_posted = 0;
         return RF_OK;

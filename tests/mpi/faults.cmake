@@ -96,6 +96,9 @@ fault_test(pp2_gather_drop 6 ${FTOPO6}
 fault_test(pp2_drop_chunk_stage1 6 ${FTOPO6}
            "verdict +rank 4: RF_ERR_SEQUENCE: update 2: chunk seq [0-9]+ \\(stage 1\\) from rank 2: gap in the sequence"
            "rollout paused: yes" ${RECOVERED} ARGS --inject-fault drop-chunk:2)
+fault_test(pp2_stall_stage1_sender 6 ${FTOPO6}
+           "verdict +rank [0-9]: RF_ERR_TIMEOUT: .*deadline expired" "rollout paused: yes"
+           ${RECOVERED} ARGS --inject-fault stall:2)
 
 # a process that dies ends the job non-zero within seconds (Open MPI 4.1 kills the rest)
 foreach(case "exit_rollout;exit" "exit_sender;exit:0" "exit_gather;exit:1")
