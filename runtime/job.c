@@ -889,9 +889,9 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     }
     printf("  %-10s verdict after %.3f s (slowest rank, from update begin); rollout paused: %s"
            "%s%s\n",
-           "gate", verdict_s,
-           paused == 0 ? "no" : (paused == rollouts ? "yes" : "partly"),
-           unchanged < 0 ? "" : "; storage unchanged: ", unchanged < 0 ? "" : (unchanged ? "yes" : "no"));
+           "gate", verdict_s, paused == 0 ? "no" : (paused == rollouts ? "yes" : "partly"),
+           unchanged < 0 ? "" : "; storage unchanged: ",
+           unchanged < 0 ? "" : (unchanged ? "yes" : "no"));
     if (rebuilt)
         printf("  %-10s rebuilt before this update on %d rollout rank(s)\n", "plan", rebuilt);
     if (!v->committed)
@@ -969,8 +969,9 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         st = rf_plan_begin(&j->plan, v, &err);
         j->js.rebuilds = j->plan.stats.rebuilds - rebuilds;
         if (j->js.rebuilds) {
-            printf("refit: rank %d: plan rebuilt before update %u (slot %s changed its signature)\n", j->rank, v,
-                   moved ? moved : "format owner changed its mapping");
+            printf("refit: rank %d: plan rebuilt before update %u (%s%s)\n", j->rank, v,
+                   moved ? moved : "format owner changed its mapping",
+                   moved ? " changed its signature" : "");
             fflush(stdout);
         }
     } else {

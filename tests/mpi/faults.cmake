@@ -57,7 +57,7 @@ fault_test(move_storage 4 ${FTOPO4}
            "rollout paused: yes" "refit: rank 3: plan rebuilt before update 3" ${RECOVERED}
            ARGS --inject-fault move-storage)
 add_test(NAME faults_move_storage_between
-         COMMAND ${EXPECT} ok "refit: rank 2: plan rebuilt before update 2 \\(slot model.embed_tokens.weight"
+         COMMAND ${EXPECT} ok "refit: rank 2: plan rebuilt before update 2 \\(model.embed_tokens.weight changed"
                  "refit update 2/3: COMMITTED" "refit: COMMITTED 3 update\\(s\\), verified 30 tensors"
                  -- ${REFIT_RUN} -np 4 $<TARGET_FILE:refit-run> --topology ${FTOPO4}
                  --checkpoint ${DATA}/llama-tiny --steps 3 --inject-fault move-storage-between:2
