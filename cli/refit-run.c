@@ -62,12 +62,17 @@ static void usage(FILE *f)
             "                        for the topology's quantization and backend; test-* owners\n"
             "                        exist to exercise LAYERWISE and the deferred stage)\n"
             "  --profile-dir DIR     write profile-rank<R>.json there (default: refit-profile)\n"
+            "  --integrity           XXH3-64 checksum trailer per chunk, verified before unpacking\n"
+            "                        (also transfer.integrity: true in the topology)\n"
+            "  --inject-fault KIND[:RANK][@UPDATE]\n"
+            "                        tests: inject a fault on RANK (default per kind) in UPDATE\n"
+            "                        (default 2); KIND: %s (docs/faults.md)\n"
             "  --quiet               print only the last line on rank 0\n"
             "  --help                this text\n"
             "\n"
             "environment: REFIT_LOG_LEVEL=error|warn|info|debug\n"
             "example: mpirun --oversubscribe -np 4 refit-run --steps 2\n",
-            rf_format_names());
+            rf_format_names(), rf_fault_kind_names());
 }
 
 static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t cap)
@@ -81,6 +86,8 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         {"format-owner", required_argument, NULL, 'f'},
         {"profile-dir", required_argument, NULL, 'd'},
         {"quiet", no_argument, NULL, 'q'},
+        {"integrity", no_argument, NULL, 'i'},
+        {"inject-fault", required_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -137,6 +144,13 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
             break;
         case 'q':
             o->quiet = true;
+            break;
+        case 'i':
+            o->integrity = true;
+            break;
+        case 'x':
+            if (rf_job_fault_parse(optarg, &o->fault, msg, cap) != 0)
+                return -1;
             break;
         case 'h':
             o->help = true;

@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "refit/chunk.h"
 #include "refit/control.h"
@@ -47,6 +50,10 @@ typedef struct job_stats {
     double update_s, begin_s, receive_s, wire_s, unpack_s, loader_s, finalize_s, layerwise_s,
         deferred_s, gate_s, produce_s, send_s, verify_s;
     uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed;
+    double verdict_s;       /* update begin to the verdict on this rank */
+    int storage_unchanged;  /* rollout, fault updates: 1 yes, 0 no; -1 not measured */
+    int paused;             /* rollout: still PAUSED after the gate */
+    uint64_t rebuilds;      /* rollout: plan rebuilds before this update */
     int verify_status;
     char verify_msg[RF_ERR_MSG_MAX];
 } job_stats_t;
@@ -85,7 +92,208 @@ typedef struct job {
     job_stats_t js;
     const char *source;     /* "checkpoint" | "generator" */
     bool paused;
+    bool integrity;         /* per-chunk checksum trailer (option or topology) */
+    rf_job_fault_t fault;   /* resolved: rank set; kind NONE when off */
+    uint32_t update;        /* current update (fault hooks) */
+    double deadline;        /* its absolute deadline */
+    uint32_t last_committed; /* the last update that COMMITTED (0: none yet) */
 } job_t;
+
+/* ---- fault injection (refit-run --inject-fault; docs/faults.md) ---------------------- */
+
+static const char *const fault_names[] = {
+    [RF_FAULT_NONE] = "none",
+    [RF_FAULT_EXIT] = "exit",
+    [RF_FAULT_STALL] = "stall",
+    [RF_FAULT_CORRUPT_CHUNK] = "corrupt-chunk",
+    [RF_FAULT_DROP_CHUNK] = "drop-chunk",
+    [RF_FAULT_DUPLICATE_CHUNK] = "duplicate-chunk",
+    [RF_FAULT_WRONG_DTYPE] = "wrong-dtype",
+    [RF_FAULT_WRONG_SHAPE] = "wrong-shape",
+    [RF_FAULT_MISSING_TENSOR] = "missing-tensor",
+    [RF_FAULT_EXTRA_TENSOR] = "extra-tensor",
+    [RF_FAULT_MOVE_STORAGE] = "move-storage",
+    [RF_FAULT_MOVE_STORAGE_BETWEEN] = "move-storage-between",
+    [RF_FAULT_GATHER_DROP] = "gather-drop",
+};
+#define FAULT_KINDS ((int)(sizeof(fault_names) / sizeof(fault_names[0])))
+
+const char *rf_fault_kind_name(rf_fault_kind_t k)
+{
+    return (int)k >= 0 && (int)k < FAULT_KINDS ? fault_names[k] : "?";
+}
+
+const char *rf_fault_kind_names(void)
+{
+    return "exit, stall, corrupt-chunk, drop-chunk, duplicate-chunk, wrong-dtype, wrong-shape, "
+           "missing-tensor, extra-tensor, move-storage, move-storage-between, gather-drop";
+}
+
+int rf_job_fault_parse(const char *spec, rf_job_fault_t *f, char *msg, size_t cap)
+{
+    char kind[64];
+    const char *at = strchr(spec, '@'), *colon = strchr(spec, ':');
+    size_t klen = strcspn(spec, ":@");
+    memset(f, 0, sizeof(*f));
+    f->rank = -1;
+    f->update = 2;
+    f->seq = 0;
+    if (klen == 0 || klen >= sizeof(kind)) {
+        snprintf(msg, cap, "--inject-fault: '%s' is not KIND[:RANK][@UPDATE]", spec);
+        return -1;
+    }
+    memcpy(kind, spec, klen);
+    kind[klen] = '\0';
+    for (int k = 1; k < FAULT_KINDS; k++)
+        if (strcmp(kind, fault_names[k]) == 0)
+            f->kind = (rf_fault_kind_t)k;
+    if (f->kind == RF_FAULT_NONE) {
+        snprintf(msg, cap, "--inject-fault: unknown kind '%s' (known: %s)", kind,
+                 rf_fault_kind_names());
+        return -1;
+    }
+    if (colon != NULL && (at == NULL || colon < at)) {
+        char *end;
+        long r = strtol(colon + 1, &end, 10);
+        if (end == colon + 1 || r < 0 || r > 1000000 || (*end != '\0' && *end != '@')) {
+            snprintf(msg, cap, "--inject-fault: '%s': rank is not a non-negative integer", spec);
+            return -1;
+        }
+        f->rank = (int)r;
+    }
+    if (at != NULL) {
+        char *end;
+        long u = strtol(at + 1, &end, 10);
+        if (end == at + 1 || *end != '\0' || u < 1 || u > 1000000) {
+            snprintf(msg, cap, "--inject-fault: '%s': update is not a positive integer", spec);
+            return -1;
+        }
+        f->update = (int)u;
+    }
+    return 0;
+}
+
+/* This rank injects the configured fault in update v. */
+static bool fault_here(const job_t *j, uint32_t v, rf_fault_kind_t k)
+{
+    return j->fault.kind == k && (uint32_t)j->fault.update == v && j->fault.rank == j->rank;
+}
+
+/* Default ranks, and refusal of a rank that cannot inject the kind. Every rank agrees. */
+static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
+{
+    rf_job_fault_t *f = &j->fault;
+    rf_rank_info_t info;
+    int stage_sender = j->senders[0];
+    *f = j->o->fault;
+    if (f->kind == RF_FAULT_NONE)
+        return RF_OK;
+    if (f->rank < 0) {
+        switch (f->kind) {
+        case RF_FAULT_CORRUPT_CHUNK:
+        case RF_FAULT_DROP_CHUNK:
+        case RF_FAULT_DUPLICATE_CHUNK:
+            f->rank = stage_sender; /* the sender of stage 0 */
+            break;
+        case RF_FAULT_GATHER_DROP:
+        case RF_FAULT_WRONG_DTYPE:
+        case RF_FAULT_WRONG_SHAPE:
+        case RF_FAULT_MISSING_TENSOR:
+        case RF_FAULT_EXTRA_TENSOR:
+            f->rank = j->T - 1; /* the last trainer rank: not the one that decides GO */
+            break;
+        default:
+            f->rank = j->size - 1; /* the last rollout rank */
+            break;
+        }
+    }
+    if (f->rank >= j->size)
+        return rf_err_set(err, RF_ERR_INVALID, "--inject-fault %s: rank %d is not in a world of %d",
+                          rf_fault_kind_name(f->kind), f->rank, j->size);
+    RF_CHECK(rf_topology_rank_info(&j->topo, f->rank, &info));
+    bool sender = false;
+    for (int p = 0; p < j->topo.t_pp; p++)
+        sender |= j->senders[p] == f->rank;
+    const char *need = NULL;
+    switch (f->kind) {
+    case RF_FAULT_CORRUPT_CHUNK:
+    case RF_FAULT_DROP_CHUNK:
+    case RF_FAULT_DUPLICATE_CHUNK:
+        if (!sender)
+            need = "a stage sender";
+        break;
+    case RF_FAULT_GATHER_DROP:
+        if (info.role != RF_ROLE_TRAINER || sender || info.c != 0 || info.d != 0)
+            need = "a trainer rank that contributes to its stage's gather";
+        break;
+    case RF_FAULT_WRONG_DTYPE:
+    case RF_FAULT_WRONG_SHAPE:
+    case RF_FAULT_MISSING_TENSOR:
+    case RF_FAULT_EXTRA_TENSOR:
+        if (info.role != RF_ROLE_TRAINER)
+            need = "a trainer rank";
+        break;
+    case RF_FAULT_MOVE_STORAGE:
+    case RF_FAULT_MOVE_STORAGE_BETWEEN:
+        if (info.role != RF_ROLE_ROLLOUT)
+            need = "a rollout rank";
+        break;
+    default:
+        break;
+    }
+    if (need != NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "--inject-fault %s: rank %d is not %s",
+                          rf_fault_kind_name(f->kind), f->rank, need);
+    if (f->kind == RF_FAULT_CORRUPT_CHUNK && !j->integrity)
+        rf_warn("--inject-fault corrupt-chunk without --integrity: only the oracle can notice");
+    /* chunk faults, and exit / stall on a stage sender, hit the first chunk of the rank's
+     * stage (a rollout rank's hooks fire after chunk 0) */
+    int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
+    f->seq = p < j->cplan->n_stages ? j->cplan->stages[p].chunk_begin : 0;
+    if (j->rank == 0)
+        rf_warn("fault: %s on rank %d at update %d", rf_fault_kind_name(f->kind), f->rank,
+                f->update);
+    return RF_OK;
+}
+
+/* The injected process death. The one place refit calls _exit: on purpose, for tests
+ * (--inject-fault exit); Open MPI 4.1 then ends the whole job. */
+static void fault_exit_now(job_t *j, const char *where)
+{
+    fprintf(stderr, "refit: fault: rank %d exits during update %u (%s)\n", j->rank, j->update,
+            where);
+    fflush(stderr);
+    _exit(1);
+}
+
+/* The injected stall: sleeps until deadline + 0.5 s, answering nothing. */
+static void fault_stall_now(job_t *j, double deadline, const char *where)
+{
+    double until = deadline + 0.5;
+    rf_warn("fault: rank %d stalls %.1f s during update %u (%s)", j->rank,
+            until - rf_time_now(), j->update, where);
+    while (rf_time_now() < until) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* XXH3 over every slot's bytes (rollout): proves a failed update wrote nothing. */
+static uint64_t storage_hash(const job_t *j)
+{
+    XXH3_state_t *h = XXH3_createState();
+    uint64_t v = 0;
+    if (h == NULL)
+        return 0;
+    XXH3_64bits_reset(h);
+    for (int s = 0; s < j->st.nslots; s++) {
+        const rf_slot_t *sl = &j->st.slots[s];
+        XXH3_64bits_update(h, sl->sig.data, (size_t)rf_signature_bytes(&sl->sig));
+    }
+    v = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return v;
+}
 
 static bool is_rollout(const job_t *j) { return j->me.role == RF_ROLE_ROLLOUT; }
 
@@ -207,7 +415,10 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         j->items[i].row_bytes = j->items[i].rows ? j->items[i].bytes / j->items[i].rows : 0;
         j->items[i].name = t->name;
     }
-    st = rf_chunk_plan_create(j->items, (size_t)j->man.n, j->topo.chunk_bytes, &j->cplan, err);
+    j->integrity = j->o->integrity || j->topo.integrity;
+    st = rf_chunk_plan_create(j->items, (size_t)j->man.n,
+                              rf_xfer_plan_bytes(j->topo.chunk_bytes, j->integrity), &j->cplan,
+                              err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
 
     /* schedule: stage senders, receivers, and the gate's expectation */
@@ -222,7 +433,9 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     RF_CHECK(rf_gate_expect_init(&j->expect, j->size, err));
     for (int p = 0; p < j->cplan->n_stages; p++) {
         const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
-        uint64_t bytes = sr->payload_bytes + (uint64_t)sr->chunk_count * RF_CHUNK_HEADER_BYTES;
+        uint64_t bytes = sr->payload_bytes +
+                         (uint64_t)sr->chunk_count *
+                             (RF_CHUNK_HEADER_BYTES + (j->integrity ? RF_CHUNK_TRAILER_BYTES : 0));
         for (int r = 0; r < j->R; r++) {
             j->expect.chunks[(size_t)j->senders[p] * j->size + j->receivers[r]] += sr->chunk_count;
             j->expect.bytes[(size_t)j->senders[p] * j->size + j->receivers[r]] += bytes;
@@ -236,6 +449,7 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         j->tr_ready = st == RF_OK;
     }
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+    RF_CHECK(fault_resolve(j, err)); /* same options and topology everywhere: same answer */
     RF_CHECK(rf_ctl_create(MPI_COMM_WORLD, &j->ctl, err));
     RF_CHECK(rf_xfer_create(j->ctl, rf_transport_name(j->topo.transport), j->topo.chunk_bytes,
                             j->topo.buffers, &j->xfer, err));
@@ -256,6 +470,10 @@ static rf_status_t job_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_p
 {
     pack_ctx_t *c = ctx;
     (void)pieces;
+    if ((int64_t)chunk->seq == c->j->fault.seq && fault_here(c->j, c->update, RF_FAULT_EXIT))
+        fault_exit_now(c->j, "stage sender, packing");
+    if ((int64_t)chunk->seq == c->j->fault.seq && fault_here(c->j, c->update, RF_FAULT_STALL))
+        fault_stall_now(c->j, c->deadline, "stage sender, packing");
     return rf_trainer_pack(&c->j->tr, c->j->ctl, c->update, chunk, payload, c->deadline, err);
 }
 
@@ -268,13 +486,91 @@ static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk
         RF_CHECK(rf_plan_apply(&j->plan, j->man.entries[pc->item].tensor, -1, pc->row_begin,
                                pc->row_end, (const char *)payload + pc->offset, chunk->seq, err));
     }
+    /* fault hooks after the first chunk this rank applied */
+    if (chunk->seq == 0 && fault_here(j, j->update, RF_FAULT_EXIT))
+        fault_exit_now(j, "rollout, after applying chunk 0");
+    if (chunk->seq == 0 && fault_here(j, j->update, RF_FAULT_STALL))
+        fault_stall_now(j, j->deadline, "rollout, after applying chunk 0");
+    if (chunk->seq == 0 && fault_here(j, j->update, RF_FAULT_MOVE_STORAGE)) {
+        const char *name = j->st.slots[0].name;
+        RF_CHECK(rf_storage_move_slot(&j->st, name, err));
+        rf_warn("fault: rank %d moved slot %s during update %u", j->rank, name, j->update);
+    }
     return RF_OK;
 }
 
-/* Source check against the manifest (DESIGN.md section 9): names, dtypes, shapes. */
-static rf_status_t check_source(job_t *j, bool from_ckpt, rf_err_t *err)
+/* What the trainer's source offers for one manifest entry (its view of the source). */
+typedef struct src_view {
+    bool present;
+    rf_dtype_t dtype;
+    int ndim;
+    int64_t shape[RF_MAX_DIMS];
+} src_view_t;
+
+/* Source check against the manifest (DESIGN.md section 9): names, dtypes, shapes, and no
+ * tensor the manifest lacks. The view is the checkpoint's headers, or for generator weights
+ * the inventory's tensors (the generator produces exactly those); a source fault (tests)
+ * alters the view on one trainer rank, so the check fails there before any chunk is posted. */
+static rf_status_t check_source(job_t *j, bool from_ckpt, uint32_t v, rf_err_t *err)
 {
-    return rf_trainer_check_source(&j->tr, from_ckpt ? j->ck : NULL, err);
+    const char *extra = NULL;
+    /* the real check, bf16 sources of quantized tensors included */
+    RF_CHECK(rf_trainer_check_source(&j->tr, from_ckpt ? j->ck : NULL, err));
+    int victim = -1;
+    for (int i = 0; i < j->man.n && victim < 0; i++)
+        if (j->tr.has[i])
+            victim = i;
+    for (int i = 0; i < j->man.n; i++) {
+        const rf_manifest_entry_t *e = &j->man.entries[i];
+        src_view_t sv = {.present = true, .dtype = e->dtype, .ndim = e->ndim};
+        if (!j->tr.has[i])
+            continue;
+        memcpy(sv.shape, e->shape, sizeof(sv.shape));
+        if (from_ckpt && !rf_manifest_trainer_quantizes(&j->inv, &j->inv.tensors[e->tensor], j->ck)) {
+            const rf_st_entry_t *se = rf_ckpt_find(j->ck, e->name);
+            sv.present = se != NULL;
+            if (se != NULL) {
+                sv.dtype = se->dtype;
+                sv.ndim = se->ndim;
+                for (int d = 0; d < se->ndim && d < RF_MAX_DIMS; d++)
+                    sv.shape[d] = (int64_t)se->shape[d];
+            }
+        }
+        if (i == victim && fault_here(j, v, RF_FAULT_MISSING_TENSOR))
+            sv.present = false;
+        if (i == victim && fault_here(j, v, RF_FAULT_WRONG_DTYPE))
+            sv.dtype = sv.dtype == RF_DTYPE_F32 ? RF_DTYPE_BF16 : RF_DTYPE_F32;
+        if (i == victim && fault_here(j, v, RF_FAULT_WRONG_SHAPE))
+            sv.shape[0] += 1;
+        if (!sv.present)
+            return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: source lacks tensor %s",
+                              j->rank, e->name);
+        if (sv.dtype != e->dtype)
+            return rf_err_set(err, RF_ERR_MISMATCH,
+                              "trainer rank %d: source tensor %s has dtype %s, the manifest %s",
+                              j->rank, e->name, rf_dtype_name(sv.dtype), rf_dtype_name(e->dtype));
+        bool same = sv.ndim == e->ndim;
+        for (int d = 0; same && d < e->ndim; d++)
+            same = sv.shape[d] == e->shape[d];
+        if (!same)
+            return rf_err_set(err, RF_ERR_MISMATCH,
+                              "trainer rank %d: source tensor %s has shape [%" PRId64
+                              "%s], the manifest [%" PRId64 "%s]",
+                              j->rank, e->name, sv.shape[0], sv.ndim > 1 ? ", ..." : "",
+                              e->shape[0], e->ndim > 1 ? ", ..." : "");
+    }
+    if (fault_here(j, v, RF_FAULT_EXTRA_TENSOR))
+        extra = "model.layers.0.self_attn.injected_extra.weight";
+    if (extra != NULL) {
+        bool known = false;
+        for (int i = 0; i < j->man.n && !known; i++)
+            known = strcmp(j->man.entries[i].name, extra) == 0;
+        if (!known)
+            return rf_err_set(err, RF_ERR_EXTRA,
+                              "trainer rank %d: source has tensor %s, which the manifest lacks",
+                              j->rank, extra);
+    }
+    return RF_OK;
 }
 
 static void snapshot(job_t *j)
@@ -519,6 +815,14 @@ static void write_profile(job_t *j, uint32_t update)
         "bytes_read", (json_int_t)s->bytes_read, "header_bytes_read",
         (json_int_t)s->header_bytes_read, "bytes_gathered", (json_int_t)s->bytes_gathered,
         "max_inflight_chunks", s->max_inflight);
+    if (u != NULL) {
+        json_object_set_new(u, "verdict_s", json_real(s->verdict_s));
+        if (is_rollout(j))
+            json_object_set_new(u, "paused", json_boolean(s->paused));
+        if (s->storage_unchanged >= 0)
+            json_object_set_new(u, "storage_unchanged", json_boolean(s->storage_unchanged));
+        json_object_set_new(u, "integrity", json_boolean(j->integrity));
+    }
     if (u != NULL)
         json_array_append_new(json_object_get(root, "updates"), u);
     json_dump_file(root, path, JSON_INDENT(1));
@@ -584,6 +888,27 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     printf("  %-10s produced %s, read %s, gathered %s; max %d chunks in flight\n", "trainer",
            human_bytes((double)produced, b1, sizeof(b1)), human_bytes((double)read, b2, sizeof(b2)),
            human_bytes((double)gathered, b3, sizeof(b3)), inflight);
+    double verdict_s = 0;
+    int unchanged = -1, paused = 0, rollouts = 0, rebuilt = 0;
+    for (int r = 0; r < j->size; r++) {
+        const job_stats_t *s = &all[r];
+        if (s->verdict_s > verdict_s)
+            verdict_s = s->verdict_s;
+        if (s->role != RF_ROLE_ROLLOUT)
+            continue;
+        rollouts++;
+        paused += s->paused;
+        rebuilt += s->rebuilds > 0;
+        if (s->storage_unchanged >= 0)
+            unchanged = (unchanged < 0 ? 1 : unchanged) && s->storage_unchanged;
+    }
+    printf("  %-10s verdict after %.3f s (slowest rank, from update begin); rollout paused: %s"
+           "%s%s\n",
+           "gate", verdict_s, paused == 0 ? "no" : (paused == rollouts ? "yes" : "partly"),
+           unchanged < 0 ? "" : "; storage unchanged: ",
+           unchanged < 0 ? "" : (unchanged ? "yes" : "no"));
+    if (rebuilt)
+        printf("  %-10s rebuilt before this update on %d rollout rank(s)\n", "plan", rebuilt);
     if (!v->committed)
         printf("  %-10s rank %d: %s: %s\n", "verdict", v->rank, rf_status_name(v->code),
                v->reason);
@@ -622,18 +947,50 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     j->js.role = (int)j->me.role;
     j->source = from_ckpt ? "checkpoint" : "generator";
 
+    bool fault_update = j->fault.kind != RF_FAULT_NONE && (uint32_t)j->fault.update == v;
+    uint64_t hash_before = 0;
+    j->js.storage_unchanged = -1;
+    j->update = v;
+    if (fault_here(j, v, RF_FAULT_MOVE_STORAGE_BETWEEN)) {
+        /* an engine re-allocated a parameter between updates: the plan must follow */
+        const char *name = j->st.slots[0].name;
+        if (rf_storage_move_slot(&j->st, name, &e2) == RF_OK)
+            rf_warn("fault: rank %d moved slot %s before update %u", j->rank, name, v);
+        rf_err_clear(&e2);
+    }
+    if (is_rollout(j) && fault_update)
+        hash_before = storage_hash(j); /* outside the timed path, like the snapshot */
+    double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(j->ctl, v, &e2);
     rf_xfer_begin(j->xfer, v);
+    if (!is_rollout(j))
+        rf_trainer_begin(&j->tr);
     double deadline = rf_deadline_for_update(j->topo.timeout_s, j->topo.slack_s,
                                              j->man.payload_bytes, j->topo.min_bandwidth);
-    if (is_rollout(j) && v > 1)
+    j->deadline = deadline;
+    /* the diff rule compares with the previous update only when it committed: after a FAILED
+     * one the storage holds whatever the failure left, and the source may repeat */
+    bool diff = v > 1 && j->last_committed == v - 1;
+    if (is_rollout(j) && diff)
         snapshot(j); /* the oracle's copy for the diff rule, outside the timed path */
     t = rf_time_now();
     if (is_rollout(j)) {
+        uint64_t rebuilds = j->plan.stats.rebuilds;
+        const char *moved = NULL;
+        for (int i = 0; i < j->plan.nsigs && i < j->st.nslots && moved == NULL; i++)
+            if (!rf_signature_equal(&j->plan.sigs[i], &j->st.slots[i].sig))
+                moved = j->st.slots[i].name;
         j->paused = true; /* not served until the gate says COMMITTED */
         st = rf_plan_begin(&j->plan, v, &err);
+        j->js.rebuilds = j->plan.stats.rebuilds - rebuilds;
+        if (j->js.rebuilds) {
+            printf("refit: rank %d: plan rebuilt before update %u (%s%s)\n", j->rank, v,
+                   moved ? moved : "format owner changed its mapping",
+                   moved ? " changed its signature" : "");
+            fflush(stdout);
+        }
     } else {
-        st = check_source(j, from_ckpt, &err);
+        st = check_source(j, from_ckpt, v, &err);
     }
     rf_err_clear(&e2);
     rf_status_t ag = rf_ctl_agree(j->ctl, v, st, err.msg, deadline, &e2);
@@ -650,7 +1007,15 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     }
     if (st == RF_OK) {
         rf_xfer_config_t cfg = {v, j->cplan, j->senders, j->receivers, j->R, deadline,
-                                RF_XFER_FAULT_NONE};
+                                RF_XFER_FAULT_NONE, j->integrity, j->items};
+        if (fault_here(j, v, RF_FAULT_DROP_CHUNK))
+            cfg.fault.drop_seq = j->fault.seq;
+        if (fault_here(j, v, RF_FAULT_DUPLICATE_CHUNK))
+            cfg.fault.dup_seq = j->fault.seq;
+        if (fault_here(j, v, RF_FAULT_CORRUPT_CHUNK))
+            cfg.fault.corrupt_seq = j->fault.seq;
+        if (!is_rollout(j))
+            j->tr.fault_skip_seq = fault_here(j, v, RF_FAULT_GATHER_DROP) ? j->fault.seq : -1;
         t = rf_time_now();
         if (is_rollout(j)) {
             st = rf_xfer_recv(j->xfer, &cfg, job_unpack, j, &err);
@@ -666,6 +1031,10 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             pack_ctx_t pc = {j, v, deadline};
             st = rf_xfer_send(j->xfer, &cfg, job_pack, &pc, &err);
         } else {
+            if (fault_here(j, v, RF_FAULT_EXIT))
+                fault_exit_now(j, "trainer, before contributing to the stage gather");
+            if (fault_here(j, v, RF_FAULT_STALL))
+                fault_stall_now(j, deadline, "trainer, before contributing to the stage gather");
             st = rf_trainer_contribute(&j->tr, j->ctl, v, j->topo.buffers, deadline, &err);
             if (st != RF_OK && st != RF_ERR_PEER)
                 rf_ctl_abort(j->ctl, st, err.msg);
@@ -688,17 +1057,28 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     rf_err_clear(&e2);
     rf_gate_run(j->ctl, v, &rec, j->rank == 0 ? &j->expect : NULL, deadline, &verdict, &e2);
     j->js.gate_s = rf_time_now() - t;
+    j->js.verdict_s = rf_time_now() - t_begin;
     if (!verdict.committed) {
+        /* leave both communicators clean for the next update (bounded: after the verdict) */
         rf_err_t de;
+        double drain_deadline = rf_time_now() + 30.0;
         rf_err_clear(&de);
-        if (verdict.posted_from != NULL)
-            rf_xfer_drain(j->xfer, verdict.posted_from,
-                          rf_time_now() + j->topo.slack_s + RF_GATE_GRACE_S, &de);
+        if (verdict.posted_from != NULL &&
+            rf_xfer_drain(j->xfer, verdict.posted_from, drain_deadline, &de) != RF_OK)
+            rf_warn("rank %d: update %u: %s", j->rank, v, de.msg);
+        rf_err_clear(&de);
+        if (!is_rollout(j) && rf_trainer_drain(&j->tr, j->ctl, v, drain_deadline, &de) != RF_OK)
+            rf_warn("rank %d: update %u: %s", j->rank, v, de.msg);
         if (is_rollout(j) && j->plan.in_update)
             rf_plan_abort(&j->plan);
     } else if (is_rollout(j)) {
         j->paused = false; /* serve version v */
     }
+    j->js.paused = is_rollout(j) && j->paused;
+    if (verdict.committed)
+        j->last_committed = v;
+    if (is_rollout(j) && fault_update)
+        j->js.storage_unchanged = storage_hash(j) == hash_before;
     j->js.update_s = rf_time_now() - t_start;
     j->js.status = verdict.committed ? RF_OK : (int)(verdict.code ? verdict.code : RF_ERR_INTERNAL);
 
@@ -741,7 +1121,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             vs = verify_reference(j, &ve);
         else
             vs = verify_scalar(j, v, from_ckpt, &ve);
-        if (vs == RF_OK && v > 1) {
+        if (vs == RF_OK && diff) {
             diff_rule(j);
             double frac = j->js.diff_elems ? (double)j->js.diff_changed / j->js.diff_elems : 1.0;
             if (frac < 0.99)
@@ -838,6 +1218,7 @@ int rf_job_run(const rf_job_opts_t *opts)
     char fail[RF_ERR_MSG_MAX + 64] = "";
     uint64_t verified = 0;
     int rc = 0, committed = 0;
+    char failed_list[256] = "";
     memset(&j, 0, sizeof(j));
     j.role_comm = j.engine_comm = j.stats_comm = MPI_COMM_NULL;
     j.o = opts;
@@ -866,6 +1247,9 @@ int rf_job_run(const rf_job_opts_t *opts)
         if (run_update(&j, (uint32_t)v, &verified, f, sizeof(f)) != 0) {
             if (rc == 0)
                 snprintf(fail, sizeof(fail), "%s", f);
+            size_t len = strlen(failed_list);
+            if (len + 16 < sizeof(failed_list))
+                snprintf(failed_list + len, sizeof(failed_list) - len, " %d", v);
             rc = 1;
         } else {
             committed++;
@@ -876,7 +1260,9 @@ int rf_job_run(const rf_job_opts_t *opts)
             printf("refit: COMMITTED %d update(s), verified %" PRIu64 " tensors\n", committed,
                    verified);
         else
-            printf("refit: FAILED: %s\n", fail);
+            printf("refit: %d of %d update(s) committed and verified (failed:%s)\n"
+                   "refit: FAILED: %s\n",
+                   committed, opts->steps, failed_list, fail);
         fflush(stdout);
     }
     teardown(&j);

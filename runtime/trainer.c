@@ -7,10 +7,12 @@
  * rows (tag = update mod 8, chunk seq) on the trainer-only communicator; the sender copies
  * its own parts straight from its shard buffers into the payload.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "control_int.h"
 #include "refit/generator.h"
 #include "refit/log.h"
 #include "refit/quant.h"
@@ -131,6 +133,9 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     tr->comm = comm;
     tr->stage = me->p;
     tr->sender = me->t == 0 && me->c == 0 && me->d == 0;
+    tr->fault_skip_seq = -1;
+    for (int i = 0; i < 16; i++)
+        tr->out_reqs[i] = MPI_REQUEST_NULL;
     tr->reg = calloc((size_t)man->n + 1, sizeof(rf_region_t));
     tr->has = calloc((size_t)man->n + 1, sizeof(bool));
     tr->buf = calloc((size_t)man->n + 1, sizeof(char *));
@@ -177,7 +182,8 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     if (tr->sender) {
         tr->gather_cap = plan->chunk_bytes;
         tr->gather_buf = malloc(tr->gather_cap);
-        if (tr->gather_buf == NULL) {
+        tr->gather_recv = calloc((size_t)rf_topology_trainer_size(topo) + 1, sizeof(uint64_t));
+        if (tr->gather_buf == NULL || tr->gather_recv == NULL) {
             rf_trainer_free(tr);
             return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
         }
@@ -196,6 +202,14 @@ void rf_trainer_free(rf_trainer_t *tr)
     free(tr->has);
     free(tr->reg);
     free(tr->gather_buf);
+    free(tr->gather_recv);
+    /* sends still in flight belong to a peer that never received them: release, then free */
+    for (int i = 0; i < tr->n_out; i++) {
+        if (tr->out_reqs[i] != MPI_REQUEST_NULL)
+            MPI_Request_free(&tr->out_reqs[i]); /* its buffer may still be read: leaked */
+        else
+            free(tr->out_bufs[i]);
+    }
     memset(tr, 0, sizeof(*tr));
 }
 
@@ -413,6 +427,25 @@ static void place_part(const rf_trainer_t *tr, char *payload, const rf_chunk_pie
                src + (size_t)(r - part->r0) * src_pitch, run);
 }
 
+/* Cancels the gather receives still active in reqs[0..n) (from peers[]); completed or
+ * matched ones count as received. */
+static void gather_cancel(rf_trainer_t *tr, MPI_Request *reqs, const int *peers, int n)
+{
+    for (int q = 0; q < n; q++) {
+        MPI_Status s;
+        int cancelled = 0;
+        if (reqs[q] == MPI_REQUEST_NULL) {
+            tr->gather_recv[peers[q]]++; /* completed during the failed wait */
+            continue;
+        }
+        MPI_Cancel(&reqs[q]);
+        MPI_Wait(&reqs[q], &s);
+        MPI_Test_cancelled(&s, &cancelled);
+        if (!cancelled)
+            tr->gather_recv[peers[q]]++;
+    }
+}
+
 rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
                             const rf_chunk_t *c, void *payload, double deadline, rf_err_t *err)
 {
@@ -438,12 +471,13 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     }
     for (int q = 0; q < npeers; q++) {
         uint64_t b = contribution_bytes(tr, c, peers[q]);
-        if (off + b > tr->gather_cap)
-            return rf_err_set(err, RF_ERR_INTERNAL, "trainer: gather of chunk %u overflows",
-                              c->seq);
+        if (off + b > tr->gather_cap || peers[q] < 0 || peers[q] >= T) {
+            gather_cancel(tr, reqs, peers, q);
+            return rf_err_set(err, RF_ERR_INTERNAL,
+                              "trainer: gather of chunk %u: bad owner rank %d or overflow",
+                              c->seq, peers[q]);
+        }
         offs[q] = off;
-        if (peers[q] < 0 || peers[q] >= T)
-            return rf_err_set(err, RF_ERR_INTERNAL, "trainer: bad owner rank %d", peers[q]);
         MPI_Irecv(tr->gather_buf + off, (int)b, MPI_BYTE, peers[q], gather_tag(update, c->seq),
                   tr->comm, &reqs[q]);
         off += b;
@@ -461,8 +495,18 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     }
     if (npeers > 0) {
         double tw = rf_time_now();
-        RF_CHECK(rf_ctl_wait(ctl, reqs, npeers, deadline, err));
+        rf_err_t e;
+        rf_err_clear(&e);
+        rf_status_t st = rf_ctl_wait(ctl, reqs, npeers, deadline, &e);
         tr->stats.gather_s += rf_time_now() - tw;
+        if (st != RF_OK) {
+            /* parts still missing: cancel (a receive that matched counts for the drain) */
+            gather_cancel(tr, reqs, peers, npeers);
+            return rf_err_set(err, st, "trainer rank %d: gathering chunk %u from %d rank(s): %s",
+                              tr->me.world_rank, c->seq, npeers, e.msg);
+        }
+        for (int q = 0; q < npeers; q++)
+            tr->gather_recv[peers[q]]++;
         tr->stats.bytes_gathered += off;
         tr->stats.gather_msgs += (uint64_t)npeers;
     }
@@ -487,43 +531,85 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     return RF_OK;
 }
 
+/* Contributor predicate shared by rf_trainer_contribute and the drain. */
+static bool is_contributor(const rf_trainer_t *tr, const rf_rank_info_t *me)
+{
+    int sender = rf_topology_trainer_rank(tr->topo, 0, 0, 0, me->p);
+    /* copies of record contribute (dense: c = 0, d = 0; experts: x = 0, which may be a rank
+     * with d != 0); for everyone else contribution_bytes() is 0 and nothing is sent */
+    return me->role == RF_ROLE_TRAINER && me->p < tr->plan->n_stages && me->world_rank != sender;
+}
+
+/* Frees the buffers of completed contributor sends, compacting the in-flight list. */
+static void out_reap(rf_trainer_t *tr)
+{
+    int k = 0;
+    for (int i = 0; i < tr->n_out; i++) {
+        if (tr->out_reqs[i] == MPI_REQUEST_NULL) {
+            free(tr->out_bufs[i]);
+            continue;
+        }
+        tr->out_reqs[k] = tr->out_reqs[i];
+        tr->out_bufs[k++] = tr->out_bufs[i];
+    }
+    for (int i = k; i < tr->n_out; i++) {
+        tr->out_reqs[i] = MPI_REQUEST_NULL;
+        tr->out_bufs[i] = NULL;
+    }
+    tr->n_out = k;
+}
+
+void rf_trainer_begin(rf_trainer_t *tr)
+{
+    tr->gather_posted = 0;
+    if (tr->gather_recv != NULL)
+        memset(tr->gather_recv, 0, (size_t)rf_topology_trainer_size(tr->topo) * sizeof(uint64_t));
+}
+
 rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, int buffers,
                                   double deadline, rf_err_t *err)
 {
     int sender = rf_topology_trainer_rank(tr->topo, 0, 0, 0, tr->stage);
     const rf_chunk_stage_range_t *sr;
-    MPI_Request reqs[16];
-    char *bufs[16] = {0};
-    int nin = 0;
     rf_status_t st = RF_OK;
-    if (tr->stage >= tr->plan->n_stages)
-        return RF_OK;
-    /* only copies of record contribute (dense: c = 0, d = 0; experts: x = 0, which may be a
-     * rank with d != 0): contribution_bytes() is 0 for everyone else */
-    if (tr->me.world_rank == sender)
+    if (!is_contributor(tr, &tr->me))
         return RF_OK;
     if (buffers < 1)
         buffers = 1;
     if (buffers > 16)
         buffers = 16;
+    /* sends of an earlier update never drained: complete them first (under this deadline) */
+    if (tr->n_out > 0) {
+        RF_CHECK(rf_ctl_wait(ctl, tr->out_reqs, tr->n_out, deadline, err));
+        out_reap(tr);
+    }
     sr = &tr->plan->stages[tr->stage];
     for (uint32_t k = 0; k < sr->chunk_count; k++) {
         const rf_chunk_t *c = &tr->plan->chunks[sr->chunk_begin + k];
         uint64_t b = contribution_bytes(tr, c, tr->me.world_rank);
         if (b == 0)
             continue;
-        if (nin == buffers) { /* oldest message done before its buffer is reused */
-            RF_CHECK_GOTO(rf_ctl_wait(ctl, &reqs[0], 1, deadline, err), st, out);
-            free(bufs[0]);
-            memmove(&reqs[0], &reqs[1], (size_t)(nin - 1) * sizeof(MPI_Request));
-            memmove(&bufs[0], &bufs[1], (size_t)(nin - 1) * sizeof(char *));
-            nin--;
+        if (tr->n_out == buffers) { /* oldest message done before its buffer is reused */
+            rf_err_t e;
+            rf_err_clear(&e);
+            st = rf_ctl_wait(ctl, &tr->out_reqs[0], 1, deadline, &e);
+            if (st != RF_OK)
+                return rf_err_set(err, st,
+                                  "trainer rank %d: sending gather parts of stage %d to rank "
+                                  "%d: %s",
+                                  tr->me.world_rank, tr->stage, sender, e.msg);
+            out_reap(tr);
+        }
+        if (tr->fault_skip_seq >= 0 && (int64_t)c->seq >= tr->fault_skip_seq) {
+            /* test hook: the first part at or after the seq is never sent */
+            rf_warn("fault: trainer rank %d skips its gather part of chunk %u (update %u)",
+                    tr->me.world_rank, c->seq, update);
+            tr->fault_skip_seq = -1;
+            continue;
         }
         char *msg = malloc(b), *w = msg;
-        if (msg == NULL) {
-            st = rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
-            goto out;
-        }
+        if (msg == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
         for (size_t p = 0; p < c->piece_count; p++) {
             const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + p];
             int ei = (int)pc->item;
@@ -541,19 +627,140 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
             memcpy(w, tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, nb);
             w += nb;
         }
-        bufs[nin] = msg;
+        tr->out_bufs[tr->n_out] = msg;
         MPI_Isend(msg, (int)b, MPI_BYTE, sender, gather_tag(update, c->seq), tr->comm,
-                  &reqs[nin]);
-        nin++;
+                  &tr->out_reqs[tr->n_out]);
+        tr->n_out++;
+        tr->gather_posted++;
     }
-    if (nin > 0)
-        st = rf_ctl_wait(ctl, reqs, nin, deadline, err);
-out:
-    if (st != RF_OK) {
-        /* Open MPI cannot cancel sends: the buffers stay allocated until the job ends */
-        return st;
+    if (tr->n_out > 0) {
+        /* on error the sends stay in tr->out_reqs: rf_trainer_drain completes them */
+        rf_err_t e;
+        rf_err_clear(&e);
+        st = rf_ctl_wait(ctl, tr->out_reqs, tr->n_out, deadline, &e);
+        if (st == RF_OK)
+            out_reap(tr);
+        else
+            rf_err_set(err, st, "trainer rank %d: sending gather parts of stage %d to rank %d: %s",
+                       tr->me.world_rank, tr->stage, sender, e.msg);
     }
-    for (int i = 0; i < nin; i++)
-        free(bufs[i]);
     return st;
+}
+
+typedef struct req_ctx {
+    MPI_Request *reqs;
+    int n;
+} req_ctx_t;
+
+static int reqs_test(void *vctx, rf_err_t *err)
+{
+    req_ctx_t *c = vctx;
+    int flag = 0;
+    if (c->n == 0)
+        return 1;
+    if (MPI_Testall(c->n, c->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return rf_err_set(err, RF_ERR_MPI, "trainer drain: MPI_Testall failed");
+    return flag;
+}
+
+typedef struct gdrain_ctx {
+    rf_trainer_t *tr;
+    int src;
+} gdrain_ctx_t;
+
+/* One stale gather message from src, if one is waiting: received into scratch. */
+static int gdrain_test(void *vctx, rf_err_t *err)
+{
+    gdrain_ctx_t *d = vctx;
+    int found = 0, count = 0;
+    MPI_Message m;
+    MPI_Status s;
+    if (MPI_Improbe(d->src, MPI_ANY_TAG, d->tr->comm, &found, &m, &s) != MPI_SUCCESS)
+        return rf_err_set(err, RF_ERR_MPI, "trainer drain: MPI_Improbe failed");
+    if (!found)
+        return 0;
+    MPI_Get_count(&s, MPI_BYTE, &count);
+    char *scratch = malloc((size_t)count + 1);
+    if (scratch == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "trainer drain: out of memory");
+    int rc = MPI_Mrecv(scratch, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+    free(scratch);
+    if (rc != MPI_SUCCESS)
+        return rf_err_set(err, RF_ERR_MPI, "trainer drain: MPI_Mrecv failed");
+    return 1;
+}
+
+rf_status_t rf_trainer_drain(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, double deadline,
+                             rf_err_t *err)
+{
+    rf_err_t e;
+    rf_err_clear(&e);
+    int T = rf_topology_trainer_size(tr->topo);
+    if (is_contributor(tr, &tr->me)) {
+        int sender = rf_topology_trainer_rank(tr->topo, 0, 0, 0, tr->stage);
+        uint64_t *posted = malloc(sizeof(uint64_t));
+        MPI_Request creq;
+        if (posted == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "trainer drain: out of memory");
+        *posted = tr->gather_posted;
+        MPI_Isend(posted, 1, MPI_UINT64_T, sender, RF_TRAINER_COUNT_TAG(update), tr->comm,
+                  &creq);
+        req_ctx_t c = {&creq, 1};
+        rf_status_t st = rf_ctl_wait_fn(ctl, reqs_test, &c, deadline, RF_CTL_WAIT_NO_ABORT, &e);
+        if (st == RF_OK) {
+            c.reqs = tr->out_reqs;
+            c.n = tr->n_out;
+            st = rf_ctl_wait_fn(ctl, reqs_test, &c, deadline, RF_CTL_WAIT_NO_ABORT, &e);
+        }
+        if (st != RF_OK) {
+            if (creq != MPI_REQUEST_NULL)
+                MPI_Request_free(&creq); /* wait no more; `posted` may still be read: leaked */
+            else
+                free(posted);
+            return rf_err_set(err, st,
+                              "trainer drain: rank %d: %d gather send(s) to rank %d still "
+                              "outstanding: %s",
+                              tr->me.world_rank, tr->n_out, sender,
+                              st == RF_ERR_TIMEOUT ? "deadline expired" : e.msg);
+        }
+        free(posted);
+        out_reap(tr);
+        tr->gather_posted = 0;
+        return RF_OK;
+    }
+    if (!tr->sender || tr->gather_recv == NULL)
+        return RF_OK;
+    uint64_t drained = 0;
+    for (int r = 0; r < T; r++) {
+        rf_rank_info_t info;
+        if (rf_topology_rank_info(tr->topo, r, &info) != RF_OK || info.p != tr->stage ||
+            !is_contributor(tr, &info))
+            continue;
+        uint64_t posted = 0;
+        MPI_Request creq;
+        MPI_Irecv(&posted, 1, MPI_UINT64_T, r, RF_TRAINER_COUNT_TAG(update), tr->comm, &creq);
+        req_ctx_t c = {&creq, 1};
+        rf_status_t st = rf_ctl_wait_fn(ctl, reqs_test, &c, deadline, RF_CTL_WAIT_NO_ABORT, &e);
+        if (st != RF_OK) {
+            rf_ctl_cancel_recvs(&creq, 1);
+            return rf_err_set(err, st, "trainer drain: no gather count from rank %d: %s", r,
+                              st == RF_ERR_TIMEOUT ? "deadline expired" : e.msg);
+        }
+        while (tr->gather_recv[r] < posted) {
+            gdrain_ctx_t d = {tr, r};
+            st = rf_ctl_wait_fn(ctl, gdrain_test, &d, deadline, RF_CTL_WAIT_NO_ABORT, &e);
+            if (st != RF_OK)
+                return rf_err_set(err, st,
+                                  "trainer drain: %" PRIu64 " of %" PRIu64 " gather messages "
+                                  "from rank %d still missing: %s",
+                                  posted - tr->gather_recv[r], posted, r,
+                                  st == RF_ERR_TIMEOUT ? "deadline expired" : e.msg);
+            tr->gather_recv[r]++;
+            drained++;
+        }
+    }
+    if (drained)
+        rf_info("trainer rank %d: drained %" PRIu64 " stale gather message(s) of update %u",
+                tr->me.world_rank, drained, update);
+    return RF_OK;
 }

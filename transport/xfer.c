@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "control_int.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -31,6 +33,44 @@ struct rf_xfer {
     int *slot_busy;     /* [buffers] sender: posted, completion not yet seen */
     rf_xfer_stats_t stats;
 };
+
+static void write_u64le(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t read_u64le(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* "a, b[rows 0-63], ..." : the tensors chunk c carries (for error messages). */
+static void chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t k = 0; k < c->piece_count && len + 1 < cap; k++) {
+        const rf_chunk_piece_t *pc = &cfg->plan->pieces[c->piece_begin + k];
+        const char *name = cfg->items && cfg->items[pc->item].name ? cfg->items[pc->item].name
+                                                                   : NULL;
+        int w;
+        if (name)
+            w = snprintf(out + len, cap - len, "%s%s rows %" PRIu64 "-%" PRIu64, k ? ", " : "",
+                         name, pc->row_begin, pc->row_end);
+        else
+            w = snprintf(out + len, cap - len, "%sitem %zu rows %" PRIu64 "-%" PRIu64,
+                         k ? ", " : "", pc->item, pc->row_begin, pc->row_end);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    if (len + 1 >= cap && cap > 4)
+        memcpy(out + cap - 4, "...", 4);
+}
 
 /* err = "<where>: <inner message>" (the first error is kept). */
 static rf_status_t wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where)
@@ -139,10 +179,12 @@ static rf_status_t check_config(const rf_xfer_t *x, const rf_xfer_config_t *cfg,
     if (cfg == NULL || cfg->plan == NULL || cfg->stage_senders == NULL ||
         (cfg->receivers == NULL && cfg->n_receivers > 0) || cfg->n_receivers < 0)
         return rf_err_set(err, RF_ERR_INVALID, "xfer: incomplete config");
-    if (cfg->plan->chunk_bytes != x->chunk_bytes)
+    if (cfg->plan->chunk_bytes != rf_xfer_plan_bytes(x->chunk_bytes, cfg->integrity))
         return rf_err_set(err, RF_ERR_INVALID,
-                          "xfer: plan chunk_bytes %" PRIu64 " != buffers' %" PRIu64,
-                          cfg->plan->chunk_bytes, x->chunk_bytes);
+                          "xfer: plan chunk_bytes %" PRIu64 " does not fit buffers of %" PRIu64
+                          "%s",
+                          cfg->plan->chunk_bytes, x->chunk_bytes,
+                          cfg->integrity ? " with the integrity trailer" : "");
     if (cfg->update != x->stats.update)
         return rf_err_set(err, RF_ERR_STATE, "xfer: update %u not begun (rf_xfer_begin)",
                           cfg->update);
@@ -210,7 +252,16 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
         x->stats.pack_s += rf_time_now() - t0;
         if (st != RF_OK)
             goto fail;
-        const size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
+        size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
+        if (cfg->integrity) {
+            write_u64le(buf + bytes, XXH3_64bits(buf, bytes));
+            bytes += RF_CHUNK_TRAILER_BYTES;
+        }
+        if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
+            buf[RF_CHUNK_HEADER_BYTES + c->payload_bytes / 2] ^= 0x10; /* after the checksum */
+            rf_warn("fault: rank %d flipped a payload byte of chunk %u (update %u)", x->rank,
+                    c->seq, cfg->update);
+        }
         const int tag = RF_XFER_TAG(cfg->update, c->stage);
         int nreq = 0;
         for (int i = 0; i < cfg->n_receivers; i++) {
@@ -357,12 +408,28 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
                             c->seq);
             goto fail;
         }
+        const size_t trailer = cfg->integrity ? RF_CHUNK_TRAILER_BYTES : 0;
         if (h.payload_bytes != c->payload_bytes ||
-            got != RF_CHUNK_HEADER_BYTES + c->payload_bytes) {
+            got != RF_CHUNK_HEADER_BYTES + c->payload_bytes + trailer) {
             st = rf_err_set(&e, RF_ERR_MISMATCH,
-                            "payload of %" PRIu64 " bytes (message %zu), expected %" PRIu64,
-                            h.payload_bytes, got, c->payload_bytes);
+                            "payload of %" PRIu64 " bytes (message %zu), expected %" PRIu64
+                            "%s",
+                            h.payload_bytes, got, c->payload_bytes,
+                            trailer ? " plus an 8-byte checksum trailer" : "");
             goto fail;
+        }
+        if (cfg->integrity) {
+            const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
+            uint64_t want = read_u64le(buf + covered), have = XXH3_64bits(buf, covered);
+            if (want != have) {
+                char names[RF_ERR_MSG_MAX / 2];
+                chunk_tensors(cfg, c, names, sizeof(names));
+                st = rf_err_set(&e, RF_ERR_INTEGRITY,
+                                "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
+                                ") before unpacking; chunk carries %s",
+                                have, want, names);
+                goto fail;
+            }
         }
         t0 = rf_time_now();
         st = unpack(ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);

@@ -15,7 +15,9 @@
  *     rows (the last piece may be shorter), each piece in its own chunk (the next tensor
  *     starts a new chunk);
  *   - a single row wider than the capacity is an error naming the tensor (RF_ERR_INVALID);
- *   - chunks never span stages; seq numbers form one global stage-major sequence 0..n-1.
+ *   - chunks never span stages; seq numbers form one global stage-major sequence 0..n-1;
+ *   - integrity mode appends an 8-byte XXH3-64 trailer after the payload (format in
+ *     include/refit/transport.h): such plans are built for chunk_bytes - 8.
  *
  * Rows: a tensor of shape [d0, d1, ...] is d0 rows of prod(d1...) x elem bytes. A 1-D tensor
  * is numel rows of one element, so it splits at element boundaries. A 0-byte tensor gets a

@@ -5,12 +5,47 @@
 #define REFIT_JOB_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "refit/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Faults refit-run can inject (--inject-fault KIND[:RANK][@UPDATE]; docs/faults.md). */
+typedef enum {
+    RF_FAULT_NONE = 0,
+    RF_FAULT_EXIT,           /* the rank calls _exit(1) mid-transfer: the job dies non-zero */
+    RF_FAULT_STALL,          /* the rank sleeps past the update deadline mid-transfer */
+    RF_FAULT_CORRUPT_CHUNK,  /* sender flips a payload byte after the checksum */
+    RF_FAULT_DROP_CHUNK,     /* sender skips a chunk */
+    RF_FAULT_DUPLICATE_CHUNK,/* sender sends a chunk twice */
+    RF_FAULT_WRONG_DTYPE,    /* trainer source: one tensor with another dtype */
+    RF_FAULT_WRONG_SHAPE,    /* trainer source: one tensor with another shape */
+    RF_FAULT_MISSING_TENSOR, /* trainer source: one tensor missing */
+    RF_FAULT_EXTRA_TENSOR,   /* trainer source: one tensor the manifest lacks */
+    RF_FAULT_MOVE_STORAGE,   /* rollout moves a slot mid-transfer: RF_ERR_MOVED */
+    RF_FAULT_MOVE_STORAGE_BETWEEN, /* rollout moves a slot before update begin: replan */
+    RF_FAULT_GATHER_DROP,    /* stage-gather contributor skips its part of a chunk */
+} rf_fault_kind_t;
+
+typedef struct rf_job_fault {
+    rf_fault_kind_t kind;
+    int rank;    /* world rank, -1: the kind's default */
+    int update;  /* 1-based update it fires on (default 2) */
+    int64_t seq; /* chunk seq for chunk faults (default 0) */
+} rf_job_fault_t;
+
+/*
+ * Parses "KIND[:RANK][@UPDATE]" (KIND one of rf_fault_kind_names()). Local. Returns 0 and
+ * *f, or -1 with a lower-case message in msg.
+ */
+int rf_job_fault_parse(const char *spec, rf_job_fault_t *f, char *msg, size_t cap);
+/* "exit, stall, ..." */
+const char *rf_fault_kind_names(void);
+const char *rf_fault_kind_name(rf_fault_kind_t k);
 
 typedef struct rf_job_opts {
     const char *topology;     /* NULL: the compiled-in default */
@@ -22,6 +57,8 @@ typedef struct rf_job_opts {
     rf_reload_policy_t policy;
     bool quiet;
     bool help;
+    bool integrity;           /* per-chunk checksums (or transfer.integrity in the topology) */
+    rf_job_fault_t fault;     /* kind RF_FAULT_NONE normally */
 } rf_job_opts_t;
 
 /*

@@ -75,6 +75,13 @@ typedef struct rf_trainer {
     char *gather_buf;            /* sender: per-chunk staging for peers' parts (owned) */
     uint64_t gather_cap;
     rf_trainer_stats_t stats;
+    /* gather bookkeeping of the current update, for rf_trainer_drain */
+    uint64_t *gather_recv;       /* sender: [T] gather messages matched per trainer rank */
+    uint64_t gather_posted;      /* contributor: gather messages posted to the sender */
+    MPI_Request out_reqs[16];    /* contributor: sends in flight (MPI_REQUEST_NULL when done) */
+    char *out_bufs[16];          /* their buffers (owned) */
+    int n_out;
+    int64_t fault_skip_seq;      /* test hook: contributor skips its part of this chunk (-1) */
 } rf_trainer_t;
 
 /* Collective over the trainer ranks (comm = trainer-only communicator). */
@@ -101,6 +108,24 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
  * stage sender (at most `buffers` messages in flight). */
 rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, int buffers,
                                   double deadline, rf_err_t *err);
+
+/* Starts an update's gather bookkeeping (every trainer rank, before rf_ctl_agree). Local. */
+void rf_trainer_begin(rf_trainer_t *tr);
+
+/*
+ * After a FAILED verdict, on every trainer rank: leaves the trainer-only communicator clean
+ * for the next update. Each contributor tells its stage sender how many gather messages it
+ * posted this update (tag RF_TRAINER_COUNT_TAG) and completes its sends; the sender cancels
+ * what it still had posted, then receives (into scratch) posted - matched messages from each
+ * contributor. Every wait ends at `deadline` (absolute; ABORT is not polled: the failure is
+ * already known). Collective over each stage's copies of record. Returns RF_OK, or
+ * RF_ERR_TIMEOUT naming the rank and how many messages were missing; RF_ERR_MPI, RF_ERR_NOMEM.
+ */
+rf_status_t rf_trainer_drain(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, double deadline,
+                             rf_err_t *err);
+
+/* Tag of the drain's count message (above every gather tag, (update mod 8) << 20 | seq). */
+#define RF_TRAINER_COUNT_TAG(update) ((int)((1u << 23) | ((update) & 7u)))
 
 #ifdef __cplusplus
 }

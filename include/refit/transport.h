@@ -97,22 +97,49 @@ typedef rf_status_t (*rf_xfer_unpack_fn)(void *ctx, const rf_chunk_t *chunk,
 
 /* Fault hooks for tests (sender side). -1 disables. */
 typedef struct rf_xfer_fault {
-    int64_t drop_seq; /* do not send the chunk with this seq */
-    int64_t dup_seq;  /* send the chunk with this seq twice */
-    int dest;         /* world rank the fault applies to, -1 for every receiver */
+    int64_t drop_seq;    /* do not send the chunk with this seq */
+    int64_t dup_seq;     /* send the chunk with this seq twice */
+    int dest;            /* world rank the fault applies to, -1 for every receiver */
+    int64_t corrupt_seq; /* flip one payload byte of this chunk after its checksum was
+                            computed (every receiver's copy: one buffer feeds all sends) */
 } rf_xfer_fault_t;
 
-#define RF_XFER_FAULT_NONE ((rf_xfer_fault_t){-1, -1, -1})
+#define RF_XFER_FAULT_NONE                                                                     \
+    ((rf_xfer_fault_t){.drop_seq = -1, .dup_seq = -1, .dest = -1, .corrupt_seq = -1})
+
+/*
+ * Integrity mode (DESIGN.md section 9, topology transfer.integrity or refit-run --integrity):
+ * every chunk message carries an 8-byte trailer after its payload,
+ *
+ *     [16-byte header][payload, payload_bytes][u64 XXH3-64 of header + payload, little endian]
+ *
+ * so a message is 16 + payload_bytes + 8 bytes. The chunk plan must then be built for
+ * chunk_bytes - RF_CHUNK_TRAILER_BYTES (rf_xfer_plan_bytes) so that the largest message still
+ * fits the chunk_bytes buffers. The receiver recomputes the hash over the received header and
+ * payload and compares it with the trailer BEFORE unpacking anything: a mismatch fails the
+ * update with RF_ERR_INTEGRITY naming the chunk seq, its sender and the tensors it carries.
+ */
+#define RF_CHUNK_TRAILER_BYTES 8
+
+/* chunk_bytes a chunk plan must use for buffers of chunk_bytes (integrity: room for the
+ * trailer). Local. */
+static inline uint64_t rf_xfer_plan_bytes(uint64_t chunk_bytes, int integrity)
+{
+    return integrity ? chunk_bytes - RF_CHUNK_TRAILER_BYTES : chunk_bytes;
+}
 
 /* One update's transfer, the same on every rank. All pointers borrowed for the call. */
 typedef struct rf_xfer_config {
     uint32_t update;
-    const rf_chunk_plan_t *plan;  /* chunk_bytes must equal the xfer's */
+    const rf_chunk_plan_t *plan;  /* chunk_bytes: rf_xfer_plan_bytes(xfer's, integrity) */
     const int *stage_senders;     /* [plan->n_stages] world rank sending each stage */
     const int *receivers;         /* [n_receivers] world ranks receiving every chunk */
     int n_receivers;
     double deadline;              /* absolute (rf_deadline_for_update) */
     rf_xfer_fault_t fault;        /* sender only; RF_XFER_FAULT_NONE normally */
+    int integrity;                /* 1: checksum trailer per chunk (plan built with
+                                     rf_xfer_plan_bytes); same on every rank */
+    const rf_chunk_item_t *items; /* optional: the plan's items, to name tensors in errors */
 } rf_xfer_config_t;
 
 /* Counters of the current update (reset by rf_xfer_begin). */
@@ -162,7 +189,9 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
 /*
  * Receiver side: receives every chunk of the plan, in sequence order, from its stage's
  * sender, checks header update / seq (RF_ERR_SEQUENCE on a repeat or gap, naming the chunk)
- * and payload size (RF_ERR_MISMATCH), and calls unpack(ctx, ...). After the last chunk probes
+ * and payload size (RF_ERR_MISMATCH), in integrity mode the checksum trailer
+ * (RF_ERR_INTEGRITY naming the chunk and its tensors, before unpacking), and calls
+ * unpack(ctx, ...). After the last chunk probes
  * each source once and fails on an extra message (RF_ERR_SEQUENCE). Local. Errors as for
  * rf_xfer_send (ABORT posted unless RF_ERR_PEER); posted receives are cancelled on error.
  */
