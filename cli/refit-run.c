@@ -61,6 +61,8 @@ static void usage(FILE *f)
             "  --format-owner NAME   format owner for the runtime layout (%s; default: the owner\n"
             "                        for the topology's quantization and backend; test-* owners\n"
             "                        exist to exercise LAYERWISE and the deferred stage)\n"
+            "  --cold-check          after each committed update, replay its chunks into fresh storage\n"
+            "                        and require byte-identical slots (cold load == refit)\n"
             "  --profile-dir DIR     write profile-rank<R>.json there (default: refit-profile)\n"
             "  --integrity           XXH3-64 checksum trailer per chunk, verified before unpacking\n"
             "                        (also transfer.integrity: true in the topology)\n"
@@ -87,6 +89,7 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         {"profile-dir", required_argument, NULL, 'd'},
         {"quiet", no_argument, NULL, 'q'},
         {"integrity", no_argument, NULL, 'i'},
+        {"cold-check", no_argument, NULL, 'C'},
         {"inject-fault", required_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -144,6 +147,9 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
             break;
         case 'q':
             o->quiet = true;
+            break;
+        case 'C':
+            o->cold_check = true;
             break;
         case 'i':
             o->integrity = true;

@@ -49,7 +49,7 @@ typedef struct job_stats {
     int max_inflight;
     double update_s, begin_s, receive_s, wire_s, unpack_s, loader_s, finalize_s, layerwise_s,
         deferred_s, gate_s, produce_s, send_s, verify_s;
-    uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed;
+    uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed, cold_slots;
     double verdict_s;       /* update begin to the verdict on this rank */
     int storage_unchanged;  /* rollout, fault updates: 1 yes, 0 no; -1 not measured */
     int paused;             /* rollout: still PAUSED after the gate */
@@ -58,8 +58,16 @@ typedef struct job_stats {
     char verify_msg[RF_ERR_MSG_MAX];
 } job_stats_t;
 
+/* One chunk's payload as received, kept for the cold-load check. */
+typedef struct cold_chunk {
+    const rf_chunk_t *chunk;
+    char *payload; /* owned */
+} cold_chunk_t;
+
 typedef struct job {
     const rf_job_opts_t *o;
+    cold_chunk_t *cold;
+    size_t ncold, capcold;
     int rank, size, T, R;
     rf_topology_t topo;
     rf_model_config_t cfg;
@@ -485,6 +493,21 @@ static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk
         const rf_chunk_piece_t *pc = &pieces[k];
         RF_CHECK(rf_plan_apply(&j->plan, j->man.entries[pc->item].tensor, -1, pc->row_begin,
                                pc->row_end, (const char *)payload + pc->offset, chunk->seq, err));
+    }
+    if (j->o->cold_check) {
+        if (j->ncold == j->capcold) {
+            size_t cap = j->capcold ? 2 * j->capcold : 16;
+            cold_chunk_t *g = realloc(j->cold, cap * sizeof(*g));
+            if (g == NULL)
+                return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+            j->cold = g;
+            j->capcold = cap;
+        }
+        char *copy = malloc(chunk->payload_bytes + 1);
+        if (copy == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+        memcpy(copy, payload, chunk->payload_bytes);
+        j->cold[j->ncold++] = (cold_chunk_t){chunk, copy};
     }
     /* fault hooks after the first chunk this rank applied */
     if (chunk->seq == 0 && fault_here(j, j->update, RF_FAULT_EXIT))
@@ -928,7 +951,70 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                                 100.0 * (double)dchg / (double)dtot, dtot),
                        b4)
                     : "");
+    if (v->committed && j->o->cold_check) {
+        uint64_t cold = 0;
+        for (int r = 0; r < j->size; r++)
+            cold += all[r].cold_slots;
+        printf("  %-10s cold load == load then refit: %" PRIu64 " slots byte-identical\n", "cold",
+               cold);
+    }
     fflush(stdout);
+}
+
+static void cold_free(job_t *j)
+{
+    for (size_t i = 0; i < j->ncold; i++)
+        free(j->cold[i].payload);
+    j->ncold = 0;
+}
+
+/*
+ * The cold-load oracle (DESIGN.md section 12): replays this update's chunks into freshly
+ * allocated runtime storage with a fresh plan (same format owner and policy) and requires every
+ * slot to be byte-identical to the live storage, which went through the previous updates.
+ */
+static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
+{
+    rf_storage_t cst;
+    rf_plan_t cp;
+    rf_status_t st;
+    rf_format_t fmt = j->fmt;
+    RF_CHECK(rf_storage_init(&cst, j->inv.nmodules, err));
+    st = rf_plan_alloc_storage(&j->inv, &j->me.rc, &fmt, &cst, false, err);
+    if (st == RF_OK)
+        st = rf_plan_build(&cp, &j->inv, &j->me.rc, &cst, &fmt, j->o->policy, err);
+    if (st != RF_OK) {
+        rf_storage_free(&cst);
+        return st;
+    }
+    for (int i = 0; i < j->man.n && st == RF_OK; i++)
+        st = rf_plan_set_source_dtype(&cp, j->man.entries[i].tensor, j->man.entries[i].dtype, err);
+    if (st == RF_OK)
+        st = rf_plan_begin(&cp, v, err);
+    for (size_t c = 0; c < j->ncold && st == RF_OK; c++) {
+        const rf_chunk_t *ch = j->cold[c].chunk;
+        for (size_t k = 0; k < ch->piece_count && st == RF_OK; k++) {
+            const rf_chunk_piece_t *pc = &j->cplan->pieces[ch->piece_begin + k];
+            st = rf_plan_apply(&cp, j->man.entries[pc->item].tensor, -1, pc->row_begin,
+                               pc->row_end, j->cold[c].payload + pc->offset, ch->seq, err);
+        }
+    }
+    if (st == RF_OK)
+        st = rf_plan_finalize(&cp, err);
+    for (int s = 0; s < j->st.nslots && st == RF_OK; s++) {
+        uint64_t b = rf_signature_bytes(&j->st.slots[s].sig);
+        if (b != rf_signature_bytes(&cst.slots[s].sig) ||
+            memcmp(j->st.slots[s].sig.data, cst.slots[s].sig.data, b) != 0)
+            st = rf_err_set(err, RF_ERR_VERIFY,
+                            "rank %d: update %u: slot %s differs between a cold load and the "
+                            "refit of the live storage",
+                            j->rank, v, j->st.slots[s].name);
+    }
+    if (st == RF_OK)
+        j->js.cold_slots = (uint64_t)j->st.nslots;
+    rf_plan_free(&cp);
+    rf_storage_free(&cst);
+    return st;
 }
 
 /* Runs update v; returns 0 if committed and verified. */
@@ -1130,11 +1216,14 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                                 "previous update (at least 99%% required)",
                                 j->rank, 100.0 * frac);
         }
+        if (vs == RF_OK && j->o->cold_check)
+            vs = cold_compare(j, v, &ve);
         j->js.verify_s = rf_time_now() - t;
         j->js.verify_status = (int)vs;
         snprintf(j->js.verify_msg, sizeof(j->js.verify_msg), "%s", ve.msg);
     }
 
+    cold_free(j);
     /* rank 0 learns everything for the table */
     job_stats_t *all = j->rank == 0 ? calloc((size_t)j->size, sizeof(job_stats_t)) : NULL;
     MPI_Gather(&j->js, (int)sizeof(job_stats_t), MPI_BYTE, all, (int)sizeof(job_stats_t),
@@ -1175,6 +1264,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
 
 static void teardown(job_t *j)
 {
+    cold_free(j);
+    free(j->cold);
     if (j->xfer)
         rf_xfer_destroy(j->xfer);
     if (j->ctl)

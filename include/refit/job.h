@@ -56,6 +56,9 @@ typedef struct rf_job_opts {
     int steps;                /* updates */
     rf_reload_policy_t policy;
     bool quiet;
+    bool cold_check;          /* after each committed update, replay its chunks into freshly
+                                 allocated storage and require byte-identical slots (cold load
+                                 of B == load A then refit B) */
     bool help;
     bool integrity;           /* per-chunk checksums (or transfer.integrity in the topology) */
     rf_job_fault_t fault;     /* kind RF_FAULT_NONE normally */
