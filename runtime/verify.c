@@ -619,11 +619,85 @@ static uint32_t load_bits(const unsigned char *p, size_t es)
     return v;
 }
 
+/* IEEE binary16 -> f32, exact (every f16 is an f32). */
+static float ref_f16_to_f32(uint16_t h)
+{
+    int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v;
+    if (e == 0)
+        v = ldexpf((float)m, -24);
+    else if (e == 31)
+        v = m ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(m + 1024), e - 25);
+    return sign ? -v : v;
+}
+
+static float f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t bits_of_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Element `i` of a scale / float tensor in dtype dt, as f32 (exact for BF16, F16, F32). */
+static float load_f32(const unsigned char *p, rf_dtype_t dt, uint64_t i)
+{
+    uint16_t h;
+    switch (dt) {
+    case RF_DTYPE_BF16:
+        memcpy(&h, p + i * 2, 2);
+        return rf_bf16_to_f32(h);
+    case RF_DTYPE_F16:
+        memcpy(&h, p + i * 2, 2);
+        return ref_f16_to_f32(h);
+    case RF_DTYPE_F32:
+        return f32_of_bits(load_bits(p + i * 4, 4));
+    default:
+        return NAN;
+    }
+}
+
+float rf_ref_e4m3fn_to_f32(uint8_t b)
+{
+    int sign = b >> 7, e = (b >> 3) & 0xf, m = b & 7;
+    float v;
+    if (e == 15 && m == 7)
+        return NAN;
+    if (e == 0)
+        v = ldexpf((float)m, -9); /* subnormal: m/8 2^-6 */
+    else
+        v = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) 2^(e-7) */
+    return sign ? -v : v;
+}
+
+int rf_ref_int4_at(const int32_t *words, int64_t k)
+{
+    uint32_t w = (uint32_t)words[k / 8];
+    return (int)((w >> (4 * (k % 8))) & 0xfu) - 8;
+}
+
+static rf_dtype_t src_dtype(const rf_inventory_t *inv, const rf_verify_opts_t *opts, void *ctx,
+                            int t)
+{
+    rf_dtype_t dt = RF_DTYPE_INVALID;
+    if (opts != NULL && opts->tensor_dtype != NULL)
+        dt = opts->tensor_dtype(ctx, t);
+    return dt == RF_DTYPE_INVALID ? inv->tensors[t].dtype : dt;
+}
+
 static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot,
                                  const rf_rollout_coords_t *rc, const void *slot_bytes,
                                  size_t slot_nbytes, rf_tensor_bytes_fn tensor_bytes, void *ctx,
-                                 int use_gen, uint64_t step, uint64_t *mismatches_p,
-                                 rf_err_t *err)
+                                 const rf_verify_opts_t *opts, int use_gen, uint64_t step,
+                                 uint64_t *mismatches_p, rf_err_t *err)
 {
     rf_ref_locator_t *l;
     rf_status_t st = RF_OK;
@@ -631,6 +705,7 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
     const char *mname = inv->modules[module].name;
     rf_dtype_t dt = l->shape.dtype;
     size_t es = rf_dtype_size(dt);
+    int fnuz = opts != NULL && (opts->flags & RF_VERIFY_FP8_FNUZ_ZERO) && dt == RF_DTYPE_F8_E4M3;
     if (es > 4 || (use_gen && !rf_gen_dtype_supported(dt))) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED, "verify: %s slot %s: dtype %s", mname,
                         slot_label(l), rf_dtype_name(dt));
@@ -645,6 +720,7 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
     const unsigned char *act = slot_bytes;
     const unsigned char *src = NULL;
     int cur = -1;
+    rf_dtype_t sdt = dt;
     uint64_t hash = 0, bad = 0;
     rf_ref_elem_t first = {RF_REF_PAD, -1, 0};
     uint64_t first_e = 0;
@@ -661,6 +737,15 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
                 if (use_gen) {
                     hash = rf_gen_name_hash(inv->tensors[cur].name);
                 } else {
+                    sdt = src_dtype(inv, opts, ctx, cur);
+                    if (sdt != dt && !(dt == RF_DTYPE_F32 && (sdt == RF_DTYPE_BF16 ||
+                                                              sdt == RF_DTYPE_F16))) {
+                        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                                        "verify: %s slot %s is %s but %s comes as %s", mname,
+                                        slot_label(l), rf_dtype_name(dt), inv->tensors[cur].name,
+                                        rf_dtype_name(sdt));
+                        goto out;
+                    }
                     src = tensor_bytes(ctx, cur);
                     if (src == NULL) {
                         st = rf_err_set(err, RF_ERR_MISSING, "verify: no source bytes for %s",
@@ -669,8 +754,14 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
                     }
                 }
             }
-            exp = use_gen ? rf_gen_value_bits(hash, x.index, step, dt)
-                          : load_bits(src + x.index * es, es);
+            if (use_gen)
+                exp = rf_gen_value_bits(hash, x.index, step, dt);
+            else if (sdt != dt) /* bf16 / f16 file scale -> f32 slot, exactly */
+                exp = bits_of_f32(load_f32(src, sdt, x.index));
+            else
+                exp = load_bits(src + x.index * es, es);
+            if (fnuz && exp == 0x80)
+                exp = 0x00;
         }
         if (exp != a) {
             if (bad++ == 0) {
@@ -697,15 +788,25 @@ out:
     return st;
 }
 
+rf_status_t rf_verify_slot_ex(const rf_inventory_t *inv, int module, int slot,
+                              const rf_rollout_coords_t *rc, const void *slot_bytes,
+                              size_t slot_nbytes, rf_tensor_bytes_fn tensor_bytes, void *ctx,
+                              const rf_verify_opts_t *opts, uint64_t *mismatches_p,
+                              rf_err_t *err)
+{
+    if (tensor_bytes == NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "verify: no tensor source");
+    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, tensor_bytes, ctx, opts,
+                         0, 0, mismatches_p, err);
+}
+
 rf_status_t rf_verify_slot(const rf_inventory_t *inv, int module, int slot,
                            const rf_rollout_coords_t *rc, const void *slot_bytes,
                            size_t slot_nbytes, rf_tensor_bytes_fn tensor_bytes, void *ctx,
                            uint64_t *mismatches_p, rf_err_t *err)
 {
-    if (tensor_bytes == NULL)
-        return rf_err_set(err, RF_ERR_INVALID, "verify: no tensor source");
-    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, tensor_bytes, ctx, 0, 0,
-                         mismatches_p, err);
+    return rf_verify_slot_ex(inv, module, slot, rc, slot_bytes, slot_nbytes, tensor_bytes, ctx,
+                             NULL, mismatches_p, err);
 }
 
 rf_status_t rf_verify_slot_generator(const rf_inventory_t *inv, int module, int slot,
@@ -713,6 +814,201 @@ rf_status_t rf_verify_slot_generator(const rf_inventory_t *inv, int module, int 
                                      size_t slot_nbytes, uint64_t step, uint64_t *mismatches_p,
                                      rf_err_t *err)
 {
-    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, NULL, NULL, 1, step,
-                         mismatches_p, err);
+    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, NULL, NULL, NULL, 1,
+                         step, mismatches_p, err);
+}
+
+/* ---- the dequantization oracle --------------------------------------------------------- */
+
+/* A whole float copy of a scale source (the callbacks lend bytes only until their next call). */
+static rf_status_t copy_scales(const void *bytes, rf_dtype_t dt, uint64_t n, float **out_p,
+                               const char *what, rf_err_t *err)
+{
+    if (bytes == NULL)
+        return rf_err_set(err, RF_ERR_MISSING, "dequant: no bytes for %s", what);
+    if (dt != RF_DTYPE_F32 && dt != RF_DTYPE_BF16 && dt != RF_DTYPE_F16)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "dequant: %s scales are %s", what,
+                          rf_dtype_name(dt));
+    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (f == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "dequant: out of memory");
+    for (uint64_t i = 0; i < n; i++)
+        f[i] = load_f32(bytes, dt, i);
+    free(*out_p);
+    *out_p = f;
+    return RF_OK;
+}
+
+static int same_value(float a, float b)
+{
+    return a == b || (isnan(a) && isnan(b));
+}
+
+/* Checkpoint tensor name of the scale that belongs to weight tensor `wname`. */
+static rf_status_t scale_tensor_of(const rf_inventory_t *inv, const char *wname, int fp8,
+                                   int *t_p, rf_err_t *err)
+{
+    char prefix[RF_NAME_MAX];
+    const char *sfx = fp8 ? ".weight" : ".weight_packed";
+    size_t n = strlen(wname), sl = strlen(sfx);
+    if (n <= sl || strcmp(wname + n - sl, sfx) != 0)
+        return rf_err_set(err, RF_ERR_INTERNAL, "dequant: %s does not end in %s", wname, sfx);
+    memcpy(prefix, wname, n - sl);
+    prefix[n - sl] = '\0';
+    return find_tensor(inv, prefix, fp8 ? ".weight_scale_inv" : ".weight_scale", t_p, err);
+}
+
+typedef struct dq_first {
+    uint64_t count;
+    int tensor;
+    uint64_t index;
+    float rank_v, ckpt_v;
+} dq_first_t;
+
+/* One weight slot (lw) with its scale slot (ls). */
+static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_t *lw,
+                                const rf_ref_locator_t *ls, rf_slot_bytes_fn slot_bytes,
+                                rf_tensor_bytes_fn tensor_bytes, void *ctx,
+                                const rf_verify_opts_t *opts, dq_first_t *f, rf_err_t *err)
+{
+    rf_status_t st = RF_OK;
+    int fp8 = lw->quant == RF_QUANT_FP8_BLOCK;
+    int module = lw->module;
+    float *rscale = NULL, *cscale = NULL;
+    /* rank side: the scale slot first (copied), then the weight slot (borrowed) */
+    const void *sb = slot_bytes(ctx, module, ls->slot);
+    RF_CHECK(copy_scales(sb, ls->shape.dtype, ls->numel, &rscale, ls->shape.name, err));
+    const unsigned char *wb = slot_bytes(ctx, module, lw->slot);
+    if (wb == NULL) {
+        free(rscale);
+        return rf_err_set(err, RF_ERR_MISSING, "dequant: no bytes for slot %s of %s",
+                          lw->shape.name, inv->modules[module].name);
+    }
+    /* local logical geometry per block: R rows (n) x Kl columns (k) */
+    int64_t R = lw->R, Kl = fp8 ? lw->C : lw->C * 8;
+    int64_t G = fp8 ? 128 : (ls->C > 0 ? Kl / ls->C : 1);
+    int cur = -1, cur_s = -1;
+    const unsigned char *cw = NULL;
+    int64_t cK = 0, cKs = 0;
+    for (int64_t b = 0; b < lw->nblk && st == RF_OK; b++)
+        for (int64_t n = 0; n < R && st == RF_OK; n++)
+            for (int64_t k = 0; k < Kl; k++) {
+                float rv, cv;
+                /* where the weight element (or its packed word) sits in the weight slot */
+                int64_t wc = fp8 ? k : k / 8;
+                uint64_t we = (uint64_t)(b * R * lw->C) +
+                              (uint64_t)(lw->kfirst ? wc * R + n : n * lw->C + wc);
+                int64_t sc = k / G;
+                uint64_t se = (uint64_t)(b * ls->R * ls->C) +
+                              (uint64_t)(ls->kfirst ? sc * ls->R + (fp8 ? n / 128 : n)
+                                                    : (fp8 ? n / 128 : n) * ls->C + sc);
+                if (fp8) {
+                    rv = rf_ref_e4m3fn_to_f32(wb[we]) * rscale[se];
+                } else {
+                    int32_t word;
+                    memcpy(&word, wb + we * 4, 4);
+                    rv = (float)rf_ref_int4_at(&word, k % 8) * rscale[se];
+                }
+                /* checkpoint side, by global coordinates */
+                rf_ref_elem_t x;
+                rf_ref_locator_at(lw, we, &x);
+                if (x.tensor != cur) {
+                    int ts;
+                    cur = x.tensor;
+                    st = scale_tensor_of(inv, inv->tensors[cur].name, fp8, &ts, err);
+                    if (st != RF_OK)
+                        break;
+                    if (ts != cur_s) {
+                        cur_s = ts;
+                        st = copy_scales(tensor_bytes(ctx, ts), src_dtype(inv, opts, ctx, ts),
+                                         inv->tensors[ts].numel, &cscale, inv->tensors[ts].name,
+                                         err);
+                        if (st != RF_OK)
+                            break;
+                        cKs = tensor_width(&inv->tensors[ts]);
+                    }
+                    if (src_dtype(inv, opts, ctx, cur) != inv->tensors[cur].dtype) {
+                        st = rf_err_set(err, RF_ERR_UNSUPPORTED, "dequant: %s comes as %s",
+                                        inv->tensors[cur].name,
+                                        rf_dtype_name(src_dtype(inv, opts, ctx, cur)));
+                        break;
+                    }
+                    cw = tensor_bytes(ctx, cur);
+                    if (cw == NULL) {
+                        st = rf_err_set(err, RF_ERR_MISSING, "dequant: no bytes for %s",
+                                        inv->tensors[cur].name);
+                        break;
+                    }
+                    cK = tensor_width(&inv->tensors[cur]) * (fp8 ? 1 : 8);
+                }
+                int64_t gn, gk;
+                if (fp8) {
+                    gn = (int64_t)x.index / cK;
+                    gk = (int64_t)x.index % cK;
+                    cv = rf_ref_e4m3fn_to_f32(cw[x.index]) *
+                         cscale[(gn / 128) * cKs + gk / 128];
+                } else {
+                    int32_t word;
+                    gn = (int64_t)x.index / (cK / 8);
+                    gk = ((int64_t)x.index % (cK / 8)) * 8 + k % 8;
+                    memcpy(&word, cw + x.index * 4, 4);
+                    cv = (float)rf_ref_int4_at(&word, k % 8) * cscale[gn * cKs + gk / G];
+                }
+                if (!same_value(rv, cv) && f->count++ == 0) {
+                    f->tensor = cur;
+                    f->index = (uint64_t)(gn * cK + gk);
+                    f->rank_v = rv;
+                    f->ckpt_v = cv;
+                }
+            }
+    free(rscale);
+    free(cscale);
+    return st;
+}
+
+rf_status_t rf_verify_dequant_module(const rf_inventory_t *inv, int module,
+                                     const rf_rollout_coords_t *rc, rf_slot_bytes_fn slot_bytes,
+                                     rf_tensor_bytes_fn tensor_bytes, void *ctx,
+                                     const rf_verify_opts_t *opts, uint64_t *mismatches_p,
+                                     rf_err_t *err)
+{
+    rf_slot_shape_t shapes[RF_MODULE_MAX_SLOTS];
+    rf_ref_locator_t *loc[RF_MODULE_MAX_SLOTS] = {0};
+    int n = 0;
+    rf_status_t st;
+    dq_first_t f = {0, -1, 0, 0, 0};
+    if (inv == NULL || slot_bytes == NULL || tensor_bytes == NULL || module < 0 ||
+        module >= inv->nmodules)
+        return rf_err_set(err, RF_ERR_INVALID, "dequant: bad arguments");
+    RF_CHECK(rf_module_slots(inv, module, rc, shapes, &n, err));
+    for (int s = 0; s < n; s++)
+        RF_CHECK_GOTO(rf_ref_locator_create(inv, module, s, rc, &loc[s], err), st, out);
+    st = RF_OK;
+    /* pairs: a weight-side slot followed by its scale slot (slot order of DESIGN.md 7) */
+    for (int s = 0; s + 1 < n && st == RF_OK; s++) {
+        const char *p = loc[s]->param;
+        if (loc[s]->quant == RF_QUANT_NONE || loc[s]->nblk == 0)
+            continue;
+        if ((strcmp(p, "weight") == 0 && strcmp(loc[s + 1]->param, "weight_scale_inv") == 0) ||
+            (strcmp(p, "weight_packed") == 0 && strcmp(loc[s + 1]->param, "weight_scale") == 0))
+            st = dequant_pair(inv, loc[s], loc[s + 1], slot_bytes, tensor_bytes, ctx, opts, &f,
+                              err);
+    }
+    if (st == RF_OK) {
+        if (mismatches_p != NULL)
+            *mismatches_p = f.count;
+        if (f.count > 0)
+            st = rf_err_set(err, RF_ERR_VERIFY,
+                            "dequant: %s on tp rank %d/%d dp rank %d ep rank %d: %s element %llu "
+                            "dequantizes to %.9g on the rank and %.9g in the checkpoint; %llu "
+                            "elements differ",
+                            inv->modules[module].name, rc->tp_rank, rc->tp, rc->dp_rank,
+                            rc->ep_rank, inv->tensors[f.tensor].name,
+                            (unsigned long long)f.index, (double)f.rank_v, (double)f.ckpt_v,
+                            (unsigned long long)f.count);
+    }
+out:
+    for (int s = 0; s < n; s++)
+        rf_ref_locator_destroy(loc[s]);
+    return st;
 }
