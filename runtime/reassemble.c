@@ -9,7 +9,11 @@
  * per-element "seen" map: a second copy must be byte-equal (replicated k/v heads, replicated
  * tensors, row-parallel biases, dp replicas), every element must arrive, and vocab padding
  * must be zero. Rank 0 then broadcasts the verdict, so every rank returns the same status.
+ * Quantized tensors travel the same way (their slots are located like any other); wna16
+ * weight_shape tensors have no slot and are regenerated on rank 0 from the inventory; a target
+ * dtype per tensor (the file's) converts f32 runtime FP8 scales back to bf16 / fp16 exactly.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,18 +247,121 @@ static rf_status_t root_apply(const rf_tensor_t *tt, const ra_hdr_t *h, const ra
     return RF_OK;
 }
 
+static int ends_with(const char *s, const char *sfx)
+{
+    size_t n = strlen(s), k = strlen(sfx);
+    return n >= k && strcmp(s + n - k, sfx) == 0;
+}
+
+/* Root: a wna16 `<P>.weight_shape` from the inventory, [N, K] int64, N and K from
+ * `<P>.weight_packed` (N, K/8). */
+static rf_status_t regen_shape(const rf_inventory_t *inv, const rf_tensor_t *tt,
+                               unsigned char *full, rf_err_t *err)
+{
+    char name[RF_NAME_MAX + 16];
+    size_t n = strlen(tt->name) - strlen(".weight_shape");
+    snprintf(name, sizeof(name), "%.*s.weight_packed", (int)n, tt->name);
+    int p = rf_inventory_find(inv, name);
+    if (p < 0 || inv->tensors[p].ndim != 2 || tt->dtype != RF_DTYPE_I64 || tt->numel != 2)
+        return rf_err_set(err, RF_ERR_MISSING,
+                          "reassemble: %s: no 2-D %s to take [N, K] from, or not int64 [2]",
+                          tt->name, name);
+    int64_t v[2] = {inv->tensors[p].shape[0], inv->tensors[p].shape[1] * 8};
+    memcpy(full, v, sizeof(v));
+    return RF_OK;
+}
+
+/* IEEE binary16 bits of f when f is exactly representable, else -1. */
+static int f32_to_f16_exact(float f, uint16_t *out)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    float a = fabsf(f);
+    if (isnan(f))
+        return -1;
+    if (isinf(f)) {
+        *out = sign | 0x7c00u;
+        return 0;
+    }
+    if (a == 0.0f) {
+        *out = sign;
+        return 0;
+    }
+    if (a < ldexpf(1.0f, -14)) { /* subnormal: m 2^-24, m < 1024 */
+        float m = ldexpf(a, 24);
+        if (m != floorf(m))
+            return -1;
+        *out = sign | (uint16_t)m;
+        return 0;
+    }
+    int e = (int)((u >> 23) & 0xffu) - 127;
+    if (e > 15 || (u & 0x1fffu) != 0)
+        return -1;
+    *out = sign | (uint16_t)((e + 15) << 10) | (uint16_t)((u >> 13) & 0x3ffu);
+    return 0;
+}
+
+/* Root: tensor bytes in dtype `dt` from the assembled bytes in tt->dtype. */
+static rf_status_t convert_to(const rf_tensor_t *tt, rf_dtype_t dt, const unsigned char *full,
+                              unsigned char *out, rf_err_t *err)
+{
+    for (uint64_t i = 0; i < tt->numel; i++) {
+        if (tt->dtype == RF_DTYPE_F32 && (dt == RF_DTYPE_BF16 || dt == RF_DTYPE_F16)) {
+            float f;
+            uint16_t h;
+            memcpy(&f, full + i * 4, 4);
+            int ok;
+            if (dt == RF_DTYPE_BF16) {
+                h = rf_f32_to_bf16(f);
+                float back = rf_bf16_to_f32(h);
+                ok = !isnan(f) && memcmp(&back, &f, 4) == 0;
+            } else {
+                ok = f32_to_f16_exact(f, &h) == 0;
+            }
+            if (!ok)
+                return rf_err_set(err, RF_ERR_VERIFY,
+                                  "reassemble: %s element %llu = %.9g is not exactly a %s value",
+                                  tt->name, (unsigned long long)i, (double)f, rf_dtype_name(dt));
+            memcpy(out + i * 2, &h, 2);
+        } else if (tt->dtype == RF_DTYPE_I64 && dt == RF_DTYPE_I32) {
+            int64_t v;
+            memcpy(&v, full + i * 8, 8);
+            if (v < INT32_MIN || v > INT32_MAX)
+                return rf_err_set(err, RF_ERR_VERIFY,
+                                  "reassemble: %s element %llu = %lld does not fit int32",
+                                  tt->name, (unsigned long long)i, (long long)v);
+            int32_t w = (int32_t)v;
+            memcpy(out + i * 4, &w, 4);
+        } else {
+            return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                              "reassemble: %s: no conversion from %s to %s", tt->name,
+                              rf_dtype_name(tt->dtype), rf_dtype_name(dt));
+        }
+    }
+    return RF_OK;
+}
+
 rf_status_t rf_reassemble(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
                           MPI_Comm engine_comm, rf_slot_bytes_fn slot_bytes,
                           rf_tensor_done_fn tensor_done, void *ctx, rf_err_t *err)
+{
+    return rf_reassemble_ex(inv, rc, engine_comm, slot_bytes, tensor_done, ctx, NULL, err);
+}
+
+rf_status_t rf_reassemble_ex(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                             MPI_Comm engine_comm, rf_slot_bytes_fn slot_bytes,
+                             rf_tensor_done_fn tensor_done, void *ctx,
+                             const rf_reassemble_opts_t *opts, rf_err_t *err)
 {
     int rank, size, ok, all_ok;
     rf_status_t st = RF_OK;
     ra_local_t lc;
     ra_module_cache_t cache;
     ra_verdict_t verdict;
-    unsigned char *full = NULL, *seen = NULL, *rvals = NULL;
+    unsigned char *full = NULL, *seen = NULL, *rvals = NULL, *conv = NULL;
     ra_run_t *rruns = NULL;
-    size_t full_cap = 0, seen_cap = 0, rvals_cap = 0, rruns_cap = 0;
+    size_t full_cap = 0, seen_cap = 0, rvals_cap = 0, rruns_cap = 0, conv_cap = 0;
 
     if (MPI_Comm_rank(engine_comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(engine_comm, &size) != MPI_SUCCESS)
@@ -275,6 +382,8 @@ rf_status_t rf_reassemble(const rf_inventory_t *inv, const rf_rollout_coords_t *
     for (int t = 0; t < inv->ntensors && st == RF_OK; t++) {
         const rf_tensor_t *tt = &inv->tensors[t];
         size_t es = rf_dtype_size(tt->dtype);
+        /* wna16 weight_shape: no slot holds it, rank 0 regenerates it (DESIGN.md 7) */
+        int regen = ends_with(tt->name, ".weight_shape");
         rf_err_t e;
         rf_err_clear(&e);
         local_collect(inv, t, rc, &cache, slot_bytes, ctx, &lc);
@@ -312,7 +421,9 @@ rf_status_t rf_reassemble(const rf_inventory_t *inv, const rf_rollout_coords_t *
                 if (rs == RF_OK)
                     rs = root_apply(tt, &h, rruns, rvals, src, full, seen, &e);
             }
-            if (rs == RF_OK) {
+            if (rs == RF_OK && regen) {
+                rs = regen_shape(inv, tt, full, &e);
+            } else if (rs == RF_OK) {
                 uint64_t missing = 0, first = 0;
                 for (uint64_t i = 0; i < tt->numel; i++)
                     if (!seen[i] && missing++ == 0)
@@ -324,8 +435,21 @@ rf_status_t rf_reassemble(const rf_inventory_t *inv, const rf_rollout_coords_t *
                                     tt->name, (unsigned long long)missing,
                                     (unsigned long long)tt->numel, (unsigned long long)first);
             }
-            if (rs == RF_OK && tensor_done != NULL)
+            rf_dtype_t td = RF_DTYPE_INVALID;
+            if (rs == RF_OK && opts != NULL && opts->target_dtype != NULL)
+                td = opts->target_dtype(ctx, t);
+            if (rs == RF_OK && td != RF_DTYPE_INVALID && td != tt->dtype) {
+                size_t nb = tt->numel * rf_dtype_size(td);
+                if (grow((void **)&conv, &conv_cap, nb ? nb : 1) != 0)
+                    rs = rf_err_set(&e, RF_ERR_NOMEM, "reassemble: out of memory for %s",
+                                    tt->name);
+                else
+                    rs = convert_to(tt, td, full, conv, &e);
+                if (rs == RF_OK && tensor_done != NULL)
+                    tensor_done(ctx, t, conv, nb);
+            } else if (rs == RF_OK && tensor_done != NULL) {
                 tensor_done(ctx, t, full, tt->nbytes);
+            }
             verdict.status = rs;
             snprintf(verdict.msg, sizeof(verdict.msg), "%s", e.msg);
         }
@@ -343,6 +467,7 @@ rf_status_t rf_reassemble(const rf_inventory_t *inv, const rf_rollout_coords_t *
     free(lc.runs);
     free(lc.vals);
     free(full);
+    free(conv);
     free(seen);
     free(rruns);
     free(rvals);

@@ -7,6 +7,8 @@
  * rf_module_slots(), and maps slot elements to checkpoint elements one at a time with plain
  * index arithmetic: slow, and meant to be obviously right.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,28 +16,34 @@
 #include "refit/generator.h"
 #include "refit/verify.h"
 
+/* Slot rows [dst0, dst0 + n) come from source rows [src0, src0 + n) (rows in the tensor's own
+ * units: 128-row blocks for FP8 block scales). */
+typedef struct ref_seg {
+    int64_t dst0, n, src0;
+} ref_seg_t;
+
+/*
+ * Every slot is described the same way, in CHECKPOINT orientation: nblk blocks (local experts,
+ * or 1) of R rows x C columns; row n of a block lies in one of nseg segments (q / k / v, gate /
+ * up, or the whole slot) whose source rows are given; column k is source column c0 + k of a
+ * source tensor W elements wide. A K-first slot stores each block transposed (C, R).
+ */
 struct rf_ref_locator {
     const rf_inventory_t *inv;
     int module, slot;
     rf_module_kind_t kind;
-    int is_bias;       /* a 1-D bias slot */
+    rf_quant_t quant;  /* of the module, found by checkpoint tensor names */
+    char param[24];    /* checkpoint suffix: "weight", "weight_scale_inv", "weight_packed",
+                          "weight_scale", "bias" */
     rf_slot_shape_t shape;
     uint64_t numel;
-    int64_t cols;      /* elements per slot row (= per source row): K, or 1 for a bias */
-    int t[3];          /* q, k, v / gate, up / the one tensor */
-    int64_t T, r;
-    /* QKV, in rows */
-    int64_t q_rows, kv_rows, q_src0, kv_src0;
-    /* merged gate_up */
-    int64_t half, half_src0;
-    /* row parallel */
-    int64_t K, Kp, k0;
-    /* vocab */
-    int64_t V, vrow0;
-    /* MoE */
-    int64_t E, El, I, Ip, H, rm;
-    int *moe_t;        /* owned: El x 3 tensor indices (gate, up, down) of local experts */
-    int64_t *moe_ge;   /* owned: El global expert ids */
+    int64_t nblk, R, C, W, c0;
+    int kfirst;
+    int nseg;
+    ref_seg_t seg[3];
+    int64_t V;         /* source rows >= V are vocab padding (INT64_MAX: none) */
+    int *bt;           /* owned: nblk x nseg tensor indices */
+    int64_t T, r;      /* rollout tp size and rank */
 };
 
 static const char *slot_label(const rf_ref_locator_t *l)
@@ -88,29 +96,99 @@ static rf_status_t strip_suffix(const rf_module_t *m, const char *sfx, char *out
     return RF_OK;
 }
 
-static void set_shape(rf_ref_locator_t *l, const char *name, rf_dtype_t dt, int ndim,
-                      const int64_t *shape)
+/* Quantization of the linear `prefix`, from the names of its checkpoint tensors (DESIGN.md 7). */
+static rf_quant_t linear_quant(const rf_inventory_t *inv, const char *prefix)
 {
-    memset(&l->shape, 0, sizeof(l->shape));
-    snprintf(l->shape.name, sizeof(l->shape.name), "%s", name);
-    l->shape.dtype = dt;
-    l->shape.ndim = ndim;
-    l->numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        l->shape.shape[i] = shape[i];
-        l->numel *= (uint64_t)shape[i];
-    }
+    if (has_tensor(inv, prefix, ".weight_scale_inv"))
+        return RF_QUANT_FP8_BLOCK;
+    if (has_tensor(inv, prefix, ".weight_packed"))
+        return RF_QUANT_WNA16;
+    return RF_QUANT_NONE;
 }
 
-static rf_status_t check_tensor_shape(const rf_tensor_t *t, int ndim, int64_t d0, int64_t d1,
-                                      rf_err_t *err)
+/* The weight-side slots of a linear, in slot order (DESIGN.md 7). */
+static int quant_params(rf_quant_t q, const char *out[2])
 {
-    if (t->ndim != ndim || t->shape[0] != d0 || (ndim > 1 && t->shape[1] != d1))
+    switch (q) {
+    case RF_QUANT_FP8_BLOCK:
+        out[0] = "weight";
+        out[1] = "weight_scale_inv";
+        return 2;
+    case RF_QUANT_WNA16:
+        out[0] = "weight_packed";
+        out[1] = "weight_scale";
+        return 2;
+    case RF_QUANT_NONE:
+        break;
+    }
+    out[0] = "weight";
+    return 1;
+}
+
+/* Picks the param of slot `slot` of a dense linear module (weight-side params, then bias). */
+static rf_status_t dense_param(rf_ref_locator_t *l, const rf_module_t *m, const char *first,
+                               rf_err_t *err)
+{
+    const char *p[2];
+    int np;
+    l->quant = linear_quant(l->inv, first);
+    np = quant_params(l->quant, p);
+    if (l->slot < np)
+        snprintf(l->param, sizeof(l->param), "%s", p[l->slot]);
+    else if (l->slot == np && has_tensor(l->inv, first, ".bias"))
+        snprintf(l->param, sizeof(l->param), "bias");
+    else
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
+    return RF_OK;
+}
+
+static int64_t row_unit(const char *param)
+{
+    return strcmp(param, "weight_scale_inv") == 0 ? 128 : 1;
+}
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* Source width of a tensor: elements per row (1 for a 1-D tensor). */
+static int64_t tensor_width(const rf_tensor_t *t)
+{
+    return t->ndim >= 2 ? t->shape[1] : 1;
+}
+
+static rf_status_t check_rows(const rf_tensor_t *t, int64_t rows, int64_t width, rf_err_t *err)
+{
+    if (t->shape[0] != rows || tensor_width(t) != width || t->ndim > 2)
         return rf_err_set(err, RF_ERR_MISMATCH,
-                          "reference: %s has %d dims [%lld, %lld], expected %d dims [%lld, %lld]",
-                          t->name, t->ndim, (long long)t->shape[0],
-                          (long long)(t->ndim > 1 ? t->shape[1] : 0), ndim, (long long)d0,
-                          (long long)(ndim > 1 ? d1 : 0));
+                          "reference: %s has %d dims [%lld, %lld], expected [%lld, %lld]",
+                          t->name, t->ndim, (long long)t->shape[0], (long long)tensor_width(t),
+                          (long long)rows, (long long)width);
+    return RF_OK;
+}
+
+static rf_status_t alloc_bt(rf_ref_locator_t *l, rf_err_t *err)
+{
+    size_t n = (size_t)(l->nblk > 0 ? l->nblk : 1) * (size_t)(l->nseg > 0 ? l->nseg : 1);
+    l->bt = malloc(n * sizeof(int));
+    if (l->bt == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "reference: out of memory");
+    for (size_t i = 0; i < n; i++)
+        l->bt[i] = -1;
+    return RF_OK;
+}
+
+/* Rows divided into u-row blocks, exactly (FP8 block scales: a shard boundary inside a block
+ * cannot be sharded, DESIGN.md 5). */
+static rf_status_t in_units(const rf_module_t *m, const char *what, int64_t rows, int64_t u,
+                            int64_t *out, rf_err_t *err)
+{
+    if (rows % u != 0)
+        return rf_err_set(err, RF_ERR_TOPOLOGY,
+                          "reference: %s: %s %lld is not a multiple of the %lld-row fp8 block",
+                          m->name, what, (long long)rows, (long long)u);
+    *out = rows / u;
     return RF_OK;
 }
 
@@ -135,87 +213,100 @@ static int64_t ref_local_expert(int64_t E, const rf_rollout_coords_t *rc, int64_
 static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
     const rf_model_config_t *c = &l->inv->cfg;
-    char base[RF_NAME_MAX];
-    const char *sfx = l->slot == 0 ? ".weight" : ".bias";
+    char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
     static const char *names[3] = {"q_proj", "k_proj", "v_proj"};
     int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, d = c->head_dim;
     RF_CHECK(strip_suffix(m, "qkv_proj", base, sizeof(base), err));
-    if (l->slot > 1 || (l->slot == 1 && !has_tensor(l->inv, base, "q_proj.bias")))
-        return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    for (int s = 0; s < 3; s++) {
-        char suffix[64];
-        snprintf(suffix, sizeof(suffix), "%s%s", names[s], sfx);
-        RF_CHECK(find_tensor(l->inv, base, suffix, &l->t[s], err));
-    }
+    snprintf(first, sizeof(first), "%sq_proj", base);
+    RF_CHECK(dense_param(l, m, first, err));
     RF_CHECK(need_div(m, "num_attention_heads", nh, l->T, err));
     if (l->T <= nkv)
         RF_CHECK(need_div(m, "num_key_value_heads", nkv, l->T, err));
     else
         RF_CHECK(need_div(m, "tp (kv heads replicated)", l->T, nkv, err));
-    int64_t K = l->inv->tensors[l->t[0]].shape[1];
+    int64_t u = row_unit(l->param);
     int64_t nh_p = nh / l->T, rep = l->T / nkv > 1 ? l->T / nkv : 1;
     int64_t nkv_p = nkv / l->T > 1 ? nkv / l->T : 1;
+    int64_t qr, kvr, q0, kv0;
+    RF_CHECK(in_units(m, "q rows per rank", nh_p * d, u, &qr, err));
+    RF_CHECK(in_units(m, "k/v rows per rank", nkv_p * d, u, &kvr, err));
+    RF_CHECK(in_units(m, "q row offset", l->r * nh_p * d, u, &q0, err));
+    RF_CHECK(in_units(m, "k/v row offset", (l->r / rep) * nkv_p * d, u, &kv0, err));
+    l->nblk = 1;
+    l->nseg = 3;
+    RF_CHECK(alloc_bt(l, err));
+    for (int s = 0; s < 3; s++) {
+        snprintf(sfx, sizeof(sfx), "%s.%s", names[s], l->param);
+        RF_CHECK(find_tensor(l->inv, base, sfx, &l->bt[s], err));
+    }
+    int64_t W = tensor_width(&l->inv->tensors[l->bt[0]]);
     for (int s = 0; s < 3; s++)
-        RF_CHECK(check_tensor_shape(&l->inv->tensors[l->t[s]], l->slot == 0 ? 2 : 1,
-                                    (s == 0 ? nh : nkv) * d, K, err));
-    l->q_rows = nh_p * d;
-    l->kv_rows = nkv_p * d;
-    l->q_src0 = l->r * nh_p * d;
-    l->kv_src0 = (l->r / rep) * nkv_p * d;
-    int64_t rows = l->q_rows + 2 * l->kv_rows;
-    l->cols = l->slot == 0 ? K : 1;
-    rf_dtype_t dt = l->inv->tensors[l->t[0]].dtype;
-    if (l->slot == 0)
-        set_shape(l, "weight", dt, 2, (int64_t[]){rows, K});
-    else
-        set_shape(l, "bias", dt, 1, (int64_t[]){rows});
+        RF_CHECK(check_rows(&l->inv->tensors[l->bt[s]], cdiv((s == 0 ? nh : nkv) * d, u), W,
+                            err));
+    l->seg[0] = (ref_seg_t){0, qr, q0};
+    l->seg[1] = (ref_seg_t){qr, kvr, kv0};
+    l->seg[2] = (ref_seg_t){qr + kvr, kvr, kv0};
+    l->R = qr + 2 * kvr;
+    l->C = l->W = W;
     return RF_OK;
 }
 
 static rf_status_t loc_merged(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
-    char base[RF_NAME_MAX];
-    const char *sfx = l->slot == 0 ? ".weight" : ".bias";
-    char suffix[64];
+    char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
+    int64_t I = l->inv->cfg.intermediate_size;
     RF_CHECK(strip_suffix(m, "gate_up_proj", base, sizeof(base), err));
-    if (l->slot > 1 || (l->slot == 1 && !has_tensor(l->inv, base, "gate_proj.bias")))
-        return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    snprintf(suffix, sizeof(suffix), "gate_proj%s", sfx);
-    RF_CHECK(find_tensor(l->inv, base, suffix, &l->t[0], err));
-    snprintf(suffix, sizeof(suffix), "up_proj%s", sfx);
-    RF_CHECK(find_tensor(l->inv, base, suffix, &l->t[1], err));
-    const rf_tensor_t *g = &l->inv->tensors[l->t[0]];
-    int64_t I = g->shape[0], K = g->ndim > 1 ? g->shape[1] : 1;
-    RF_CHECK(check_tensor_shape(&l->inv->tensors[l->t[1]], g->ndim, I, K, err));
+    snprintf(first, sizeof(first), "%sgate_proj", base);
+    RF_CHECK(dense_param(l, m, first, err));
     RF_CHECK(need_div(m, "intermediate_size", I, l->T, err));
-    l->half = I / l->T;
-    l->half_src0 = l->r * l->half;
-    l->cols = l->slot == 0 ? K : 1;
-    if (l->slot == 0)
-        set_shape(l, "weight", g->dtype, 2, (int64_t[]){2 * l->half, K});
-    else
-        set_shape(l, "bias", g->dtype, 1, (int64_t[]){2 * l->half});
+    int64_t u = row_unit(l->param), half, h0;
+    RF_CHECK(in_units(m, "intermediate rows per rank", I / l->T, u, &half, err));
+    RF_CHECK(in_units(m, "intermediate row offset", l->r * (I / l->T), u, &h0, err));
+    l->nblk = 1;
+    l->nseg = 2;
+    RF_CHECK(alloc_bt(l, err));
+    snprintf(sfx, sizeof(sfx), "gate_proj.%s", l->param);
+    RF_CHECK(find_tensor(l->inv, base, sfx, &l->bt[0], err));
+    snprintf(sfx, sizeof(sfx), "up_proj.%s", l->param);
+    RF_CHECK(find_tensor(l->inv, base, sfx, &l->bt[1], err));
+    int64_t W = tensor_width(&l->inv->tensors[l->bt[0]]);
+    for (int s = 0; s < 2; s++)
+        RF_CHECK(check_rows(&l->inv->tensors[l->bt[s]], cdiv(I, u), W, err));
+    l->seg[0] = (ref_seg_t){0, half, h0};
+    l->seg[1] = (ref_seg_t){half, half, h0};
+    l->R = 2 * half;
+    l->C = l->W = W;
     return RF_OK;
 }
 
 static rf_status_t loc_row(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
-    if (l->slot > 1 || (l->slot == 1 && !has_tensor(l->inv, m->name, ".bias")))
-        return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    RF_CHECK(find_tensor(l->inv, m->name, l->slot == 0 ? ".weight" : ".bias", &l->t[0], err));
-    const rf_tensor_t *t = &l->inv->tensors[l->t[0]];
-    if (l->slot == 1) {
-        l->cols = 1;
-        set_shape(l, "bias", t->dtype, 1, t->shape);
+    char sfx[64];
+    RF_CHECK(dense_param(l, m, m->name, err));
+    l->nblk = 1;
+    l->nseg = 1;
+    RF_CHECK(alloc_bt(l, err));
+    snprintf(sfx, sizeof(sfx), ".%s", l->param);
+    RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
+    const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
+    l->R = t->shape[0];
+    l->seg[0] = (ref_seg_t){0, l->R, 0};
+    if (strcmp(l->param, "bias") == 0) { /* full copy on every rank */
+        l->C = l->W = 1;
         return RF_OK;
     }
-    RF_CHECK(check_tensor_shape(t, 2, t->shape[0], t->shape[1], err));
-    l->K = t->shape[1];
-    RF_CHECK(need_div(m, "input size", l->K, l->T, err));
-    l->Kp = l->K / l->T;
-    l->k0 = l->r * l->Kp;
-    l->cols = l->Kp;
-    set_shape(l, "weight", t->dtype, 2, (int64_t[]){t->shape[0], l->Kp});
+    l->W = tensor_width(t);
+    /* columns [r W/T, (r+1) W/T) of the tensor's own width: packed words K/8, group scales
+     * K/G, fp8 scale blocks K/128 */
+    RF_CHECK(need_div(m, "input columns", l->W, l->T, err));
+    if (strcmp(l->param, "weight_scale_inv") == 0 && l->T > 1) {
+        int tw;
+        RF_CHECK(find_tensor(l->inv, m->name, ".weight", &tw, err));
+        RF_CHECK(need_div(m, "input size (whole 128-column fp8 blocks per rank)",
+                          tensor_width(&l->inv->tensors[tw]), 128 * l->T, err));
+    }
+    l->C = l->W / l->T;
+    l->c0 = l->r * l->C;
     return RF_OK;
 }
 
@@ -223,15 +314,19 @@ static rf_status_t loc_vocab(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t
 {
     if (l->slot != 0)
         return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    RF_CHECK(find_tensor(l->inv, m->name, ".weight", &l->t[0], err));
-    const rf_tensor_t *t = &l->inv->tensors[l->t[0]];
-    RF_CHECK(check_tensor_shape(t, 2, t->shape[0], t->shape[1], err));
+    snprintf(l->param, sizeof(l->param), "weight");
+    l->nblk = 1;
+    l->nseg = 1;
+    RF_CHECK(alloc_bt(l, err));
+    RF_CHECK(find_tensor(l->inv, m->name, ".weight", &l->bt[0], err));
+    const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
+    RF_CHECK(check_rows(t, t->shape[0], tensor_width(t), err));
     l->V = t->shape[0];
     int64_t Vp = (l->V + 63) / 64 * 64;
     RF_CHECK(need_div(m, "padded vocab", Vp, l->T, err));
-    l->vrow0 = l->r * (Vp / l->T);
-    l->cols = t->shape[1];
-    set_shape(l, "weight", t->dtype, 2, (int64_t[]){Vp / l->T, t->shape[1]});
+    l->R = Vp / l->T;
+    l->seg[0] = (ref_seg_t){0, l->R, l->r * l->R};
+    l->C = l->W = tensor_width(t);
     return RF_OK;
 }
 
@@ -239,52 +334,112 @@ static rf_status_t loc_replicated(rf_ref_locator_t *l, const rf_module_t *m, rf_
 {
     if (l->slot != 0)
         return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    RF_CHECK(find_tensor(l->inv, m->name, ".weight", &l->t[0], err));
-    const rf_tensor_t *t = &l->inv->tensors[l->t[0]];
-    l->cols = 1;
-    set_shape(l, "weight", t->dtype, t->ndim, t->shape);
+    snprintf(l->param, sizeof(l->param), "weight");
+    l->nblk = 1;
+    l->nseg = 1;
+    RF_CHECK(alloc_bt(l, err));
+    RF_CHECK(find_tensor(l->inv, m->name, ".weight", &l->bt[0], err));
+    l->R = (int64_t)l->inv->tensors[l->bt[0]].numel; /* full copy, element = element */
+    l->seg[0] = (ref_seg_t){0, l->R, 0};
+    l->C = l->W = 1;
     return RF_OK;
 }
 
 static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
                            const rf_rollout_coords_t *rc, rf_err_t *err)
 {
-    char suffix[64];
-    if (l->slot > 1)
-        return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    l->E = l->inv->cfg.num_experts;
-    if (l->E <= 0)
+    char sfx[96], first[RF_NAME_MAX + 16];
+    const char *p[2];
+    int64_t E = l->inv->cfg.num_experts, I = l->inv->cfg.moe_intermediate_size;
+    if (E <= 0)
         return rf_err_set(err, RF_ERR_INVALID, "reference: %s: no experts", m->name);
-    int t0 = -1;
-    RF_CHECK(find_tensor(l->inv, m->name, ".0.gate_proj.weight", &t0, err));
-    const rf_tensor_t *g = &l->inv->tensors[t0];
-    l->I = g->shape[0];
-    l->H = g->shape[1];
+    snprintf(first, sizeof(first), "%s.0.gate_proj", m->name);
+    l->quant = linear_quant(l->inv, first);
+    int np = quant_params(l->quant, p);
+    if (l->slot >= 2 * np)
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
+    int w13 = l->slot < np;
+    snprintf(l->param, sizeof(l->param), "%s", p[l->slot % np]);
     int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
-    l->rm = rc->ep > 1 ? 0 : (int64_t)rc->dp_rank * rc->tp + rc->tp_rank;
-    RF_CHECK(need_div(m, "moe_intermediate_size", l->I, Tm, err));
-    l->Ip = l->I / Tm;
-    l->El = ref_local_count(l->E, rc);
-    l->moe_t = malloc((size_t)(l->El > 0 ? l->El : 1) * 3 * sizeof(int));
-    l->moe_ge = malloc((size_t)(l->El > 0 ? l->El : 1) * sizeof(int64_t));
-    if (l->moe_t == NULL || l->moe_ge == NULL)
-        return rf_err_set(err, RF_ERR_NOMEM, "reference: out of memory");
+    int64_t rm = rc->ep > 1 ? 0 : (int64_t)rc->dp_rank * rc->tp + rc->tp_rank;
+    RF_CHECK(need_div(m, "moe_intermediate_size", I, Tm, err));
+    int64_t Ip = I / Tm, u = row_unit(l->param);
+    l->kfirst = l->quant == RF_QUANT_WNA16; /* vLLM's wna16 FusedMoE layout (DESIGN.md 7) */
+    l->nblk = ref_local_count(E, rc);
+    l->nseg = w13 ? 2 : 1;
+    RF_CHECK(alloc_bt(l, err));
     static const char *names[3] = {"gate_proj", "up_proj", "down_proj"};
-    for (int64_t i = 0; i < l->El; i++) {
-        l->moe_ge[i] = ref_local_expert(l->E, rc, i);
-        for (int s = 0; s < 3; s++) {
-            snprintf(suffix, sizeof(suffix), ".%lld.%s.weight", (long long)l->moe_ge[i],
-                     names[s]);
-            RF_CHECK(find_tensor(l->inv, m->name, suffix, &l->moe_t[i * 3 + s], err));
-            RF_CHECK(check_tensor_shape(&l->inv->tensors[l->moe_t[i * 3 + s]], 2,
-                                        s < 2 ? l->I : l->H, s < 2 ? l->H : l->I, err));
+    for (int64_t i = 0; i < l->nblk; i++) {
+        int64_t ge = ref_local_expert(E, rc, i);
+        for (int s = 0; s < l->nseg; s++) {
+            snprintf(sfx, sizeof(sfx), ".%lld.%s.%s", (long long)ge, names[w13 ? s : 2],
+                     l->param);
+            RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[i * l->nseg + s], err));
         }
     }
-    if (l->slot == 0)
-        set_shape(l, "w13_weight", g->dtype, 3, (int64_t[]){l->El, 2 * l->Ip, l->H});
-    else
-        set_shape(l, "w2_weight", g->dtype, 3, (int64_t[]){l->El, l->H, l->Ip});
+    int64_t H = l->inv->cfg.hidden_size;
+    /* source widths from the first expert's tensors; every expert has the same shapes */
+    int t0;
+    snprintf(sfx, sizeof(sfx), ".0.%s.%s", w13 ? "gate_proj" : "down_proj", l->param);
+    RF_CHECK(find_tensor(l->inv, m->name, sfx, &t0, err));
+    l->W = tensor_width(&l->inv->tensors[t0]);
+    if (w13) {
+        int64_t ipu, i0;
+        RF_CHECK(in_units(m, "moe intermediate rows per rank (I_p)", Ip, u, &ipu, err));
+        RF_CHECK(in_units(m, "moe intermediate row offset", rm * Ip, u, &i0, err));
+        l->seg[0] = (ref_seg_t){0, ipu, i0};
+        l->seg[1] = (ref_seg_t){ipu, ipu, i0};
+        l->R = 2 * ipu;
+        l->C = l->W;
+        for (int64_t i = 0; i < l->nblk * 2; i++)
+            RF_CHECK(check_rows(&l->inv->tensors[l->bt[i]], cdiv(I, u), l->W, err));
+    } else {
+        if (u > 1)
+            RF_CHECK(need_div(m, "moe intermediate size per rank (I_p, whole fp8 blocks)", Ip, u,
+                              err));
+        RF_CHECK(need_div(m, "w2 input columns", l->W, Tm, err));
+        l->R = cdiv(H, u);
+        l->seg[0] = (ref_seg_t){0, l->R, 0};
+        l->C = l->W / Tm;
+        l->c0 = rm * l->C;
+        for (int64_t i = 0; i < l->nblk; i++)
+            RF_CHECK(check_rows(&l->inv->tensors[l->bt[i]], l->R, l->W, err));
+    }
     return RF_OK;
+}
+
+/* The slot's name, dtype and shape, from the description (DESIGN.md 5 and 7). */
+static void set_shape(rf_ref_locator_t *l)
+{
+    const rf_tensor_t *t = &l->inv->tensors[l->bt[0] >= 0 ? l->bt[0] : 0];
+    rf_slot_shape_t *s = &l->shape;
+    memset(s, 0, sizeof(*s));
+    if (l->kind == RF_MOD_MOE)
+        snprintf(s->name, sizeof(s->name), "%s%s",
+                 l->nseg == 2 ? "w13_" : "w2_", l->param);
+    else
+        snprintf(s->name, sizeof(s->name), "%s", l->param);
+    /* runtime fp8 block scales are fp32 whatever the file stores (DESIGN.md 7) */
+    s->dtype = strcmp(l->param, "weight_scale_inv") == 0 ? RF_DTYPE_F32 : t->dtype;
+    s->kfirst = l->kfirst != 0;
+    if (l->kind == RF_MOD_REPLICATED) {
+        s->ndim = t->ndim;
+        for (int i = 0; i < t->ndim; i++)
+            s->shape[i] = t->shape[i];
+    } else if (strcmp(l->param, "bias") == 0) {
+        s->ndim = 1;
+        s->shape[0] = l->R;
+    } else if (l->kind == RF_MOD_MOE) {
+        s->ndim = 3;
+        s->shape[0] = l->nblk;
+        s->shape[1] = l->kfirst ? l->C : l->R;
+        s->shape[2] = l->kfirst ? l->R : l->C;
+    } else {
+        s->ndim = 2;
+        s->shape[0] = l->R;
+        s->shape[1] = l->C;
+    }
+    l->numel = (uint64_t)l->nblk * (uint64_t)l->R * (uint64_t)l->C;
 }
 
 rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slot,
@@ -310,7 +465,7 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
     l->kind = m->kind;
     l->T = rc->tp;
     l->r = rc->tp_rank;
-    l->t[0] = l->t[1] = l->t[2] = -1;
+    l->V = INT64_MAX;
     switch (m->kind) {
     case RF_MOD_QKV:
         st = loc_qkv(l, m, err);
@@ -336,7 +491,7 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
     }
     if (st != RF_OK)
         goto fail;
-    l->is_bias = strcmp(l->shape.name, "bias") == 0;
+    set_shape(l);
     /* the slot as the model contract shapes it must be the slot derived here */
     RF_CHECK_GOTO(rf_module_slots(inv, module, rc, shapes, &nslots, err), st, fail);
     if (slot >= nslots) {
@@ -347,18 +502,19 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
     }
     const rf_slot_shape_t *s = &shapes[slot];
     int same = s->ndim == l->shape.ndim && s->dtype == l->shape.dtype &&
-               strcmp(s->name, l->shape.name) == 0;
+               strcmp(s->name, l->shape.name) == 0 && s->kfirst == l->shape.kfirst;
     for (int i = 0; same && i < s->ndim; i++)
         same = s->shape[i] == l->shape.shape[i];
     if (!same) {
         st = rf_err_set(err, RF_ERR_MISMATCH,
                         "reference: %s slot %d: rf_module_slots gives %s %s [%lld, %lld, %lld] "
-                        "(%d dims), the reference derives %s %s [%lld, %lld, %lld] (%d dims)",
+                        "(%d dims%s), the reference derives %s %s [%lld, %lld, %lld] (%d dims%s)",
                         m->name, slot, s->name, rf_dtype_name(s->dtype), (long long)s->shape[0],
-                        (long long)s->shape[1], (long long)s->shape[2], s->ndim, l->shape.name,
+                        (long long)s->shape[1], (long long)s->shape[2], s->ndim,
+                        s->kfirst ? ", K-first" : "", l->shape.name,
                         rf_dtype_name(l->shape.dtype), (long long)l->shape.shape[0],
                         (long long)l->shape.shape[1], (long long)l->shape.shape[2],
-                        l->shape.ndim);
+                        l->shape.ndim, l->shape.kfirst ? ", K-first" : "");
         goto fail;
     }
     *loc_p = l;
@@ -372,8 +528,7 @@ void rf_ref_locator_destroy(rf_ref_locator_t *loc)
 {
     if (loc == NULL)
         return;
-    free(loc->moe_t);
-    free(loc->moe_ge);
+    free(loc->bt);
     free(loc);
 }
 
@@ -389,111 +544,44 @@ uint64_t rf_ref_locator_numel(const rf_ref_locator_t *loc)
 
 void rf_ref_locator_at(const rf_ref_locator_t *l, uint64_t e, rf_ref_elem_t *out)
 {
-    int64_t i, j, row;
+    uint64_t per = (uint64_t)l->R * (uint64_t)l->C;
+    int64_t b = (int64_t)(e / per), rem = (int64_t)(e % per), n, k;
+    if (l->kfirst) { /* block stored (C, R): element (k, n) */
+        k = rem / l->R;
+        n = rem % l->R;
+    } else {
+        n = rem / l->C;
+        k = rem % l->C;
+    }
+    int s = 0;
+    while (s + 1 < l->nseg && n >= l->seg[s + 1].dst0)
+        s++;
+    int64_t row = l->seg[s].src0 + (n - l->seg[s].dst0);
+    if (row >= l->V) {
+        out->kind = RF_REF_PAD;
+        out->tensor = -1;
+        out->index = 0;
+        return;
+    }
     out->kind = RF_REF_TENSOR;
-    switch (l->kind) {
-    case RF_MOD_REPLICATED:
-        out->tensor = l->t[0];
-        out->index = e;
-        return;
-    case RF_MOD_ROW:
-        out->tensor = l->t[0];
-        if (l->is_bias) {
-            out->index = e; /* full copy on every rank */
-            return;
-        }
-        i = (int64_t)(e / (uint64_t)l->Kp);
-        j = (int64_t)(e % (uint64_t)l->Kp);
-        out->index = (uint64_t)(i * l->K + l->k0 + j);
-        return;
-    case RF_MOD_VOCAB:
-        i = (int64_t)(e / (uint64_t)l->cols);
-        j = (int64_t)(e % (uint64_t)l->cols);
-        row = l->vrow0 + i;
-        if (row >= l->V) {
-            out->kind = RF_REF_PAD;
-            out->tensor = -1;
-            out->index = 0;
-            return;
-        }
-        out->tensor = l->t[0];
-        out->index = (uint64_t)(row * l->cols + j);
-        return;
-    case RF_MOD_QKV:
-        i = (int64_t)(e / (uint64_t)l->cols);
-        j = (int64_t)(e % (uint64_t)l->cols);
-        if (i < l->q_rows) {
-            out->tensor = l->t[0];
-            row = l->q_src0 + i;
-        } else if (i < l->q_rows + l->kv_rows) {
-            out->tensor = l->t[1];
-            row = l->kv_src0 + (i - l->q_rows);
-        } else {
-            out->tensor = l->t[2];
-            row = l->kv_src0 + (i - l->q_rows - l->kv_rows);
-        }
-        out->index = (uint64_t)(row * l->cols + j);
-        return;
-    case RF_MOD_MERGED:
-        i = (int64_t)(e / (uint64_t)l->cols);
-        j = (int64_t)(e % (uint64_t)l->cols);
-        if (i < l->half) {
-            out->tensor = l->t[0];
-            row = l->half_src0 + i;
-        } else {
-            out->tensor = l->t[1];
-            row = l->half_src0 + (i - l->half);
-        }
-        out->index = (uint64_t)(row * l->cols + j);
-        return;
-    case RF_MOD_MOE: {
-        if (l->slot == 0) { /* w13 (E_l, 2 I_p, H) */
-            uint64_t per = (uint64_t)(2 * l->Ip * l->H);
-            int64_t li = (int64_t)(e / per), rem = (int64_t)(e % per);
-            i = rem / l->H;
-            j = rem % l->H;
-            if (i < l->Ip) {
-                out->tensor = l->moe_t[li * 3 + 0];
-                row = l->rm * l->Ip + i;
-            } else {
-                out->tensor = l->moe_t[li * 3 + 1];
-                row = l->rm * l->Ip + (i - l->Ip);
-            }
-            out->index = (uint64_t)(row * l->H + j);
-        } else { /* w2 (E_l, H, I_p) */
-            uint64_t per = (uint64_t)(l->H * l->Ip);
-            int64_t li = (int64_t)(e / per), rem = (int64_t)(e % per);
-            int64_t h = rem / l->Ip, c = rem % l->Ip;
-            out->tensor = l->moe_t[li * 3 + 2];
-            out->index = (uint64_t)(h * l->I + l->rm * l->Ip + c);
-        }
-        return;
-    }
-    }
-    out->kind = RF_REF_PAD; /* unreachable: the create switch refused other kinds */
-    out->tensor = -1;
-    out->index = 0;
+    out->tensor = l->bt[b * l->nseg + s];
+    out->index = (uint64_t)(row * l->W + l->c0 + k);
 }
 
 void rf_ref_locator_range(const rf_ref_locator_t *l, int tensor, uint64_t *begin_p,
                           uint64_t *end_p)
 {
+    uint64_t per = (uint64_t)l->R * (uint64_t)l->C;
     *begin_p = *end_p = 0;
-    if (l->kind == RF_MOD_MOE) {
-        uint64_t per = l->slot == 0 ? (uint64_t)(2 * l->Ip * l->H) : (uint64_t)(l->H * l->Ip);
-        for (int64_t li = 0; li < l->El; li++) {
-            int hit = l->slot == 0 ? (l->moe_t[li * 3] == tensor || l->moe_t[li * 3 + 1] == tensor)
-                                   : l->moe_t[li * 3 + 2] == tensor;
-            if (hit) {
-                *begin_p = (uint64_t)li * per;
-                *end_p = (uint64_t)(li + 1) * per;
+    if (tensor < 0)
+        return;
+    for (int64_t b = 0; b < l->nblk; b++)
+        for (int s = 0; s < l->nseg; s++)
+            if (l->bt[b * l->nseg + s] == tensor) {
+                *begin_p = (uint64_t)b * per;
+                *end_p = (uint64_t)(b + 1) * per;
                 return;
             }
-        }
-        return;
-    }
-    if (tensor >= 0 && (l->t[0] == tensor || l->t[1] == tensor || l->t[2] == tensor))
-        *end_p = l->numel;
 }
 
 rf_status_t rf_ref_locate(const rf_inventory_t *inv, int module, int slot,
@@ -531,11 +619,85 @@ static uint32_t load_bits(const unsigned char *p, size_t es)
     return v;
 }
 
+/* IEEE binary16 -> f32, exact (every f16 is an f32). */
+static float ref_f16_to_f32(uint16_t h)
+{
+    int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v;
+    if (e == 0)
+        v = ldexpf((float)m, -24);
+    else if (e == 31)
+        v = m ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(m + 1024), e - 25);
+    return sign ? -v : v;
+}
+
+static float f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t bits_of_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Element `i` of a scale / float tensor in dtype dt, as f32 (exact for BF16, F16, F32). */
+static float load_f32(const unsigned char *p, rf_dtype_t dt, uint64_t i)
+{
+    uint16_t h;
+    switch (dt) {
+    case RF_DTYPE_BF16:
+        memcpy(&h, p + i * 2, 2);
+        return rf_bf16_to_f32(h);
+    case RF_DTYPE_F16:
+        memcpy(&h, p + i * 2, 2);
+        return ref_f16_to_f32(h);
+    case RF_DTYPE_F32:
+        return f32_of_bits(load_bits(p + i * 4, 4));
+    default:
+        return NAN;
+    }
+}
+
+float rf_ref_e4m3fn_to_f32(uint8_t b)
+{
+    int sign = b >> 7, e = (b >> 3) & 0xf, m = b & 7;
+    float v;
+    if (e == 15 && m == 7)
+        return NAN;
+    if (e == 0)
+        v = ldexpf((float)m, -9); /* subnormal: m/8 2^-6 */
+    else
+        v = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) 2^(e-7) */
+    return sign ? -v : v;
+}
+
+int rf_ref_int4_at(const int32_t *words, int64_t k)
+{
+    uint32_t w = (uint32_t)words[k / 8];
+    return (int)((w >> (4 * (k % 8))) & 0xfu) - 8;
+}
+
+static rf_dtype_t src_dtype(const rf_inventory_t *inv, const rf_verify_opts_t *opts, void *ctx,
+                            int t)
+{
+    rf_dtype_t dt = RF_DTYPE_INVALID;
+    if (opts != NULL && opts->tensor_dtype != NULL)
+        dt = opts->tensor_dtype(ctx, t);
+    return dt == RF_DTYPE_INVALID ? inv->tensors[t].dtype : dt;
+}
+
 static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot,
                                  const rf_rollout_coords_t *rc, const void *slot_bytes,
                                  size_t slot_nbytes, rf_tensor_bytes_fn tensor_bytes, void *ctx,
-                                 int use_gen, uint64_t step, uint64_t *mismatches_p,
-                                 rf_err_t *err)
+                                 const rf_verify_opts_t *opts, int use_gen, uint64_t step,
+                                 uint64_t *mismatches_p, rf_err_t *err)
 {
     rf_ref_locator_t *l;
     rf_status_t st = RF_OK;
@@ -543,6 +705,7 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
     const char *mname = inv->modules[module].name;
     rf_dtype_t dt = l->shape.dtype;
     size_t es = rf_dtype_size(dt);
+    int fnuz = opts != NULL && (opts->flags & RF_VERIFY_FP8_FNUZ_ZERO) && dt == RF_DTYPE_F8_E4M3;
     if (es > 4 || (use_gen && !rf_gen_dtype_supported(dt))) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED, "verify: %s slot %s: dtype %s", mname,
                         slot_label(l), rf_dtype_name(dt));
@@ -557,6 +720,7 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
     const unsigned char *act = slot_bytes;
     const unsigned char *src = NULL;
     int cur = -1;
+    rf_dtype_t sdt = dt;
     uint64_t hash = 0, bad = 0;
     rf_ref_elem_t first = {RF_REF_PAD, -1, 0};
     uint64_t first_e = 0;
@@ -573,6 +737,15 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
                 if (use_gen) {
                     hash = rf_gen_name_hash(inv->tensors[cur].name);
                 } else {
+                    sdt = src_dtype(inv, opts, ctx, cur);
+                    if (sdt != dt && !(dt == RF_DTYPE_F32 && (sdt == RF_DTYPE_BF16 ||
+                                                              sdt == RF_DTYPE_F16))) {
+                        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                                        "verify: %s slot %s is %s but %s comes as %s", mname,
+                                        slot_label(l), rf_dtype_name(dt), inv->tensors[cur].name,
+                                        rf_dtype_name(sdt));
+                        goto out;
+                    }
                     src = tensor_bytes(ctx, cur);
                     if (src == NULL) {
                         st = rf_err_set(err, RF_ERR_MISSING, "verify: no source bytes for %s",
@@ -581,8 +754,14 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
                     }
                 }
             }
-            exp = use_gen ? rf_gen_value_bits(hash, x.index, step, dt)
-                          : load_bits(src + x.index * es, es);
+            if (use_gen)
+                exp = rf_gen_value_bits(hash, x.index, step, dt);
+            else if (sdt != dt) /* bf16 / f16 file scale -> f32 slot, exactly */
+                exp = bits_of_f32(load_f32(src, sdt, x.index));
+            else
+                exp = load_bits(src + x.index * es, es);
+            if (fnuz && exp == 0x80)
+                exp = 0x00;
         }
         if (exp != a) {
             if (bad++ == 0) {
@@ -609,15 +788,25 @@ out:
     return st;
 }
 
+rf_status_t rf_verify_slot_ex(const rf_inventory_t *inv, int module, int slot,
+                              const rf_rollout_coords_t *rc, const void *slot_bytes,
+                              size_t slot_nbytes, rf_tensor_bytes_fn tensor_bytes, void *ctx,
+                              const rf_verify_opts_t *opts, uint64_t *mismatches_p,
+                              rf_err_t *err)
+{
+    if (tensor_bytes == NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "verify: no tensor source");
+    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, tensor_bytes, ctx, opts,
+                         0, 0, mismatches_p, err);
+}
+
 rf_status_t rf_verify_slot(const rf_inventory_t *inv, int module, int slot,
                            const rf_rollout_coords_t *rc, const void *slot_bytes,
                            size_t slot_nbytes, rf_tensor_bytes_fn tensor_bytes, void *ctx,
                            uint64_t *mismatches_p, rf_err_t *err)
 {
-    if (tensor_bytes == NULL)
-        return rf_err_set(err, RF_ERR_INVALID, "verify: no tensor source");
-    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, tensor_bytes, ctx, 0, 0,
-                         mismatches_p, err);
+    return rf_verify_slot_ex(inv, module, slot, rc, slot_bytes, slot_nbytes, tensor_bytes, ctx,
+                             NULL, mismatches_p, err);
 }
 
 rf_status_t rf_verify_slot_generator(const rf_inventory_t *inv, int module, int slot,
@@ -625,6 +814,201 @@ rf_status_t rf_verify_slot_generator(const rf_inventory_t *inv, int module, int 
                                      size_t slot_nbytes, uint64_t step, uint64_t *mismatches_p,
                                      rf_err_t *err)
 {
-    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, NULL, NULL, 1, step,
-                         mismatches_p, err);
+    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, NULL, NULL, NULL, 1,
+                         step, mismatches_p, err);
+}
+
+/* ---- the dequantization oracle --------------------------------------------------------- */
+
+/* A whole float copy of a scale source (the callbacks lend bytes only until their next call). */
+static rf_status_t copy_scales(const void *bytes, rf_dtype_t dt, uint64_t n, float **out_p,
+                               const char *what, rf_err_t *err)
+{
+    if (bytes == NULL)
+        return rf_err_set(err, RF_ERR_MISSING, "dequant: no bytes for %s", what);
+    if (dt != RF_DTYPE_F32 && dt != RF_DTYPE_BF16 && dt != RF_DTYPE_F16)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "dequant: %s scales are %s", what,
+                          rf_dtype_name(dt));
+    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (f == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "dequant: out of memory");
+    for (uint64_t i = 0; i < n; i++)
+        f[i] = load_f32(bytes, dt, i);
+    free(*out_p);
+    *out_p = f;
+    return RF_OK;
+}
+
+static int same_value(float a, float b)
+{
+    return a == b || (isnan(a) && isnan(b));
+}
+
+/* Checkpoint tensor name of the scale that belongs to weight tensor `wname`. */
+static rf_status_t scale_tensor_of(const rf_inventory_t *inv, const char *wname, int fp8,
+                                   int *t_p, rf_err_t *err)
+{
+    char prefix[RF_NAME_MAX];
+    const char *sfx = fp8 ? ".weight" : ".weight_packed";
+    size_t n = strlen(wname), sl = strlen(sfx);
+    if (n <= sl || strcmp(wname + n - sl, sfx) != 0)
+        return rf_err_set(err, RF_ERR_INTERNAL, "dequant: %s does not end in %s", wname, sfx);
+    memcpy(prefix, wname, n - sl);
+    prefix[n - sl] = '\0';
+    return find_tensor(inv, prefix, fp8 ? ".weight_scale_inv" : ".weight_scale", t_p, err);
+}
+
+typedef struct dq_first {
+    uint64_t count;
+    int tensor;
+    uint64_t index;
+    float rank_v, ckpt_v;
+} dq_first_t;
+
+/* One weight slot (lw) with its scale slot (ls). */
+static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_t *lw,
+                                const rf_ref_locator_t *ls, rf_slot_bytes_fn slot_bytes,
+                                rf_tensor_bytes_fn tensor_bytes, void *ctx,
+                                const rf_verify_opts_t *opts, dq_first_t *f, rf_err_t *err)
+{
+    rf_status_t st = RF_OK;
+    int fp8 = lw->quant == RF_QUANT_FP8_BLOCK;
+    int module = lw->module;
+    float *rscale = NULL, *cscale = NULL;
+    /* rank side: the scale slot first (copied), then the weight slot (borrowed) */
+    const void *sb = slot_bytes(ctx, module, ls->slot);
+    RF_CHECK(copy_scales(sb, ls->shape.dtype, ls->numel, &rscale, ls->shape.name, err));
+    const unsigned char *wb = slot_bytes(ctx, module, lw->slot);
+    if (wb == NULL) {
+        free(rscale);
+        return rf_err_set(err, RF_ERR_MISSING, "dequant: no bytes for slot %s of %s",
+                          lw->shape.name, inv->modules[module].name);
+    }
+    /* local logical geometry per block: R rows (n) x Kl columns (k) */
+    int64_t R = lw->R, Kl = fp8 ? lw->C : lw->C * 8;
+    int64_t G = fp8 ? 128 : (ls->C > 0 ? Kl / ls->C : 1);
+    int cur = -1, cur_s = -1;
+    const unsigned char *cw = NULL;
+    int64_t cK = 0, cKs = 0;
+    for (int64_t b = 0; b < lw->nblk && st == RF_OK; b++)
+        for (int64_t n = 0; n < R && st == RF_OK; n++)
+            for (int64_t k = 0; k < Kl; k++) {
+                float rv, cv;
+                /* where the weight element (or its packed word) sits in the weight slot */
+                int64_t wc = fp8 ? k : k / 8;
+                uint64_t we = (uint64_t)(b * R * lw->C) +
+                              (uint64_t)(lw->kfirst ? wc * R + n : n * lw->C + wc);
+                int64_t sc = k / G;
+                uint64_t se = (uint64_t)(b * ls->R * ls->C) +
+                              (uint64_t)(ls->kfirst ? sc * ls->R + (fp8 ? n / 128 : n)
+                                                    : (fp8 ? n / 128 : n) * ls->C + sc);
+                if (fp8) {
+                    rv = rf_ref_e4m3fn_to_f32(wb[we]) * rscale[se];
+                } else {
+                    int32_t word;
+                    memcpy(&word, wb + we * 4, 4);
+                    rv = (float)rf_ref_int4_at(&word, k % 8) * rscale[se];
+                }
+                /* checkpoint side, by global coordinates */
+                rf_ref_elem_t x;
+                rf_ref_locator_at(lw, we, &x);
+                if (x.tensor != cur) {
+                    int ts;
+                    cur = x.tensor;
+                    st = scale_tensor_of(inv, inv->tensors[cur].name, fp8, &ts, err);
+                    if (st != RF_OK)
+                        break;
+                    if (ts != cur_s) {
+                        cur_s = ts;
+                        st = copy_scales(tensor_bytes(ctx, ts), src_dtype(inv, opts, ctx, ts),
+                                         inv->tensors[ts].numel, &cscale, inv->tensors[ts].name,
+                                         err);
+                        if (st != RF_OK)
+                            break;
+                        cKs = tensor_width(&inv->tensors[ts]);
+                    }
+                    if (src_dtype(inv, opts, ctx, cur) != inv->tensors[cur].dtype) {
+                        st = rf_err_set(err, RF_ERR_UNSUPPORTED, "dequant: %s comes as %s",
+                                        inv->tensors[cur].name,
+                                        rf_dtype_name(src_dtype(inv, opts, ctx, cur)));
+                        break;
+                    }
+                    cw = tensor_bytes(ctx, cur);
+                    if (cw == NULL) {
+                        st = rf_err_set(err, RF_ERR_MISSING, "dequant: no bytes for %s",
+                                        inv->tensors[cur].name);
+                        break;
+                    }
+                    cK = tensor_width(&inv->tensors[cur]) * (fp8 ? 1 : 8);
+                }
+                int64_t gn, gk;
+                if (fp8) {
+                    gn = (int64_t)x.index / cK;
+                    gk = (int64_t)x.index % cK;
+                    cv = rf_ref_e4m3fn_to_f32(cw[x.index]) *
+                         cscale[(gn / 128) * cKs + gk / 128];
+                } else {
+                    int32_t word;
+                    gn = (int64_t)x.index / (cK / 8);
+                    gk = ((int64_t)x.index % (cK / 8)) * 8 + k % 8;
+                    memcpy(&word, cw + x.index * 4, 4);
+                    cv = (float)rf_ref_int4_at(&word, k % 8) * cscale[gn * cKs + gk / G];
+                }
+                if (!same_value(rv, cv) && f->count++ == 0) {
+                    f->tensor = cur;
+                    f->index = (uint64_t)(gn * cK + gk);
+                    f->rank_v = rv;
+                    f->ckpt_v = cv;
+                }
+            }
+    free(rscale);
+    free(cscale);
+    return st;
+}
+
+rf_status_t rf_verify_dequant_module(const rf_inventory_t *inv, int module,
+                                     const rf_rollout_coords_t *rc, rf_slot_bytes_fn slot_bytes,
+                                     rf_tensor_bytes_fn tensor_bytes, void *ctx,
+                                     const rf_verify_opts_t *opts, uint64_t *mismatches_p,
+                                     rf_err_t *err)
+{
+    rf_slot_shape_t shapes[RF_MODULE_MAX_SLOTS];
+    rf_ref_locator_t *loc[RF_MODULE_MAX_SLOTS] = {0};
+    int n = 0;
+    rf_status_t st;
+    dq_first_t f = {0, -1, 0, 0, 0};
+    if (inv == NULL || slot_bytes == NULL || tensor_bytes == NULL || module < 0 ||
+        module >= inv->nmodules)
+        return rf_err_set(err, RF_ERR_INVALID, "dequant: bad arguments");
+    RF_CHECK(rf_module_slots(inv, module, rc, shapes, &n, err));
+    for (int s = 0; s < n; s++)
+        RF_CHECK_GOTO(rf_ref_locator_create(inv, module, s, rc, &loc[s], err), st, out);
+    st = RF_OK;
+    /* pairs: a weight-side slot followed by its scale slot (slot order of DESIGN.md 7) */
+    for (int s = 0; s + 1 < n && st == RF_OK; s++) {
+        const char *p = loc[s]->param;
+        if (loc[s]->quant == RF_QUANT_NONE || loc[s]->nblk == 0)
+            continue;
+        if ((strcmp(p, "weight") == 0 && strcmp(loc[s + 1]->param, "weight_scale_inv") == 0) ||
+            (strcmp(p, "weight_packed") == 0 && strcmp(loc[s + 1]->param, "weight_scale") == 0))
+            st = dequant_pair(inv, loc[s], loc[s + 1], slot_bytes, tensor_bytes, ctx, opts, &f,
+                              err);
+    }
+    if (st == RF_OK) {
+        if (mismatches_p != NULL)
+            *mismatches_p = f.count;
+        if (f.count > 0)
+            st = rf_err_set(err, RF_ERR_VERIFY,
+                            "dequant: %s on tp rank %d/%d dp rank %d ep rank %d: %s element %llu "
+                            "dequantizes to %.9g on the rank and %.9g in the checkpoint; %llu "
+                            "elements differ",
+                            inv->modules[module].name, rc->tp_rank, rc->tp, rc->dp_rank,
+                            rc->ep_rank, inv->tensors[f.tensor].name,
+                            (unsigned long long)f.index, (double)f.rank_v, (double)f.ckpt_v,
+                            (unsigned long long)f.count);
+    }
+out:
+    for (int s = 0; s < n; s++)
+        rf_ref_locator_destroy(loc[s]);
+    return st;
 }

@@ -576,6 +576,581 @@ START_TEST(test_slots_agree_real_configs)
 }
 END_TEST
 
+/* ---- quantized slots (DESIGN.md 5 and 7) --------------------------------------------- */
+
+/* fp8-block: nh 4, nkv 2, d 128, H 256, I 512: every TP 2 / TP 4 shard is whole 128-blocks. */
+static const char *FP8_JSON =
+    "{\"model_type\": \"llama\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": 256,"
+    " \"num_hidden_layers\": 1, \"vocab_size\": 128, \"num_attention_heads\": 4,"
+    " \"num_key_value_heads\": 2, \"head_dim\": 128, \"intermediate_size\": 512,"
+    " \"tie_word_embeddings\": false}";
+
+/* wna16 G 16: H 64, nh 4, nkv 2, d 16, I 64, E 4, Im 64; layer 0 dense, layer 1 MoE. */
+static const char *WNA16_JSON =
+    "{\"model_type\": \"qwen3_moe\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": 64,"
+    " \"num_hidden_layers\": 2, \"vocab_size\": 64, \"num_attention_heads\": 4,"
+    " \"num_key_value_heads\": 2, \"head_dim\": 16, \"intermediate_size\": 64,"
+    " \"num_experts\": 4, \"moe_intermediate_size\": 64, \"num_experts_per_tok\": 2,"
+    " \"mlp_only_layers\": [0], \"tie_word_embeddings\": false}";
+
+static void build_inv_q(const char *json, rf_quant_t q, int64_t G, rf_inventory_t *inv)
+{
+    rf_model_config_t cfg;
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK,
+                  "%s", err.msg);
+    ck_assert_msg(rf_inventory_build(&cfg, q, G, inv, &err) == RF_OK, "%s", err.msg);
+    rf_model_config_free(&cfg);
+}
+
+static void expect_shape(const rf_inventory_t *inv, const char *module, int slot,
+                         rf_rollout_coords_t rc, const char *name, rf_dtype_t dt, int ndim,
+                         int64_t d0, int64_t d1, int64_t d2, int kfirst)
+{
+    rf_ref_locator_t *l;
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_msg(rf_ref_locator_create(inv, find_module(inv, module), slot, &rc, &l, &err) ==
+                      RF_OK,
+                  "%s", err.msg);
+    const rf_slot_shape_t *s = rf_ref_locator_shape(l);
+    ck_assert_str_eq(s->name, name);
+    ck_assert_int_eq(s->dtype, dt);
+    ck_assert_int_eq(s->ndim, ndim);
+    ck_assert_int_eq(s->shape[0], d0);
+    ck_assert_int_eq(s->shape[1], d1);
+    if (ndim > 2)
+        ck_assert_int_eq(s->shape[2], d2);
+    ck_assert_int_eq(s->kfirst, kfirst);
+    rf_ref_locator_destroy(l);
+}
+
+START_TEST(test_locate_fp8_scales_tp2)
+{
+    rf_inventory_t inv;
+    build_inv_q(FP8_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
+    const char *qkv = "model.layers.0.self_attn.qkv_proj";
+    const char *gu = "model.layers.0.mlp.gate_up_proj";
+    const char *o = "model.layers.0.self_attn.o_proj";
+    const char *p = "model.layers.0.self_attn.";
+    char n[128];
+    /* qkv rank: q 256 rows, k 128, v 128 -> scale blocks [q q k v] x cdiv(256, 128) = 2 */
+    expect_shape(&inv, qkv, 0, tp_coords(2, 1), "weight", RF_DTYPE_F8_E4M3, 2, 512, 256, 0, 0);
+    expect_shape(&inv, qkv, 1, tp_coords(2, 1), "weight_scale_inv", RF_DTYPE_F32, 2, 4, 2, 0, 0);
+    snprintf(n, sizeof(n), "%sq_proj.weight_scale_inv", p);
+    expect_at(&inv, qkv, 1, tp_coords(2, 1), 1, n, 5);  /* block row 0 = q block 2, col 1 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 1), 2, n, 6);  /* block row 1 = q block 3, col 0 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 0), 3, n, 3);  /* rank 0: q block 1, col 1 */
+    snprintf(n, sizeof(n), "%sk_proj.weight_scale_inv", p);
+    expect_at(&inv, qkv, 1, tp_coords(2, 1), 5, n, 3);  /* k block 1 (kv head 1), col 1 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 0), 4, n, 0);  /* rank 0: k block 0 */
+    snprintf(n, sizeof(n), "%sv_proj.weight_scale_inv", p);
+    expect_at(&inv, qkv, 1, tp_coords(2, 1), 6, n, 2);  /* v block 1, col 0 */
+    /* fp8 weight element = element: slot row 300 is k row 128 + 44, col 7 */
+    snprintf(n, sizeof(n), "%sk_proj.weight", p);
+    expect_at(&inv, qkv, 0, tp_coords(2, 1), 300 * 256 + 7, n, 172 * 256 + 7);
+    /* merged gate_up: I/T = 256 rows = 2 blocks per shard */
+    expect_shape(&inv, gu, 1, tp_coords(2, 1), "weight_scale_inv", RF_DTYPE_F32, 2, 4, 2, 0, 0);
+    expect_at(&inv, gu, 1, tp_coords(2, 1), 2, "model.layers.0.mlp.gate_proj.weight_scale_inv",
+              6);
+    expect_at(&inv, gu, 1, tp_coords(2, 1), 5, "model.layers.0.mlp.up_proj.weight_scale_inv", 5);
+    expect_at(&inv, gu, 1, tp_coords(2, 0), 7, "model.layers.0.mlp.up_proj.weight_scale_inv", 3);
+    /* o_proj (256, 512), scale (2, 4): rank r holds block columns [2 r, 2 r + 2) */
+    expect_shape(&inv, o, 1, tp_coords(2, 1), "weight_scale_inv", RF_DTYPE_F32, 2, 2, 2, 0, 0);
+    snprintf(n, sizeof(n), "%so_proj.weight_scale_inv", p);
+    expect_at(&inv, o, 1, tp_coords(2, 1), 3, n, 7);
+    expect_at(&inv, o, 1, tp_coords(2, 0), 3, n, 5);
+    expect_at(&inv, o, 1, tp_coords(2, 1), 0, n, 2);
+    snprintf(n, sizeof(n), "%so_proj.weight", p);
+    expect_at(&inv, o, 0, tp_coords(2, 1), 1 * 256 + 3, n, 1 * 512 + 256 + 3);
+    /* TP 4: k/v replicated (rep 2): ranks 2 and 3 both hold kv head 1 = k block 1 */
+    expect_shape(&inv, qkv, 1, tp_coords(4, 3), "weight_scale_inv", RF_DTYPE_F32, 2, 3, 2, 0, 0);
+    snprintf(n, sizeof(n), "%sk_proj.weight_scale_inv", p);
+    expect_at(&inv, qkv, 1, tp_coords(4, 3), 2, n, 2);
+    expect_at(&inv, qkv, 1, tp_coords(4, 2), 3, n, 3);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
+START_TEST(test_locate_wna16_row_and_kfirst_moe)
+{
+    rf_inventory_t inv;
+    build_inv_q(WNA16_JSON, RF_QUANT_WNA16, 16, &inv);
+    const char *down = "model.layers.0.mlp.down_proj";
+    const char *ex = "model.layers.1.mlp.experts";
+    char n[128];
+    /* down_proj (64, 64): packed (64, 8), scale (64, 4); TP 2 rank 1: words [4, 8), groups
+     * [2, 4) */
+    expect_shape(&inv, down, 0, tp_coords(2, 1), "weight_packed", RF_DTYPE_I32, 2, 64, 4, 0, 0);
+    expect_shape(&inv, down, 1, tp_coords(2, 1), "weight_scale", RF_DTYPE_BF16, 2, 64, 2, 0, 0);
+    expect_at(&inv, down, 0, tp_coords(2, 1), 5 * 4 + 3, "model.layers.0.mlp.down_proj.weight_packed",
+              5 * 8 + 4 + 3);
+    expect_at(&inv, down, 0, tp_coords(2, 0), 5 * 4 + 3, "model.layers.0.mlp.down_proj.weight_packed",
+              5 * 8 + 3);
+    expect_at(&inv, down, 1, tp_coords(2, 1), 5 * 2 + 1, "model.layers.0.mlp.down_proj.weight_scale",
+              5 * 4 + 2 + 1);
+    /* EP off, tp 2: T_m 2, I_p 32. K-first: w13 packed (4, 8, 64), w2 packed (4, 4, 64),
+     * w13 scale (4, 4, 64), w2 scale (4, 2, 64) */
+    rf_rollout_coords_t r1 = tp_coords(2, 1);
+    expect_shape(&inv, ex, 0, r1, "w13_weight_packed", RF_DTYPE_I32, 3, 4, 8, 64, 1);
+    expect_shape(&inv, ex, 1, r1, "w13_weight_scale", RF_DTYPE_BF16, 3, 4, 4, 64, 1);
+    expect_shape(&inv, ex, 2, r1, "w2_weight_packed", RF_DTYPE_I32, 3, 4, 4, 64, 1);
+    expect_shape(&inv, ex, 3, r1, "w2_weight_scale", RF_DTYPE_BF16, 3, 4, 2, 64, 1);
+    /* w13 (e 2, word 3, n 40): up row 32 + 8, word 3 */
+    snprintf(n, sizeof(n), "%s.2.up_proj.weight_packed", ex);
+    expect_at(&inv, ex, 0, r1, 2 * 8 * 64 + 3 * 64 + 40, n, 40 * 8 + 3);
+    /* w2 (e 1, word 2, h 10): down row 10, words [4, 8) -> 4 + 2 */
+    snprintf(n, sizeof(n), "%s.1.down_proj.weight_packed", ex);
+    expect_at(&inv, ex, 2, r1, 1 * 4 * 64 + 2 * 64 + 10, n, 10 * 8 + 4 + 2);
+    /* w13 scale (e 3, group 2, n 5): gate row 32 + 5 */
+    snprintf(n, sizeof(n), "%s.3.gate_proj.weight_scale", ex);
+    expect_at(&inv, ex, 1, r1, 3 * 4 * 64 + 2 * 64 + 5, n, 37 * 4 + 2);
+    /* w2 scale (e 0, group 1, h 7): down row 7, groups [2, 4) -> 2 + 1 */
+    snprintf(n, sizeof(n), "%s.0.down_proj.weight_scale", ex);
+    expect_at(&inv, ex, 3, r1, 1 * 64 + 7, n, 7 * 4 + 2 + 1);
+    /* EP on (ep 2, linear): rank 1 holds experts 2, 3 whole (I_p 64) */
+    rf_rollout_coords_t e1 = coords(2, 1, 1, 0, 2, 1, RF_PLACE_LINEAR);
+    expect_shape(&inv, ex, 0, e1, "w13_weight_packed", RF_DTYPE_I32, 3, 2, 8, 128, 1);
+    expect_shape(&inv, ex, 2, e1, "w2_weight_packed", RF_DTYPE_I32, 3, 2, 8, 64, 1);
+    snprintf(n, sizeof(n), "%s.3.up_proj.weight_packed", ex);
+    expect_at(&inv, ex, 0, e1, 1 * 8 * 128 + 5 * 128 + 70, n, 6 * 8 + 5);
+    snprintf(n, sizeof(n), "%s.2.down_proj.weight_packed", ex);
+    expect_at(&inv, ex, 2, e1, 7 * 64 + 3, n, 3 * 8 + 7);
+    snprintf(n, sizeof(n), "%s.2.down_proj.weight_scale", ex);
+    expect_shape(&inv, ex, 3, e1, "w2_weight_scale", RF_DTYPE_BF16, 3, 2, 4, 64, 1);
+    expect_at(&inv, ex, 3, e1, 3 * 64 + 9, n, 9 * 4 + 3); /* expert 2, group 3, h 9 */
+    /* weight_shape tensors are in no slot */
+    int ws = rf_inventory_find(&inv, "model.layers.0.mlp.down_proj.weight_shape");
+    ck_assert_int_ge(ws, 0);
+    for (int s = 0; s < 2; s++) {
+        rf_ref_locator_t *l;
+        rf_err_t err;
+        uint64_t b, e;
+        rf_err_clear(&err);
+        ck_assert_int_eq(rf_ref_locator_create(&inv, find_module(&inv, down), s, &r1, &l, &err),
+                         RF_OK);
+        rf_ref_locator_range(l, ws, &b, &e);
+        ck_assert_uint_eq(e - b, 0);
+        rf_ref_locator_destroy(l);
+    }
+    rf_inventory_free(&inv);
+}
+END_TEST
+
+/* Synthetic checkpoint: every tensor materialized from a xorshift stream per tensor. fp8 bytes
+ * avoid NaN (0x7F / 0xFF); scales are positive bf16-exact values; weight_shape is [N, K]. */
+typedef struct synth {
+    const rf_inventory_t *inv;
+    unsigned char **t;
+    int bf16_scales; /* hand FP8 scales out as bf16 (tensor_dtype says so) */
+    unsigned char *conv;
+} synth_t;
+
+static uint64_t xs(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void synth_init(synth_t *sy, const rf_inventory_t *inv)
+{
+    memset(sy, 0, sizeof(*sy));
+    sy->inv = inv;
+    sy->t = calloc((size_t)inv->ntensors, sizeof(*sy->t));
+    for (int i = 0; i < inv->ntensors; i++) {
+        const rf_tensor_t *tt = &inv->tensors[i];
+        unsigned char *b = calloc(tt->nbytes + 1, 1);
+        uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)(i + 1) * 0x100000001b3ull;
+        for (uint64_t k = 0; k < tt->numel; k++) {
+            uint64_t r = xs(&s);
+            if (tt->param == RF_PARAM_WEIGHT_SHAPE) {
+                int64_t v = k == 0 ? inv->tensors[i - 2].shape[0] : inv->tensors[i - 2].shape[1] * 8;
+                memcpy(b + k * 8, &v, 8);
+            } else if (tt->dtype == RF_DTYPE_F8_E4M3) {
+                uint8_t v = (uint8_t)r;
+                if ((v & 0x7f) == 0x7f)
+                    v ^= 1;
+                b[k] = v;
+            } else if (tt->dtype == RF_DTYPE_F32) { /* bf16-exact positive scale */
+                float f = rf_bf16_to_f32((uint16_t)(0x3c00 + (r & 0x3ff)));
+                memcpy(b + k * 4, &f, 4);
+            } else if (tt->dtype == RF_DTYPE_BF16 && tt->param == RF_PARAM_WEIGHT_SCALE) {
+                uint16_t h = (uint16_t)(0x3c00 + (r & 0x3ff));
+                memcpy(b + k * 2, &h, 2);
+            } else {
+                size_t es = rf_dtype_size(tt->dtype);
+                for (size_t j = 0; j < es; j++)
+                    b[k * es + j] = (uint8_t)(r >> (8 * j));
+                if (tt->dtype == RF_DTYPE_BF16 && (b[k * 2 + 1] & 0x7f) == 0x7f)
+                    b[k * 2 + 1] ^= 0x01; /* no inf / NaN */
+            }
+        }
+        sy->t[i] = b;
+    }
+}
+
+static void synth_free(synth_t *sy)
+{
+    for (int i = 0; i < sy->inv->ntensors; i++)
+        free(sy->t[i]);
+    free(sy->t);
+    free(sy->conv);
+}
+
+static const void *synth_bytes(void *ctx, int t)
+{
+    synth_t *sy = ctx;
+    const rf_tensor_t *tt = &sy->inv->tensors[t];
+    if (sy->bf16_scales && tt->param == RF_PARAM_WEIGHT_SCALE_INV) {
+        free(sy->conv);
+        sy->conv = malloc(tt->numel * 2);
+        for (uint64_t k = 0; k < tt->numel; k++) {
+            float f;
+            memcpy(&f, sy->t[t] + k * 4, 4);
+            uint16_t h = rf_f32_to_bf16(f);
+            memcpy(sy->conv + k * 2, &h, 2);
+        }
+        return sy->conv;
+    }
+    return sy->t[t];
+}
+
+static rf_dtype_t synth_dtype(void *ctx, int t)
+{
+    synth_t *sy = ctx;
+    if (sy->bf16_scales && sy->inv->tensors[t].param == RF_PARAM_WEIGHT_SCALE_INV)
+        return RF_DTYPE_BF16;
+    return RF_DTYPE_INVALID;
+}
+
+/* A rank's module slots filled through the locator from the synthetic checkpoint. */
+typedef struct rank_slots {
+    synth_t *sy;
+    int module;
+    void *b[RF_MODULE_MAX_SLOTS];
+    size_t nb[RF_MODULE_MAX_SLOTS];
+    int n;
+} rank_slots_t;
+
+static void fill_module(rank_slots_t *rs, synth_t *sy, int m, rf_rollout_coords_t rc)
+{
+    rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS];
+    rf_err_t err;
+    rf_err_clear(&err);
+    memset(rs, 0, sizeof(*rs));
+    rs->sy = sy;
+    rs->module = m;
+    ck_assert_msg(rf_module_slots(sy->inv, m, &rc, sh, &rs->n, &err) == RF_OK, "%s", err.msg);
+    for (int s = 0; s < rs->n; s++) {
+        rf_ref_locator_t *l;
+        ck_assert_msg(rf_ref_locator_create(sy->inv, m, s, &rc, &l, &err) == RF_OK, "%s",
+                      err.msg);
+        size_t es = rf_dtype_size(rf_ref_locator_shape(l)->dtype);
+        uint64_t n = rf_ref_locator_numel(l);
+        unsigned char *b = calloc(n * es + 1, 1);
+        for (uint64_t e = 0; e < n; e++) {
+            rf_ref_elem_t x;
+            rf_ref_locator_at(l, e, &x);
+            if (x.kind == RF_REF_TENSOR)
+                memcpy(b + e * es, sy->t[x.tensor] + x.index * es, es);
+        }
+        rs->b[s] = b;
+        rs->nb[s] = n * es;
+        rf_ref_locator_destroy(l);
+    }
+}
+
+static void rank_slots_free(rank_slots_t *rs)
+{
+    for (int s = 0; s < rs->n; s++)
+        free(rs->b[s]);
+}
+
+/* One ctx for both callbacks of rf_verify_dequant_module. */
+static const void *rs_slot(void *ctx, int m, int s)
+{
+    rank_slots_t *rs = ctx;
+    return m == rs->module && s < rs->n ? rs->b[s] : NULL;
+}
+
+static const void *rs_tensor(void *ctx, int t)
+{
+    rank_slots_t *rs = ctx;
+    return synth_bytes(rs->sy, t);
+}
+
+static rf_dtype_t rs_dtype(void *ctx, int t)
+{
+    rank_slots_t *rs = ctx;
+    return synth_dtype(rs->sy, t);
+}
+
+START_TEST(test_dequant_decoders)
+{
+    ck_assert(rf_ref_e4m3fn_to_f32(0x38) == 1.0f);
+    ck_assert(rf_ref_e4m3fn_to_f32(0x7e) == 448.0f);
+    ck_assert(rf_ref_e4m3fn_to_f32(0xc0) == -2.0f);
+    ck_assert(rf_ref_e4m3fn_to_f32(0x01) == ldexpf(1.0f, -9));
+    ck_assert(rf_ref_e4m3fn_to_f32(0x07) == ldexpf(7.0f, -9));  /* largest subnormal */
+    ck_assert(rf_ref_e4m3fn_to_f32(0x0f) == ldexpf(15.0f, -9)); /* (1 + 7/8) 2^-6 */
+    ck_assert(rf_ref_e4m3fn_to_f32(0x4d) == 6.5f); /* e 9, m 5: (1 + 5/8) 4 */
+    ck_assert(rf_ref_e4m3fn_to_f32(0x08) == ldexpf(1.0f, -6)); /* smallest normal */
+    ck_assert(rf_ref_e4m3fn_to_f32(0x80) == 0.0f && signbit(rf_ref_e4m3fn_to_f32(0x80)));
+    ck_assert(isnan(rf_ref_e4m3fn_to_f32(0x7f)) && isnan(rf_ref_e4m3fn_to_f32(0xff)));
+    int32_t w = (int32_t)0xf7654321u;
+    ck_assert_int_eq(rf_ref_int4_at(&w, 0), 1 - 8);
+    ck_assert_int_eq(rf_ref_int4_at(&w, 3), 4 - 8);
+    ck_assert_int_eq(rf_ref_int4_at(&w, 6), 7 - 8);
+    ck_assert_int_eq(rf_ref_int4_at(&w, 7), 15 - 8);
+    int32_t w2[2] = {0, 0x00000080};
+    ck_assert_int_eq(rf_ref_int4_at(w2, 9), 0); /* word 1, nibble 1 = 8 -> 0 */
+    ck_assert_int_eq(rf_ref_int4_at(w2, 8), -8);
+}
+END_TEST
+
+START_TEST(test_quant_verify_corruption)
+{
+    rf_inventory_t inv;
+    synth_t sy;
+    rank_slots_t rs;
+    uint64_t bad = 99;
+    rf_err_t err;
+    rf_err_clear(&err);
+    /* fp8 qkv on TP 2 rank 1: byte check and dequant check pass, then one byte is wrong */
+    build_inv_q(FP8_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
+    synth_init(&sy, &inv);
+    rf_rollout_coords_t rc = tp_coords(2, 1);
+    int m = find_module(&inv, "model.layers.0.self_attn.qkv_proj");
+    fill_module(&rs, &sy, m, rc);
+    ck_assert_int_eq(rs.n, 2);
+    for (int s = 0; s < 2; s++) {
+        ck_assert_msg(rf_verify_slot(&inv, m, s, &rc, rs.b[s], rs.nb[s], synth_bytes, &sy, &bad,
+                                     &err) == RF_OK,
+                      "%s", err.msg);
+        ck_assert_uint_eq(bad, 0);
+    }
+    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                           &err) == RF_OK,
+                  "%s", err.msg);
+    ck_assert_uint_eq(bad, 0);
+    /* the file stores bf16 scales: with tensor_dtype saying so the oracle converts exactly */
+    sy.bf16_scales = 1;
+    rf_verify_opts_t o = {0, synth_dtype};
+    ck_assert_msg(rf_verify_slot_ex(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &o,
+                                    &bad, &err) == RF_OK,
+                  "%s", err.msg);
+    /* without it the bf16 bytes are not f32 bytes: caught */
+    ck_assert_int_eq(rf_verify_slot(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &bad,
+                                    &err),
+                     RF_ERR_VERIFY);
+    rf_verify_opts_t od = {0, rs_dtype};
+    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, &od, &bad,
+                                           &err) == RF_OK,
+                  "%s", err.msg);
+    sy.bf16_scales = 0;
+    /* corrupt weight slot row 300 (k row 172), col 7 */
+    unsigned char *w = rs.b[0];
+    uint64_t e = 300 * 256 + 7;
+    w[e] = (uint8_t)(w[e] == 0x38 ? 0x40 : 0x38);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_verify_slot(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &bad,
+                                    &err),
+                     RF_ERR_VERIFY);
+    ck_assert_uint_eq(bad, 1);
+    ck_assert_msg(strstr(err.msg, "k_proj.weight[44039]") != NULL, "%s", err.msg);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                              &err),
+                     RF_ERR_VERIFY);
+    ck_assert_uint_eq(bad, 1);
+    ck_assert_msg(strstr(err.msg, "k_proj.weight element 44039") != NULL, "%s", err.msg);
+    /* a scale corruption: every element of that 128 x 128 block dequantizes differently */
+    w[e] = sy.t[rf_inventory_find(&inv, "model.layers.0.self_attn.k_proj.weight")][172 * 256 + 7];
+    float *sc = rs.b[1];
+    sc[5] *= 2.0f; /* k block (1, 1) */
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_verify_slot(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &bad,
+                                    &err),
+                     RF_ERR_VERIFY);
+    ck_assert_uint_eq(bad, 1);
+    ck_assert_msg(strstr(err.msg, "k_proj.weight_scale_inv[3]") != NULL, "%s", err.msg);
+    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                              &err),
+                     RF_ERR_VERIFY);
+    /* every non-zero element of the block: zeros stay zero */
+    const unsigned char *kw =
+        sy.t[rf_inventory_find(&inv, "model.layers.0.self_attn.k_proj.weight")];
+    uint64_t nz = 0;
+    for (int i = 128; i < 256; i++)
+        for (int j = 128; j < 256; j++)
+            nz += (kw[i * 256 + j] & 0x7f) != 0;
+    ck_assert_uint_eq(bad, nz);
+    ck_assert_uint_gt(nz, 16000);
+    rank_slots_free(&rs);
+    synth_free(&sy);
+    rf_inventory_free(&inv);
+
+    /* wna16 K-first expert w2 on tp 2 rank 1: one nibble wrong */
+    build_inv_q(WNA16_JSON, RF_QUANT_WNA16, 16, &inv);
+    synth_init(&sy, &inv);
+    m = find_module(&inv, "model.layers.1.mlp.experts");
+    fill_module(&rs, &sy, m, rc);
+    ck_assert_int_eq(rs.n, 4);
+    for (int s = 0; s < 4; s++)
+        ck_assert_msg(rf_verify_slot(&inv, m, s, &rc, rs.b[s], rs.nb[s], synth_bytes, &sy, &bad,
+                                     &err) == RF_OK,
+                      "%s", err.msg);
+    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                           &err) == RF_OK,
+                  "%s", err.msg);
+    ck_assert_uint_eq(bad, 0);
+    /* w2 packed (e 1, word 2, h 10) = down word 10 * 8 + 6; element 3 of the word is k 51 */
+    int32_t *pw = rs.b[2];
+    pw[1 * 4 * 64 + 2 * 64 + 10] ^= 1 << 12;
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_verify_slot(&inv, m, 2, &rc, rs.b[2], rs.nb[2], synth_bytes, &sy, &bad,
+                                    &err),
+                     RF_ERR_VERIFY);
+    ck_assert_uint_eq(bad, 1);
+    ck_assert_msg(strstr(err.msg, "experts.1.down_proj.weight_packed[86]") != NULL, "%s",
+                  err.msg);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                              &err),
+                     RF_ERR_VERIFY);
+    ck_assert_uint_eq(bad, 1);
+    /* logical (64, 64) down weight: row 10, k = 8 (4 + 2) + 3 = 51 */
+    ck_assert_msg(strstr(err.msg, "experts.1.down_proj.weight_packed element 691") != NULL, "%s",
+                  err.msg);
+    rank_slots_free(&rs);
+    /* dense wna16 row-parallel down_proj on tp 2 rank 0 */
+    m = find_module(&inv, "model.layers.0.mlp.down_proj");
+    rf_rollout_coords_t r0 = tp_coords(2, 0);
+    fill_module(&rs, &sy, m, r0);
+    ck_assert_msg(rf_verify_dequant_module(&inv, m, &r0, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                           &err) == RF_OK,
+                  "%s", err.msg);
+    uint16_t *gs = rs.b[1];
+    gs[3 * 2 + 1] ^= 0x0001; /* row 3, group 1: 16 elements change unless q = 0 */
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &r0, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                              &err),
+                     RF_ERR_VERIFY);
+    ck_assert_uint_ge(bad, 1);
+    ck_assert_uint_le(bad, 16);
+    ck_assert_msg(strstr(err.msg, "down_proj.weight_packed element 20") != NULL, "%s", err.msg);
+    rank_slots_free(&rs);
+    synth_free(&sy);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
+/* rocm-fnuz inverse: 0x80 (-0) came back as 0x00 (+0). Equal as values, not as bytes. */
+START_TEST(test_fnuz_negative_zero)
+{
+    rf_inventory_t inv;
+    synth_t sy;
+    rank_slots_t rs;
+    uint64_t bad = 99;
+    rf_err_t err;
+    rf_err_clear(&err);
+    build_inv_q(FP8_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
+    synth_init(&sy, &inv);
+    int m = find_module(&inv, "model.layers.0.self_attn.o_proj");
+    int t = rf_inventory_find(&inv, "model.layers.0.self_attn.o_proj.weight");
+    /* the checkpoint holds -0.0 at (row 2, col 300) and (row 9, col 256) */
+    sy.t[t][2 * 512 + 300] = 0x80;
+    sy.t[t][9 * 512 + 256] = 0x80;
+    rf_rollout_coords_t rc = tp_coords(2, 1);
+    fill_module(&rs, &sy, m, rc);
+    unsigned char *w = rs.b[0];
+    ck_assert_uint_eq(w[2 * 256 + 44], 0x80);
+    ck_assert_uint_eq(w[9 * 256 + 0], 0x80);
+    /* the owner's inverse of e4m3fnuz: every 0x80 of the rank's slot is 0x00 */
+    uint64_t nneg = 0;
+    for (size_t i = 0; i < rs.nb[0]; i++)
+        if (w[i] == 0x80) {
+            w[i] = 0x00;
+            nneg++;
+        }
+    ck_assert_uint_ge(nneg, 2);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_verify_slot(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &bad,
+                                    &err),
+                     RF_ERR_VERIFY);
+    ck_assert_uint_eq(bad, nneg);
+    ck_assert_msg(strstr(err.msg, "expected 0x80 got 0x00") != NULL, "%s", err.msg);
+    rf_verify_opts_t o = {RF_VERIFY_FP8_FNUZ_ZERO, NULL};
+    rf_err_clear(&err);
+    ck_assert_msg(rf_verify_slot_ex(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &o,
+                                    &bad, &err) == RF_OK,
+                  "%s", err.msg);
+    ck_assert_uint_eq(bad, 0);
+    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                           &err) == RF_OK,
+                  "%s", err.msg);
+    ck_assert_uint_eq(bad, 0);
+    /* the flag does not hide a real change: 0x00 expected, 0x80 given is still wrong */
+    w[5] = 0x80;
+    sy.t[t][256 + 5] = 0x00;
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_verify_slot_ex(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &o,
+                                       &bad, &err),
+                     RF_ERR_VERIFY);
+    ck_assert_uint_eq(bad, 1);
+    /* the dequant check still calls -0 and +0 equal there */
+    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
+                                              &err),
+                     RF_OK);
+    rank_slots_free(&rs);
+    synth_free(&sy);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
+/* Every quantized slot of both models on several layouts: the locator agrees with
+ * rf_module_slots and a locator-filled rank passes the byte and dequant checks. */
+START_TEST(test_quant_all_slots_roundtrip)
+{
+    rf_rollout_coords_t rcs[] = {tp_coords(1, 0), tp_coords(2, 0), tp_coords(2, 1),
+                                 tp_coords(4, 3), coords(2, 1, 2, 1, 4, 3, RF_PLACE_ROUND_ROBIN),
+                                 coords(2, 0, 2, 1, 1, 0, RF_PLACE_LINEAR)};
+    for (int q = 0; q < 2; q++) {
+        rf_inventory_t inv;
+        synth_t sy;
+        if (q == 0)
+            build_inv_q(FP8_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
+        else
+            build_inv_q(WNA16_JSON, RF_QUANT_WNA16, 16, &inv);
+        synth_init(&sy, &inv);
+        for (size_t c = 0; c < sizeof(rcs) / sizeof(rcs[0]); c++) {
+            rf_err_t err;
+            rf_err_clear(&err);
+            ck_assert_msg(rf_inventory_check_rollout(&inv, &rcs[c], &err) == RF_OK, "%s",
+                          err.msg);
+            for (int m = 0; m < inv.nmodules; m++) {
+                rank_slots_t rs;
+                uint64_t bad;
+                fill_module(&rs, &sy, m, rcs[c]);
+                for (int s = 0; s < rs.n; s++)
+                    ck_assert_msg(rf_verify_slot(&inv, m, s, &rcs[c], rs.b[s], rs.nb[s],
+                                                 synth_bytes, &sy, &bad, &err) == RF_OK,
+                                  "%s", err.msg);
+                ck_assert_msg(rf_verify_dequant_module(&inv, m, &rcs[c], rs_slot, rs_tensor, &rs,
+                                                       NULL, &bad, &err) == RF_OK,
+                              "%s", err.msg);
+                rank_slots_free(&rs);
+            }
+        }
+        synth_free(&sy);
+        rf_inventory_free(&inv);
+    }
+}
+END_TEST
+
 static Suite *verify_suite(void)
 {
     Suite *s = suite_create("verify");
@@ -593,11 +1168,17 @@ static Suite *verify_suite(void)
     tcase_add_test(l, test_locate_tied);
     tcase_add_test(l, test_locate_moe);
     tcase_add_test(l, test_slots_agree_real_configs);
+    tcase_add_test(l, test_locate_fp8_scales_tp2);
+    tcase_add_test(l, test_locate_wna16_row_and_kfirst_moe);
     suite_add_tcase(s, l);
     TCase *v = tcase_create("verify");
     tcase_set_timeout(v, 60);
     tcase_add_test(v, test_verify_slot_flip);
     tcase_add_test(v, test_verify_padding_and_moe);
+    tcase_add_test(v, test_dequant_decoders);
+    tcase_add_test(v, test_quant_verify_corruption);
+    tcase_add_test(v, test_fnuz_negative_zero);
+    tcase_add_test(v, test_quant_all_slots_roundtrip);
     suite_add_tcase(s, v);
     return s;
 }
