@@ -227,7 +227,7 @@ static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     int64_t u = row_unit(l->param);
     int64_t nh_p = nh / l->T, rep = l->T / nkv > 1 ? l->T / nkv : 1;
     int64_t nkv_p = nkv / l->T > 1 ? nkv / l->T : 1;
-    int64_t qr, kvr, q0, kv0;
+    int64_t qr = 0, kvr = 0, q0 = 0, kv0 = 0;
     RF_CHECK(in_units(m, "q rows per rank", nh_p * d, u, &qr, err));
     RF_CHECK(in_units(m, "k/v rows per rank", nkv_p * d, u, &kvr, err));
     RF_CHECK(in_units(m, "q row offset", l->r * nh_p * d, u, &q0, err));
@@ -259,7 +259,7 @@ static rf_status_t loc_merged(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
     snprintf(first, sizeof(first), "%sgate_proj", base);
     RF_CHECK(dense_param(l, m, first, err));
     RF_CHECK(need_div(m, "intermediate_size", I, l->T, err));
-    int64_t u = row_unit(l->param), half, h0;
+    int64_t u = row_unit(l->param), half = 0, h0 = 0;
     RF_CHECK(in_units(m, "intermediate rows per rank", I / l->T, u, &half, err));
     RF_CHECK(in_units(m, "intermediate row offset", l->r * (I / l->T), u, &h0, err));
     l->nblk = 1;
@@ -300,7 +300,7 @@ static rf_status_t loc_row(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
      * K/G, fp8 scale blocks K/128 */
     RF_CHECK(need_div(m, "input columns", l->W, l->T, err));
     if (strcmp(l->param, "weight_scale_inv") == 0 && l->T > 1) {
-        int tw;
+        int tw = 0;
         RF_CHECK(find_tensor(l->inv, m->name, ".weight", &tw, err));
         RF_CHECK(need_div(m, "input size (whole 128-column fp8 blocks per rank)",
                           tensor_width(&l->inv->tensors[tw]), 128 * l->T, err));
@@ -379,12 +379,12 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
     }
     int64_t H = l->inv->cfg.hidden_size;
     /* source widths from the first expert's tensors; every expert has the same shapes */
-    int t0;
+    int t0 = 0;
     snprintf(sfx, sizeof(sfx), ".0.%s.%s", w13 ? "gate_proj" : "down_proj", l->param);
     RF_CHECK(find_tensor(l->inv, m->name, sfx, &t0, err));
     l->W = tensor_width(&l->inv->tensors[t0]);
     if (w13) {
-        int64_t ipu, i0;
+        int64_t ipu = 0, i0 = 0;
         RF_CHECK(in_units(m, "moe intermediate rows per rank (I_p)", Ip, u, &ipu, err));
         RF_CHECK(in_units(m, "moe intermediate row offset", rm * Ip, u, &i0, err));
         l->seg[0] = (ref_seg_t){0, ipu, i0};
@@ -913,7 +913,7 @@ static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_
                 rf_ref_elem_t x;
                 rf_ref_locator_at(lw, we, &x);
                 if (x.tensor != cur) {
-                    int ts;
+                    int ts = 0;
                     cur = x.tensor;
                     st = scale_tensor_of(inv, inv->tensors[cur].name, fp8, &ts, err);
                     if (st != RF_OK)
