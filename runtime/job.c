@@ -30,6 +30,7 @@
 #include "refit/job.h"
 #include "refit/log.h"
 #include "refit/manifest.h"
+#include "refit/quant.h"
 #include "refit/reference.h"
 #include "refit/safetensors.h"
 #include "refit/storage.h"
@@ -49,7 +50,7 @@ typedef struct job_stats {
     int max_inflight;
     double update_s, begin_s, receive_s, wire_s, unpack_s, loader_s, finalize_s, layerwise_s,
         deferred_s, gate_s, produce_s, send_s, verify_s;
-    uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed, cold_slots;
+    uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed, cold_slots, dequant_checked, fnuz_tensors;
     double verdict_s;       /* update begin to the verdict on this rank */
     int storage_unchanged;  /* rollout, fault updates: 1 yes, 0 no; -1 not measured */
     int paused;             /* rollout: still PAUSED after the gate */
@@ -638,66 +639,176 @@ static void diff_rule(job_t *j)
     j->js.diff_changed = changed;
 }
 
-typedef struct tensor_cache {
+/*
+ * Expected checkpoint tensors for the oracle, per module, computed without the fast path:
+ * the generator's values (unquantized), the reference quantizer applied to the generator's or
+ * a bf16 checkpoint's logical weights (DESIGN.md section 12), or the checkpoint's bytes as
+ * stored (in the header's dtype).
+ */
+typedef struct expect_ctx {
     job_t *j;
-    int idx[8];
-    char *buf[8];
-    int n;
-    rf_status_t st;
+    uint64_t step;
+    bool from_ckpt;
+    char **buf;        /* per inventory tensor (owned; cleared per module) */
+    rf_dtype_t *dt;    /* the dtype of buf[t] */
+    int *used;         /* tensors with a buffer, to clear */
+    int nused;
+    void **slots;      /* the current module's model-layout slot bytes (borrowed) */
     rf_err_t *err;
-} tensor_cache_t;
+} expect_ctx_t;
 
-static const void *ckpt_tensor_bytes(void *ctx, int tensor)
+static void expect_keep(expect_ctx_t *c, int t, char *b, rf_dtype_t dt)
 {
-    tensor_cache_t *c = ctx;
-    for (int i = 0; i < c->n; i++)
-        if (c->idx[i] == tensor)
-            return c->buf[i];
-    const rf_tensor_t *t = &c->j->inv.tensors[tensor];
-    const rf_st_entry_t *e = rf_ckpt_find(c->j->ck, t->name);
-    if (e == NULL || c->n == 8)
+    c->buf[t] = b;
+    c->dt[t] = dt;
+    c->used[c->nused++] = t;
+}
+
+static void expect_clear(expect_ctx_t *c)
+{
+    for (int i = 0; i < c->nused; i++) {
+        free(c->buf[c->used[i]]);
+        c->buf[c->used[i]] = NULL;
+    }
+    c->nused = 0;
+}
+
+/* The reference quantizer on the logical weight of the linear holding quantized tensor t. */
+static bool expect_quantized(expect_ctx_t *c, const rf_tensor_t *t)
+{
+    job_t *j = c->j;
+    const rf_module_t *mod = &j->inv.modules[t->module];
+    bool wna16 = mod->quant == RF_QUANT_WNA16;
+    char prefix[RF_NAME_MAX - 32], name[RF_NAME_MAX];
+    const char *dot = strrchr(t->name, '.');
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+    snprintf(name, sizeof(name), "%s.%s", prefix, wna16 ? "weight_packed" : "weight");
+    int qi = rf_inventory_find(&j->inv, name);
+    snprintf(name, sizeof(name), "%s.%s", prefix, wna16 ? "weight_scale" : "weight_scale_inv");
+    int si = rf_inventory_find(&j->inv, name);
+    if (qi < 0 || si < 0)
+        return false;
+    const rf_tensor_t *qt = &j->inv.tensors[qi], *sc = &j->inv.tensors[si];
+    int64_t N = qt->shape[0], K = qt->shape[1] * (wna16 ? 8 : 1);
+    rf_dtype_t dt = j->inv.cfg.dtype;
+    size_t es = rf_dtype_size(dt);
+    char *logical = malloc((size_t)N * (size_t)K * es + 1);
+    char *q = malloc(qt->nbytes + 1), *scale = malloc(sc->nbytes + 1);
+    rf_status_t st = (logical && q && scale) ? RF_OK : RF_ERR_NOMEM;
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    if (st == RF_OK && !c->from_ckpt) {
+        rf_tensor_t lt = *qt;
+        snprintf(lt.name, sizeof(lt.name), "%s", name);
+        lt.dtype = dt;
+        lt.shape[1] = K;
+        lt.numel = (uint64_t)N * (uint64_t)K;
+        lt.nbytes = lt.numel * es;
+        st = rf_gen_fill(&lt, c->step, 0, (uint64_t)N, 0, (uint64_t)K, logical, (size_t)K * es);
+    } else if (st == RF_OK) {
+        const rf_st_entry_t *e = rf_ckpt_find(j->ck, name);
+        st = e == NULL ? RF_ERR_MISSING
+                       : rf_ckpt_read(j->ck, e, 0, (uint64_t)N, 0, (uint64_t)K * es, logical,
+                                      (size_t)K * es, c->err);
+    }
+    if (st == RF_OK)
+        st = wna16 ? rf_wna16_quantize(logical, dt, N, K, K, j->inv.group_size, (uint32_t *)q,
+                                       K / 8, scale, sc->dtype, K / j->inv.group_size)
+                   : rf_fp8_quantize(logical, dt, N, K, K, (uint8_t *)q, K, scale, sc->dtype,
+                                     sc->shape[1], RF_FP8_PLAIN);
+    free(logical);
+    if (st != RF_OK) {
+        free(q);
+        free(scale);
+        return false;
+    }
+    expect_keep(c, qi, q, qt->dtype);
+    expect_keep(c, si, scale, sc->dtype);
+    return true;
+}
+
+static const void *expect_bytes(void *ctx, int tensor)
+{
+    expect_ctx_t *c = ctx;
+    job_t *j = c->j;
+    const rf_tensor_t *t = &j->inv.tensors[tensor];
+    if (c->buf[tensor] != NULL)
+        return c->buf[tensor];
+    if (t->param == RF_PARAM_WEIGHT_SHAPE)
+        return NULL; /* never stored, never verified through a slot */
+    if (j->inv.modules[t->module].quant != RF_QUANT_NONE && t->param != RF_PARAM_BIAS &&
+        (!c->from_ckpt || rf_manifest_trainer_quantizes(&j->inv, t, j->ck)))
+        return expect_quantized(c, t) ? c->buf[tensor] : NULL;
+    if (!c->from_ckpt) {
+        char *b = malloc(t->nbytes + 1);
+        uint64_t rows = rf_tensor_rows(t);
+        if (b == NULL || rf_gen_fill(t, c->step, 0, rows, 0, rows ? t->numel / rows : 0, b,
+                                     rf_tensor_row_bytes(t)) != RF_OK) {
+            free(b);
+            return NULL;
+        }
+        expect_keep(c, tensor, b, t->dtype);
+        return b;
+    }
+    const rf_st_entry_t *e = rf_ckpt_find(j->ck, t->name);
+    if (e == NULL)
         return NULL;
-    char *b = malloc(t->nbytes + 1);
-    if (b == NULL)
-        return NULL;
-    if (rf_ckpt_read(c->j->ck, e, 0, rf_tensor_rows(t), 0, rf_tensor_row_bytes(t), b,
-                     rf_tensor_row_bytes(t), c->err) != RF_OK) {
+    char *b = malloc(e->nbytes + 1);
+    uint64_t rows = rf_st_entry_rows(e), rb = rf_st_entry_row_bytes(e);
+    if (b == NULL || rf_ckpt_read(j->ck, e, 0, rows, 0, rb, b, rb, c->err) != RF_OK) {
         free(b);
         return NULL;
     }
-    c->idx[c->n] = tensor;
-    c->buf[c->n++] = b;
+    expect_keep(c, tensor, b, e->dtype);
     return b;
 }
 
-static void cache_clear(tensor_cache_t *c)
+static rf_dtype_t expect_dtype(void *ctx, int tensor)
 {
-    for (int i = 0; i < c->n; i++)
-        free(c->buf[i]);
-    c->n = 0;
+    expect_ctx_t *c = ctx;
+    return c->buf[tensor] != NULL ? c->dt[tensor] : RF_DTYPE_INVALID;
 }
 
-/* Scalar reference loader over every slot of this rank. */
+static const void *expect_slot_bytes(void *ctx, int module, int slot)
+{
+    (void)module;
+    return ((expect_ctx_t *)ctx)->slots[slot];
+}
+
+/* Scalar reference loader over every slot of this rank, plus the dequantization oracle for
+ * every quantized module (dequant(runtime) == dequant(checkpoint), -0.0 == +0.0). */
 static rf_status_t verify_scalar(job_t *j, uint64_t step, bool from_ckpt, rf_err_t *err)
 {
-    tensor_cache_t cache = {.j = j, .err = err};
+    expect_ctx_t c = {.j = j, .step = step, .from_ckpt = from_ckpt, .err = err};
+    rf_verify_opts_t vo = {0, expect_dtype};
     rf_status_t st = RF_OK;
+    c.buf = calloc((size_t)j->inv.ntensors + 1, sizeof(char *));
+    c.dt = calloc((size_t)j->inv.ntensors + 1, sizeof(rf_dtype_t));
+    c.used = calloc((size_t)j->inv.ntensors + 1, sizeof(int));
+    if (!c.buf || !c.dt || !c.used) {
+        free(c.buf);
+        free(c.dt);
+        free(c.used);
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    }
+    if (strcmp(j->fmt.ops->name, "fp8-block-fnuz") == 0)
+        vo.flags |= RF_VERIFY_FP8_FNUZ_ZERO;
     for (int m = 0; m < j->plan.nlayers && st == RF_OK; m++) {
         rf_layer_t *L = &j->plan.layers[m];
+        bool quant = j->inv.modules[m].quant != RF_QUANT_NONE;
         void *bufs[RF_MODULE_MAX_SLOTS] = {0};
         for (int s = 0; s < L->nmodel; s++)
             bufs[s] = malloc(rf_slot_shape_bytes(&L->model[s]) + 1);
+        c.slots = bufs;
         st = rf_plan_read_model(&j->plan, m, bufs, err);
         for (int s = 0; s < L->nmodel && st == RF_OK; s++) {
             uint64_t mism = 0;
             size_t nb = rf_slot_shape_bytes(&L->model[s]);
-            if (from_ckpt)
-                st = rf_verify_slot(&j->inv, m, s, &j->me.rc, bufs[s], nb, ckpt_tensor_bytes,
-                                    &cache, &mism, err);
+            if (from_ckpt || quant)
+                st = rf_verify_slot_ex(&j->inv, m, s, &j->me.rc, bufs[s], nb, expect_bytes, &c,
+                                       &vo, &mism, err);
             else
                 st = rf_verify_slot_generator(&j->inv, m, s, &j->me.rc, bufs[s], nb, step, &mism,
                                               err);
-            cache_clear(&cache);
             j->js.verify_elems += nb / rf_dtype_size(L->model[s].dtype);
             j->js.verify_mismatch += mism;
             if (st == RF_OK && mism > 0)
@@ -705,15 +816,26 @@ static rf_status_t verify_scalar(job_t *j, uint64_t step, bool from_ckpt, rf_err
                                 j->rank, mism, j->inv.modules[m].name, L->model[s].name);
             for (int k = 0; k < j->inv.modules[m].ntensors; k++) {
                 const rf_tensor_t *t = &j->inv.tensors[j->inv.modules[m].tensors[k]];
-                if (t->slot == s &&
+                if ((t->slot == s || t->slot < 0) &&
                     (t->expert < 0 || rf_moe_local_index(j->inv.cfg.num_experts, &j->me.rc,
                                                          t->expert) >= 0))
                     j->verified[j->inv.modules[m].tensors[k]] = 1;
             }
         }
+        if (st == RF_OK && quant) {
+            uint64_t mism = 0;
+            st = rf_verify_dequant_module(&j->inv, m, &j->me.rc, expect_slot_bytes, expect_bytes,
+                                          &c, &vo, &mism, err);
+            j->js.dequant_checked++;
+            j->js.verify_mismatch += mism;
+        }
+        expect_clear(&c);
         for (int s = 0; s < L->nmodel; s++)
             free(bufs[s]);
     }
+    free(c.buf);
+    free(c.dt);
+    free(c.used);
     return st;
 }
 
@@ -723,6 +845,7 @@ typedef struct reasm_ctx {
     rf_status_t st;
     rf_err_t *err;
     uint64_t checked;
+    uint64_t fnuz; /* tensors compared under the fnuz transform */
 } reasm_ctx_t;
 
 static const void *reasm_slot_bytes(void *ctx, int module, int slot)
@@ -732,29 +855,65 @@ static const void *reasm_slot_bytes(void *ctx, int module, int slot)
     return c->bufs[first + slot];
 }
 
+/* The checkpoint header's dtype of tensor t (reassembly gives the file's bytes back). */
+static rf_dtype_t reasm_target(void *ctx, int tensor)
+{
+    reasm_ctx_t *c = ctx;
+    const rf_st_entry_t *e = rf_ckpt_find(c->j->ck, c->j->inv.tensors[tensor].name);
+    return e != NULL ? e->dtype : RF_DTYPE_INVALID;
+}
+
 static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
 {
     reasm_ctx_t *c = ctx;
-    const rf_tensor_t *t = &c->j->inv.tensors[tensor];
-    const rf_ref_entry_t *e = rf_ref_find(c->j->ref, t->name);
+    job_t *j = c->j;
+    const rf_tensor_t *t = &j->inv.tensors[tensor];
+    const rf_ref_entry_t *e = rf_ref_find(j->ref, t->name);
     uint8_t d[32];
     char hex[65];
     if (c->st != RF_OK)
         return;
     if (e == NULL) {
         c->st = rf_err_set(c->err, RF_ERR_VERIFY, "%s: no reference entry for %s",
-                           c->j->o->reference, t->name);
+                           j->o->reference, t->name);
         return;
     }
-    rf_sha256(bytes, nbytes, d);
-    if (memcmp(d, e->sha256, 32) != 0) {
-        rf_sha256_hex(d, hex);
-        c->st = rf_err_set(c->err, RF_ERR_VERIFY,
-                           "%s: reassembled %s has sha256 %s, the reference says %s",
-                           c->j->o->reference, t->name, hex, e->sha256_hex);
-        return;
+    if (t->dtype == RF_DTYPE_F8_E4M3 && strcmp(j->fmt.ops->name, "fp8-block-fnuz") == 0) {
+        /* e4m3fnuz maps 0x80 (-0.0) and 0x00 to 0x00: not injective. Check the file against the
+         * reference, then compare with the file's bytes under the same transform. */
+        const rf_st_entry_t *se = rf_ckpt_find(j->ck, t->name);
+        char *f = se ? malloc(se->nbytes + 1) : NULL;
+        uint64_t rows = se ? rf_st_entry_rows(se) : 0, rb = se ? rf_st_entry_row_bytes(se) : 0;
+        rf_status_t rs = f ? rf_ckpt_read(j->ck, se, 0, rows, 0, rb, f, rb, c->err) : RF_ERR_IO;
+        if (rs == RF_OK) {
+            rf_sha256(f, se->nbytes, d);
+            if (memcmp(d, e->sha256, 32) != 0)
+                rs = RF_ERR_VERIFY;
+            for (uint64_t i = 0; i < se->nbytes; i++)
+                f[i] = (uint8_t)f[i] == 0x80 ? 0x00 : f[i];
+            if (rs == RF_OK && (se->nbytes != nbytes || memcmp(f, bytes, nbytes) != 0))
+                rs = RF_ERR_VERIFY;
+        }
+        free(f);
+        if (rs != RF_OK) {
+            c->st = rf_err_set(c->err, RF_ERR_VERIFY,
+                               "%s: reassembled %s differs from the file's bytes under the fnuz "
+                               "transform (0x80 -> 0x00)",
+                               j->o->reference, t->name);
+            return;
+        }
+        c->fnuz++;
+    } else {
+        rf_sha256(bytes, nbytes, d);
+        if (memcmp(d, e->sha256, 32) != 0) {
+            rf_sha256_hex(d, hex);
+            c->st = rf_err_set(c->err, RF_ERR_VERIFY,
+                               "%s: reassembled %s has sha256 %s, the reference says %s",
+                               j->o->reference, t->name, hex, e->sha256_hex);
+            return;
+        }
     }
-    c->j->verified[tensor] = 1;
+    j->verified[tensor] = 1;
     c->checked++;
 }
 
@@ -776,8 +935,10 @@ static rf_status_t verify_reference(job_t *j, rf_err_t *err)
     int ok = st == RF_OK, all;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, j->engine_comm);
     if (all) {
-        st = rf_reassemble(&j->inv, &j->me.rc, j->engine_comm, reasm_slot_bytes, reasm_done, &c,
-                           err);
+        rf_reassemble_opts_t ro = {reasm_target};
+        st = rf_reassemble_ex(&j->inv, &j->me.rc, j->engine_comm, reasm_slot_bytes, reasm_done,
+                              &c, &ro, err);
+        j->js.fnuz_tensors = c.fnuz;
         if (st == RF_OK)
             st = c.st;
     } else if (st == RF_OK) {
@@ -867,8 +1028,9 @@ static const char *human_bytes(double b, char *buf, size_t cap)
 static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                         const rf_gate_verdict_t *v, uint64_t verified)
 {
-    char b1[32], b2[32], b3[32], b4[64];
+    char b1[32], b2[32], b3[64], b4[64];
     uint64_t produced = 0, read = 0, gathered = 0, elems = 0, mism = 0, dtot = 0, dchg = 0;
+    uint64_t deq = 0, fnuz = 0;
     int crit = -1, inflight = 0;
     double crit_s = 0, upd = 0;
     for (int r = 0; r < j->size; r++) {
@@ -880,6 +1042,8 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
         mism += s->verify_mismatch;
         dtot += s->diff_elems;
         dchg += s->diff_changed;
+        deq += s->dequant_checked;
+        fnuz = s->fnuz_tensors > fnuz ? s->fnuz_tensors : fnuz;
         if (s->max_inflight > inflight)
             inflight = s->max_inflight;
         if (s->update_s > upd)
@@ -937,16 +1101,21 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                v->reason);
     else if (j->o->reference && strcmp(j->source, "checkpoint") == 0)
         printf("  %-10s reassembly + sha256 vs --reference: %" PRIu64
-               " tensors equal%s%s\n",
-               "verify", verified, dtot ? "; changed " : "",
+               " tensors equal%s%s%s\n",
+               "verify", verified,
+               fnuz ? (snprintf(b3, sizeof(b3), " (%" PRIu64 " fp8 under 0x80->0x00)", fnuz), b3)
+                    : "",
+               dtot ? "; changed " : "",
                dtot ? (snprintf(b4, sizeof(b4), "%.2f%% of %" PRIu64 " elements",
                                 100.0 * (double)dchg / (double)dtot, dtot),
                        b4)
                     : "");
     else
         printf("  %-10s scalar reference loader: %" PRIu64 " tensors verified, %" PRIu64
-               " elements, %" PRIu64 " mismatches%s%s\n",
-               "verify", verified, elems, mism, dtot ? "; changed " : "",
+               " elements, %" PRIu64 " mismatches%s%s%s\n",
+               "verify", verified, elems, mism,
+               deq ? (snprintf(b3, sizeof(b3), ", dequant %" PRIu64 " modules", deq), b3) : "",
+               dtot ? "; changed " : "",
                dtot ? (snprintf(b4, sizeof(b4), "%.2f%% of %" PRIu64 " elements",
                                 100.0 * (double)dchg / (double)dtot, dtot),
                        b4)
