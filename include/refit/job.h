@@ -22,6 +22,10 @@ typedef struct rf_job_opts {
     rf_reload_policy_t policy;
     bool quiet;
     bool help;
+    /* NULL, or called on every rank after each update (1-based), with whether this rank saw
+     * it commit and verify; for the soak program's per-update probes. ctx is borrowed. */
+    void (*after_update)(void *ctx, int update, bool ok);
+    void *after_update_ctx;
 } rf_job_opts_t;
 
 /*
