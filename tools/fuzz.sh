@@ -4,7 +4,8 @@
 # New inputs go to build-fuzz/corpus/<target>/ (the checked-in seeds are not touched), crash
 # inputs to build-fuzz/artifacts/<target>/. Prints executions per target from libFuzzer's
 # final stats; exits non-zero if any target crashed, leaked, timed out or ran out of memory.
-# Installs clang and libclang-rt-14-dev with apt-get when missing (root or sudo).
+# Installs clang, libclang-rt-14-dev and llvm (llvm-symbolizer) with apt-get when missing
+# (root or sudo).
 #   tools/fuzz.sh        # 30 s per target
 #   tools/fuzz.sh 300    # 5 minutes per target
 set -euo pipefail
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-30}
 build=build-fuzz
 
-pkgs=(clang libclang-rt-14-dev)
+pkgs=(clang libclang-rt-14-dev llvm)  # llvm: llvm-symbolizer for readable stacks
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
