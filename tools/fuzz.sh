@@ -8,9 +8,11 @@
 # (root or sudo).
 #   tools/fuzz.sh        # 30 s per target
 #   tools/fuzz.sh 300    # 5 minutes per target
+#   tools/fuzz.sh 300 fuzz_model_config   # one target
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
+shift || true
 build=build-fuzz
 
 pkgs=(clang libclang-rt-14-dev llvm)  # llvm: llvm-symbolizer for readable stacks
@@ -30,10 +32,12 @@ fi
 
 CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_FUZZ=ON -DREFIT_TESTS=OFF \
   -DCMAKE_C_COMPILER=clang >/dev/null
-targets=()
-for src in tests/fuzz/fuzz_*.c; do
-  targets+=("$(basename "$src" .c)")
-done
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  for src in tests/fuzz/fuzz_*.c; do
+    targets+=("$(basename "$src" .c)")
+  done
+fi
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1}
@@ -52,7 +56,7 @@ for t in "${targets[@]}"; do
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
-  units=$(find "$work" -type f | wc -l)
+  corp=$(grep -o 'DONE .*corp: [0-9]*/[0-9a-zA-Z]*' "$log" | tail -1 | sed 's/.*corp: //')
   seeds=$(find "tests/fuzz/corpus/$t" -type f | wc -l)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | sed 's/cov: //')
   arts=$(find "$art" -type f | wc -l)
@@ -62,10 +66,10 @@ for t in "${targets[@]}"; do
     fail=1
     grep -m3 -E 'ERROR: |runtime error|SUMMARY' "$log" || true
   fi
-  summary+=("$(printf '%-20s %12s %10s %6s %8s %8s %8s  %s' "$t" "${execs:-?}" "${rate:-?}" \
-    "${cov:-?}" "$seeds" "$units" "${rss:-?}" "$status")")
+  summary+=("$(printf '%-20s %12s %10s %6s %6s %12s %8s  %s' "$t" "${execs:-?}" "${rate:-?}" \
+    "${cov:-?}" "$seeds" "${corp:-?}" "${rss:-?}" "$status")")
 done
-printf '%-20s %12s %10s %6s %8s %8s %8s  %s\n' target executions exec/s cov seeds new peak_mb status
+printf '%-20s %12s %10s %6s %6s %12s %8s  %s\n' target executions exec/s cov seeds corpus peak_mb status
 printf '%s\n' "${summary[@]}"
 if [ "$fail" -ne 0 ]; then
   echo "refit fuzz: FAILED"
