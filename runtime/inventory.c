@@ -321,6 +321,19 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
     memset(&inv, 0, sizeof(inv));
     inv.quant = quant;
     inv.group_size = group_size > 0 ? group_size : 128;
+    /* bounded before anything is allocated (at most 16 tensors per dense layer, 3 per expert
+     * plus the router in a MoE layer, x3 when quantized); fuzz_model_config slowing on large
+     * configs led to it */
+    if (cfg->num_hidden_layers > RF_INVENTORY_MAX_TENSORS ||
+        cfg->num_experts > RF_INVENTORY_MAX_TENSORS ||
+        ((uint64_t)cfg->num_hidden_layers * (17 + 3 * (uint64_t)cfg->num_experts) + 4) *
+                (quant == RF_QUANT_NONE ? 1 : 3) >
+            RF_INVENTORY_MAX_TENSORS)
+        return rf_err_set(err, RF_ERR_CONFIG,
+                          "inventory: num_hidden_layers %lld with num_experts %lld gives more "
+                          "than %d tensors",
+                          (long long)cfg->num_hidden_layers, (long long)cfg->num_experts,
+                          RF_INVENTORY_MAX_TENSORS);
     st = rf_model_config_copy(&inv.cfg, cfg);
     if (st != RF_OK)
         return rf_err_set(err, st, "inventory: out of memory");

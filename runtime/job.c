@@ -1504,7 +1504,8 @@ int rf_job_run(const rf_job_opts_t *opts)
     }
     for (int v = 1; v <= opts->steps; v++) {
         char f[sizeof(fail)] = "";
-        if (run_update(&j, (uint32_t)v, &verified, f, sizeof(f)) != 0) {
+        int urc = run_update(&j, (uint32_t)v, &verified, f, sizeof(f));
+        if (urc != 0) {
             if (rc == 0)
                 snprintf(fail, sizeof(fail), "%s", f);
             size_t len = strlen(failed_list);
@@ -1514,6 +1515,8 @@ int rf_job_run(const rf_job_opts_t *opts)
         } else {
             committed++;
         }
+        if (opts->after_update)
+            opts->after_update(opts->after_update_ctx, v, urc == 0);
     }
     if (j.rank == 0) {
         if (rc == 0)

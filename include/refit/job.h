@@ -62,6 +62,10 @@ typedef struct rf_job_opts {
     bool help;
     bool integrity;           /* per-chunk checksums (or transfer.integrity in the topology) */
     rf_job_fault_t fault;     /* kind RF_FAULT_NONE normally */
+    /* NULL, or called on every rank after each update (1-based), with whether this rank saw
+     * it commit and verify; for the soak program's per-update probes. ctx is borrowed. */
+    void (*after_update)(void *ctx, int update, bool ok);
+    void *after_update_ctx;
 } rf_job_opts_t;
 
 /*

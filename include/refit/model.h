@@ -178,10 +178,15 @@ typedef struct rf_inventory {
     void *index;            /* owned name -> tensor hash index */
 } rf_inventory_t;
 
+/* Most tensors an inventory may hold: about 15x the largest MoE checkpoints (~7e4 tensors),
+ * so a config.json with absurd layer or expert counts fails instead of exhausting memory. */
+#define RF_INVENTORY_MAX_TENSORS (1 << 20)
+
 /*
  * Builds the inventory of a (possibly overridden) config, for the given quantization
  * (RF_QUANT_NONE in the dense bf16 case). Errors: RF_ERR_CONFIG / RF_ERR_UNSUPPORTED naming
- * the key. Not collective.
+ * the key (RF_ERR_CONFIG when num_hidden_layers and num_experts could give more than
+ * RF_INVENTORY_MAX_TENSORS tensors). Not collective.
  */
 rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                                int64_t group_size, rf_inventory_t *inv_p, rf_err_t *err);

@@ -135,6 +135,31 @@ START_TEST(test_config_errors)
 }
 END_TEST
 
+/* (led to by tests/fuzz/fuzz_model_config) absurd layer / expert counts fail cleanly instead of
+ * allocating hundreds of millions of tensors */
+START_TEST(test_inventory_too_many_tensors)
+{
+    const char *json[] = {
+        "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 50000000, "
+        "\"vocab_size\": 8, \"num_attention_heads\": 4, \"intermediate_size\": 16}",
+        "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"num_hidden_layers\": 100, "
+        "\"vocab_size\": 8, \"num_attention_heads\": 4, \"num_experts\": 100000, "
+        "\"moe_intermediate_size\": 8}",
+    };
+    for (size_t i = 0; i < sizeof(json) / sizeof(json[0]); i++) {
+        rf_model_config_t cfg;
+        rf_inventory_t inv;
+        rf_err_t err;
+        rf_err_clear(&err);
+        ck_assert_msg(rf_model_config_parse(json[i], strlen(json[i]), "x.json", &cfg, &err) == RF_OK,
+                      "%s", err.msg);
+        ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_NONE, 0, &inv, &err), RF_ERR_CONFIG);
+        ck_assert_msg(strstr(err.msg, "tensors") != NULL, "%s", err.msg);
+        rf_model_config_free(&cfg);
+    }
+}
+END_TEST
+
 START_TEST(test_config_aliases)
 {
     /* transformers 5 spelling: num_local_experts, rope_parameters, dtype */
@@ -186,6 +211,7 @@ int main(void)
     tcase_add_test(tc, test_qwen2_biases_and_modules);
     tcase_add_test(tc, test_slots_qkv_replication);
     tcase_add_test(tc, test_config_errors);
+    tcase_add_test(tc, test_inventory_too_many_tensors);
     tcase_add_test(tc, test_config_aliases);
     tcase_add_test(tc, test_moe_placement);
     suite_add_tcase(s, tc);
