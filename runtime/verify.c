@@ -44,6 +44,8 @@ struct rf_ref_locator {
     int64_t V;         /* source rows >= V are vocab padding (INT64_MAX: none) */
     int *bt;           /* owned: nblk x nseg tensor indices */
     int64_t T, r;      /* rollout tp size and rank */
+    int tdt;           /* a tensor of the slot's kind (its dtype; MoE: expert 0, also when the
+                          rank holds no expert) */
 };
 
 static const char *slot_label(const rf_ref_locator_t *l)
@@ -383,6 +385,7 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
     snprintf(sfx, sizeof(sfx), ".0.%s.%s", w13 ? "gate_proj" : "down_proj", l->param);
     RF_CHECK(find_tensor(l->inv, m->name, sfx, &t0, err));
     l->W = tensor_width(&l->inv->tensors[t0]);
+    l->tdt = t0;
     if (w13) {
         int64_t ipu, i0;
         RF_CHECK(in_units(m, "moe intermediate rows per rank (I_p)", Ip, u, &ipu, err));
@@ -411,7 +414,7 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
 /* The slot's name, dtype and shape, from the description (DESIGN.md 5 and 7). */
 static void set_shape(rf_ref_locator_t *l)
 {
-    const rf_tensor_t *t = &l->inv->tensors[l->bt[0] >= 0 ? l->bt[0] : 0];
+    const rf_tensor_t *t = &l->inv->tensors[l->kind == RF_MOD_MOE ? l->tdt : l->bt[0]];
     rf_slot_shape_t *s = &l->shape;
     memset(s, 0, sizeof(*s));
     if (l->kind == RF_MOD_MOE)
