@@ -593,6 +593,14 @@ static const char *WNA16_JSON =
     " \"num_experts\": 4, \"moe_intermediate_size\": 64, \"num_experts_per_tok\": 2,"
     " \"mlp_only_layers\": [0], \"tie_word_embeddings\": false}";
 
+/* fp8-block MoE: E 3, Im 256, H 256: I_p 128 at T_m 2 (256 at EP on), one 128-block. */
+static const char *FP8_MOE_JSON =
+    "{\"model_type\": \"qwen3_moe\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": 256,"
+    " \"num_hidden_layers\": 1, \"vocab_size\": 128, \"num_attention_heads\": 4,"
+    " \"num_key_value_heads\": 2, \"head_dim\": 128, \"intermediate_size\": 512,"
+    " \"num_experts\": 3, \"moe_intermediate_size\": 256, \"num_experts_per_tok\": 2,"
+    " \"tie_word_embeddings\": false}";
+
 static void build_inv_q(const char *json, rf_quant_t q, int64_t G, rf_inventory_t *inv)
 {
     rf_model_config_t cfg;
@@ -669,6 +677,44 @@ START_TEST(test_locate_fp8_scales_tp2)
     snprintf(n, sizeof(n), "%sk_proj.weight_scale_inv", p);
     expect_at(&inv, qkv, 1, tp_coords(4, 3), 2, n, 2);
     expect_at(&inv, qkv, 1, tp_coords(4, 2), 3, n, 3);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
+START_TEST(test_locate_fp8_moe_scales)
+{
+    rf_inventory_t inv;
+    build_inv_q(FP8_MOE_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
+    const char *ex = "model.layers.0.mlp.experts";
+    char n[128];
+    /* EP off, tp 2 rank 1: I_p 128; w13 scale (3, 2, 2) gate block then up block, both src
+     * block row 1; w2 scale (3, 2, 1) = down block column 1 */
+    rf_rollout_coords_t r1 = tp_coords(2, 1);
+    expect_shape(&inv, ex, 0, r1, "w13_weight", RF_DTYPE_F8_E4M3, 3, 3, 256, 256, 0);
+    expect_shape(&inv, ex, 1, r1, "w13_weight_scale_inv", RF_DTYPE_F32, 3, 3, 2, 2, 0);
+    expect_shape(&inv, ex, 2, r1, "w2_weight", RF_DTYPE_F8_E4M3, 3, 3, 256, 128, 0);
+    expect_shape(&inv, ex, 3, r1, "w2_weight_scale_inv", RF_DTYPE_F32, 3, 3, 2, 1, 0);
+    snprintf(n, sizeof(n), "%s.1.up_proj.weight_scale_inv", ex);
+    expect_at(&inv, ex, 1, r1, 1 * 4 + 1 * 2 + 0, n, 1 * 2 + 0);
+    snprintf(n, sizeof(n), "%s.2.gate_proj.weight_scale_inv", ex);
+    expect_at(&inv, ex, 1, r1, 2 * 4 + 0 * 2 + 1, n, 1 * 2 + 1);
+    snprintf(n, sizeof(n), "%s.0.down_proj.weight_scale_inv", ex);
+    expect_at(&inv, ex, 3, r1, 0 * 2 + 1, n, 1 * 2 + 1);
+    /* w13 weight (e 1, row 130 = up row 128 + 2, col 5) */
+    snprintf(n, sizeof(n), "%s.1.up_proj.weight", ex);
+    expect_at(&inv, ex, 0, r1, 1 * 256 * 256 + 130 * 256 + 5, n, 130 * 256 + 5);
+    /* EP on (ep 2, round robin): rank 1 holds expert 1 only, whole: w2 scale (1, 2, 2) */
+    rf_rollout_coords_t e1 = coords(2, 1, 1, 0, 2, 1, RF_PLACE_ROUND_ROBIN);
+    expect_shape(&inv, ex, 3, e1, "w2_weight_scale_inv", RF_DTYPE_F32, 3, 1, 2, 2, 0);
+    snprintf(n, sizeof(n), "%s.1.down_proj.weight_scale_inv", ex);
+    expect_at(&inv, ex, 3, e1, 3, n, 3);
+    /* T_m 4 would put I_p 64 inside a block: refused */
+    rf_ref_locator_t *l;
+    rf_err_t err;
+    rf_err_clear(&err);
+    rf_rollout_coords_t r4 = tp_coords(4, 0);
+    ck_assert_int_eq(rf_ref_locator_create(&inv, find_module(&inv, ex), 1, &r4, &l, &err),
+                     RF_ERR_TOPOLOGY);
     rf_inventory_free(&inv);
 }
 END_TEST
@@ -1118,17 +1164,25 @@ START_TEST(test_quant_all_slots_roundtrip)
     rf_rollout_coords_t rcs[] = {tp_coords(1, 0), tp_coords(2, 0), tp_coords(2, 1),
                                  tp_coords(4, 3), coords(2, 1, 2, 1, 4, 3, RF_PLACE_ROUND_ROBIN),
                                  coords(2, 0, 2, 1, 1, 0, RF_PLACE_LINEAR)};
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < 3; q++) {
         rf_inventory_t inv;
         synth_t sy;
         if (q == 0)
             build_inv_q(FP8_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
-        else
+        else if (q == 1)
             build_inv_q(WNA16_JSON, RF_QUANT_WNA16, 16, &inv);
+        else
+            build_inv_q(FP8_MOE_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
         synth_init(&sy, &inv);
         for (size_t c = 0; c < sizeof(rcs) / sizeof(rcs[0]); c++) {
             rf_err_t err;
             rf_err_clear(&err);
+            if (q == 2 && rcs[c].tp * rcs[c].dp == 4 && rcs[c].ep == 1) {
+                /* I_p 64 splits a 128-block: both sides refuse */
+                ck_assert_int_eq(rf_inventory_check_rollout(&inv, &rcs[c], &err),
+                                 RF_ERR_TOPOLOGY);
+                continue;
+            }
             ck_assert_msg(rf_inventory_check_rollout(&inv, &rcs[c], &err) == RF_OK, "%s",
                           err.msg);
             for (int m = 0; m < inv.nmodules; m++) {
@@ -1170,6 +1224,7 @@ static Suite *verify_suite(void)
     tcase_add_test(l, test_slots_agree_real_configs);
     tcase_add_test(l, test_locate_fp8_scales_tp2);
     tcase_add_test(l, test_locate_wna16_row_and_kfirst_moe);
+    tcase_add_test(l, test_locate_fp8_moe_scales);
     suite_add_tcase(s, l);
     TCase *v = tcase_create("verify");
     tcase_set_timeout(v, 60);
