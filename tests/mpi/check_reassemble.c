@@ -52,8 +52,8 @@ static void engine_init(engine_t *en, const char *json, int tp, int dp, int ep,
     rf_err_clear(&err);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     memset(en, 0, sizeof(*en));
-    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK, "%s",
+                  err.msg);
     ck_assert_msg(rf_inventory_build(&cfg, RF_QUANT_NONE, 0, &en->inv, &err) == RF_OK, "%s",
                   err.msg);
     rf_model_config_free(&cfg);
@@ -110,9 +110,8 @@ static void tensor_done(void *ctx, int t, const void *bytes, size_t nbytes)
     ck_assert_uint_eq(nbytes, tt->nbytes);
     uint64_t rows = (uint64_t)tt->shape[0];
     void *want = malloc(tt->nbytes);
-    ck_assert_int_eq(rf_gen_fill(tt, en->step, 0, rows, 0, tt->numel / rows, want,
-                                 tt->nbytes / rows),
-                     RF_OK);
+    ck_assert_int_eq(
+        rf_gen_fill(tt, en->step, 0, rows, 0, tt->numel / rows, want, tt->nbytes / rows), RF_OK);
     if (memcmp(want, bytes, nbytes) != 0 && en->nbad++ == 0)
         snprintf(en->first_bad, sizeof(en->first_bad), "%s", tt->name);
     free(want);
@@ -128,8 +127,8 @@ static void run_ok(const char *json, int tp, int dp, int ep, rf_expert_placement
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     ck_assert_int_eq(size, tp * dp);
     engine_init(&en, json, tp, dp, ep, pl, 7);
-    rf_status_t st = rf_reassemble(&en.inv, &en.rc, MPI_COMM_WORLD, slot_bytes, tensor_done, &en,
-                                   &err);
+    rf_status_t st =
+        rf_reassemble(&en.inv, &en.rc, MPI_COMM_WORLD, slot_bytes, tensor_done, &en, &err);
     ck_assert_msg(st == RF_OK, "tp %d dp %d ep %d: %s", tp, dp, ep, err.msg);
     if (rank == 0) {
         ck_assert_int_eq(en.ndone, en.inv.ntensors);
@@ -186,8 +185,8 @@ static void run_bad(const char *module, int slot, uint64_t elem, const char *exp
     ck_assert_int_ge(m, 0);
     if (rank == size - 1)
         ((uint16_t *)en.slots[m * RF_MODULE_MAX_SLOTS + slot])[elem] ^= 0x0100;
-    rf_status_t st = rf_reassemble(&en.inv, &en.rc, MPI_COMM_WORLD, slot_bytes, tensor_done, &en,
-                                   &err);
+    rf_status_t st =
+        rf_reassemble(&en.inv, &en.rc, MPI_COMM_WORLD, slot_bytes, tensor_done, &en, &err);
     ck_assert_int_eq(st, RF_ERR_VERIFY);
     ck_assert_msg(strstr(err.msg, expect) != NULL, "rank %d: %s", rank, err.msg);
     engine_free(&en);
@@ -211,9 +210,9 @@ START_TEST(test_bad_communicator)
     engine_init(&en, LLAMA_JSON, world_size(), 1, 1, RF_PLACE_LINEAR, 1);
     rf_rollout_coords_t rc = en.rc;
     rc.tp_rank = (rc.tp_rank + 1) % rc.tp; /* rank order does not match */
-    ck_assert_int_eq(rf_reassemble(&en.inv, &rc, MPI_COMM_WORLD, slot_bytes, tensor_done, &en,
-                                   &err),
-                     RF_ERR_TOPOLOGY);
+    ck_assert_int_eq(
+        rf_reassemble(&en.inv, &rc, MPI_COMM_WORLD, slot_bytes, tensor_done, &en, &err),
+        RF_ERR_TOPOLOGY);
     engine_free(&en);
 }
 END_TEST
@@ -291,8 +290,8 @@ static void qengine_init(qengine_t *en, const char *json, rf_quant_t q, int64_t 
     rf_err_clear(&err);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     memset(en, 0, sizeof(*en));
-    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK, "%s",
+                  err.msg);
     ck_assert_msg(rf_inventory_build(&cfg, q, G, &en->inv, &err) == RF_OK, "%s", err.msg);
     rf_model_config_free(&cfg);
     en->rc = (rf_rollout_coords_t){tp, rank % tp, dp, rank / tp, ep, ep > 1 ? rank : 0, pl};
@@ -405,8 +404,8 @@ static void run_q(const char *json, rf_quant_t q, int64_t G, int tp, int dp, int
     en.scale_bf16 = scale_bf16;
     en.shape_i32 = shape_i32;
     rf_reassemble_opts_t o = {q_target};
-    rf_status_t st = rf_reassemble_ex(&en.inv, &en.rc, MPI_COMM_WORLD, q_slot_bytes, q_done, &en,
-                                      &o, &err);
+    rf_status_t st =
+        rf_reassemble_ex(&en.inv, &en.rc, MPI_COMM_WORLD, q_slot_bytes, q_done, &en, &o, &err);
     ck_assert_msg(st == RF_OK, "%s tp %d dp %d ep %d: %s", rf_quant_name(q), tp, dp, ep, err.msg);
     if (rank == 0) {
         ck_assert_int_eq(en.ndone, en.inv.ntensors);
@@ -463,9 +462,9 @@ START_TEST(test_quant_bad)
     if (rank == 0)
         sc[1] += ldexpf(sc[1], -12); /* no longer a bf16 value */
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_reassemble_ex(&en.inv, &en.rc, MPI_COMM_WORLD, q_slot_bytes, q_done, &en,
-                                      &o, &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_reassemble_ex(&en.inv, &en.rc, MPI_COMM_WORLD, q_slot_bytes, q_done, &en, &o, &err),
+        RF_ERR_VERIFY);
     /* slot (2, 4/n): element 1 is block (0, 1) of the tensor at n 2, block (1, 0) at n 4 */
     char want[96];
     snprintf(want, sizeof(want), "down_proj.weight_scale_inv element %d = ", n == 2 ? 1 : 4);
@@ -484,11 +483,10 @@ START_TEST(test_quant_bad)
     if (rank == 3)
         sc[2 * 2 + 1] *= 2.0f; /* v block (1, 1) = v_proj.weight_scale_inv[3] */
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_reassemble_ex(&en.inv, &en.rc, MPI_COMM_WORLD, q_slot_bytes, q_done, &en,
-                                      &o, &err),
-                     RF_ERR_VERIFY);
-    ck_assert_msg(strstr(err.msg, "v_proj.weight_scale_inv: replicas differ at element 3") !=
-                      NULL,
+    ck_assert_int_eq(
+        rf_reassemble_ex(&en.inv, &en.rc, MPI_COMM_WORLD, q_slot_bytes, q_done, &en, &o, &err),
+        RF_ERR_VERIFY);
+    ck_assert_msg(strstr(err.msg, "v_proj.weight_scale_inv: replicas differ at element 3") != NULL,
                   "rank %d: %s", rank, err.msg);
     qengine_free(&en);
 }
