@@ -26,7 +26,7 @@
 #define RA_PIECE (1ull << 30) /* MPI counts are int: send big buffers in pieces */
 
 typedef struct ra_hdr {
-    int32_t status;   /* this rank's local status (rf_status_t) */
+    int32_t status; /* this rank's local status (rf_status_t) */
     int32_t reserved;
     uint64_t nruns;
     uint64_t nvals;   /* elements */
@@ -226,8 +226,9 @@ static rf_status_t root_apply(const rf_tensor_t *tt, const ra_hdr_t *h, const ra
                           (unsigned long long)h->pad_first);
     for (uint64_t i = 0; i < h->nruns; i++) {
         if (runs[i].start + runs[i].len > tt->numel || runs[i].len > h->nvals - v)
-            return rf_err_set(err, RF_ERR_INTERNAL, "reassemble: %s: engine rank %d sent a run "
-                                                    "outside the tensor",
+            return rf_err_set(err, RF_ERR_INTERNAL,
+                              "reassemble: %s: engine rank %d sent a run "
+                              "outside the tensor",
                               tt->name, src);
         for (uint64_t k = 0; k < runs[i].len; k++, v++) {
             uint64_t idx = runs[i].start + k;
@@ -329,8 +330,8 @@ static rf_status_t convert_to(const rf_tensor_t *tt, rf_dtype_t dt, const unsign
             memcpy(&v, full + i * 8, 8);
             if (v < INT32_MIN || v > INT32_MAX)
                 return rf_err_set(err, RF_ERR_VERIFY,
-                                  "reassemble: %s element %llu = %lld does not fit int32",
-                                  tt->name, (unsigned long long)i, (long long)v);
+                                  "reassemble: %s element %llu = %lld does not fit int32", tt->name,
+                                  (unsigned long long)i, (long long)v);
             int32_t w = (int32_t)v;
             memcpy(out + i * 4, &w, 4);
         } else {
@@ -391,8 +392,8 @@ rf_status_t rf_reassemble_ex(const rf_inventory_t *inv, const rf_rollout_coords_
         if (rank != 0) {
             if (MPI_Send(&lc.hdr, sizeof(lc.hdr), MPI_BYTE, 0, RA_TAG_HDR, engine_comm) !=
                     MPI_SUCCESS ||
-                big_send(lc.runs, lc.hdr.nruns * sizeof(ra_run_t), 0, RA_TAG_RUNS,
-                         engine_comm) != 0 ||
+                big_send(lc.runs, lc.hdr.nruns * sizeof(ra_run_t), 0, RA_TAG_RUNS, engine_comm) !=
+                    0 ||
                 big_send(lc.vals, lc.hdr.nvals * es, 0, RA_TAG_VALS, engine_comm) != 0)
                 return rf_err_set(err, RF_ERR_MPI, "reassemble: send to engine rank 0 failed");
         } else {
@@ -441,8 +442,7 @@ rf_status_t rf_reassemble_ex(const rf_inventory_t *inv, const rf_rollout_coords_
             if (rs == RF_OK && td != RF_DTYPE_INVALID && td != tt->dtype) {
                 size_t nb = tt->numel * rf_dtype_size(td);
                 if (grow((void **)&conv, &conv_cap, nb ? nb : 1) != 0)
-                    rs = rf_err_set(&e, RF_ERR_NOMEM, "reassemble: out of memory for %s",
-                                    tt->name);
+                    rs = rf_err_set(&e, RF_ERR_NOMEM, "reassemble: out of memory for %s", tt->name);
                 else
                     rs = convert_to(tt, td, full, conv, &e);
                 if (rs == RF_OK && tensor_done != NULL)

@@ -32,18 +32,20 @@ struct rf_ref_locator {
     const rf_inventory_t *inv;
     int module, slot;
     rf_module_kind_t kind;
-    rf_quant_t quant;  /* of the module, found by checkpoint tensor names */
-    char param[24];    /* checkpoint suffix: "weight", "weight_scale_inv", "weight_packed",
-                          "weight_scale", "bias" */
+    rf_quant_t quant; /* of the module, found by checkpoint tensor names */
+    char param[24];   /* checkpoint suffix: "weight", "weight_scale_inv", "weight_packed",
+                         "weight_scale", "bias" */
     rf_slot_shape_t shape;
     uint64_t numel;
     int64_t nblk, R, C, W, c0;
     int kfirst;
     int nseg;
     ref_seg_t seg[3];
-    int64_t V;         /* source rows >= V are vocab padding (INT64_MAX: none) */
-    int *bt;           /* owned: nblk x nseg tensor indices */
-    int64_t T, r;      /* rollout tp size and rank */
+    int64_t V;    /* source rows >= V are vocab padding (INT64_MAX: none) */
+    int *bt;      /* owned: nblk x nseg tensor indices */
+    int64_t T, r; /* rollout tp size and rank */
+    int tdt;      /* a tensor of the slot's kind (its dtype; MoE: expert 0, also when the
+                     rank holds no expert) */
 };
 
 static const char *slot_label(const rf_ref_locator_t *l)
@@ -59,8 +61,9 @@ static rf_status_t find_tensor(const rf_inventory_t *inv, const char *prefix, co
     snprintf(name, sizeof(name), "%s%s", prefix, suffix);
     int t = rf_inventory_find(inv, name);
     if (t < 0)
-        return rf_err_set(err, RF_ERR_MISSING, "reference: checkpoint tensor %s is not in the "
-                                               "inventory",
+        return rf_err_set(err, RF_ERR_MISSING,
+                          "reference: checkpoint tensor %s is not in the "
+                          "inventory",
                           name);
     *t_p = t;
     return RF_OK;
@@ -77,9 +80,8 @@ static rf_status_t need_div(const rf_module_t *m, const char *what, int64_t a, i
                             rf_err_t *err)
 {
     if (b <= 0 || a % b != 0)
-        return rf_err_set(err, RF_ERR_TOPOLOGY,
-                          "reference: %s: %s %lld is not divisible by %lld", m->name, what,
-                          (long long)a, (long long)b);
+        return rf_err_set(err, RF_ERR_TOPOLOGY, "reference: %s: %s %lld is not divisible by %lld",
+                          m->name, what, (long long)a, (long long)b);
     return RF_OK;
 }
 
@@ -89,8 +91,8 @@ static rf_status_t strip_suffix(const rf_module_t *m, const char *sfx, char *out
 {
     size_t len = strlen(m->name), sl = strlen(sfx);
     if (len < sl || strcmp(m->name + len - sl, sfx) != 0 || len - sl >= n)
-        return rf_err_set(err, RF_ERR_INVALID, "reference: module %s does not end in %s",
-                          m->name, sfx);
+        return rf_err_set(err, RF_ERR_INVALID, "reference: module %s does not end in %s", m->name,
+                          sfx);
     memcpy(out, m->name, len - sl);
     out[len - sl] = '\0';
     return RF_OK;
@@ -162,8 +164,8 @@ static rf_status_t check_rows(const rf_tensor_t *t, int64_t rows, int64_t width,
 {
     if (t->shape[0] != rows || tensor_width(t) != width || t->ndim > 2)
         return rf_err_set(err, RF_ERR_MISMATCH,
-                          "reference: %s has %d dims [%lld, %lld], expected [%lld, %lld]",
-                          t->name, t->ndim, (long long)t->shape[0], (long long)tensor_width(t),
+                          "reference: %s has %d dims [%lld, %lld], expected [%lld, %lld]", t->name,
+                          t->ndim, (long long)t->shape[0], (long long)tensor_width(t),
                           (long long)rows, (long long)width);
     return RF_OK;
 }
@@ -241,8 +243,7 @@ static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     }
     int64_t W = tensor_width(&l->inv->tensors[l->bt[0]]);
     for (int s = 0; s < 3; s++)
-        RF_CHECK(check_rows(&l->inv->tensors[l->bt[s]], cdiv((s == 0 ? nh : nkv) * d, u), W,
-                            err));
+        RF_CHECK(check_rows(&l->inv->tensors[l->bt[s]], cdiv((s == 0 ? nh : nkv) * d, u), W, err));
     l->seg[0] = (ref_seg_t){0, qr, q0};
     l->seg[1] = (ref_seg_t){qr, kvr, kv0};
     l->seg[2] = (ref_seg_t){qr + kvr, kvr, kv0};
@@ -345,8 +346,8 @@ static rf_status_t loc_replicated(rf_ref_locator_t *l, const rf_module_t *m, rf_
     return RF_OK;
 }
 
-static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
-                           const rf_rollout_coords_t *rc, rf_err_t *err)
+static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m, const rf_rollout_coords_t *rc,
+                           rf_err_t *err)
 {
     char sfx[96], first[RF_NAME_MAX + 16];
     const char *p[2];
@@ -372,8 +373,7 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
     for (int64_t i = 0; i < l->nblk; i++) {
         int64_t ge = ref_local_expert(E, rc, i);
         for (int s = 0; s < l->nseg; s++) {
-            snprintf(sfx, sizeof(sfx), ".%lld.%s.%s", (long long)ge, names[w13 ? s : 2],
-                     l->param);
+            snprintf(sfx, sizeof(sfx), ".%lld.%s.%s", (long long)ge, names[w13 ? s : 2], l->param);
             RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[i * l->nseg + s], err));
         }
     }
@@ -383,6 +383,7 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
     snprintf(sfx, sizeof(sfx), ".0.%s.%s", w13 ? "gate_proj" : "down_proj", l->param);
     RF_CHECK(find_tensor(l->inv, m->name, sfx, &t0, err));
     l->W = tensor_width(&l->inv->tensors[t0]);
+    l->tdt = t0;
     if (w13) {
         int64_t ipu = 0, i0 = 0;
         RF_CHECK(in_units(m, "moe intermediate rows per rank (I_p)", Ip, u, &ipu, err));
@@ -395,8 +396,8 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
             RF_CHECK(check_rows(&l->inv->tensors[l->bt[i]], cdiv(I, u), l->W, err));
     } else {
         if (u > 1)
-            RF_CHECK(need_div(m, "moe intermediate size per rank (I_p, whole fp8 blocks)", Ip, u,
-                              err));
+            RF_CHECK(
+                need_div(m, "moe intermediate size per rank (I_p, whole fp8 blocks)", Ip, u, err));
         RF_CHECK(need_div(m, "w2 input columns", l->W, Tm, err));
         l->R = cdiv(H, u);
         l->seg[0] = (ref_seg_t){0, l->R, 0};
@@ -411,12 +412,11 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m,
 /* The slot's name, dtype and shape, from the description (DESIGN.md 5 and 7). */
 static void set_shape(rf_ref_locator_t *l)
 {
-    const rf_tensor_t *t = &l->inv->tensors[l->bt[0] >= 0 ? l->bt[0] : 0];
+    const rf_tensor_t *t = &l->inv->tensors[l->kind == RF_MOD_MOE ? l->tdt : l->bt[0]];
     rf_slot_shape_t *s = &l->shape;
     memset(s, 0, sizeof(*s));
     if (l->kind == RF_MOD_MOE)
-        snprintf(s->name, sizeof(s->name), "%s%s",
-                 l->nseg == 2 ? "w13_" : "w2_", l->param);
+        snprintf(s->name, sizeof(s->name), "%s%s", l->nseg == 2 ? "w13_" : "w2_", l->param);
     else
         snprintf(s->name, sizeof(s->name), "%s", l->param);
     /* runtime fp8 block scales are fp32 whatever the file stores (DESIGN.md 7) */
@@ -495,8 +495,9 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
     /* the slot as the model contract shapes it must be the slot derived here */
     RF_CHECK_GOTO(rf_module_slots(inv, module, rc, shapes, &nslots, err), st, fail);
     if (slot >= nslots) {
-        st = rf_err_set(err, RF_ERR_MISMATCH, "reference: %s: rf_module_slots gives %d slots, "
-                                              "the reference expects slot %d (%s)",
+        st = rf_err_set(err, RF_ERR_MISMATCH,
+                        "reference: %s: rf_module_slots gives %d slots, "
+                        "the reference expects slot %d (%s)",
                         m->name, nslots, slot, l->shape.name);
         goto fail;
     }
@@ -511,10 +512,10 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
                         "(%d dims%s), the reference derives %s %s [%lld, %lld, %lld] (%d dims%s)",
                         m->name, slot, s->name, rf_dtype_name(s->dtype), (long long)s->shape[0],
                         (long long)s->shape[1], (long long)s->shape[2], s->ndim,
-                        s->kfirst ? ", K-first" : "", l->shape.name,
-                        rf_dtype_name(l->shape.dtype), (long long)l->shape.shape[0],
-                        (long long)l->shape.shape[1], (long long)l->shape.shape[2],
-                        l->shape.ndim, l->shape.kfirst ? ", K-first" : "");
+                        s->kfirst ? ", K-first" : "", l->shape.name, rf_dtype_name(l->shape.dtype),
+                        (long long)l->shape.shape[0], (long long)l->shape.shape[1],
+                        (long long)l->shape.shape[2], l->shape.ndim,
+                        l->shape.kfirst ? ", K-first" : "");
         goto fail;
     }
     *loc_p = l;
@@ -568,8 +569,7 @@ void rf_ref_locator_at(const rf_ref_locator_t *l, uint64_t e, rf_ref_elem_t *out
     out->index = (uint64_t)(row * l->W + l->c0 + k);
 }
 
-void rf_ref_locator_range(const rf_ref_locator_t *l, int tensor, uint64_t *begin_p,
-                          uint64_t *end_p)
+void rf_ref_locator_range(const rf_ref_locator_t *l, int tensor, uint64_t *begin_p, uint64_t *end_p)
 {
     uint64_t per = (uint64_t)l->R * (uint64_t)l->C;
     *begin_p = *end_p = 0;
@@ -738,8 +738,8 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
                     hash = rf_gen_name_hash(inv->tensors[cur].name);
                 } else {
                     sdt = src_dtype(inv, opts, ctx, cur);
-                    if (sdt != dt && !(dt == RF_DTYPE_F32 && (sdt == RF_DTYPE_BF16 ||
-                                                              sdt == RF_DTYPE_F16))) {
+                    if (sdt != dt &&
+                        !(dt == RF_DTYPE_F32 && (sdt == RF_DTYPE_BF16 || sdt == RF_DTYPE_F16))) {
                         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                                         "verify: %s slot %s is %s but %s comes as %s", mname,
                                         slot_label(l), rf_dtype_name(dt), inv->tensors[cur].name,
@@ -791,13 +791,12 @@ out:
 rf_status_t rf_verify_slot_ex(const rf_inventory_t *inv, int module, int slot,
                               const rf_rollout_coords_t *rc, const void *slot_bytes,
                               size_t slot_nbytes, rf_tensor_bytes_fn tensor_bytes, void *ctx,
-                              const rf_verify_opts_t *opts, uint64_t *mismatches_p,
-                              rf_err_t *err)
+                              const rf_verify_opts_t *opts, uint64_t *mismatches_p, rf_err_t *err)
 {
     if (tensor_bytes == NULL)
         return rf_err_set(err, RF_ERR_INVALID, "verify: no tensor source");
-    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, tensor_bytes, ctx, opts,
-                         0, 0, mismatches_p, err);
+    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, tensor_bytes, ctx, opts, 0,
+                         0, mismatches_p, err);
 }
 
 rf_status_t rf_verify_slot(const rf_inventory_t *inv, int module, int slot,
@@ -814,8 +813,8 @@ rf_status_t rf_verify_slot_generator(const rf_inventory_t *inv, int module, int 
                                      size_t slot_nbytes, uint64_t step, uint64_t *mismatches_p,
                                      rf_err_t *err)
 {
-    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, NULL, NULL, NULL, 1,
-                         step, mismatches_p, err);
+    return verify_common(inv, module, slot, rc, slot_bytes, slot_nbytes, NULL, NULL, NULL, 1, step,
+                         mismatches_p, err);
 }
 
 /* ---- the dequantization oracle --------------------------------------------------------- */
@@ -845,8 +844,8 @@ static int same_value(float a, float b)
 }
 
 /* Checkpoint tensor name of the scale that belongs to weight tensor `wname`. */
-static rf_status_t scale_tensor_of(const rf_inventory_t *inv, const char *wname, int fp8,
-                                   int *t_p, rf_err_t *err)
+static rf_status_t scale_tensor_of(const rf_inventory_t *inv, const char *wname, int fp8, int *t_p,
+                                   rf_err_t *err)
 {
     char prefix[RF_NAME_MAX];
     const char *sfx = fp8 ? ".weight" : ".weight_packed";
@@ -945,8 +944,7 @@ static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_
                 if (fp8) {
                     gn = (int64_t)x.index / cK;
                     gk = (int64_t)x.index % cK;
-                    cv = rf_ref_e4m3fn_to_f32(cw[x.index]) *
-                         cscale[(gn / 128) * cKs + gk / 128];
+                    cv = rf_ref_e4m3fn_to_f32(cw[x.index]) * cscale[(gn / 128) * cKs + gk / 128];
                 } else {
                     int32_t word;
                     gn = (int64_t)x.index / (cK / 8);
@@ -991,8 +989,8 @@ rf_status_t rf_verify_dequant_module(const rf_inventory_t *inv, int module,
             continue;
         if ((strcmp(p, "weight") == 0 && strcmp(loc[s + 1]->param, "weight_scale_inv") == 0) ||
             (strcmp(p, "weight_packed") == 0 && strcmp(loc[s + 1]->param, "weight_scale") == 0))
-            st = dequant_pair(inv, loc[s], loc[s + 1], slot_bytes, tensor_bytes, ctx, opts, &f,
-                              err);
+            st =
+                dequant_pair(inv, loc[s], loc[s + 1], slot_bytes, tensor_bytes, ctx, opts, &f, err);
     }
     if (st == RF_OK) {
         if (mismatches_p != NULL)
@@ -1003,9 +1001,8 @@ rf_status_t rf_verify_dequant_module(const rf_inventory_t *inv, int module,
                             "dequantizes to %.9g on the rank and %.9g in the checkpoint; %llu "
                             "elements differ",
                             inv->modules[module].name, rc->tp_rank, rc->tp, rc->dp_rank,
-                            rc->ep_rank, inv->tensors[f.tensor].name,
-                            (unsigned long long)f.index, (double)f.rank_v, (double)f.ckpt_v,
-                            (unsigned long long)f.count);
+                            rc->ep_rank, inv->tensors[f.tensor].name, (unsigned long long)f.index,
+                            (double)f.rank_v, (double)f.ckpt_v, (unsigned long long)f.count);
     }
 out:
     for (int s = 0; s < n; s++)

@@ -145,8 +145,7 @@ typedef struct rf_verify_opts {
 rf_status_t rf_verify_slot_ex(const rf_inventory_t *inv, int module, int slot,
                               const rf_rollout_coords_t *rc, const void *slot_bytes,
                               size_t slot_nbytes, rf_tensor_bytes_fn tensor_bytes, void *ctx,
-                              const rf_verify_opts_t *opts, uint64_t *mismatches_p,
-                              rf_err_t *err);
+                              const rf_verify_opts_t *opts, uint64_t *mismatches_p, rf_err_t *err);
 
 /* rf_verify_slot_ex with opts NULL. */
 rf_status_t rf_verify_slot(const rf_inventory_t *inv, int module, int slot,
@@ -207,8 +206,7 @@ rf_status_t rf_verify_dequant_module(const rf_inventory_t *inv, int module,
 /* ---- reassembly for --reference ------------------------------------------------------- */
 
 /* Called on engine rank 0 with one reassembled checkpoint tensor (borrowed for the call). */
-typedef void (*rf_tensor_done_fn)(void *ctx, int tensor_index, const void *bytes,
-                                  size_t nbytes);
+typedef void (*rf_tensor_done_fn)(void *ctx, int tensor_index, const void *bytes, size_t nbytes);
 
 /*
  * Reassembles every checkpoint tensor of `inv`, in inventory order, from the model-layout

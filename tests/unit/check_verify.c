@@ -42,8 +42,8 @@ static void build_inv(const char *json, rf_inventory_t *inv)
     rf_model_config_t cfg;
     rf_err_t err;
     rf_err_clear(&err);
-    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK, "%s",
+                  err.msg);
     ck_assert_msg(rf_inventory_build(&cfg, RF_QUANT_NONE, 0, inv, &err) == RF_OK, "%s", err.msg);
     rf_model_config_free(&cfg);
 }
@@ -78,8 +78,7 @@ static void expect_at(const rf_inventory_t *inv, const char *module, int slot,
     int m = find_module(inv, module);
     ck_assert_msg(m >= 0, "module %s", module);
     ck_assert_msg(rf_ref_locate(inv, m, slot, &rc, elem, &x, &err) == RF_OK, "%s", err.msg);
-    ck_assert_msg(x.kind == RF_REF_TENSOR, "%s[%llu] is padding", module,
-                  (unsigned long long)elem);
+    ck_assert_msg(x.kind == RF_REF_TENSOR, "%s[%llu] is padding", module, (unsigned long long)elem);
     ck_assert_str_eq(inv->tensors[x.tensor].name, tname);
     ck_assert_uint_eq(x.index, index);
 }
@@ -119,12 +118,12 @@ START_TEST(test_gen_range_and_rounding)
     uint64_t nfail = 0, first_fail = 0;
     int first_line = 0;
 /* one Check assertion per element is slow (Check records each one); count instead */
-#define CHK(c)                                                                             \
-    do {                                                                                   \
-        if (!(c) && nfail++ == 0) {                                                        \
-            first_fail = i;                                                                \
-            first_line = __LINE__;                                                         \
-        }                                                                                  \
+#define CHK(c)                                                                                     \
+    do {                                                                                           \
+        if (!(c) && nfail++ == 0) {                                                                \
+            first_fail = i;                                                                        \
+            first_line = __LINE__;                                                                 \
+        }                                                                                          \
     } while (0)
     int saw_neg = 0, saw_pos = 0, saw_big = 0, saw_small = 0;
     for (uint64_t i = 0; i < 200000; i++) {
@@ -213,7 +212,8 @@ static void check_fill(rf_dtype_t dt, int ndim, int64_t d0, int64_t d1)
     t.numel = (uint64_t)(d0 * (ndim > 1 ? d1 : 1));
     size_t es = rf_dtype_size(dt);
     uint64_t ncols = ndim > 1 ? (uint64_t)d1 : 1, h = rf_gen_name_hash(t.name);
-    uint64_t blocks[][4] = {{0, (uint64_t)d0, 0, ncols}, {1, 4, 0, ncols}, {2, 5, ncols / 3, ncols}};
+    uint64_t blocks[][4] = {
+        {0, (uint64_t)d0, 0, ncols}, {1, 4, 0, ncols}, {2, 5, ncols / 3, ncols}};
     for (int b = 0; b < 3; b++) {
         uint64_t r0 = blocks[b][0], r1 = blocks[b][1], c0 = blocks[b][2], c1 = blocks[b][3];
         size_t pitch = (c1 - c0) * es + 6;
@@ -324,8 +324,7 @@ START_TEST(test_locate_vocab_padding)
     rf_inventory_t inv;
     build_inv(LLAMA_JSON, &inv);
     /* V 10 -> Vp 64; TP 2: 32 rows per rank; rank 0 rows 0..9 real, 10..31 padding */
-    expect_at(&inv, "model.embed_tokens", 0, tp_coords(2, 0), 79, "model.embed_tokens.weight",
-              79);
+    expect_at(&inv, "model.embed_tokens", 0, tp_coords(2, 0), 79, "model.embed_tokens.weight", 79);
     expect_pad(&inv, "model.embed_tokens", tp_coords(2, 0), 80);
     expect_pad(&inv, "model.embed_tokens", tp_coords(2, 0), 32 * 8 - 1);
     expect_pad(&inv, "model.embed_tokens", tp_coords(2, 1), 0);
@@ -397,8 +396,8 @@ START_TEST(test_locate_moe)
     rf_err_clear(&err);
     uint64_t b, e;
     ck_assert_int_eq(rf_ref_locator_create(&inv, find_module(&inv, ex), 0, &q1, &l, &err), RF_OK);
-    rf_ref_locator_range(l, rf_inventory_find(&inv, "model.layers.0.mlp.experts.0.gate_proj.weight"),
-                         &b, &e);
+    rf_ref_locator_range(
+        l, rf_inventory_find(&inv, "model.layers.0.mlp.experts.0.gate_proj.weight"), &b, &e);
     ck_assert_uint_eq(e - b, 0);
     rf_ref_locator_range(l, rf_inventory_find(&inv, "model.layers.0.mlp.experts.4.up_proj.weight"),
                          &b, &e);
@@ -424,9 +423,8 @@ static const void *gen_tensor(void *ctx, int t)
     free(g->buf);
     g->buf = malloc(tt->nbytes);
     uint64_t rows = (uint64_t)tt->shape[0];
-    ck_assert_int_eq(rf_gen_fill(tt, g->step, 0, rows, 0, tt->numel / rows, g->buf,
-                                 tt->nbytes / rows),
-                     RF_OK);
+    ck_assert_int_eq(
+        rf_gen_fill(tt, g->step, 0, rows, 0, tt->numel / rows, g->buf, tt->nbytes / rows), RF_OK);
     return g->buf;
 }
 
@@ -540,8 +538,11 @@ START_TEST(test_slots_agree_real_configs)
 {
     const char *files[] = {"qwen3-0.6b.config.json", "qwen2.5-0.5b.config.json",
                            "qwen3-30b-a3b.config.json"};
-    rf_rollout_coords_t rcs[] = {tp_coords(1, 0), tp_coords(2, 1), tp_coords(4, 3),
-                                 tp_coords(8, 5), coords(2, 1, 2, 1, 4, 3, RF_PLACE_LINEAR),
+    rf_rollout_coords_t rcs[] = {tp_coords(1, 0),
+                                 tp_coords(2, 1),
+                                 tp_coords(4, 3),
+                                 tp_coords(8, 5),
+                                 coords(2, 1, 2, 1, 4, 3, RF_PLACE_LINEAR),
                                  coords(4, 2, 2, 1, 1, 0, RF_PLACE_LINEAR)};
     for (int f = 0; f < 3; f++) {
         char path[512];
@@ -593,13 +594,21 @@ static const char *WNA16_JSON =
     " \"num_experts\": 4, \"moe_intermediate_size\": 64, \"num_experts_per_tok\": 2,"
     " \"mlp_only_layers\": [0], \"tie_word_embeddings\": false}";
 
+/* fp8-block MoE: E 3, Im 256, H 256: I_p 128 at T_m 2 (256 at EP on), one 128-block. */
+static const char *FP8_MOE_JSON =
+    "{\"model_type\": \"qwen3_moe\", \"torch_dtype\": \"bfloat16\", \"hidden_size\": 256,"
+    " \"num_hidden_layers\": 1, \"vocab_size\": 128, \"num_attention_heads\": 4,"
+    " \"num_key_value_heads\": 2, \"head_dim\": 128, \"intermediate_size\": 512,"
+    " \"num_experts\": 3, \"moe_intermediate_size\": 256, \"num_experts_per_tok\": 2,"
+    " \"tie_word_embeddings\": false}";
+
 static void build_inv_q(const char *json, rf_quant_t q, int64_t G, rf_inventory_t *inv)
 {
     rf_model_config_t cfg;
     rf_err_t err;
     rf_err_clear(&err);
-    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(rf_model_config_parse(json, strlen(json), "test.json", &cfg, &err) == RF_OK, "%s",
+                  err.msg);
     ck_assert_msg(rf_inventory_build(&cfg, q, G, inv, &err) == RF_OK, "%s", err.msg);
     rf_model_config_free(&cfg);
 }
@@ -639,21 +648,20 @@ START_TEST(test_locate_fp8_scales_tp2)
     expect_shape(&inv, qkv, 0, tp_coords(2, 1), "weight", RF_DTYPE_F8_E4M3, 2, 512, 256, 0, 0);
     expect_shape(&inv, qkv, 1, tp_coords(2, 1), "weight_scale_inv", RF_DTYPE_F32, 2, 4, 2, 0, 0);
     snprintf(n, sizeof(n), "%sq_proj.weight_scale_inv", p);
-    expect_at(&inv, qkv, 1, tp_coords(2, 1), 1, n, 5);  /* block row 0 = q block 2, col 1 */
-    expect_at(&inv, qkv, 1, tp_coords(2, 1), 2, n, 6);  /* block row 1 = q block 3, col 0 */
-    expect_at(&inv, qkv, 1, tp_coords(2, 0), 3, n, 3);  /* rank 0: q block 1, col 1 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 1), 1, n, 5); /* block row 0 = q block 2, col 1 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 1), 2, n, 6); /* block row 1 = q block 3, col 0 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 0), 3, n, 3); /* rank 0: q block 1, col 1 */
     snprintf(n, sizeof(n), "%sk_proj.weight_scale_inv", p);
-    expect_at(&inv, qkv, 1, tp_coords(2, 1), 5, n, 3);  /* k block 1 (kv head 1), col 1 */
-    expect_at(&inv, qkv, 1, tp_coords(2, 0), 4, n, 0);  /* rank 0: k block 0 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 1), 5, n, 3); /* k block 1 (kv head 1), col 1 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 0), 4, n, 0); /* rank 0: k block 0 */
     snprintf(n, sizeof(n), "%sv_proj.weight_scale_inv", p);
-    expect_at(&inv, qkv, 1, tp_coords(2, 1), 6, n, 2);  /* v block 1, col 0 */
+    expect_at(&inv, qkv, 1, tp_coords(2, 1), 6, n, 2); /* v block 1, col 0 */
     /* fp8 weight element = element: slot row 300 is k row 128 + 44, col 7 */
     snprintf(n, sizeof(n), "%sk_proj.weight", p);
     expect_at(&inv, qkv, 0, tp_coords(2, 1), 300 * 256 + 7, n, 172 * 256 + 7);
     /* merged gate_up: I/T = 256 rows = 2 blocks per shard */
     expect_shape(&inv, gu, 1, tp_coords(2, 1), "weight_scale_inv", RF_DTYPE_F32, 2, 4, 2, 0, 0);
-    expect_at(&inv, gu, 1, tp_coords(2, 1), 2, "model.layers.0.mlp.gate_proj.weight_scale_inv",
-              6);
+    expect_at(&inv, gu, 1, tp_coords(2, 1), 2, "model.layers.0.mlp.gate_proj.weight_scale_inv", 6);
     expect_at(&inv, gu, 1, tp_coords(2, 1), 5, "model.layers.0.mlp.up_proj.weight_scale_inv", 5);
     expect_at(&inv, gu, 1, tp_coords(2, 0), 7, "model.layers.0.mlp.up_proj.weight_scale_inv", 3);
     /* o_proj (256, 512), scale (2, 4): rank r holds block columns [2 r, 2 r + 2) */
@@ -673,6 +681,44 @@ START_TEST(test_locate_fp8_scales_tp2)
 }
 END_TEST
 
+START_TEST(test_locate_fp8_moe_scales)
+{
+    rf_inventory_t inv;
+    build_inv_q(FP8_MOE_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
+    const char *ex = "model.layers.0.mlp.experts";
+    char n[128];
+    /* EP off, tp 2 rank 1: I_p 128; w13 scale (3, 2, 2) gate block then up block, both src
+     * block row 1; w2 scale (3, 2, 1) = down block column 1 */
+    rf_rollout_coords_t r1 = tp_coords(2, 1);
+    expect_shape(&inv, ex, 0, r1, "w13_weight", RF_DTYPE_F8_E4M3, 3, 3, 256, 256, 0);
+    expect_shape(&inv, ex, 1, r1, "w13_weight_scale_inv", RF_DTYPE_F32, 3, 3, 2, 2, 0);
+    expect_shape(&inv, ex, 2, r1, "w2_weight", RF_DTYPE_F8_E4M3, 3, 3, 256, 128, 0);
+    expect_shape(&inv, ex, 3, r1, "w2_weight_scale_inv", RF_DTYPE_F32, 3, 3, 2, 1, 0);
+    snprintf(n, sizeof(n), "%s.1.up_proj.weight_scale_inv", ex);
+    expect_at(&inv, ex, 1, r1, 1 * 4 + 1 * 2 + 0, n, 1 * 2 + 0);
+    snprintf(n, sizeof(n), "%s.2.gate_proj.weight_scale_inv", ex);
+    expect_at(&inv, ex, 1, r1, 2 * 4 + 0 * 2 + 1, n, 1 * 2 + 1);
+    snprintf(n, sizeof(n), "%s.0.down_proj.weight_scale_inv", ex);
+    expect_at(&inv, ex, 3, r1, 0 * 2 + 1, n, 1 * 2 + 1);
+    /* w13 weight (e 1, row 130 = up row 128 + 2, col 5) */
+    snprintf(n, sizeof(n), "%s.1.up_proj.weight", ex);
+    expect_at(&inv, ex, 0, r1, 1 * 256 * 256 + 130 * 256 + 5, n, 130 * 256 + 5);
+    /* EP on (ep 2, round robin): rank 1 holds expert 1 only, whole: w2 scale (1, 2, 2) */
+    rf_rollout_coords_t e1 = coords(2, 1, 1, 0, 2, 1, RF_PLACE_ROUND_ROBIN);
+    expect_shape(&inv, ex, 3, e1, "w2_weight_scale_inv", RF_DTYPE_F32, 3, 1, 2, 2, 0);
+    snprintf(n, sizeof(n), "%s.1.down_proj.weight_scale_inv", ex);
+    expect_at(&inv, ex, 3, e1, 3, n, 3);
+    /* T_m 4 would put I_p 64 inside a block: refused */
+    rf_ref_locator_t *l;
+    rf_err_t err;
+    rf_err_clear(&err);
+    rf_rollout_coords_t r4 = tp_coords(4, 0);
+    ck_assert_int_eq(rf_ref_locator_create(&inv, find_module(&inv, ex), 1, &r4, &l, &err),
+                     RF_ERR_TOPOLOGY);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
 START_TEST(test_locate_wna16_row_and_kfirst_moe)
 {
     rf_inventory_t inv;
@@ -684,12 +730,12 @@ START_TEST(test_locate_wna16_row_and_kfirst_moe)
      * [2, 4) */
     expect_shape(&inv, down, 0, tp_coords(2, 1), "weight_packed", RF_DTYPE_I32, 2, 64, 4, 0, 0);
     expect_shape(&inv, down, 1, tp_coords(2, 1), "weight_scale", RF_DTYPE_BF16, 2, 64, 2, 0, 0);
-    expect_at(&inv, down, 0, tp_coords(2, 1), 5 * 4 + 3, "model.layers.0.mlp.down_proj.weight_packed",
-              5 * 8 + 4 + 3);
-    expect_at(&inv, down, 0, tp_coords(2, 0), 5 * 4 + 3, "model.layers.0.mlp.down_proj.weight_packed",
-              5 * 8 + 3);
-    expect_at(&inv, down, 1, tp_coords(2, 1), 5 * 2 + 1, "model.layers.0.mlp.down_proj.weight_scale",
-              5 * 4 + 2 + 1);
+    expect_at(&inv, down, 0, tp_coords(2, 1), 5 * 4 + 3,
+              "model.layers.0.mlp.down_proj.weight_packed", 5 * 8 + 4 + 3);
+    expect_at(&inv, down, 0, tp_coords(2, 0), 5 * 4 + 3,
+              "model.layers.0.mlp.down_proj.weight_packed", 5 * 8 + 3);
+    expect_at(&inv, down, 1, tp_coords(2, 1), 5 * 2 + 1,
+              "model.layers.0.mlp.down_proj.weight_scale", 5 * 4 + 2 + 1);
     /* EP off, tp 2: T_m 2, I_p 32. K-first: w13 packed (4, 8, 64), w2 packed (4, 4, 64),
      * w13 scale (4, 4, 64), w2 scale (4, 2, 64) */
     rf_rollout_coords_t r1 = tp_coords(2, 1);
@@ -767,7 +813,8 @@ static void synth_init(synth_t *sy, const rf_inventory_t *inv)
         for (uint64_t k = 0; k < tt->numel; k++) {
             uint64_t r = xs(&s);
             if (tt->param == RF_PARAM_WEIGHT_SHAPE) {
-                int64_t v = k == 0 ? inv->tensors[i - 2].shape[0] : inv->tensors[i - 2].shape[1] * 8;
+                int64_t v =
+                    k == 0 ? inv->tensors[i - 2].shape[0] : inv->tensors[i - 2].shape[1] * 8;
                 memcpy(b + k * 8, &v, 8);
             } else if (tt->dtype == RF_DTYPE_F8_E4M3) {
                 uint8_t v = (uint8_t)r;
@@ -846,8 +893,7 @@ static void fill_module(rank_slots_t *rs, synth_t *sy, int m, rf_rollout_coords_
     ck_assert_msg(rf_module_slots(sy->inv, m, &rc, sh, &rs->n, &err) == RF_OK, "%s", err.msg);
     for (int s = 0; s < rs->n; s++) {
         rf_ref_locator_t *l;
-        ck_assert_msg(rf_ref_locator_create(sy->inv, m, s, &rc, &l, &err) == RF_OK, "%s",
-                      err.msg);
+        ck_assert_msg(rf_ref_locator_create(sy->inv, m, s, &rc, &l, &err) == RF_OK, "%s", err.msg);
         size_t es = rf_dtype_size(rf_ref_locator_shape(l)->dtype);
         uint64_t n = rf_ref_locator_numel(l);
         unsigned char *b = calloc(n * es + 1, 1);
@@ -896,8 +942,8 @@ START_TEST(test_dequant_decoders)
     ck_assert(rf_ref_e4m3fn_to_f32(0x01) == ldexpf(1.0f, -9));
     ck_assert(rf_ref_e4m3fn_to_f32(0x07) == ldexpf(7.0f, -9));  /* largest subnormal */
     ck_assert(rf_ref_e4m3fn_to_f32(0x0f) == ldexpf(15.0f, -9)); /* (1 + 7/8) 2^-6 */
-    ck_assert(rf_ref_e4m3fn_to_f32(0x4d) == 6.5f); /* e 9, m 5: (1 + 5/8) 4 */
-    ck_assert(rf_ref_e4m3fn_to_f32(0x08) == ldexpf(1.0f, -6)); /* smallest normal */
+    ck_assert(rf_ref_e4m3fn_to_f32(0x4d) == 6.5f);              /* e 9, m 5: (1 + 5/8) 4 */
+    ck_assert(rf_ref_e4m3fn_to_f32(0x08) == ldexpf(1.0f, -6));  /* smallest normal */
     ck_assert(rf_ref_e4m3fn_to_f32(0x80) == 0.0f && signbit(rf_ref_e4m3fn_to_f32(0x80)));
     ck_assert(isnan(rf_ref_e4m3fn_to_f32(0x7f)) && isnan(rf_ref_e4m3fn_to_f32(0xff)));
     int32_t w = (int32_t)0xf7654321u;
@@ -932,39 +978,39 @@ START_TEST(test_quant_verify_corruption)
                       "%s", err.msg);
         ck_assert_uint_eq(bad, 0);
     }
-    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                           &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(
+        rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad, &err) == RF_OK,
+        "%s", err.msg);
     ck_assert_uint_eq(bad, 0);
     /* the file stores bf16 scales: with tensor_dtype saying so the oracle converts exactly */
     sy.bf16_scales = 1;
     rf_verify_opts_t o = {0, synth_dtype};
-    ck_assert_msg(rf_verify_slot_ex(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &o,
-                                    &bad, &err) == RF_OK,
+    ck_assert_msg(rf_verify_slot_ex(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &o, &bad,
+                                    &err) == RF_OK,
                   "%s", err.msg);
     /* without it the bf16 bytes are not f32 bytes: caught */
-    ck_assert_int_eq(rf_verify_slot(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &bad,
-                                    &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_slot(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &bad, &err),
+        RF_ERR_VERIFY);
     rf_verify_opts_t od = {0, rs_dtype};
-    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, &od, &bad,
-                                           &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(
+        rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, &od, &bad, &err) == RF_OK,
+        "%s", err.msg);
     sy.bf16_scales = 0;
     /* corrupt weight slot row 300 (k row 172), col 7 */
     unsigned char *w = rs.b[0];
     uint64_t e = 300 * 256 + 7;
     w[e] = (uint8_t)(w[e] == 0x38 ? 0x40 : 0x38);
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_verify_slot(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &bad,
-                                    &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_slot(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &bad, &err),
+        RF_ERR_VERIFY);
     ck_assert_uint_eq(bad, 1);
     ck_assert_msg(strstr(err.msg, "k_proj.weight[44039]") != NULL, "%s", err.msg);
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                              &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad, &err),
+        RF_ERR_VERIFY);
     ck_assert_uint_eq(bad, 1);
     ck_assert_msg(strstr(err.msg, "k_proj.weight element 44039") != NULL, "%s", err.msg);
     /* a scale corruption: every element of that 128 x 128 block dequantizes differently */
@@ -972,14 +1018,14 @@ START_TEST(test_quant_verify_corruption)
     float *sc = rs.b[1];
     sc[5] *= 2.0f; /* k block (1, 1) */
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_verify_slot(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &bad,
-                                    &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_slot(&inv, m, 1, &rc, rs.b[1], rs.nb[1], synth_bytes, &sy, &bad, &err),
+        RF_ERR_VERIFY);
     ck_assert_uint_eq(bad, 1);
     ck_assert_msg(strstr(err.msg, "k_proj.weight_scale_inv[3]") != NULL, "%s", err.msg);
-    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                              &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad, &err),
+        RF_ERR_VERIFY);
     /* every non-zero element of the block: zeros stay zero */
     const unsigned char *kw =
         sy.t[rf_inventory_find(&inv, "model.layers.0.self_attn.k_proj.weight")];
@@ -1003,24 +1049,23 @@ START_TEST(test_quant_verify_corruption)
         ck_assert_msg(rf_verify_slot(&inv, m, s, &rc, rs.b[s], rs.nb[s], synth_bytes, &sy, &bad,
                                      &err) == RF_OK,
                       "%s", err.msg);
-    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                           &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(
+        rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad, &err) == RF_OK,
+        "%s", err.msg);
     ck_assert_uint_eq(bad, 0);
     /* w2 packed (e 1, word 2, h 10) = down word 10 * 8 + 6; element 3 of the word is k 51 */
     int32_t *pw = rs.b[2];
     pw[1 * 4 * 64 + 2 * 64 + 10] ^= 1 << 12;
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_verify_slot(&inv, m, 2, &rc, rs.b[2], rs.nb[2], synth_bytes, &sy, &bad,
-                                    &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_slot(&inv, m, 2, &rc, rs.b[2], rs.nb[2], synth_bytes, &sy, &bad, &err),
+        RF_ERR_VERIFY);
     ck_assert_uint_eq(bad, 1);
-    ck_assert_msg(strstr(err.msg, "experts.1.down_proj.weight_packed[86]") != NULL, "%s",
-                  err.msg);
+    ck_assert_msg(strstr(err.msg, "experts.1.down_proj.weight_packed[86]") != NULL, "%s", err.msg);
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                              &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad, &err),
+        RF_ERR_VERIFY);
     ck_assert_uint_eq(bad, 1);
     /* logical (64, 64) down weight: row 10, k = 8 (4 + 2) + 3 = 51 */
     ck_assert_msg(strstr(err.msg, "experts.1.down_proj.weight_packed element 691") != NULL, "%s",
@@ -1030,15 +1075,15 @@ START_TEST(test_quant_verify_corruption)
     m = find_module(&inv, "model.layers.0.mlp.down_proj");
     rf_rollout_coords_t r0 = tp_coords(2, 0);
     fill_module(&rs, &sy, m, r0);
-    ck_assert_msg(rf_verify_dequant_module(&inv, m, &r0, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                           &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(
+        rf_verify_dequant_module(&inv, m, &r0, rs_slot, rs_tensor, &rs, NULL, &bad, &err) == RF_OK,
+        "%s", err.msg);
     uint16_t *gs = rs.b[1];
     gs[3 * 2 + 1] ^= 0x0001; /* row 3, group 1: 16 elements change unless q = 0 */
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &r0, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                              &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_dequant_module(&inv, m, &r0, rs_slot, rs_tensor, &rs, NULL, &bad, &err),
+        RF_ERR_VERIFY);
     ck_assert_uint_ge(bad, 1);
     ck_assert_uint_le(bad, 16);
     ck_assert_msg(strstr(err.msg, "down_proj.weight_packed element 20") != NULL, "%s", err.msg);
@@ -1078,33 +1123,32 @@ START_TEST(test_fnuz_negative_zero)
         }
     ck_assert_uint_ge(nneg, 2);
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_verify_slot(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &bad,
-                                    &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_slot(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &bad, &err),
+        RF_ERR_VERIFY);
     ck_assert_uint_eq(bad, nneg);
     ck_assert_msg(strstr(err.msg, "expected 0x80 got 0x00") != NULL, "%s", err.msg);
     rf_verify_opts_t o = {RF_VERIFY_FP8_FNUZ_ZERO, NULL};
     rf_err_clear(&err);
-    ck_assert_msg(rf_verify_slot_ex(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &o,
-                                    &bad, &err) == RF_OK,
+    ck_assert_msg(rf_verify_slot_ex(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &o, &bad,
+                                    &err) == RF_OK,
                   "%s", err.msg);
     ck_assert_uint_eq(bad, 0);
-    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                           &err) == RF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(
+        rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad, &err) == RF_OK,
+        "%s", err.msg);
     ck_assert_uint_eq(bad, 0);
     /* the flag does not hide a real change: 0x00 expected, 0x80 given is still wrong */
     w[5] = 0x80;
     sy.t[t][256 + 5] = 0x00;
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_verify_slot_ex(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &o,
-                                       &bad, &err),
-                     RF_ERR_VERIFY);
+    ck_assert_int_eq(
+        rf_verify_slot_ex(&inv, m, 0, &rc, rs.b[0], rs.nb[0], synth_bytes, &sy, &o, &bad, &err),
+        RF_ERR_VERIFY);
     ck_assert_uint_eq(bad, 1);
     /* the dequant check still calls -0 and +0 equal there */
-    ck_assert_int_eq(rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad,
-                                              &err),
-                     RF_OK);
+    ck_assert_int_eq(
+        rf_verify_dequant_module(&inv, m, &rc, rs_slot, rs_tensor, &rs, NULL, &bad, &err), RF_OK);
     rank_slots_free(&rs);
     synth_free(&sy);
     rf_inventory_free(&inv);
@@ -1115,22 +1159,31 @@ END_TEST
  * rf_module_slots and a locator-filled rank passes the byte and dequant checks. */
 START_TEST(test_quant_all_slots_roundtrip)
 {
-    rf_rollout_coords_t rcs[] = {tp_coords(1, 0), tp_coords(2, 0), tp_coords(2, 1),
-                                 tp_coords(4, 3), coords(2, 1, 2, 1, 4, 3, RF_PLACE_ROUND_ROBIN),
+    rf_rollout_coords_t rcs[] = {tp_coords(1, 0),
+                                 tp_coords(2, 0),
+                                 tp_coords(2, 1),
+                                 tp_coords(4, 3),
+                                 coords(2, 1, 2, 1, 4, 3, RF_PLACE_ROUND_ROBIN),
                                  coords(2, 0, 2, 1, 1, 0, RF_PLACE_LINEAR)};
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < 3; q++) {
         rf_inventory_t inv;
         synth_t sy;
         if (q == 0)
             build_inv_q(FP8_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
-        else
+        else if (q == 1)
             build_inv_q(WNA16_JSON, RF_QUANT_WNA16, 16, &inv);
+        else
+            build_inv_q(FP8_MOE_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
         synth_init(&sy, &inv);
         for (size_t c = 0; c < sizeof(rcs) / sizeof(rcs[0]); c++) {
             rf_err_t err;
             rf_err_clear(&err);
-            ck_assert_msg(rf_inventory_check_rollout(&inv, &rcs[c], &err) == RF_OK, "%s",
-                          err.msg);
+            if (q == 2 && rcs[c].tp * rcs[c].dp == 4 && rcs[c].ep == 1) {
+                /* I_p 64 splits a 128-block: both sides refuse */
+                ck_assert_int_eq(rf_inventory_check_rollout(&inv, &rcs[c], &err), RF_ERR_TOPOLOGY);
+                continue;
+            }
+            ck_assert_msg(rf_inventory_check_rollout(&inv, &rcs[c], &err) == RF_OK, "%s", err.msg);
             for (int m = 0; m < inv.nmodules; m++) {
                 rank_slots_t rs;
                 uint64_t bad;
@@ -1170,6 +1223,7 @@ static Suite *verify_suite(void)
     tcase_add_test(l, test_slots_agree_real_configs);
     tcase_add_test(l, test_locate_fp8_scales_tp2);
     tcase_add_test(l, test_locate_wna16_row_and_kfirst_moe);
+    tcase_add_test(l, test_locate_fp8_moe_scales);
     suite_add_tcase(s, l);
     TCase *v = tcase_create("verify");
     tcase_set_timeout(v, 60);
