@@ -3,8 +3,8 @@
  *
  * One splitmix64 finalizer per element: a per-(name, step) key is mixed once, then element
  * `index` is mix64(key + (index + 1) * golden), which is the splitmix64 stream seeded by the
- * key. The 64 bits become an fp32 value with random sign, exponent in [2^-14, 2^-1] (so f16
- * stays normal too) and random mantissa, which is then rounded to the tensor's dtype.
+ * key. The 64 bits become an fp32 value with random sign and a magnitude uniform in
+ * [2^-14, 1) (so f16 stays normal too), which is then rounded to the tensor's dtype.
  */
 #include <string.h>
 #include <xxhash.h>
@@ -13,8 +13,6 @@
 
 #define GEN_GOLDEN 0x9e3779b97f4a7c15ull
 #define GEN_STEP_SALT 0x632be59bd9b4e019ull
-#define GEN_EXP_MIN 113u /* 2^-14: the smallest normal f16 */
-#define GEN_EXP_COUNT 14u /* 2^-14 .. 2^-1 */
 
 static inline uint64_t gen_mix64(uint64_t z)
 {
@@ -31,10 +29,17 @@ static inline uint64_t gen_key(uint64_t name_hash, uint64_t step)
 static inline uint32_t gen_f32_bits(uint64_t key, uint64_t index)
 {
     uint64_t z = gen_mix64(key + (index + 1) * GEN_GOLDEN);
-    uint32_t sign = (uint32_t)(z >> 63);
-    uint32_t exp = GEN_EXP_MIN + (uint32_t)((((z >> 23) & 0xffffffffull) * GEN_EXP_COUNT) >> 32);
-    uint32_t mant = (uint32_t)(z & 0x7fffffu);
-    return sign << 31 | exp << 23 | mant;
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    /* magnitude uniform in [0, 1) on a 2^-24 grid (exact in fp32), raised to at least 2^-14 so
+     * that no value is zero or subnormal (in f16 either); uniform rather than log-uniform so
+     * that quantized formats see values spread over their whole range (int4 nibbles, fp8) */
+    v.f = (float)(uint32_t)((z >> 8) & 0xffffffu) * 0x1p-24f;
+    if (v.f < 0x1p-14f)
+        v.f = 0x1p-14f;
+    return (uint32_t)(z >> 63) << 31 | v.u;
 }
 
 /* fp32 (normal, |v| in [2^-14, 1)) -> bf16 RNE, clamped below 1. */

@@ -51,6 +51,7 @@ typedef struct job_stats {
     double update_s, begin_s, receive_s, wire_s, unpack_s, loader_s, finalize_s, layerwise_s,
         deferred_s, gate_s, produce_s, send_s, verify_s;
     uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed, cold_slots, dequant_checked, fnuz_tensors;
+    uint64_t qdiff_elems, qdiff_changed;
     double verdict_s;       /* update begin to the verdict on this rank */
     int storage_unchanged;  /* rollout, fault updates: 1 yes, 0 no; -1 not measured */
     int paused;             /* rollout: still PAUSED after the gate */
@@ -615,12 +616,17 @@ static void snapshot(job_t *j)
  * the slot's dtype; vocab padding rows excluded; padding is zero both times). */
 static void diff_rule(job_t *j)
 {
-    uint64_t total = 0, changed = 0;
+    uint64_t total[2] = {0, 0}, changed[2] = {0, 0};
     for (int s = 0; s < j->st.nslots; s++) {
         rf_slot_t *sl = &j->st.slots[s];
         if (sl->derived || j->snap[s] == NULL)
             continue;
-        size_t es = rf_dtype_size(sl->sig.dtype);
+        rf_quant_t q = j->inv.modules[sl->module].quant;
+        int cls = q != RF_QUANT_NONE; /* quantized tensors: 90% (DESIGN.md section 2) */
+        /* packed int4 compares per byte */
+        size_t es = q == RF_QUANT_WNA16 && sl->sig.dtype == RF_DTYPE_I32
+                        ? 1
+                        : rf_dtype_size(sl->sig.dtype);
         uint64_t n = rf_signature_bytes(&sl->sig) / es, pad = 0;
         const char *a = sl->sig.data, *b = j->snap[s];
         if (j->inv.modules[sl->module].kind == RF_MOD_VOCAB) {
@@ -632,11 +638,13 @@ static void diff_rule(job_t *j)
         uint64_t same = 0;
         for (uint64_t i = 0; i < n; i++)
             same += memcmp(a + i * es, b + i * es, es) == 0;
-        total += n - pad;
-        changed += n - same;
+        total[cls] += n - pad;
+        changed[cls] += n - same;
     }
-    j->js.diff_elems = total;
-    j->js.diff_changed = changed;
+    j->js.diff_elems = total[0];
+    j->js.diff_changed = changed[0];
+    j->js.qdiff_elems = total[1];
+    j->js.qdiff_changed = changed[1];
 }
 
 /*
@@ -1030,7 +1038,7 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
 {
     char b1[32], b2[32], b3[64], b4[64];
     uint64_t produced = 0, read = 0, gathered = 0, elems = 0, mism = 0, dtot = 0, dchg = 0;
-    uint64_t deq = 0, fnuz = 0;
+    uint64_t deq = 0, fnuz = 0, qtot = 0, qchg = 0;
     int crit = -1, inflight = 0;
     double crit_s = 0, upd = 0;
     for (int r = 0; r < j->size; r++) {
@@ -1042,6 +1050,8 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
         mism += s->verify_mismatch;
         dtot += s->diff_elems;
         dchg += s->diff_changed;
+        qtot += s->qdiff_elems;
+        qchg += s->qdiff_changed;
         deq += s->dequant_checked;
         fnuz = s->fnuz_tensors > fnuz ? s->fnuz_tensors : fnuz;
         if (s->max_inflight > inflight)
@@ -1120,6 +1130,10 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                                 100.0 * (double)dchg / (double)dtot, dtot),
                        b4)
                     : "");
+    if (v->committed && qtot)
+        printf("  %-10s quantized tensors: changed %.2f%% of %" PRIu64 " elements (packed int4 "
+               "per byte)\n",
+               "", 100.0 * (double)qchg / (double)qtot, qtot);
     if (v->committed && j->o->cold_check) {
         uint64_t cold = 0;
         for (int r = 0; r < j->size; r++)
@@ -1379,11 +1393,18 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         if (vs == RF_OK && diff) {
             diff_rule(j);
             double frac = j->js.diff_elems ? (double)j->js.diff_changed / j->js.diff_elems : 1.0;
+            double qfrac =
+                j->js.qdiff_elems ? (double)j->js.qdiff_changed / j->js.qdiff_elems : 1.0;
             if (frac < 0.99)
                 vs = rf_err_set(&ve, RF_ERR_VERIFY,
                                 "rank %d: only %.2f%% of the elements written changed since the "
                                 "previous update (at least 99%% required)",
                                 j->rank, 100.0 * frac);
+            else if (qfrac < 0.90)
+                vs = rf_err_set(&ve, RF_ERR_VERIFY,
+                                "rank %d: only %.2f%% of the quantized elements written changed "
+                                "since the previous update (at least 90%% required)",
+                                j->rank, 100.0 * qfrac);
         }
         if (vs == RF_OK && j->o->cold_check)
             vs = cold_compare(j, v, &ve);

@@ -182,12 +182,13 @@ START_TEST(test_gen_deterministic_and_steps_differ)
                 same_idx += a == rf_gen_value_bits(h, i + 1, step, RF_DTYPE_BF16);
             }
             ck_assert_uint_eq(nondet, 0);
-            ck_assert_msg(same * 1000 < n, "%s step %llu: %llu of %llu equal", names[k],
+            /* DESIGN.md section 2 asks 99%; bf16 values uniform in (-1, 1) collide ~0.13% */
+            ck_assert_msg(same * 200 < n, "%s step %llu: %llu of %llu equal", names[k],
                           (unsigned long long)step, (unsigned long long)same,
                           (unsigned long long)n);
             ck_assert_uint_lt(same_f32 * 1000, n);
-            ck_assert_uint_lt(same_idx * 1000, n);
-            ck_assert_uint_gt(same, 0); /* about 1/3584: the value set is what we claim */
+            ck_assert_uint_lt(same_idx * 200, n);
+            ck_assert_uint_gt(same, 0); /* bf16 has a finite value set: some collide */
         }
     }
     /* names matter */
@@ -196,7 +197,7 @@ START_TEST(test_gen_deterministic_and_steps_differ)
     for (uint64_t i = 0; i < 100000; i++)
         same += rf_gen_value_bits(ha, i, 1, RF_DTYPE_BF16) ==
                 rf_gen_value_bits(hb, i, 1, RF_DTYPE_BF16);
-    ck_assert_uint_lt(same * 1000, 100000);
+    ck_assert_uint_lt(same * 200, 100000);
 }
 END_TEST
 
