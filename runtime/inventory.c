@@ -321,6 +321,21 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
     memset(&inv, 0, sizeof(inv));
     inv.quant = quant;
     inv.group_size = group_size > 0 ? group_size : 128;
+    /* refusals of DESIGN.md section 7 that the config alone decides */
+    if (quant == RF_QUANT_FP8_BLOCK && cfg->scale_fmt[0] != '\0' &&
+        strcmp(cfg->scale_fmt, "float") != 0)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "inventory: quantization_config.scale_fmt '%s' is not supported (fp8 "
+                          "block scales must be plain floats, not e.g. ue8m0)",
+                          cfg->scale_fmt);
+    if (quant == RF_QUANT_FP8_BLOCK && strcmp(cfg->activation_scheme, "static") == 0)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "inventory: quantization_config.activation_scheme 'static' is not "
+                          "supported (static activation scales are not reloaded)");
+    if (quant == RF_QUANT_WNA16 && cfg->act_order)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "inventory: quantization_config: act-order / g_idx is not supported "
+                          "(no g_idx slots)");
     /* bounded before anything is allocated (at most 16 tensors per dense layer, 3 per expert
      * plus the router in a MoE layer, x3 when quantized); fuzz_model_config slowing on large
      * configs led to it */

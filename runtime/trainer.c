@@ -364,6 +364,19 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
             RF_CHECK(rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1,
                                   (uint64_t)r->c0 * es, (uint64_t)r->c1 * es, tr->buf[i], pitch,
                                   err));
+            /* an FP8 source with NaN bytes (0x7F, 0xFF) is refused: e4m3fnuz would turn them
+             * into finite values (DESIGN.md section 7) */
+            if (e->dtype == RF_DTYPE_F8_E4M3) {
+                const uint8_t *b = (const uint8_t *)tr->buf[i];
+                uint64_t nb = (uint64_t)(r->r1 - r->r0) * pitch;
+                for (uint64_t k = 0; k < nb; k++)
+                    if ((b[k] & 0x7fu) == 0x7fu)
+                        return rf_err_set(err, RF_ERR_MISMATCH,
+                                          "trainer rank %d: %s holds a NaN byte (0x%02x) at "
+                                          "element %llu of its slice: fp8 sources must be finite",
+                                          tr->me.world_rank, t->name, b[k],
+                                          (unsigned long long)k);
+            }
         }
     }
     if (ck != NULL) {

@@ -58,3 +58,14 @@ foreach(case "wna16-triton-tp2;243 +48 +96 +56115 +0" "wna16-triton-tp2ep2;243 +
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(refit_plan_qwen3_30b_a3b_${t} PROPERTIES LABELS unit TIMEOUT 120)
 endforeach()
+
+# an FP8 source holding a NaN byte (0x7F) is refused (e4m3fnuz would make it finite)
+add_executable(make_nan_fp8 ${CMAKE_CURRENT_SOURCE_DIR}/make_nan_fp8.c)
+target_link_libraries(make_nan_fp8 PRIVATE refit)
+add_test(NAME make_nan_fp8_checkpoint
+         COMMAND make_nan_fp8 ${DATA}/qwen3-fp8-tiny ${CMAKE_BINARY_DIR}/nan-fp8-tiny)
+set_tests_properties(make_nan_fp8_checkpoint PROPERTIES LABELS mpi FIXTURES_SETUP nan_fp8)
+refit_run_test(refit_run_fp8_nan_refused 2 fail "NaN byte \\(0x7f\\).*fp8 sources must be finite"
+               --topology ${TOPO}/qwen3-fp8-tiny-tp1-to-tp1.yaml
+               --checkpoint ${CMAKE_BINARY_DIR}/nan-fp8-tiny --steps 1)
+set_tests_properties(refit_run_fp8_nan_refused PROPERTIES FIXTURES_REQUIRED nan_fp8)

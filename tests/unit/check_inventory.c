@@ -198,6 +198,86 @@ START_TEST(test_moe_placement)
 }
 END_TEST
 
+
+/* A tiny Qwen3 with a quantization_config block (fields appended by each test). */
+static rf_status_t quant_inv(const char *qcfg, rf_quant_t quant, rf_inventory_t *inv,
+                             rf_err_t *err)
+{
+    char json[2048];
+    rf_model_config_t cfg;
+    snprintf(json, sizeof(json),
+             "{\"model_type\": \"qwen3\", \"hidden_size\": 256, \"num_hidden_layers\": 2, "
+             "\"vocab_size\": 64, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+             "\"head_dim\": 128, \"intermediate_size\": 256, \"quantization_config\": %s}",
+             qcfg);
+    rf_err_clear(err);
+    rf_status_t st = rf_model_config_parse(json, strlen(json), "q.json", &cfg, err);
+    if (st == RF_OK) {
+        st = rf_inventory_build(&cfg, quant, 128, inv, err);
+        rf_model_config_free(&cfg);
+    }
+    return st;
+}
+
+START_TEST(test_quant_not_convert_and_refusals)
+{
+    rf_inventory_t inv;
+    rf_err_t err;
+    /* modules_to_not_convert keeps layer 1's o_proj unquantized; the rest is fp8 */
+    ck_assert_int_eq(quant_inv("{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128], "
+                               "\"modules_to_not_convert\": [\"lm_head\", "
+                               "\"model.layers.1.self_attn.o_proj\"]}",
+                               RF_QUANT_FP8_BLOCK, &inv, &err),
+                     RF_OK);
+    int o0 = rf_inventory_find(&inv, "model.layers.0.self_attn.o_proj.weight");
+    int o1 = rf_inventory_find(&inv, "model.layers.1.self_attn.o_proj.weight");
+    ck_assert_int_eq(inv.tensors[o0].dtype, RF_DTYPE_F8_E4M3);
+    ck_assert_int_eq(inv.tensors[o1].dtype, RF_DTYPE_BF16);
+    ck_assert_int_ge(rf_inventory_find(&inv, "model.layers.0.self_attn.o_proj.weight_scale_inv"), 0);
+    ck_assert_int_eq(rf_inventory_find(&inv, "model.layers.1.self_attn.o_proj.weight_scale_inv"), -1);
+    ck_assert_int_eq(inv.modules[inv.tensors[o1].module].quant, RF_QUANT_NONE);
+    rf_inventory_free(&inv);
+    /* a fused module cannot be half converted */
+    ck_assert_int_eq(quant_inv("{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128], "
+                               "\"modules_to_not_convert\": [\"model.layers.0.self_attn.k_proj\"]}",
+                               RF_QUANT_FP8_BLOCK, &inv, &err),
+                     RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "qkv_proj"));
+    /* compressed-tensors ignore with a regex */
+    ck_assert_int_eq(
+        quant_inv("{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"group_0\": "
+                  "{\"weights\": {\"num_bits\": 4, \"strategy\": \"group\", \"group_size\": 128, "
+                  "\"symmetric\": true}}}, \"ignore\": [\"lm_head\", \"re:.*mlp.down_proj$\"]}",
+                  RF_QUANT_WNA16, &inv, &err),
+        RF_OK);
+    ck_assert_int_ge(rf_inventory_find(&inv, "model.layers.0.mlp.down_proj.weight"), 0);
+    ck_assert_int_ge(rf_inventory_find(&inv, "model.layers.0.mlp.gate_proj.weight_packed"), 0);
+    ck_assert_int_ge(rf_inventory_find(&inv, "model.layers.0.mlp.gate_proj.weight_shape"), 0);
+    rf_inventory_free(&inv);
+    /* refusals: ue8m0 scales, static activation scales, act-order */
+    ck_assert_int_eq(quant_inv("{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128], "
+                               "\"scale_fmt\": \"ue8m0\"}",
+                               RF_QUANT_FP8_BLOCK, &inv, &err),
+                     RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "ue8m0"));
+    ck_assert_int_eq(quant_inv("{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128], "
+                               "\"activation_scheme\": \"static\"}",
+                               RF_QUANT_FP8_BLOCK, &inv, &err),
+                     RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "static"));
+    ck_assert_int_eq(
+        quant_inv("{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"group_0\": "
+                  "{\"weights\": {\"num_bits\": 4, \"strategy\": \"group\", \"group_size\": 128, "
+                  "\"symmetric\": true, \"actorder\": \"group\"}}}}",
+                  RF_QUANT_WNA16, &inv, &err),
+        RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "act-order"));
+    ck_assert_int_eq(quant_inv("{\"quant_method\": \"fp8\", \"weight_block_size\": [64, 64]}",
+                               RF_QUANT_FP8_BLOCK, &inv, &err),
+                     RF_ERR_UNSUPPORTED);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("inventory");
@@ -214,6 +294,7 @@ int main(void)
     tcase_add_test(tc, test_inventory_too_many_tensors);
     tcase_add_test(tc, test_config_aliases);
     tcase_add_test(tc, test_moe_placement);
+    tcase_add_test(tc, test_quant_not_convert_and_refusals);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
