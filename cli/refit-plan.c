@@ -28,7 +28,8 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: refit-plan --topology FILE [--reload-policy auto|layerwise] [--json FILE]\n"
+    fprintf(f, "usage: refit-plan --topology FILE [--reload-policy auto|layerwise] [--format-owner NAME]\n"
+               "                  [--json FILE]\n"
                "\n"
                "Prints, per rollout rank of the topology, the layers per plan mode (DIRECT,\n"
                "RUNTIME_VIEW, LAYERWISE) and the expected applications, without moving data or\n"

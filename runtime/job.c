@@ -1515,11 +1515,12 @@ int rf_job_run(const rf_job_opts_t *opts)
         return 1;
     }
     if (j.rank == 0 && !opts->quiet) {
-        printf("refit: topology %s (hash %016" PRIx64 "), model %s %s, %d trainer ranks (tp %d "
-               "pp %d dp %d) -> %d engine(s) x tp %d, %s transport, %s\n",
+        printf("refit: topology %s (hash %016" PRIx64 "), model %s %s, trainer %d rank(s) (tp %d "
+               "pp %d dp %d) -> %d engine(s) x tp %d dp %d ep %d, %s, %s transport, %s\n",
                j.topo.name, rf_topology_hash(&j.topo), j.cfg.model_type,
                j.cfg.architecture, j.T, j.topo.t_tp, j.topo.t_pp, j.topo.t_dp,
-               j.topo.r_engines, j.topo.r_tp, rf_transport_name(j.topo.transport),
+               j.topo.r_engines, j.topo.r_tp, j.topo.r_dp, j.topo.r_ep,
+               rf_quant_name(j.topo.quantization), rf_transport_name(j.topo.transport),
                opts->checkpoint ? opts->checkpoint : "generator weights");
         fflush(stdout);
     }

@@ -56,7 +56,7 @@ foreach(case "wna16-triton-tp2;243 +48 +96 +56115 +0" "wna16-triton-tp2ep2;243 +
            COMMAND ${EXPECT} ok " 1 +0 +0 +0 +0 +${counts}" -- $<TARGET_FILE:refit-plan>
                    --topology ${TOPO}/plan/qwen3-30b-a3b-${t}.yaml
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(refit_plan_qwen3_30b_a3b_${t} PROPERTIES LABELS unit TIMEOUT 120)
+  set_tests_properties(refit_plan_qwen3_30b_a3b_${t} PROPERTIES LABELS plan TIMEOUT 120)
 endforeach()
 
 # an FP8 source holding a NaN byte (0x7F) is refused (e4m3fnuz would make it finite)
