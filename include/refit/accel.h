@@ -1,0 +1,245 @@
+/*
+ * refit: accelerators (DESIGN.md sections 9 and 16; STYLE.md: ops tables, CUDA in its own
+ * module, a host implementation as the reference).
+ *
+ * An accelerator is an ops table (rf_accel_ops_t) plus an object that starts with a pointer to
+ * it. Two implementations: "host" (runtime/accel_host.c: plain memory, synchronous "streams";
+ * the reference every GPU path is compared with byte for byte) and "cuda"
+ * (runtime/accel_cuda.cu: cudaMalloc arenas, never managed memory; CUDA streams and events).
+ * runtime/accel_registry.c picks one by name or by capability; it is the only file that knows
+ * whether CUDA was compiled in.
+ *
+ * Memory: "device" pointers are what alloc() returns (host memory for "host"); "host"
+ * pointers are ordinary or pinned (alloc_host) host memory. Kernels take device pointers.
+ * Every operation that takes a stream enqueues on it (NULL: the accelerator's own default
+ * stream) and returns without waiting, except the ones documented as synchronizing. On the
+ * host implementation every operation completes before it returns.
+ *
+ * Errors: RF_ERR_INVALID (arguments), RF_ERR_NOMEM, RF_ERR_CUDA (a CUDA call failed: logged once
+ * with the call and CUDA's own error string), RF_ERR_UNSUPPORTED (an implementation that is not
+ * compiled in, or no device). Outputs are set only on success. Not collective; an accelerator
+ * object is used by one thread at a time.
+ */
+#ifndef REFIT_ACCEL_H
+#define REFIT_ACCEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "refit/dtype.h"
+#include "refit/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rf_dst;
+typedef struct rf_accel_ops rf_accel_ops_t;
+
+/* Memory-type tag of an accelerator's alloc() memory (UCX style). */
+typedef enum { RF_MEM_HOST = 0, RF_MEM_CUDA = 1 } rf_mem_type_t;
+
+typedef enum {
+    RF_COPY_H2D = 0, /* host -> device */
+    RF_COPY_D2H = 1, /* device -> host */
+    RF_COPY_D2D = 2, /* device -> device (same accelerator) */
+    RF_COPY_H2H = 3, /* host -> host */
+} rf_copy_kind_t;
+
+/* Every object starts with its ops pointer. impl is the implementation's own handle. */
+typedef struct rf_accel {
+    const rf_accel_ops_t *ops;
+    int device; /* the device selected at open (host: 0) */
+    void *impl;
+} rf_accel_t;
+
+typedef struct rf_accel_stream {
+    const rf_accel_ops_t *ops;
+    rf_accel_t *accel; /* borrowed: the accelerator it was created on */
+    void *impl;
+} rf_accel_stream_t;
+
+typedef struct rf_accel_event {
+    const rf_accel_ops_t *ops;
+    rf_accel_t *accel;
+    void *impl;
+} rf_accel_event_t;
+
+/*
+ * The loader's destination (rf_dst_t in include/refit/loader.h, same meaning): element (i, c)
+ * of expert e lives at data + (e expert_stride + i row_stride + c col_stride) esize, strides in
+ * elements, in checkpoint orientation (a K-first slot has row_stride 1, col_stride N).
+ */
+typedef struct rf_accel_dst {
+    void *data;            /* element 0 of the slot (device memory) */
+    size_t esize;          /* bytes per element: 1, 2, 4 or 8 */
+    rf_dtype_t dtype;      /* element type (F32 with a BF16 / F16 source: exact conversion) */
+    int64_t row_stride;    /* elements between consecutive rows */
+    int64_t col_stride;    /* elements between consecutive columns */
+    int64_t expert_stride; /* elements between local experts */
+} rf_accel_dst_t;
+
+/* The accel descriptor of a loader destination (data is taken as a device pointer). */
+rf_accel_dst_t rf_accel_dst_from(const struct rf_dst *dst);
+
+/*
+ * One strided row copy, the building block of every loader write (TP slices, fused shards,
+ * K-first wna16 rows, vocab rows): source element (i, c), i < rows, c < cols, at
+ * src + (i src_pitch + c) src-element-size bytes, goes to destination element
+ * (dst_row + i, dst_col + c) of expert `expert`. The source is in src_dtype: either the
+ * destination's element size (bytes copied as they are) or BF16 / F16 into an F32
+ * destination (the exact conversion FP8 block scales need). dst and src must not overlap.
+ */
+typedef struct rf_accel_rows {
+    rf_accel_dst_t dst;
+    int64_t expert;    /* local expert index (0 for 2-D params) */
+    int64_t dst_row;   /* first destination row */
+    int64_t dst_col;   /* first destination column */
+    const void *src;   /* device memory */
+    rf_dtype_t src_dtype;
+    int64_t src_pitch; /* source elements between consecutive rows (>= cols) */
+    int64_t rows;
+    int64_t cols;
+} rf_accel_rows_t;
+
+struct rf_accel_ops {
+    const char *name;       /* "host", "cuda" */
+    rf_mem_type_t mem_type; /* what alloc() returns */
+
+    /* ---- lifetime and device selection ---- */
+    /* Number of usable devices (host: 1). */
+    rf_status_t (*device_count)(int *count_p);
+    /* Opens device `device` (cudaSetDevice on CUDA; host: must be 0). *accel_p is owned by the
+     * caller, released with destroy(). */
+    rf_status_t (*create)(int device, rf_accel_t **accel_p);
+    void (*destroy)(rf_accel_t *accel);
+    /* Makes accel's device current on the calling thread. */
+    rf_status_t (*select)(rf_accel_t *accel);
+
+    /* ---- memory ---- */
+    /* Device arena: cudaMalloc (never managed) / 256-byte aligned host memory. bytes 0 gives
+     * NULL and RF_OK. */
+    rf_status_t (*alloc)(rf_accel_t *accel, size_t bytes, void **ptr_p);
+    void (*free)(rf_accel_t *accel, void *ptr);
+    /* Host memory for transfers: pinned (cudaMallocHost) / aligned host memory. */
+    rf_status_t (*alloc_host)(rf_accel_t *accel, size_t bytes, void **ptr_p);
+    void (*free_host)(rf_accel_t *accel, void *ptr);
+
+    /* ---- streams and events ---- */
+    rf_status_t (*stream_create)(rf_accel_t *accel, rf_accel_stream_t **stream_p);
+    void (*stream_destroy)(rf_accel_stream_t *stream);
+    rf_status_t (*stream_sync)(rf_accel_stream_t *stream);
+    rf_status_t (*event_create)(rf_accel_t *accel, rf_accel_event_t **event_p);
+    void (*event_destroy)(rf_accel_event_t *event);
+    rf_status_t (*event_record)(rf_accel_event_t *event, rf_accel_stream_t *stream);
+    rf_status_t (*event_sync)(rf_accel_event_t *event);
+    /* *done_p: true when all work before the record has completed. */
+    rf_status_t (*event_query)(rf_accel_event_t *event, bool *done_p);
+    /* Milliseconds between two completed events (host: 0). */
+    rf_status_t (*event_elapsed_ms)(rf_accel_event_t *start, rf_accel_event_t *end, float *ms_p);
+
+    /* ---- copies (async on the stream) ---- */
+    rf_status_t (*copy)(rf_accel_t *accel, void *dst, const void *src, size_t bytes,
+                        rf_copy_kind_t kind, rf_accel_stream_t *stream);
+    /* height rows of width bytes, pitches in bytes (cudaMemcpy2DAsync). */
+    rf_status_t (*copy_2d)(rf_accel_t *accel, void *dst, size_t dst_pitch, const void *src,
+                           size_t src_pitch, size_t width, size_t height, rf_copy_kind_t kind,
+                           rf_accel_stream_t *stream);
+    /* bytes of device memory set to (uint8_t)value. */
+    rf_status_t (*memset)(rf_accel_t *accel, void *dst, int value, size_t bytes,
+                          rf_accel_stream_t *stream);
+
+    /* ---- kernels (device memory; identical results on every implementation) ---- */
+    /* The strided row copy above (cudaMemcpy2DAsync when columns are contiguous and no
+     * conversion is needed). */
+    rf_status_t (*copy_rows)(rf_accel_t *accel, const rf_accel_rows_t *rows,
+                             rf_accel_stream_t *stream);
+    /* Vocab padding: zero-fills destination rows [row_begin, row_begin + nrows), columns
+     * [0, cols) of expert 0 (rf_load_vocab_pad's rows). */
+    rf_status_t (*zero_rows)(rf_accel_t *accel, const rf_accel_dst_t *dst, int64_t row_begin,
+                             int64_t nrows, int64_t cols, rf_accel_stream_t *stream);
+    /* fp8-block on rocm-fnuz, in place: every byte 0x80 of w[0, nw) becomes 0x00 (w may be
+     * NULL when nw is 0) and every f32 of scale[0, nscale) is multiplied by 2 (exact). */
+    rf_status_t (*fp8_to_fnuz)(rf_accel_t *accel, uint8_t *w, size_t nw, float *scale,
+                               size_t nscale, rf_accel_stream_t *stream);
+    /* rf_wna16_repack on device: batch R x C matrices of esize-byte elements (1, 2, 4, 8),
+     * inverse = false: model -> runtime. dst and src must not overlap. */
+    rf_status_t (*wna16_repack)(rf_accel_t *accel, void *dst, const void *src, int64_t batch,
+                                int64_t R, int64_t C, size_t esize, bool inverse,
+                                rf_accel_stream_t *stream);
+    /* rf_fp8_quantize with the PLAIN rule, same arguments; bit-exact with formats/quant.c.
+     * Synchronizes the stream (non-finite input is detected on device and reported as
+     * RF_ERR_INVALID; outputs are then unspecified). */
+    rf_status_t (*fp8_quantize)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                int64_t rows, int64_t cols, int64_t w_pitch_elems, uint8_t *q,
+                                int64_t q_pitch, void *scale, rf_dtype_t scale_dtype,
+                                int64_t scale_pitch_elems, rf_accel_stream_t *stream);
+    /* rf_wna16_quantize, same arguments; bit-exact with formats/quant.c. Synchronizes the
+     * stream, as fp8_quantize. */
+    rf_status_t (*wna16_quantize)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                  int64_t rows, int64_t K, int64_t w_pitch_elems, int64_t G,
+                                  uint32_t *packed, int64_t packed_pitch, void *scale,
+                                  rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
+                                  rf_accel_stream_t *stream);
+    /* rf_accel_checksum() of bytes [0, bytes) of device memory. Synchronizes the stream. */
+    rf_status_t (*checksum)(rf_accel_t *accel, const void *buf, size_t bytes, uint64_t *sum_p,
+                            rf_accel_stream_t *stream);
+};
+
+/* ---- the registry (runtime/accel_registry.c) ------------------------------------------- */
+
+extern const rf_accel_ops_t rf_accel_host_ops;
+
+/* True when refit was built with CUDA and at least one CUDA device is usable. */
+bool rf_accel_cuda_available(void);
+/* The ops table for "host" or "cuda" (the "cuda unavailable" stub when compiled out: its
+ * create() returns RF_ERR_UNSUPPORTED); NULL for an unknown name. */
+const rf_accel_ops_t *rf_accel_lookup(const char *name);
+/* Opens an accelerator by name ("host", "cuda") or, name NULL or "auto", by capability: cuda
+ * when rf_accel_cuda_available(), else host. Release with rf_accel_close. */
+rf_status_t rf_accel_open(const char *name, int device, rf_accel_t **accel_p);
+void rf_accel_close(rf_accel_t *accel);
+
+/*
+ * The chunk checksum ("refit-sum64 v1"), defined on bytes so every implementation agrees:
+ *   n = bytes; words w_i, i in [0, ceil(n / 8)): little-endian 8-byte words of the buffer, the
+ *   last one zero-padded;
+ *   mix(w, i) = fmix64(w ^ ((i + 1) * 0x9E3779B97F4A7C15)), fmix64 = MurmurHash3's finalizer
+ *   (x ^= x >> 33; x *= 0xFF51AFD7ED558CCD; x ^= x >> 33; x *= 0xC4CEB9FE1A85EC53; x ^= x >> 33);
+ *   S = sum of mix(w_i, i) mod 2^64;  checksum = fmix64(S ^ (n * 0xC2B2AE3D27D4EB4F)).
+ * The per-word position key makes swapped words count; the sum is exact and associative mod
+ * 2^64, so a device's two-level reduction (per block, then across blocks) gives exactly the
+ * sequential value. Not cryptographic: it catches corruption, not an adversary.
+ */
+uint64_t rf_accel_checksum(const void *buf, size_t bytes);
+/* Its pieces, for implementations: mix of word i, and the final step. */
+static inline uint64_t rf_accel_fmix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    return x;
+}
+static inline uint64_t rf_accel_sum_mix(uint64_t w, uint64_t i)
+{
+    return rf_accel_fmix64(w ^ ((i + 1) * 0x9E3779B97F4A7C15ull));
+}
+static inline uint64_t rf_accel_sum_final(uint64_t S, uint64_t bytes)
+{
+    return rf_accel_fmix64(S ^ (bytes * 0xC2B2AE3D27D4EB4Full));
+}
+
+/* Validates a row-copy descriptor the same way for every implementation: RF_ERR_INVALID for
+ * negative sizes, src_pitch < cols, esize not 1 / 2 / 4 / 8, or a source dtype that is neither
+ * the destination's element size nor BF16 / F16 into F32. */
+rf_status_t rf_accel_rows_check(const rf_accel_rows_t *rows);
+/* True when the descriptor converts (BF16 / F16 source into an F32 destination). */
+bool rf_accel_rows_convert(const rf_accel_rows_t *rows);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_ACCEL_H */

@@ -1,0 +1,887 @@
+/*
+ * refit: the CUDA accelerator ("cuda"). Compiled only when CMake finds nvcc and the toolkit;
+ * runtime/accel_registry.c is the only file that refers to it.
+ *
+ * Memory is plain cudaMalloc (never managed memory), pinned host memory is cudaMallocHost.
+ * Every CUDA call goes through RF_CUDA_CHECK, which logs the call, file:line and CUDA's own
+ * error string once and returns RF_ERR_CUDA. Kernels reproduce runtime/accel_host.c (and
+ * through it formats/quant.c and formats/format_wna16.c) bit for bit: the e4m3 / bf16 / f16
+ * conversions are the same integer round-to-nearest-even code, divisions are IEEE fp32
+ * divisions (nvcc's default -prec-div=true; never build this file with --use_fast_math) and
+ * no multiply-add is contracted in the quantizers (__fdiv_rn / __fmul_rn spell it out).
+ */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/accel.h"
+#include "refit/log.h"
+
+#define RF_CUDA_CHECK(call)                                                                \
+    do {                                                                                   \
+        cudaError_t rf_cuda_e_ = (call);                                                   \
+        if (rf_cuda_e_ != cudaSuccess) {                                                   \
+            rf_error("cuda: %s failed: %s (%s)", #call, cudaGetErrorString(rf_cuda_e_),    \
+                     cudaGetErrorName(rf_cuda_e_));                                        \
+            return RF_ERR_CUDA;                                                            \
+        }                                                                                  \
+    } while (0)
+
+#define RF_CUDA_LAUNCH_CHECK() RF_CUDA_CHECK(cudaGetLastError())
+
+#define THREADS 256
+#define MAX_BLOCKS 65535u * 8u
+
+/* Per accelerator: the default stream. Per stream: 16 bytes of device scratch (checksum
+ * accumulator, quantizer non-finite flag) and a pinned host mirror. */
+typedef struct cuda_stream {
+    cudaStream_t s;
+    unsigned long long *d_scratch; /* [0] sum, [1] flags */
+    unsigned long long *h_scratch;
+} cuda_stream_t;
+
+typedef struct cuda_accel {
+    rf_accel_stream_t *dflt;
+} cuda_accel_t;
+
+extern "C" const rf_accel_ops_t rf_accel_cuda_ops;
+
+static unsigned grid_for(uint64_t n)
+{
+    uint64_t b = (n + THREADS - 1) / THREADS;
+    if (b == 0)
+        b = 1;
+    return b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)b;
+}
+
+extern "C" int rf_accel_cuda_device_count_raw(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver / no device: not sticky, clear it */
+        return 0;
+    }
+    return n;
+}
+
+static rf_status_t cu_device_count(int *count_p)
+{
+    if (!count_p)
+        return RF_ERR_INVALID;
+    *count_p = rf_accel_cuda_device_count_raw();
+    return RF_OK;
+}
+
+static rf_status_t cu_select(rf_accel_t *a)
+{
+    if (!a)
+        return RF_ERR_INVALID;
+    RF_CUDA_CHECK(cudaSetDevice(a->device));
+    return RF_OK;
+}
+
+static cuda_stream_t *stream_impl(rf_accel_t *a, rf_accel_stream_t *s)
+{
+    if (!s)
+        s = ((cuda_accel_t *)a->impl)->dflt;
+    return (cuda_stream_t *)s->impl;
+}
+
+static cudaStream_t cs(rf_accel_t *a, rf_accel_stream_t *s) { return stream_impl(a, s)->s; }
+
+static rf_status_t cu_stream_create(rf_accel_t *a, rf_accel_stream_t **stream_p)
+{
+    if (!a || !stream_p)
+        return RF_ERR_INVALID;
+    rf_accel_stream_t *s = (rf_accel_stream_t *)calloc(1, sizeof(*s));
+    cuda_stream_t *c = (cuda_stream_t *)calloc(1, sizeof(*c));
+    if (!s || !c) {
+        free(s);
+        free(c);
+        return RF_ERR_NOMEM;
+    }
+    s->ops = &rf_accel_cuda_ops;
+    s->accel = a;
+    s->impl = c;
+    cudaError_t e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->d_scratch, 2 * sizeof(unsigned long long));
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&c->h_scratch, 2 * sizeof(unsigned long long));
+    if (e != cudaSuccess) {
+        rf_error("cuda: stream create failed: %s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        if (c->h_scratch)
+            cudaFreeHost(c->h_scratch);
+        if (c->d_scratch)
+            cudaFree(c->d_scratch);
+        if (c->s)
+            cudaStreamDestroy(c->s);
+        free(c);
+        free(s);
+        return RF_ERR_CUDA;
+    }
+    *stream_p = s;
+    return RF_OK;
+}
+
+static void cu_stream_destroy(rf_accel_stream_t *s)
+{
+    if (!s)
+        return;
+    cuda_stream_t *c = (cuda_stream_t *)s->impl;
+    cudaStreamSynchronize(c->s);
+    cudaFreeHost(c->h_scratch);
+    cudaFree(c->d_scratch);
+    cudaStreamDestroy(c->s);
+    free(c);
+    free(s);
+}
+
+static rf_status_t cu_stream_sync(rf_accel_stream_t *s)
+{
+    if (!s)
+        return RF_ERR_INVALID;
+    RF_CUDA_CHECK(cudaStreamSynchronize(((cuda_stream_t *)s->impl)->s));
+    return RF_OK;
+}
+
+static rf_status_t cu_create(int device, rf_accel_t **accel_p)
+{
+    int n = rf_accel_cuda_device_count_raw();
+    if (!accel_p || device < 0)
+        return RF_ERR_INVALID;
+    if (device >= n) {
+        rf_error("cuda: device %d unavailable (%d devices)", device, n);
+        return RF_ERR_UNSUPPORTED;
+    }
+    RF_CUDA_CHECK(cudaSetDevice(device));
+    rf_accel_t *a = (rf_accel_t *)calloc(1, sizeof(*a));
+    cuda_accel_t *c = (cuda_accel_t *)calloc(1, sizeof(*c));
+    if (!a || !c) {
+        free(a);
+        free(c);
+        return RF_ERR_NOMEM;
+    }
+    a->ops = &rf_accel_cuda_ops;
+    a->device = device;
+    a->impl = c;
+    rf_status_t st = cu_stream_create(a, &c->dflt);
+    if (st != RF_OK) {
+        free(c);
+        free(a);
+        return st;
+    }
+    *accel_p = a;
+    return RF_OK;
+}
+
+static void cu_destroy(rf_accel_t *a)
+{
+    if (!a)
+        return;
+    cuda_accel_t *c = (cuda_accel_t *)a->impl;
+    cudaSetDevice(a->device);
+    cu_stream_destroy(c->dflt);
+    free(c);
+    free(a);
+}
+
+static rf_status_t cu_alloc(rf_accel_t *a, size_t bytes, void **ptr_p)
+{
+    if (!a || !ptr_p)
+        return RF_ERR_INVALID;
+    void *p = NULL;
+    if (bytes) {
+        RF_CUDA_CHECK(cudaSetDevice(a->device));
+        RF_CUDA_CHECK(cudaMalloc(&p, bytes));
+    }
+    *ptr_p = p;
+    return RF_OK;
+}
+
+static void cu_free(rf_accel_t *a, void *p)
+{
+    (void)a;
+    if (p)
+        cudaFree(p);
+}
+
+static rf_status_t cu_alloc_host(rf_accel_t *a, size_t bytes, void **ptr_p)
+{
+    if (!a || !ptr_p)
+        return RF_ERR_INVALID;
+    void *p = NULL;
+    if (bytes)
+        RF_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    *ptr_p = p;
+    return RF_OK;
+}
+
+static void cu_free_host(rf_accel_t *a, void *p)
+{
+    (void)a;
+    if (p)
+        cudaFreeHost(p);
+}
+
+static rf_status_t cu_event_create(rf_accel_t *a, rf_accel_event_t **event_p)
+{
+    if (!a || !event_p)
+        return RF_ERR_INVALID;
+    cudaEvent_t ev;
+    RF_CUDA_CHECK(cudaEventCreate(&ev));
+    rf_accel_event_t *e = (rf_accel_event_t *)calloc(1, sizeof(*e));
+    if (!e) {
+        cudaEventDestroy(ev);
+        return RF_ERR_NOMEM;
+    }
+    e->ops = &rf_accel_cuda_ops;
+    e->accel = a;
+    e->impl = (void *)ev;
+    *event_p = e;
+    return RF_OK;
+}
+
+static void cu_event_destroy(rf_accel_event_t *e)
+{
+    if (!e)
+        return;
+    cudaEventDestroy((cudaEvent_t)e->impl);
+    free(e);
+}
+
+static rf_status_t cu_event_record(rf_accel_event_t *e, rf_accel_stream_t *s)
+{
+    if (!e)
+        return RF_ERR_INVALID;
+    RF_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e->impl, cs(e->accel, s)));
+    return RF_OK;
+}
+
+static rf_status_t cu_event_sync(rf_accel_event_t *e)
+{
+    if (!e)
+        return RF_ERR_INVALID;
+    RF_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->impl));
+    return RF_OK;
+}
+
+static rf_status_t cu_event_query(rf_accel_event_t *e, bool *done_p)
+{
+    if (!e || !done_p)
+        return RF_ERR_INVALID;
+    cudaError_t r = cudaEventQuery((cudaEvent_t)e->impl);
+    if (r == cudaErrorNotReady) {
+        *done_p = false;
+        return RF_OK;
+    }
+    RF_CUDA_CHECK(r);
+    *done_p = true;
+    return RF_OK;
+}
+
+static rf_status_t cu_event_elapsed_ms(rf_accel_event_t *a, rf_accel_event_t *b, float *ms_p)
+{
+    if (!a || !b || !ms_p)
+        return RF_ERR_INVALID;
+    float ms;
+    RF_CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)a->impl, (cudaEvent_t)b->impl));
+    *ms_p = ms;
+    return RF_OK;
+}
+
+static cudaMemcpyKind kind_of(rf_copy_kind_t k)
+{
+    switch (k) {
+    case RF_COPY_H2D:
+        return cudaMemcpyHostToDevice;
+    case RF_COPY_D2H:
+        return cudaMemcpyDeviceToHost;
+    case RF_COPY_D2D:
+        return cudaMemcpyDeviceToDevice;
+    default:
+        return cudaMemcpyHostToHost;
+    }
+}
+
+static rf_status_t cu_copy(rf_accel_t *a, void *dst, const void *src, size_t bytes,
+                           rf_copy_kind_t kind, rf_accel_stream_t *s)
+{
+    if (!a || (unsigned)kind > RF_COPY_H2H || (bytes && (!dst || !src)))
+        return RF_ERR_INVALID;
+    if (bytes)
+        RF_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind_of(kind), cs(a, s)));
+    return RF_OK;
+}
+
+static rf_status_t cu_copy_2d(rf_accel_t *a, void *dst, size_t dpitch, const void *src,
+                              size_t spitch, size_t width, size_t height, rf_copy_kind_t kind,
+                              rf_accel_stream_t *s)
+{
+    if (!a || (unsigned)kind > RF_COPY_H2H || dpitch < width || spitch < width)
+        return RF_ERR_INVALID;
+    if (!width || !height)
+        return RF_OK;
+    if (!dst || !src)
+        return RF_ERR_INVALID;
+    RF_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind_of(kind),
+                                    cs(a, s)));
+    return RF_OK;
+}
+
+static rf_status_t cu_memset(rf_accel_t *a, void *dst, int value, size_t bytes,
+                             rf_accel_stream_t *s)
+{
+    if (!a || (bytes && !dst))
+        return RF_ERR_INVALID;
+    if (bytes)
+        RF_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, cs(a, s)));
+    return RF_OK;
+}
+
+/* ---- device conversions (same integer code as formats/quant.c) --------------------------- */
+
+__device__ static inline uint32_t d_rne_shift(uint32_t m, unsigned sh)
+{
+    uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    return q;
+}
+
+__device__ static inline uint8_t d_f32_to_e4m3(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return 0x00;
+    if (a >= 0x43e00000u) /* 448.0f */
+        return (uint8_t)(sign | 0x7e);
+    int e = (int)(a >> 23) - 127;
+    if ((a >> 23) == 0)
+        return sign;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    if (e >= -6) {
+        uint32_t q = d_rne_shift(m, 20);
+        return (uint8_t)(sign | (uint32_t)(((e + 7) << 3) + (int)q - 8));
+    }
+    unsigned sh = (unsigned)(14 - e);
+    if (sh > 25)
+        return sign;
+    return (uint8_t)(sign | d_rne_shift(m, sh));
+}
+
+__device__ static inline float d_bf16_to_f32(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+__device__ static inline uint16_t d_f32_to_bf16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ static inline float d_f16_to_f32(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        /* m 2^-24 is exact in f32; ldexpf((float)m, -24) on the host */
+        float v = __fmul_rn((float)m, 5.9604644775390625e-8f);
+        return s ? -v : v;
+    }
+    if (e == 31)
+        return __uint_as_float(s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
+    return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+}
+
+__device__ static inline uint16_t d_f32_to_f16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(s | 0x7e00u);
+    if (a >= 0x477ff000u)
+        return (uint16_t)(s | 0x7c00u);
+    int e = (int)(a >> 23) - 127;
+    if ((a >> 23) == 0)
+        return s;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    if (e >= -14)
+        return (uint16_t)(s | (uint32_t)(((e + 15) << 10) + (int)d_rne_shift(m, 13) - 0x400));
+    unsigned sh = (unsigned)(-1 - e);
+    if (sh > 25)
+        return s;
+    return (uint16_t)(s | d_rne_shift(m, sh));
+}
+
+/* Element i of a BF16 / F16 / F32 array as f32 (dt: the rf_dtype_t value). */
+__device__ static inline float d_load_f32(const void *p, int dt, int64_t i)
+{
+    if (dt == RF_DTYPE_BF16)
+        return d_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == RF_DTYPE_F16)
+        return d_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ static inline bool d_finite(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
+
+/* ---- the strided row copy ------------------------------------------------------------------ */
+
+template <typename T>
+__global__ void k_copy_rows(char *dbase, int64_t rs, int64_t cstr, const char *src, int64_t sp,
+                            int64_t rows, int64_t cols, bool row_major)
+{
+    uint64_t n = (uint64_t)rows * (uint64_t)cols;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        /* consecutive threads walk the destination's unit-stride direction */
+        int64_t i = row_major ? (int64_t)(t / cols) : (int64_t)(t % rows);
+        int64_t c = row_major ? (int64_t)(t % cols) : (int64_t)(t / rows);
+        /* elements are esize-aligned (arrays of T from cudaMalloc) */
+        reinterpret_cast<T *>(dbase)[i * rs + c * cstr] =
+            reinterpret_cast<const T *>(src)[i * sp + c];
+    }
+}
+
+__global__ void k_copy_rows_conv(float *dbase, int64_t rs, int64_t cstr, const uint16_t *src,
+                                 int64_t sp, int64_t rows, int64_t cols, bool row_major, int sdt)
+{
+    uint64_t n = (uint64_t)rows * (uint64_t)cols;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        int64_t i = row_major ? (int64_t)(t / cols) : (int64_t)(t % rows);
+        int64_t c = row_major ? (int64_t)(t % cols) : (int64_t)(t / rows);
+        uint16_t h = src[i * sp + c];
+        dbase[i * rs + c * cstr] = sdt == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+    }
+}
+
+template <typename T>
+__global__ void k_zero(char *dbase, int64_t rs, int64_t cstr, int64_t rows, int64_t cols,
+                       bool row_major)
+{
+    uint64_t n = (uint64_t)rows * (uint64_t)cols;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        int64_t i = row_major ? (int64_t)(t / cols) : (int64_t)(t % rows);
+        int64_t c = row_major ? (int64_t)(t % cols) : (int64_t)(t / rows);
+        reinterpret_cast<T *>(dbase)[i * rs + c * cstr] = T(0);
+    }
+}
+
+/* Which index varies fastest: rows when the destination's rows are the unit stride. */
+static bool row_major_walk(int64_t rs, int64_t cstr)
+{
+    return !(rs == 1 && cstr != 1);
+}
+
+static rf_status_t cu_copy_rows(rf_accel_t *a, const rf_accel_rows_t *r, rf_accel_stream_t *s)
+{
+    if (!a)
+        return RF_ERR_INVALID;
+    RF_CHECK(rf_accel_rows_check(r));
+    if (r->rows == 0 || r->cols == 0)
+        return RF_OK;
+    const rf_accel_dst_t *d = &r->dst;
+    bool conv = rf_accel_rows_convert(r);
+    size_t es = d->esize;
+    char *base = (char *)d->data +
+                 (size_t)(r->expert * d->expert_stride + r->dst_row * d->row_stride +
+                          r->dst_col * d->col_stride) * es;
+    cudaStream_t st = cs(a, s);
+    /* cudaMemcpy2DAsync refuses pitches above the device's max pitch (2^31 on current parts) */
+    if (!conv && d->col_stride == 1 && d->row_stride >= r->cols &&
+        (size_t)d->row_stride * es < ((size_t)1 << 31) &&
+        (size_t)r->src_pitch * es < ((size_t)1 << 31)) {
+        RF_CUDA_CHECK(cudaMemcpy2DAsync(base, (size_t)d->row_stride * es, r->src,
+                                        (size_t)r->src_pitch * es, (size_t)r->cols * es,
+                                        (size_t)r->rows, cudaMemcpyDeviceToDevice, st));
+        return RF_OK;
+    }
+    bool rm = row_major_walk(d->row_stride, d->col_stride);
+    unsigned g = grid_for((uint64_t)r->rows * (uint64_t)r->cols);
+    const char *src = (const char *)r->src;
+    if (conv)
+        k_copy_rows_conv<<<g, THREADS, 0, st>>>((float *)base, d->row_stride, d->col_stride,
+                                                (const uint16_t *)src, r->src_pitch, r->rows,
+                                                r->cols, rm, (int)r->src_dtype);
+    else if (es == 1)
+        k_copy_rows<uint8_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
+                                                    r->src_pitch, r->rows, r->cols, rm);
+    else if (es == 2)
+        k_copy_rows<uint16_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
+                                                     r->src_pitch, r->rows, r->cols, rm);
+    else if (es == 4)
+        k_copy_rows<uint32_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
+                                                     r->src_pitch, r->rows, r->cols, rm);
+    else
+        k_copy_rows<uint64_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
+                                                     r->src_pitch, r->rows, r->cols, rm);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
+static rf_status_t cu_zero_rows(rf_accel_t *a, const rf_accel_dst_t *d, int64_t row_begin,
+                                int64_t nrows, int64_t cols, rf_accel_stream_t *s)
+{
+    if (!a || !d || row_begin < 0 || nrows < 0 || cols < 0 ||
+        (d->esize != 1 && d->esize != 2 && d->esize != 4 && d->esize != 8))
+        return RF_ERR_INVALID;
+    if (nrows == 0 || cols == 0)
+        return RF_OK;
+    size_t es = d->esize;
+    char *base = (char *)d->data + (size_t)(row_begin * d->row_stride) * es;
+    cudaStream_t st = cs(a, s);
+    if (d->col_stride == 1 && d->row_stride >= cols &&
+        (size_t)d->row_stride * es < ((size_t)1 << 31)) {
+        RF_CUDA_CHECK(cudaMemset2DAsync(base, (size_t)d->row_stride * es, 0, (size_t)cols * es,
+                                        (size_t)nrows, st));
+        return RF_OK;
+    }
+    bool rm = row_major_walk(d->row_stride, d->col_stride);
+    unsigned g = grid_for((uint64_t)nrows * (uint64_t)cols);
+    if (es == 1)
+        k_zero<uint8_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
+    else if (es == 2)
+        k_zero<uint16_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
+    else if (es == 4)
+        k_zero<uint32_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
+    else
+        k_zero<uint64_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
+/* ---- fnuz ---------------------------------------------------------------------------------- */
+
+__global__ void k_fnuz(uint8_t *w, uint64_t nw, float *scale, uint64_t ns)
+{
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < nw; t += stride)
+        if (w[t] == 0x80)
+            w[t] = 0x00;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < ns; t += stride)
+        scale[t] = __fmul_rn(scale[t], 2.0f);
+}
+
+static rf_status_t cu_fp8_to_fnuz(rf_accel_t *a, uint8_t *w, size_t nw, float *scale,
+                                  size_t nscale, rf_accel_stream_t *s)
+{
+    if (!a || (nw && !w) || (nscale && !scale))
+        return RF_ERR_INVALID;
+    if (!nw && !nscale)
+        return RF_OK;
+    k_fnuz<<<grid_for(nw > nscale ? nw : nscale), THREADS, 0, cs(a, s)>>>(w, nw, scale, nscale);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
+/* ---- wna16 tile repack (rf_wna16_repack_index: tiles of 16 rows x 64 columns) -------------- */
+
+__device__ static inline int64_t d_repack_index(int64_t R, int64_t C, int64_t r, int64_t c)
+{
+    int64_t r0 = r / 16 * 16, c0 = c / 64 * 64;
+    int64_t i = r - r0, j = c - c0;
+    int64_t th = R - r0 < 16 ? R - r0 : 16;
+    return r0 * C + c0 * th + j * th + (i + j) % th;
+}
+
+template <typename T>
+__global__ void k_repack(T *dst, const T *src, int64_t batch, int64_t R, int64_t C, bool inverse)
+{
+    uint64_t mat = (uint64_t)R * (uint64_t)C, n = mat * (uint64_t)batch;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t b = t / mat, m = t % mat;
+        int64_t r = (int64_t)(m / (uint64_t)C), c = (int64_t)(m % (uint64_t)C);
+        uint64_t rt = b * mat + (uint64_t)d_repack_index(R, C, r, c);
+        if (inverse)
+            dst[t] = src[rt];
+        else
+            dst[rt] = src[t];
+    }
+}
+
+static rf_status_t cu_wna16_repack(rf_accel_t *a, void *dst, const void *src, int64_t batch,
+                                   int64_t R, int64_t C, size_t esize, bool inverse,
+                                   rf_accel_stream_t *s)
+{
+    if (!a || batch < 0 || R < 0 || C < 0 ||
+        (esize != 1 && esize != 2 && esize != 4 && esize != 8))
+        return RF_ERR_INVALID;
+    if (batch == 0 || R == 0 || C == 0)
+        return RF_OK;
+    if (!dst || !src)
+        return RF_ERR_INVALID;
+    unsigned g = grid_for((uint64_t)batch * (uint64_t)R * (uint64_t)C);
+    cudaStream_t st = cs(a, s);
+    if (esize == 1)
+        k_repack<uint8_t><<<g, THREADS, 0, st>>>((uint8_t *)dst, (const uint8_t *)src, batch, R,
+                                                 C, inverse);
+    else if (esize == 2)
+        k_repack<uint16_t><<<g, THREADS, 0, st>>>((uint16_t *)dst, (const uint16_t *)src, batch,
+                                                  R, C, inverse);
+    else if (esize == 4)
+        k_repack<uint32_t><<<g, THREADS, 0, st>>>((uint32_t *)dst, (const uint32_t *)src, batch,
+                                                  R, C, inverse);
+    else
+        k_repack<uint64_t><<<g, THREADS, 0, st>>>((uint64_t *)dst, (const uint64_t *)src, batch,
+                                                  R, C, inverse);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
+/* ---- quantizers ---------------------------------------------------------------------------- */
+
+static bool float_dt(rf_dtype_t dt)
+{
+    return dt == RF_DTYPE_BF16 || dt == RF_DTYPE_F16 || dt == RF_DTYPE_F32;
+}
+
+/* One block per 128 x 128 block of the region: amax (max is exact in any order), then q. */
+__global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, int64_t wp,
+                            uint8_t *q, int64_t qp, void *scale, int sdt, int64_t sp,
+                            unsigned long long *flag)
+{
+    __shared__ float red[THREADS];
+    int64_t r0 = (int64_t)blockIdx.y * 128, c0 = (int64_t)blockIdx.x * 128;
+    int64_t nr = rows - r0 < 128 ? rows - r0 : 128, nc = cols - c0 < 128 ? cols - c0 : 128;
+    float amax = 0.0f;
+    bool bad = false;
+    for (int64_t t = threadIdx.x; t < nr * nc; t += blockDim.x) {
+        float v = d_load_f32(w, wdt, (r0 + t / nc) * wp + c0 + t % nc);
+        if (!d_finite(v))
+            bad = true;
+        v = fabsf(v);
+        amax = v > amax ? v : amax;
+    }
+    if (bad)
+        atomicOr(&flag[1], 1ull);
+    red[threadIdx.x] = amax;
+    __syncthreads();
+    for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h && red[threadIdx.x + h] > red[threadIdx.x])
+            red[threadIdx.x] = red[threadIdx.x + h];
+        __syncthreads();
+    }
+    amax = red[0];
+    float s = __fdiv_rn(amax > 1e-12f ? amax : 1e-12f, 448.0f);
+    for (int64_t t = threadIdx.x; t < nr * nc; t += blockDim.x) {
+        int64_t r = r0 + t / nc, c = c0 + t % nc;
+        float v = d_load_f32(w, wdt, r * wp + c);
+        q[r * qp + c] = d_f32_to_e4m3(__fdiv_rn(v, s));
+    }
+    if (threadIdx.x == 0) {
+        int64_t si = (int64_t)blockIdx.y * sp + blockIdx.x;
+        if (sdt == RF_DTYPE_F32)
+            ((float *)scale)[si] = s;
+        else
+            ((uint16_t *)scale)[si] = d_f32_to_bf16(s);
+    }
+}
+
+static rf_status_t sync_flag(rf_accel_t *a, rf_accel_stream_t *s)
+{
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemcpyAsync(c->h_scratch, c->d_scratch, 2 * sizeof(unsigned long long),
+                                  cudaMemcpyDeviceToHost, c->s));
+    RF_CUDA_CHECK(cudaStreamSynchronize(c->s));
+    return c->h_scratch[1] ? RF_ERR_INVALID : RF_OK;
+}
+
+static rf_status_t cu_fp8_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_dtype, int64_t rows,
+                                   int64_t cols, int64_t w_pitch, uint8_t *q, int64_t q_pitch,
+                                   void *scale, rf_dtype_t scale_dtype, int64_t scale_pitch,
+                                   rf_accel_stream_t *s)
+{
+    const int64_t B = 128;
+    if (!a || !float_dt(w_dtype) || (scale_dtype != RF_DTYPE_F32 && scale_dtype != RF_DTYPE_BF16) ||
+        rows < 0 || cols < 0 || w_pitch < cols || q_pitch < cols || scale_pitch < (cols + B - 1) / B)
+        return RF_ERR_INVALID;
+    if (rows == 0 || cols == 0)
+        return RF_OK;
+    int64_t gx = (cols + B - 1) / B, gy = (rows + B - 1) / B;
+    if (gx > 0x7fffffff || gy > 65535)
+        return RF_ERR_INVALID;
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
+    k_fp8_quant<<<dim3((unsigned)gx, (unsigned)gy), THREADS, 0, c->s>>>(
+        w, (int)w_dtype, rows, cols, w_pitch, q, q_pitch, scale, (int)scale_dtype, scale_pitch,
+        c->d_scratch);
+    RF_CUDA_LAUNCH_CHECK();
+    return sync_flag(a, s);
+}
+
+/* Pass 1: one thread per (row, group): the rounded scale. */
+__global__ void k_wna16_scale(const void *w, int wdt, int64_t rows, int64_t K, int64_t wp,
+                              int64_t G, void *scale, int sdt, int64_t sp,
+                              unsigned long long *flag)
+{
+    int64_t ng = K / G;
+    uint64_t n = (uint64_t)rows * (uint64_t)ng;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        int64_t r = (int64_t)(t / (uint64_t)ng), g = (int64_t)(t % (uint64_t)ng);
+        float amax = 0.0f;
+        bool bad = false;
+        for (int64_t k = g * G; k < (g + 1) * G; k++) {
+            float v = d_load_f32(w, wdt, r * wp + k);
+            if (!d_finite(v))
+                bad = true;
+            amax = fabsf(v) > amax ? fabsf(v) : amax;
+        }
+        if (bad)
+            atomicOr(&flag[1], 1ull);
+        float sv = __fdiv_rn(amax, 7.5f);
+        uint16_t h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(sv) : d_f32_to_f16(sv);
+        float back = sdt == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+        if (back == 0.0f)
+            h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(1.0f / 128.0f) : d_f32_to_f16(1.0f / 1024.0f);
+        ((uint16_t *)scale)[r * sp + g] = h;
+    }
+}
+
+/* Pass 2: one thread per packed word: 8 elements with their group's (exact) scale. */
+__global__ void k_wna16_pack(const void *w, int wdt, int64_t rows, int64_t K, int64_t wp,
+                             int64_t G, uint32_t *packed, int64_t pp, const void *scale, int sdt,
+                             int64_t sp)
+{
+    int64_t nw = K / 8;
+    uint64_t n = (uint64_t)rows * (uint64_t)nw;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        int64_t r = (int64_t)(t / (uint64_t)nw), j = (int64_t)(t % (uint64_t)nw);
+        uint32_t word = 0;
+        for (int e = 0; e < 8; e++) {
+            int64_t k = 8 * j + e;
+            uint16_t h = ((const uint16_t *)scale)[r * sp + k / G];
+            float s = sdt == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+            float x = rintf(__fdiv_rn(d_load_f32(w, wdt, r * wp + k), s));
+            int qv = x < -8.0f ? -8 : (x > 7.0f ? 7 : (int)x);
+            word |= (uint32_t)(qv + 8) << (4 * e);
+        }
+        packed[r * pp + j] = word;
+    }
+}
+
+static rf_status_t cu_wna16_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_dtype,
+                                     int64_t rows, int64_t K, int64_t w_pitch, int64_t G,
+                                     uint32_t *packed, int64_t packed_pitch, void *scale,
+                                     rf_dtype_t scale_dtype, int64_t scale_pitch,
+                                     rf_accel_stream_t *s)
+{
+    if (!a || !float_dt(w_dtype) || (scale_dtype != RF_DTYPE_BF16 && scale_dtype != RF_DTYPE_F16) ||
+        rows < 0 || K < 0 || G <= 0 || K % 8 != 0 || K % G != 0 || w_pitch < K ||
+        packed_pitch < K / 8 || scale_pitch < K / G)
+        return RF_ERR_INVALID;
+    if (rows == 0 || K == 0)
+        return RF_OK;
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
+    k_wna16_scale<<<grid_for((uint64_t)rows * (uint64_t)(K / G)), THREADS, 0, c->s>>>(
+        w, (int)w_dtype, rows, K, w_pitch, G, scale, (int)scale_dtype, scale_pitch, c->d_scratch);
+    RF_CUDA_LAUNCH_CHECK();
+    k_wna16_pack<<<grid_for((uint64_t)rows * (uint64_t)(K / 8)), THREADS, 0, c->s>>>(
+        w, (int)w_dtype, rows, K, w_pitch, G, packed, packed_pitch, scale, (int)scale_dtype,
+        scale_pitch);
+    RF_CUDA_LAUNCH_CHECK();
+    return sync_flag(a, s);
+}
+
+/* ---- checksum: per-thread sums, per-block tree, one 64-bit atomicAdd per block ------------- */
+
+__device__ static inline uint64_t d_fmix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+__global__ void k_checksum(const unsigned char *p, uint64_t bytes, bool aligned,
+                           unsigned long long *acc)
+{
+    __shared__ unsigned long long red[THREADS];
+    uint64_t nw = (bytes + 7) / 8, S = 0;
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < nw;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t w = 0;
+        if (aligned && 8 * i + 8 <= bytes) {
+            w = ((const uint64_t *)p)[i];
+        } else {
+            for (uint64_t b = 0; b < 8 && 8 * i + b < bytes; b++)
+                w |= (uint64_t)p[8 * i + b] << (8 * b);
+        }
+        S += d_fmix64(w ^ ((i + 1) * 0x9E3779B97F4A7C15ull));
+    }
+    red[threadIdx.x] = S;
+    __syncthreads();
+    for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h)
+            red[threadIdx.x] += red[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(acc, red[0]);
+}
+
+static rf_status_t cu_checksum(rf_accel_t *a, const void *buf, size_t bytes, uint64_t *sum_p,
+                               rf_accel_stream_t *s)
+{
+    if (!a || (bytes && !buf) || !sum_p)
+        return RF_ERR_INVALID;
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
+    if (bytes) {
+        k_checksum<<<grid_for((bytes + 7) / 8), THREADS, 0, c->s>>>(
+            (const unsigned char *)buf, bytes, ((uintptr_t)buf & 7) == 0, c->d_scratch);
+        RF_CUDA_LAUNCH_CHECK();
+    }
+    RF_CUDA_CHECK(cudaMemcpyAsync(c->h_scratch, c->d_scratch, sizeof(unsigned long long),
+                                  cudaMemcpyDeviceToHost, c->s));
+    RF_CUDA_CHECK(cudaStreamSynchronize(c->s));
+    *sum_p = rf_accel_sum_final(c->h_scratch[0], bytes);
+    return RF_OK;
+}
+
+extern "C" const rf_accel_ops_t rf_accel_cuda_ops = {
+    /* .name = */ "cuda",
+    /* .mem_type = */ RF_MEM_CUDA,
+    /* .device_count = */ cu_device_count,
+    /* .create = */ cu_create,
+    /* .destroy = */ cu_destroy,
+    /* .select = */ cu_select,
+    /* .alloc = */ cu_alloc,
+    /* .free = */ cu_free,
+    /* .alloc_host = */ cu_alloc_host,
+    /* .free_host = */ cu_free_host,
+    /* .stream_create = */ cu_stream_create,
+    /* .stream_destroy = */ cu_stream_destroy,
+    /* .stream_sync = */ cu_stream_sync,
+    /* .event_create = */ cu_event_create,
+    /* .event_destroy = */ cu_event_destroy,
+    /* .event_record = */ cu_event_record,
+    /* .event_sync = */ cu_event_sync,
+    /* .event_query = */ cu_event_query,
+    /* .event_elapsed_ms = */ cu_event_elapsed_ms,
+    /* .copy = */ cu_copy,
+    /* .copy_2d = */ cu_copy_2d,
+    /* .memset = */ cu_memset,
+    /* .copy_rows = */ cu_copy_rows,
+    /* .zero_rows = */ cu_zero_rows,
+    /* .fp8_to_fnuz = */ cu_fp8_to_fnuz,
+    /* .wna16_repack = */ cu_wna16_repack,
+    /* .fp8_quantize = */ cu_fp8_quantize,
+    /* .wna16_quantize = */ cu_wna16_quantize,
+    /* .checksum = */ cu_checksum,
+};

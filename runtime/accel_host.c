@@ -1,0 +1,375 @@
+/*
+ * refit: the host accelerator ("host"), the reference implementation (STYLE.md: the null
+ * accelerator component). Memory is 256-byte aligned host memory, streams and events are
+ * placeholders and every operation completes before it returns. The CUDA implementation
+ * (accel_cuda.cu) is compared with these functions byte for byte on the GPU host.
+ *
+ * The quantizers and the tile repack call formats/quant.c and formats/format_wna16.c
+ * themselves: those are the rules, so the host accelerator cannot drift from them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/accel.h"
+#include "refit/formats.h"
+#include "refit/quant.h"
+
+#define HOST_ALIGN 256
+
+static rf_status_t host_device_count(int *count_p)
+{
+    if (!count_p)
+        return RF_ERR_INVALID;
+    *count_p = 1;
+    return RF_OK;
+}
+
+static rf_status_t host_create(int device, rf_accel_t **accel_p)
+{
+    if (device != 0 || !accel_p)
+        return RF_ERR_INVALID;
+    rf_accel_t *a = calloc(1, sizeof(*a));
+    if (!a)
+        return RF_ERR_NOMEM;
+    a->ops = &rf_accel_host_ops;
+    a->device = 0;
+    *accel_p = a;
+    return RF_OK;
+}
+
+static void host_destroy(rf_accel_t *accel) { free(accel); }
+
+static rf_status_t host_select(rf_accel_t *accel) { return accel ? RF_OK : RF_ERR_INVALID; }
+
+static rf_status_t host_alloc(rf_accel_t *accel, size_t bytes, void **ptr_p)
+{
+    (void)accel;
+    if (!ptr_p)
+        return RF_ERR_INVALID;
+    if (bytes == 0) {
+        *ptr_p = NULL;
+        return RF_OK;
+    }
+    size_t rounded = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+    if (rounded < bytes)
+        return RF_ERR_NOMEM;
+    void *p = aligned_alloc(HOST_ALIGN, rounded);
+    if (!p)
+        return RF_ERR_NOMEM;
+    *ptr_p = p;
+    return RF_OK;
+}
+
+static void host_free(rf_accel_t *accel, void *ptr)
+{
+    (void)accel;
+    free(ptr);
+}
+
+static rf_status_t host_stream_create(rf_accel_t *accel, rf_accel_stream_t **stream_p)
+{
+    if (!accel || !stream_p)
+        return RF_ERR_INVALID;
+    rf_accel_stream_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return RF_ERR_NOMEM;
+    s->ops = &rf_accel_host_ops;
+    s->accel = accel;
+    *stream_p = s;
+    return RF_OK;
+}
+
+static void host_stream_destroy(rf_accel_stream_t *stream) { free(stream); }
+
+static rf_status_t host_stream_sync(rf_accel_stream_t *stream)
+{
+    (void)stream;
+    return RF_OK;
+}
+
+static rf_status_t host_event_create(rf_accel_t *accel, rf_accel_event_t **event_p)
+{
+    if (!accel || !event_p)
+        return RF_ERR_INVALID;
+    rf_accel_event_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return RF_ERR_NOMEM;
+    e->ops = &rf_accel_host_ops;
+    e->accel = accel;
+    *event_p = e;
+    return RF_OK;
+}
+
+static void host_event_destroy(rf_accel_event_t *event) { free(event); }
+
+static rf_status_t host_event_record(rf_accel_event_t *event, rf_accel_stream_t *stream)
+{
+    (void)stream;
+    return event ? RF_OK : RF_ERR_INVALID;
+}
+
+static rf_status_t host_event_sync(rf_accel_event_t *event)
+{
+    return event ? RF_OK : RF_ERR_INVALID;
+}
+
+static rf_status_t host_event_query(rf_accel_event_t *event, bool *done_p)
+{
+    if (!event || !done_p)
+        return RF_ERR_INVALID;
+    *done_p = true;
+    return RF_OK;
+}
+
+static rf_status_t host_event_elapsed_ms(rf_accel_event_t *start, rf_accel_event_t *end,
+                                         float *ms_p)
+{
+    if (!start || !end || !ms_p)
+        return RF_ERR_INVALID;
+    *ms_p = 0.0f;
+    return RF_OK;
+}
+
+static rf_status_t host_copy(rf_accel_t *accel, void *dst, const void *src, size_t bytes,
+                             rf_copy_kind_t kind, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if ((unsigned)kind > RF_COPY_H2H || (bytes && (!dst || !src)))
+        return RF_ERR_INVALID;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return RF_OK;
+}
+
+static rf_status_t host_copy_2d(rf_accel_t *accel, void *dst, size_t dst_pitch, const void *src,
+                                size_t src_pitch, size_t width, size_t height,
+                                rf_copy_kind_t kind, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if ((unsigned)kind > RF_COPY_H2H || dst_pitch < width || src_pitch < width)
+        return RF_ERR_INVALID;
+    if (!width || !height)
+        return RF_OK;
+    if (!dst || !src)
+        return RF_ERR_INVALID;
+    for (size_t i = 0; i < height; i++)
+        memcpy((char *)dst + i * dst_pitch, (const char *)src + i * src_pitch, width);
+    return RF_OK;
+}
+
+static rf_status_t host_memset(rf_accel_t *accel, void *dst, int value, size_t bytes,
+                               rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (bytes && !dst)
+        return RF_ERR_INVALID;
+    if (bytes)
+        memset(dst, value, bytes);
+    return RF_OK;
+}
+
+static float half_bits_to_f32(uint16_t h, rf_dtype_t dt)
+{
+    return dt == RF_DTYPE_BF16 ? rf_bf16_to_f32(h) : rf_f16_to_f32(h);
+}
+
+static rf_status_t host_copy_rows(rf_accel_t *accel, const rf_accel_rows_t *r,
+                                  rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    RF_CHECK(rf_accel_rows_check(r));
+    if (r->rows == 0 || r->cols == 0)
+        return RF_OK;
+    const rf_accel_dst_t *d = &r->dst;
+    bool conv = rf_accel_rows_convert(r);
+    size_t es = d->esize, ses = conv ? 2 : es;
+    char *base = (char *)d->data + (size_t)(r->expert * d->expert_stride +
+                                            r->dst_row * d->row_stride +
+                                            r->dst_col * d->col_stride) * es;
+    const char *src = r->src;
+    for (int64_t i = 0; i < r->rows; i++) {
+        char *drow = base + (size_t)(i * d->row_stride) * es;
+        const char *srow = src + (size_t)(i * r->src_pitch) * ses;
+        if (!conv && d->col_stride == 1) {
+            memcpy(drow, srow, (size_t)r->cols * es);
+            continue;
+        }
+        for (int64_t c = 0; c < r->cols; c++) {
+            char *de = drow + (size_t)(c * d->col_stride) * es;
+            if (conv) {
+                uint16_t h;
+                memcpy(&h, srow + (size_t)c * 2, 2);
+                float f = half_bits_to_f32(h, r->src_dtype);
+                memcpy(de, &f, 4);
+            } else {
+                memcpy(de, srow + (size_t)c * es, es);
+            }
+        }
+    }
+    return RF_OK;
+}
+
+static rf_status_t host_zero_rows(rf_accel_t *accel, const rf_accel_dst_t *d, int64_t row_begin,
+                                  int64_t nrows, int64_t cols, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (!d || row_begin < 0 || nrows < 0 || cols < 0 ||
+        (d->esize != 1 && d->esize != 2 && d->esize != 4 && d->esize != 8))
+        return RF_ERR_INVALID;
+    size_t es = d->esize;
+    for (int64_t i = 0; i < nrows; i++) {
+        char *row = (char *)d->data + (size_t)((row_begin + i) * d->row_stride) * es;
+        if (d->col_stride == 1) {
+            memset(row, 0, (size_t)cols * es);
+            continue;
+        }
+        for (int64_t c = 0; c < cols; c++)
+            memset(row + (size_t)(c * d->col_stride) * es, 0, es);
+    }
+    return RF_OK;
+}
+
+static rf_status_t host_fp8_to_fnuz(rf_accel_t *accel, uint8_t *w, size_t nw, float *scale,
+                                    size_t nscale, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if ((nw && !w) || (nscale && !scale))
+        return RF_ERR_INVALID;
+    for (size_t i = 0; i < nw; i++)
+        w[i] = rf_e4m3_to_fnuz(w[i]);
+    for (size_t i = 0; i < nscale; i++)
+        scale[i] *= 2.0f;
+    return RF_OK;
+}
+
+static rf_status_t host_wna16_repack(rf_accel_t *accel, void *dst, const void *src,
+                                     int64_t batch, int64_t R, int64_t C, size_t esize,
+                                     bool inverse, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (batch < 0 || R < 0 || C < 0 || (esize != 1 && esize != 2 && esize != 4 && esize != 8))
+        return RF_ERR_INVALID;
+    if (batch == 0 || R == 0 || C == 0)
+        return RF_OK;
+    if (!dst || !src)
+        return RF_ERR_INVALID;
+    rf_wna16_repack(dst, src, batch, R, C, esize, inverse);
+    return RF_OK;
+}
+
+static rf_status_t host_fp8_quantize(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                     int64_t rows, int64_t cols, int64_t w_pitch_elems,
+                                     uint8_t *q, int64_t q_pitch, void *scale,
+                                     rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
+                                     rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    return rf_fp8_quantize(w, w_dtype, rows, cols, w_pitch_elems, q, q_pitch, scale, scale_dtype,
+                           scale_pitch_elems, RF_FP8_PLAIN);
+}
+
+static rf_status_t host_wna16_quantize(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                       int64_t rows, int64_t K, int64_t w_pitch_elems, int64_t G,
+                                       uint32_t *packed, int64_t packed_pitch, void *scale,
+                                       rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
+                                       rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    return rf_wna16_quantize(w, w_dtype, rows, K, w_pitch_elems, G, packed, packed_pitch, scale,
+                             scale_dtype, scale_pitch_elems);
+}
+
+static rf_status_t host_checksum(rf_accel_t *accel, const void *buf, size_t bytes,
+                                 uint64_t *sum_p, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if ((bytes && !buf) || !sum_p)
+        return RF_ERR_INVALID;
+    *sum_p = rf_accel_checksum(buf, bytes);
+    return RF_OK;
+}
+
+const rf_accel_ops_t rf_accel_host_ops = {
+    .name = "host",
+    .mem_type = RF_MEM_HOST,
+    .device_count = host_device_count,
+    .create = host_create,
+    .destroy = host_destroy,
+    .select = host_select,
+    .alloc = host_alloc,
+    .free = host_free,
+    .alloc_host = host_alloc,
+    .free_host = host_free,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_sync = host_event_sync,
+    .event_query = host_event_query,
+    .event_elapsed_ms = host_event_elapsed_ms,
+    .copy = host_copy,
+    .copy_2d = host_copy_2d,
+    .memset = host_memset,
+    .copy_rows = host_copy_rows,
+    .zero_rows = host_zero_rows,
+    .fp8_to_fnuz = host_fp8_to_fnuz,
+    .wna16_repack = host_wna16_repack,
+    .fp8_quantize = host_fp8_quantize,
+    .wna16_quantize = host_wna16_quantize,
+    .checksum = host_checksum,
+};
+
+/* ---- shared by every implementation ---------------------------------------------------- */
+
+uint64_t rf_accel_checksum(const void *buf, size_t bytes)
+{
+    const unsigned char *p = buf;
+    uint64_t S = 0;
+    size_t nw = bytes / 8, i;
+    for (i = 0; i < nw; i++) {
+        uint64_t w;
+        memcpy(&w, p + 8 * i, 8); /* little-endian (the build refuses big-endian) */
+        S += rf_accel_sum_mix(w, i);
+    }
+    if (bytes % 8) {
+        uint64_t w = 0;
+        memcpy(&w, p + 8 * nw, bytes % 8);
+        S += rf_accel_sum_mix(w, nw);
+    }
+    return rf_accel_sum_final(S, bytes);
+}
+
+bool rf_accel_rows_convert(const rf_accel_rows_t *r)
+{
+    return r->dst.dtype == RF_DTYPE_F32 &&
+           (r->src_dtype == RF_DTYPE_BF16 || r->src_dtype == RF_DTYPE_F16);
+}
+
+rf_status_t rf_accel_rows_check(const rf_accel_rows_t *r)
+{
+    if (!r)
+        return RF_ERR_INVALID;
+    size_t es = r->dst.esize;
+    if (es != 1 && es != 2 && es != 4 && es != 8)
+        return RF_ERR_INVALID;
+    if (r->rows < 0 || r->cols < 0 || r->src_pitch < r->cols || r->expert < 0 ||
+        r->dst_row < 0 || r->dst_col < 0)
+        return RF_ERR_INVALID;
+    if (!rf_accel_rows_convert(r) && rf_dtype_size(r->src_dtype) != es)
+        return RF_ERR_INVALID;
+    if (r->rows && r->cols && (!r->dst.data || !r->src))
+        return RF_ERR_INVALID;
+    return RF_OK;
+}

@@ -1,0 +1,88 @@
+/*
+ * refit: the accelerator registry. Picks an ops table by name ("host", "cuda") or by
+ * capability. This is the only file that knows whether CUDA was compiled in
+ * (REFIT_HAVE_CUDA, set by CMake when nvcc and the toolkit are found); without it "cuda"
+ * resolves to a stub whose every entry point says "cuda unavailable".
+ */
+#include <string.h>
+
+#include "refit/accel.h"
+#include "refit/loader.h"
+#include "refit/log.h"
+
+#ifdef REFIT_HAVE_CUDA
+extern const rf_accel_ops_t rf_accel_cuda_ops; /* runtime/accel_cuda.cu */
+int rf_accel_cuda_device_count_raw(void);      /* 0 when the driver or a device is missing */
+#define RF_ACCEL_CUDA_OPS (&rf_accel_cuda_ops)
+static int cuda_devices(void) { return rf_accel_cuda_device_count_raw(); }
+#else
+static rf_status_t stub_device_count(int *count_p)
+{
+    if (count_p)
+        *count_p = 0;
+    return RF_ERR_UNSUPPORTED;
+}
+
+static rf_status_t stub_create(int device, rf_accel_t **accel_p)
+{
+    (void)device;
+    (void)accel_p;
+    rf_error("cuda unavailable: refit was built without CUDA");
+    return RF_ERR_UNSUPPORTED;
+}
+
+/* Every other entry stays NULL: no object of this table can exist. */
+static const rf_accel_ops_t rf_accel_cuda_stub_ops = {
+    .name = "cuda",
+    .mem_type = RF_MEM_CUDA,
+    .device_count = stub_device_count,
+    .create = stub_create,
+};
+#define RF_ACCEL_CUDA_OPS (&rf_accel_cuda_stub_ops)
+static int cuda_devices(void) { return 0; }
+#endif
+
+bool rf_accel_cuda_available(void) { return cuda_devices() > 0; }
+
+const rf_accel_ops_t *rf_accel_lookup(const char *name)
+{
+    if (!name)
+        return NULL;
+    if (strcmp(name, "host") == 0)
+        return &rf_accel_host_ops;
+    if (strcmp(name, "cuda") == 0)
+        return RF_ACCEL_CUDA_OPS;
+    return NULL;
+}
+
+rf_status_t rf_accel_open(const char *name, int device, rf_accel_t **accel_p)
+{
+    const rf_accel_ops_t *ops;
+    if (!accel_p)
+        return RF_ERR_INVALID;
+    if (!name || strcmp(name, "auto") == 0)
+        ops = rf_accel_cuda_available() ? RF_ACCEL_CUDA_OPS : &rf_accel_host_ops;
+    else if (!(ops = rf_accel_lookup(name))) {
+        rf_error("accelerator %s unknown (host, cuda, auto)", name);
+        return RF_ERR_INVALID;
+    }
+    return ops->create(device, accel_p);
+}
+
+void rf_accel_close(rf_accel_t *accel)
+{
+    if (accel)
+        accel->ops->destroy(accel);
+}
+
+rf_accel_dst_t rf_accel_dst_from(const rf_dst_t *d)
+{
+    rf_accel_dst_t a;
+    a.data = d->data;
+    a.esize = d->esize;
+    a.dtype = d->dtype;
+    a.row_stride = d->row_stride;
+    a.col_stride = d->col_stride;
+    a.expert_stride = d->expert_stride;
+    return a;
+}

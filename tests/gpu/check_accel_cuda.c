@@ -1,0 +1,456 @@
+/* GPU tests: every CUDA accelerator kernel against the host accelerator (the reference) byte
+ * for byte, on seeded random data of several shapes (odd sizes, K-first strides, bf16 / f16 ->
+ * f32 conversion, sizes that need many blocks); then a device-to-device copy of a 4 GiB
+ * buffer, best of 5, printed in GB/s (a measurement, never a pass/fail condition).
+ *
+ * Exits 77 (ctest SKIP_RETURN_CODE) when refit was built without CUDA or no device is
+ * present. Run with CK_FORK=no (fork breaks CUDA). REFIT_ACCEL_BENCH_MIB overrides the copy
+ * size (the sanitizer run uses a small one). */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/accel.h"
+#include "refit/quant.h"
+
+static rf_accel_t *H, *G; /* host reference, cuda */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void fill_random(void *p, size_t n)
+{
+    unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(rnd() >> 56);
+}
+
+/* A finite weight: sign x 2^U(-14, 0) x a random mantissa, some exact zeros. */
+static float rnd_weight(void)
+{
+    uint64_t r = rnd();
+    if ((r & 63) == 0)
+        return 0.0f;
+    int e = -(int)((r >> 8) % 15);
+    float m = 1.0f + (float)((r >> 16) & 0xffffff) / 16777216.0f;
+    float v = m;
+    for (int i = 0; i < -e; i++)
+        v *= 0.5f;
+    return (r & 128) ? -v : v;
+}
+
+/* n elements of dtype dt (BF16, F16, F32) of random weights; zero_groups: every 7th run of g
+ * elements is all zero (wna16 epsilon scales). */
+static void *make_weights(rf_dtype_t dt, size_t n, int64_t g)
+{
+    size_t es = rf_dtype_size(dt);
+    char *p = malloc(n * es);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++) {
+        float v = (g > 0 && (i / (size_t)g) % 7 == 3) ? 0.0f : rnd_weight();
+        if (dt == RF_DTYPE_F32) {
+            memcpy(p + 4 * i, &v, 4);
+        } else {
+            uint16_t h = dt == RF_DTYPE_BF16 ? rf_f32_to_bf16(v) : rf_f32_to_f16(v);
+            memcpy(p + 2 * i, &h, 2);
+        }
+    }
+    return p;
+}
+
+static void *dev_upload(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    ck_assert_int_eq(G->ops->alloc(G, bytes ? bytes : 1, &d), RF_OK);
+    if (bytes)
+        ck_assert_int_eq(G->ops->copy(G, d, h, bytes, RF_COPY_H2D, NULL), RF_OK);
+    return d;
+}
+
+/* Downloads `bytes` of d and compares them with the host reference. */
+static void expect_same(const void *ref, const void *d, size_t bytes, const char *what)
+{
+    unsigned char *got = malloc(bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_int_eq(G->ops->copy(G, got, d, bytes, RF_COPY_D2H, NULL), RF_OK);
+    rf_accel_event_t *e;
+    ck_assert_int_eq(G->ops->event_create(G, &e), RF_OK);
+    ck_assert_int_eq(G->ops->event_record(e, NULL), RF_OK);
+    ck_assert_int_eq(G->ops->event_sync(e), RF_OK);
+    G->ops->event_destroy(e);
+    const unsigned char *r = ref;
+    for (size_t i = 0; i < bytes; i++)
+        if (got[i] != r[i])
+            ck_abort_msg("%s: byte %zu of %zu differs: cuda 0x%02x, host 0x%02x", what, i, bytes,
+                         got[i], r[i]);
+    free(got);
+}
+
+/* ---- copy_rows ------------------------------------------------------------------------------ */
+
+struct rows_case {
+    const char *name;
+    size_t esize;
+    rf_dtype_t ddt, sdt;
+    int64_t row_stride, col_stride, expert_stride, experts;
+    int64_t expert, dst_row, dst_col, rows, cols, src_pitch;
+};
+
+static void run_rows(const struct rows_case *k)
+{
+    /* destination extent: the largest element index + 1 */
+    int64_t ext = (k->experts - 1) * k->expert_stride +
+                  (k->dst_row + k->rows - 1) * k->row_stride +
+                  (k->dst_col + k->cols - 1) * k->col_stride + 1;
+    if (k->experts * k->expert_stride > ext)
+        ext = k->experts * k->expert_stride;
+    size_t dbytes = (size_t)ext * k->esize, ses = rf_dtype_size(k->sdt);
+    size_t sbytes = (size_t)((k->rows - 1) * k->src_pitch + k->cols) * ses;
+    char *hd = malloc(dbytes), *hs = malloc(sbytes);
+    fill_random(hd, dbytes);
+    fill_random(hs, sbytes);
+    void *dd = dev_upload(hd, dbytes), *ds = dev_upload(hs, sbytes);
+    rf_accel_rows_t r = {
+        .dst = {hd, k->esize, k->ddt, k->row_stride, k->col_stride, k->expert_stride},
+        .expert = k->expert, .dst_row = k->dst_row, .dst_col = k->dst_col,
+        .src = hs, .src_dtype = k->sdt, .src_pitch = k->src_pitch, .rows = k->rows,
+        .cols = k->cols,
+    };
+    ck_assert_int_eq(H->ops->copy_rows(H, &r, NULL), RF_OK);
+    r.dst.data = dd;
+    r.src = ds;
+    ck_assert_int_eq(G->ops->copy_rows(G, &r, NULL), RF_OK);
+    expect_same(hd, dd, dbytes, k->name);
+    G->ops->free(G, dd);
+    G->ops->free(G, ds);
+    free(hd);
+    free(hs);
+}
+
+START_TEST(test_copy_rows)
+{
+    static const struct rows_case cases[] = {
+        /* name, es, ddt, sdt, rs, cs, xs, E, e, row, col, rows, cols, pitch */
+        {"row-major bf16 TP slice (2-D copy)", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4099, 1, 0, 1, 0,
+         3, 17, 1001, 2047, 4093},
+        {"moe w13 up shard, expert 2", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 768, 1, 768 * 512, 4, 2,
+         256, 0, 256, 768, 768},
+        {"k-first int32 wna16 rows", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 1536, 1536 * 96, 3, 1,
+         768, 0, 768, 96, 96},
+        {"k-first odd", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 1001, 0, 1, 0, 5, 3, 997, 33, 40},
+        {"bf16 -> f32 scales", 4, RF_DTYPE_F32, RF_DTYPE_BF16, 37, 1, 0, 1, 0, 2, 1, 301, 35, 36},
+        {"f16 -> f32 scales, k-first", 4, RF_DTYPE_F32, RF_DTYPE_F16, 1, 513, 0, 1, 0, 7, 0, 500,
+         1000, 1003},
+        {"u8 col stride 3", 1, RF_DTYPE_U8, RF_DTYPE_U8, 3001, 3, 0, 1, 0, 1, 2, 333, 999, 1000},
+        {"u64 strided", 8, RF_DTYPE_U64, RF_DTYPE_U64, 70, 2, 0, 1, 0, 1, 1, 129, 33, 35},
+        {"vocab rows, many blocks", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4096, 1, 0, 1, 0, 0, 0, 8000,
+         4096, 4096},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_rows(&cases[i]);
+}
+END_TEST
+
+START_TEST(test_zero_rows)
+{
+    /* rs, cs, row_begin, nrows, cols, esize */
+    static const int64_t cases[][6] = {
+        {4096, 1, 100, 37, 4096, 2}, {1, 777, 5, 700, 777, 4}, {33, 3, 1, 20, 11, 1},
+        {9, 1, 0, 3, 9, 8}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const int64_t *k = cases[i];
+        int64_t rows = k[2] + k[3] + 1;
+        size_t bytes = (size_t)((rows - 1) * k[0] + (k[4] - 1) * k[1] + 1) * (size_t)k[5];
+        char *h = malloc(bytes);
+        fill_random(h, bytes);
+        void *d = dev_upload(h, bytes);
+        rf_accel_dst_t dst = {h, (size_t)k[5], RF_DTYPE_U8, k[0], k[1], 0};
+        ck_assert_int_eq(H->ops->zero_rows(H, &dst, k[2], k[3], k[4], NULL), RF_OK);
+        dst.data = d;
+        ck_assert_int_eq(G->ops->zero_rows(G, &dst, k[2], k[3], k[4], NULL), RF_OK);
+        expect_same(h, d, bytes, "zero_rows");
+        G->ops->free(G, d);
+        free(h);
+    }
+}
+END_TEST
+
+START_TEST(test_fnuz)
+{
+    size_t sizes[][2] = {{1, 1}, {1000003, 1001}, {(size_t)64 << 20, 12345}, {0, 7}};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t nw = sizes[i][0], ns = sizes[i][1];
+        uint8_t *w = malloc(nw ? nw : 1);
+        float *s = malloc(ns * 4);
+        fill_random(w, nw);
+        for (size_t j = 0; j < nw; j += 3)
+            w[j] = 0x80;
+        for (size_t j = 0; j < ns; j++)
+            s[j] = rnd_weight() * 1e-3f;
+        uint8_t *dw = dev_upload(w, nw);
+        float *dsc = dev_upload(s, ns * 4);
+        ck_assert_int_eq(H->ops->fp8_to_fnuz(H, w, nw, s, ns, NULL), RF_OK);
+        ck_assert_int_eq(G->ops->fp8_to_fnuz(G, nw ? dw : NULL, nw, dsc, ns, NULL), RF_OK);
+        expect_same(w, dw, nw, "fnuz bytes");
+        expect_same(s, dsc, ns * 4, "fnuz scales");
+        G->ops->free(G, dw);
+        G->ops->free(G, dsc);
+        free(w);
+        free(s);
+    }
+}
+END_TEST
+
+START_TEST(test_repack)
+{
+    /* batch, R, C, esize */
+    static const int64_t cases[][4] = {
+        {3, 37, 70, 4}, {1, 16, 64, 4}, {2, 4096, 96, 4}, {5, 515, 33, 2}, {1, 1, 1, 1},
+        {1, 1537, 2050, 4}, {2, 17, 65, 8}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t B = cases[i][0], R = cases[i][1], C = cases[i][2];
+        size_t es = (size_t)cases[i][3], bytes = (size_t)(B * R * C) * es;
+        char *m = malloc(bytes), *rt = malloc(bytes), *back = malloc(bytes);
+        fill_random(m, bytes);
+        void *dm = dev_upload(m, bytes), *drt = dev_upload(m, bytes), *dback = dev_upload(m, bytes);
+        ck_assert_int_eq(H->ops->wna16_repack(H, rt, m, B, R, C, es, false, NULL), RF_OK);
+        ck_assert_int_eq(G->ops->wna16_repack(G, drt, dm, B, R, C, es, false, NULL), RF_OK);
+        expect_same(rt, drt, bytes, "repack");
+        ck_assert_int_eq(H->ops->wna16_repack(H, back, rt, B, R, C, es, true, NULL), RF_OK);
+        ck_assert_int_eq(G->ops->wna16_repack(G, dback, drt, B, R, C, es, true, NULL), RF_OK);
+        expect_same(back, dback, bytes, "repack inverse");
+        expect_same(m, dback, bytes, "repack round trip");
+        G->ops->free(G, dm);
+        G->ops->free(G, drt);
+        G->ops->free(G, dback);
+        free(m);
+        free(rt);
+        free(back);
+    }
+}
+END_TEST
+
+START_TEST(test_fp8_quantize)
+{
+    /* rows, cols, w pitch extra, w dtype, scale dtype */
+    static const int64_t cases[][5] = {
+        {128, 128, 0, RF_DTYPE_BF16, RF_DTYPE_F32},  {300, 517, 3, RF_DTYPE_BF16, RF_DTYPE_F32},
+        {1024, 2048, 0, RF_DTYPE_F32, RF_DTYPE_BF16}, {1, 1, 0, RF_DTYPE_F16, RF_DTYPE_F32},
+        {257, 129, 1, RF_DTYPE_F16, RF_DTYPE_BF16},  {2048, 768, 0, RF_DTYPE_BF16, RF_DTYPE_F32}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t rows = cases[i][0], cols = cases[i][1], wp = cols + cases[i][2];
+        rf_dtype_t wdt = (rf_dtype_t)cases[i][3], sdt = (rf_dtype_t)cases[i][4];
+        int64_t qp = cols + 5, sr = (rows + 127) / 128, sc = (cols + 127) / 128, sp = sc + 1;
+        size_t wbytes = (size_t)(rows * wp) * rf_dtype_size(wdt);
+        size_t qbytes = (size_t)(rows * qp), sbytes = (size_t)(sr * sp) * rf_dtype_size(sdt);
+        void *w = make_weights(wdt, (size_t)(rows * wp), 0);
+        uint8_t *q = malloc(qbytes);
+        void *s = malloc(sbytes);
+        fill_random(q, qbytes);
+        fill_random(s, sbytes);
+        void *dw = dev_upload(w, wbytes), *dq = dev_upload(q, qbytes), *ds = dev_upload(s, sbytes);
+        ck_assert_int_eq(H->ops->fp8_quantize(H, w, wdt, rows, cols, wp, q, qp, s, sdt, sp, NULL),
+                         RF_OK);
+        ck_assert_int_eq(G->ops->fp8_quantize(G, dw, wdt, rows, cols, wp, dq, qp, ds, sdt, sp,
+                                              NULL), RF_OK);
+        expect_same(q, dq, qbytes, "fp8 q");
+        expect_same(s, ds, sbytes, "fp8 scales");
+        /* a NaN anywhere is refused by both */
+        if (wdt == RF_DTYPE_F32 && rows * cols > 1000) {
+            float nan = __builtin_nanf("");
+            ck_assert_int_eq(G->ops->copy(G, (float *)dw + 777, &nan, 4, RF_COPY_H2D, NULL), RF_OK);
+            ((float *)w)[777] = nan;
+            ck_assert_int_eq(H->ops->fp8_quantize(H, w, wdt, rows, cols, wp, q, qp, s, sdt, sp,
+                                                  NULL), RF_ERR_INVALID);
+            ck_assert_int_eq(G->ops->fp8_quantize(G, dw, wdt, rows, cols, wp, dq, qp, ds, sdt, sp,
+                                                  NULL), RF_ERR_INVALID);
+        }
+        G->ops->free(G, dw);
+        G->ops->free(G, dq);
+        G->ops->free(G, ds);
+        free(w);
+        free(q);
+        free(s);
+    }
+}
+END_TEST
+
+START_TEST(test_wna16_quantize)
+{
+    /* rows, K, G, w pitch extra, w dtype, scale dtype */
+    static const int64_t cases[][6] = {
+        {1, 8, 8, 0, RF_DTYPE_F32, RF_DTYPE_BF16},       {513, 1024, 128, 0, RF_DTYPE_BF16, RF_DTYPE_BF16},
+        {77, 256, 32, 5, RF_DTYPE_F16, RF_DTYPE_F16},    {4096, 768, 128, 0, RF_DTYPE_BF16, RF_DTYPE_BF16},
+        {31, 96, 4, 1, RF_DTYPE_F32, RF_DTYPE_F16},      {100, 2048, 2048, 0, RF_DTYPE_F32, RF_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t rows = cases[i][0], K = cases[i][1], Gs = cases[i][2], wp = K + cases[i][3];
+        rf_dtype_t wdt = (rf_dtype_t)cases[i][4], sdt = (rf_dtype_t)cases[i][5];
+        int64_t pp = K / 8 + 2, sp = K / Gs + 1;
+        size_t wbytes = (size_t)(rows * wp) * rf_dtype_size(wdt);
+        size_t pbytes = (size_t)(rows * pp) * 4, sbytes = (size_t)(rows * sp) * 2;
+        void *w = make_weights(wdt, (size_t)(rows * wp), Gs);
+        uint32_t *p = malloc(pbytes);
+        void *s = malloc(sbytes);
+        fill_random(p, pbytes);
+        fill_random(s, sbytes);
+        void *dw = dev_upload(w, wbytes), *dp = dev_upload(p, pbytes), *ds = dev_upload(s, sbytes);
+        ck_assert_int_eq(H->ops->wna16_quantize(H, w, wdt, rows, K, wp, Gs, p, pp, s, sdt, sp,
+                                                NULL), RF_OK);
+        ck_assert_int_eq(G->ops->wna16_quantize(G, dw, wdt, rows, K, wp, Gs, dp, pp, ds, sdt, sp,
+                                                NULL), RF_OK);
+        expect_same(p, dp, pbytes, "wna16 packed");
+        expect_same(s, ds, sbytes, "wna16 scales");
+        G->ops->free(G, dw);
+        G->ops->free(G, dp);
+        G->ops->free(G, ds);
+        free(w);
+        free(p);
+        free(s);
+    }
+}
+END_TEST
+
+START_TEST(test_checksum)
+{
+    size_t sizes[] = {0, 1, 7, 8, 9, 255, 1000003, ((size_t)64 << 20) + 5};
+    size_t maxn = ((size_t)64 << 20) + 16;
+    unsigned char *h = malloc(maxn);
+    fill_random(h, maxn);
+    unsigned char *d = dev_upload(h, maxn);
+    rf_accel_stream_t *st;
+    ck_assert_int_eq(G->ops->stream_create(G, &st), RF_OK);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        for (size_t off = 0; off < 8; off += (sizes[i] > 100000 ? 3 : 1)) {
+            uint64_t a = 0, b = 1;
+            ck_assert_int_eq(H->ops->checksum(H, h + off, sizes[i], &a, NULL), RF_OK);
+            ck_assert_int_eq(G->ops->checksum(G, d + off, sizes[i], &b, st), RF_OK);
+            ck_assert_msg(a == b, "checksum of %zu bytes at offset %zu: host %016llx cuda %016llx",
+                          sizes[i], off, (unsigned long long)a, (unsigned long long)b);
+        }
+    G->ops->stream_destroy(st);
+    G->ops->free(G, d);
+    free(h);
+}
+END_TEST
+
+START_TEST(test_copies_events)
+{
+    size_t n = 3000017;
+    unsigned char *h, *back;
+    ck_assert_int_eq(G->ops->alloc_host(G, n, (void **)&h), RF_OK);
+    ck_assert_int_eq(G->ops->alloc_host(G, n, (void **)&back), RF_OK);
+    fill_random(h, n);
+    void *d1, *d2;
+    ck_assert_int_eq(G->ops->alloc(G, n, &d1), RF_OK);
+    ck_assert_int_eq(G->ops->alloc(G, n, &d2), RF_OK);
+    rf_accel_stream_t *s;
+    rf_accel_event_t *e;
+    ck_assert_int_eq(G->ops->stream_create(G, &s), RF_OK);
+    ck_assert_int_eq(G->ops->event_create(G, &e), RF_OK);
+    ck_assert_int_eq(G->ops->copy(G, d1, h, n, RF_COPY_H2D, s), RF_OK);
+    ck_assert_int_eq(G->ops->memset(G, d2, 0x5A, n, s), RF_OK);
+    /* 2-D: 1000 rows of 2999 bytes, pitch 3000 */
+    ck_assert_int_eq(G->ops->copy_2d(G, d2, 3000, d1, 3000, 2999, 1000, RF_COPY_D2D, s), RF_OK);
+    ck_assert_int_eq(G->ops->copy(G, back, d2, n, RF_COPY_D2H, s), RF_OK);
+    ck_assert_int_eq(G->ops->event_record(e, s), RF_OK);
+    ck_assert_int_eq(G->ops->event_sync(e), RF_OK);
+    bool done = false;
+    ck_assert_int_eq(G->ops->event_query(e, &done), RF_OK);
+    ck_assert(done);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char want = (i < 3000000 && i % 3000 != 2999) ? h[i] : 0x5A;
+        if (back[i] != want)
+            ck_abort_msg("copy_2d: byte %zu: 0x%02x, want 0x%02x", i, back[i], want);
+    }
+    G->ops->event_destroy(e);
+    G->ops->stream_destroy(s);
+    G->ops->free(G, d1);
+    G->ops->free(G, d2);
+    G->ops->free_host(G, h);
+    G->ops->free_host(G, back);
+}
+END_TEST
+
+/* Not a test: the device-to-device copy bandwidth, best of 5. */
+static void bench_d2d(void)
+{
+    const char *env = getenv("REFIT_ACCEL_BENCH_MIB");
+    size_t mib = env ? (size_t)strtoull(env, NULL, 10) : 4096;
+    size_t bytes = mib << 20;
+    void *a = NULL, *b = NULL;
+    if (!bytes || G->ops->alloc(G, bytes, &a) != RF_OK || G->ops->alloc(G, bytes, &b) != RF_OK) {
+        printf("bench: d2d copy of %zu MiB skipped (allocation)\n", mib);
+        G->ops->free(G, a);
+        return;
+    }
+    G->ops->memset(G, a, 1, bytes, NULL);
+    rf_accel_event_t *e0, *e1;
+    G->ops->event_create(G, &e0);
+    G->ops->event_create(G, &e1);
+    float best = 0.0f;
+    for (int it = 0; it < 6; it++) { /* the first is a warm-up */
+        float ms = 0.0f;
+        G->ops->event_record(e0, NULL);
+        G->ops->copy(G, b, a, bytes, RF_COPY_D2D, NULL);
+        G->ops->event_record(e1, NULL);
+        G->ops->event_sync(e1);
+        G->ops->event_elapsed_ms(e0, e1, &ms);
+        if (it > 0 && (best == 0.0f || ms < best))
+            best = ms;
+    }
+    double gbs = (double)bytes / (best * 1e-3) / 1e9;
+    printf("bench: d2d copy %zu MiB, best of 5: %.3f ms, %.1f GB/s payload, %.1f GB/s "
+           "memory traffic (read + write)\n", mib, best, gbs, 2.0 * gbs);
+    fflush(stdout);
+    G->ops->event_destroy(e0);
+    G->ops->event_destroy(e1);
+    G->ops->free(G, a);
+    G->ops->free(G, b);
+}
+
+static Suite *cuda_suite(void)
+{
+    Suite *s = suite_create("accel_cuda");
+    TCase *tc = tcase_create("cuda_vs_host");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_copies_events);
+    tcase_add_test(tc, test_copy_rows);
+    tcase_add_test(tc, test_zero_rows);
+    tcase_add_test(tc, test_fnuz);
+    tcase_add_test(tc, test_repack);
+    tcase_add_test(tc, test_fp8_quantize);
+    tcase_add_test(tc, test_wna16_quantize);
+    tcase_add_test(tc, test_checksum);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    if (!rf_accel_cuda_available()) {
+        printf("skipped: no CUDA device (or refit built without CUDA)\n");
+        return 77;
+    }
+    if (rf_accel_open("host", 0, &H) != RF_OK || rf_accel_open("cuda", 0, &G) != RF_OK) {
+        fprintf(stderr, "cannot open the host and cuda accelerators\n");
+        return EXIT_FAILURE;
+    }
+    SRunner *sr = srunner_create(cuda_suite());
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_VERBOSE);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (!failed)
+        bench_d2d();
+    rf_accel_close(G);
+    rf_accel_close(H);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

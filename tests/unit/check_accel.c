@@ -1,0 +1,367 @@
+/* Unit tests: the host accelerator (runtime/accel_host.c) and the registry, against scalar
+ * expectations written out here: strided row copies (row-major, K-first, expert offsets,
+ * bf16 / f16 -> f32 conversion), vocab zero fill, fnuz, the tile repack against
+ * rf_wna16_repack_index, the quantizers on hand-worked blocks, and the checksum definition
+ * ("refit-sum64 v1", include/refit/accel.h) recomputed byte by byte. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/accel.h"
+#include "refit/formats.h"
+#include "refit/quant.h"
+
+/* refit-sum64 v1 of "refit" and "0123456789abcdef", computed once from the definition with an
+ * independent script (Python, arbitrary-precision integers masked to 64 bits). */
+#define REFIT_SUM_REFIT 0x7e20f3ccb35baee3ull
+#define REFIT_SUM_HEX16 0xfe5b72e708d4c462ull
+
+static rf_accel_t *open_host(void)
+{
+    rf_accel_t *a = NULL;
+    ck_assert_int_eq(rf_accel_open("host", 0, &a), RF_OK);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_eq(a->ops, &rf_accel_host_ops);
+    return a;
+}
+
+START_TEST(test_registry)
+{
+    ck_assert_ptr_eq(rf_accel_lookup("host"), &rf_accel_host_ops);
+    ck_assert_ptr_nonnull(rf_accel_lookup("cuda"));
+    ck_assert_str_eq(rf_accel_lookup("cuda")->name, "cuda");
+    ck_assert_ptr_null(rf_accel_lookup("rocm"));
+    rf_accel_t *a = NULL;
+    ck_assert_int_eq(rf_accel_open("rocm", 0, &a), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_accel_open("host", 1, &a), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_accel_open(NULL, 0, &a), RF_OK);
+    ck_assert_str_eq(a->ops->name, rf_accel_cuda_available() ? "cuda" : "host");
+    rf_accel_close(a);
+    if (!rf_accel_cuda_available()) {
+        a = NULL;
+        ck_assert_int_eq(rf_accel_open("cuda", 0, &a), RF_ERR_UNSUPPORTED);
+        ck_assert_ptr_null(a);
+    }
+}
+END_TEST
+
+START_TEST(test_memory_streams)
+{
+    rf_accel_t *a = open_host();
+    const rf_accel_ops_t *o = a->ops;
+    void *p = NULL, *q = NULL;
+    ck_assert_int_eq(o->alloc(a, 1000, &p), RF_OK);
+    ck_assert_uint_eq((uintptr_t)p % 256, 0);
+    ck_assert_int_eq(o->alloc_host(a, 1000, &q), RF_OK);
+    ck_assert_int_eq(o->memset(a, p, 0xAB, 1000, NULL), RF_OK);
+    ck_assert_int_eq(o->copy(a, q, p, 1000, RF_COPY_D2H, NULL), RF_OK);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_uint_eq(((unsigned char *)q)[i], 0xAB);
+    /* 2-D: 3 rows of 4 bytes, source pitch 10, destination pitch 5 */
+    unsigned char src[30], dst[15];
+    for (int i = 0; i < 30; i++)
+        src[i] = (unsigned char)i;
+    memset(dst, 0xEE, sizeof(dst));
+    ck_assert_int_eq(o->copy_2d(a, dst, 5, src, 10, 4, 3, RF_COPY_H2H, NULL), RF_OK);
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 5; c++)
+            ck_assert_uint_eq(dst[r * 5 + c], c < 4 ? r * 10 + c : 0xEE);
+    ck_assert_int_eq(o->copy_2d(a, dst, 3, src, 10, 4, 3, RF_COPY_H2H, NULL), RF_ERR_INVALID);
+    rf_accel_stream_t *s = NULL;
+    rf_accel_event_t *e0 = NULL, *e1 = NULL;
+    bool done = false;
+    float ms = -1;
+    ck_assert_int_eq(o->stream_create(a, &s), RF_OK);
+    ck_assert_int_eq(o->event_create(a, &e0), RF_OK);
+    ck_assert_int_eq(o->event_create(a, &e1), RF_OK);
+    ck_assert_ptr_eq(s->ops, o);
+    ck_assert_ptr_eq(e0->ops, o);
+    ck_assert_int_eq(o->event_record(e0, s), RF_OK);
+    ck_assert_int_eq(o->event_record(e1, s), RF_OK);
+    ck_assert_int_eq(o->event_query(e1, &done), RF_OK);
+    ck_assert(done);
+    ck_assert_int_eq(o->event_sync(e1), RF_OK);
+    ck_assert_int_eq(o->stream_sync(s), RF_OK);
+    ck_assert_int_eq(o->event_elapsed_ms(e0, e1, &ms), RF_OK);
+    ck_assert(ms == 0.0f);
+    o->event_destroy(e0);
+    o->event_destroy(e1);
+    o->stream_destroy(s);
+    o->free_host(a, q);
+    o->free(a, p);
+    rf_accel_close(a);
+}
+END_TEST
+
+/* Row-major destination (E 2, 6 rows, 8 cols, uint16): source 3 x 4 (pitch 5) lands at expert
+ * 1, rows 2..4, cols 3..6; everything else keeps its sentinel. */
+START_TEST(test_copy_rows_row_major)
+{
+    rf_accel_t *a = open_host();
+    uint16_t d[2 * 6 * 8], s[3 * 5];
+    for (int i = 0; i < 15; i++)
+        s[i] = (uint16_t)(100 + i);
+    for (int i = 0; i < 96; i++)
+        d[i] = 0xEEEE;
+    rf_accel_rows_t r = {
+        .dst = {d, 2, RF_DTYPE_BF16, 8, 1, 48},
+        .expert = 1, .dst_row = 2, .dst_col = 3,
+        .src = s, .src_dtype = RF_DTYPE_BF16, .src_pitch = 5, .rows = 3, .cols = 4,
+    };
+    ck_assert_int_eq(a->ops->copy_rows(a, &r, NULL), RF_OK);
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < 6; i++)
+            for (int c = 0; c < 8; c++) {
+                uint16_t want = 0xEEEE;
+                if (e == 1 && i >= 2 && i < 5 && c >= 3 && c < 7)
+                    want = (uint16_t)(100 + (i - 2) * 5 + (c - 3));
+                ck_assert_uint_eq(d[e * 48 + i * 8 + c], want);
+            }
+    r.src_pitch = 3; /* < cols */
+    ck_assert_int_eq(a->ops->copy_rows(a, &r, NULL), RF_ERR_INVALID);
+    r.src_pitch = 5;
+    r.src_dtype = RF_DTYPE_F32; /* 4-byte source into a 2-byte slot */
+    ck_assert_int_eq(a->ops->copy_rows(a, &r, NULL), RF_ERR_INVALID);
+    rf_accel_close(a);
+}
+END_TEST
+
+/* K-first int32 destination (model (K'=5, N=6) holding checkpoint (N, K') transposed):
+ * checkpoint rows 1..3 (n), all 5 columns (k) land at model [k][n]. */
+START_TEST(test_copy_rows_kfirst)
+{
+    rf_accel_t *a = open_host();
+    int32_t d[5 * 6], s[3 * 5];
+    for (int i = 0; i < 15; i++)
+        s[i] = 1000 + i;
+    for (int i = 0; i < 30; i++)
+        d[i] = -1;
+    rf_accel_rows_t r = {
+        .dst = {d, 4, RF_DTYPE_I32, 1, 6, 0},
+        .dst_row = 1,
+        .src = s, .src_dtype = RF_DTYPE_I32, .src_pitch = 5, .rows = 3, .cols = 5,
+    };
+    ck_assert_int_eq(a->ops->copy_rows(a, &r, NULL), RF_OK);
+    for (int k = 0; k < 5; k++)
+        for (int n = 0; n < 6; n++)
+            ck_assert_int_eq(d[k * 6 + n], n >= 1 && n < 4 ? 1000 + (n - 1) * 5 + k : -1);
+    rf_accel_close(a);
+}
+END_TEST
+
+/* bf16 and f16 block scales into an f32 slot: exact values. */
+START_TEST(test_copy_rows_convert)
+{
+    rf_accel_t *a = open_host();
+    uint16_t bf[4] = {0x3F80, 0xC040, 0x0001, 0x7F80}; /* 1, -3, 2^-133 (subnormal), +inf */
+    uint16_t hf[4] = {0x3C00, 0xC200, 0x0001, 0x7BFF}; /* 1, -3, 2^-24, 65504 */
+    float want_bf[4] = {1.0f, -3.0f, 0x1p-133f, __builtin_inff()};
+    float want_hf[4] = {1.0f, -3.0f, 0x1p-24f, 65504.0f};
+    float d[2 * 3];
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < 6; i++)
+            d[i] = -7.0f;
+        rf_accel_rows_t r = {
+            .dst = {d, 4, RF_DTYPE_F32, 3, 1, 0},
+            .dst_col = 1,
+            .src = t ? hf : bf, .src_dtype = t ? RF_DTYPE_F16 : RF_DTYPE_BF16, .src_pitch = 2,
+            .rows = 2, .cols = 2,
+        };
+        ck_assert_int_eq(a->ops->copy_rows(a, &r, NULL), RF_OK);
+        const float *w = t ? want_hf : want_bf;
+        ck_assert(d[0] == -7.0f && d[3] == -7.0f);
+        ck_assert(memcmp(&d[1], &w[0], 4) == 0 && memcmp(&d[2], &w[1], 4) == 0);
+        ck_assert(memcmp(&d[4], &w[2], 4) == 0 && memcmp(&d[5], &w[3], 4) == 0);
+    }
+    rf_accel_close(a);
+}
+END_TEST
+
+START_TEST(test_zero_rows)
+{
+    rf_accel_t *a = open_host();
+    uint16_t d[5 * 4];
+    for (int i = 0; i < 20; i++)
+        d[i] = 0x1234;
+    rf_accel_dst_t dst = {d, 2, RF_DTYPE_BF16, 4, 1, 0};
+    ck_assert_int_eq(a->ops->zero_rows(a, &dst, 3, 2, 4, NULL), RF_OK);
+    for (int i = 0; i < 20; i++)
+        ck_assert_uint_eq(d[i], i >= 12 ? 0 : 0x1234);
+    /* K-first: rows are the unit stride */
+    for (int i = 0; i < 20; i++)
+        d[i] = 0x1234;
+    rf_accel_dst_t kf = {d, 2, RF_DTYPE_BF16, 1, 5, 0};
+    ck_assert_int_eq(a->ops->zero_rows(a, &kf, 1, 2, 4, NULL), RF_OK);
+    for (int i = 0; i < 20; i++)
+        ck_assert_uint_eq(d[i], (i % 5 == 1 || i % 5 == 2) ? 0 : 0x1234);
+    rf_accel_close(a);
+}
+END_TEST
+
+START_TEST(test_fnuz)
+{
+    rf_accel_t *a = open_host();
+    uint8_t w[6] = {0x80, 0x00, 0x7E, 0xFE, 0x81, 0x80};
+    float s[3] = {1.5f, 0x1p-126f, 3e38f};
+    ck_assert_int_eq(a->ops->fp8_to_fnuz(a, w, 6, s, 3, NULL), RF_OK);
+    uint8_t ww[6] = {0x00, 0x00, 0x7E, 0xFE, 0x81, 0x00};
+    ck_assert(memcmp(w, ww, 6) == 0);
+    ck_assert(s[0] == 3.0f && s[1] == 0x1p-125f && s[2] == __builtin_inff());
+    rf_accel_close(a);
+}
+END_TEST
+
+START_TEST(test_repack)
+{
+    rf_accel_t *a = open_host();
+    const int64_t B = 2, R = 37, C = 70; /* partial row tile (37 = 2 x 16 + 5), partial col tile */
+    int64_t n = B * R * C;
+    uint32_t *m = malloc((size_t)n * 4), *rt = malloc((size_t)n * 4), *back = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        m[i] = (uint32_t)i * 2654435761u;
+    ck_assert_int_eq(a->ops->wna16_repack(a, rt, m, B, R, C, 4, false, NULL), RF_OK);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++)
+                ck_assert_uint_eq(rt[b * R * C + rf_wna16_repack_index(R, C, r, c)],
+                                  m[b * R * C + r * C + c]);
+    ck_assert_int_eq(a->ops->wna16_repack(a, back, rt, B, R, C, 4, true, NULL), RF_OK);
+    ck_assert(memcmp(back, m, (size_t)n * 4) == 0);
+    ck_assert_int_eq(a->ops->wna16_repack(a, back, rt, B, R, C, 3, true, NULL), RF_ERR_INVALID);
+    free(m);
+    free(rt);
+    free(back);
+    rf_accel_close(a);
+}
+END_TEST
+
+/* fp8: a 2 x 3 block whose amax is 448 -> s = 1, bytes are the e4m3 encodings; a zero block
+ * -> s = 1e-12 / 448; non-finite input is refused. */
+START_TEST(test_fp8_quantize)
+{
+    rf_accel_t *a = open_host();
+    float w[6] = {448.0f, -1.0f, 0.5f, 0.0f, -448.0f, 1.125f};
+    uint8_t q[6];
+    float s;
+    ck_assert_int_eq(a->ops->fp8_quantize(a, w, RF_DTYPE_F32, 2, 3, 3, q, 3, &s, RF_DTYPE_F32, 1,
+                                          NULL), RF_OK);
+    uint8_t want[6] = {0x7E, 0xB8, 0x30, 0x00, 0xFE, 0x39};
+    ck_assert(s == 1.0f);
+    ck_assert(memcmp(q, want, 6) == 0);
+    float z[2] = {0.0f, -0.0f};
+    ck_assert_int_eq(a->ops->fp8_quantize(a, z, RF_DTYPE_F32, 1, 2, 2, q, 2, &s, RF_DTYPE_F32, 1,
+                                          NULL), RF_OK);
+    ck_assert(s == 1e-12f / 448.0f);
+    ck_assert(q[0] == 0x00 && q[1] == 0x80);
+    z[1] = __builtin_nanf("");
+    ck_assert_int_eq(a->ops->fp8_quantize(a, z, RF_DTYPE_F32, 1, 2, 2, q, 2, &s, RF_DTYPE_F32, 1,
+                                          NULL), RF_ERR_INVALID);
+    rf_accel_close(a);
+}
+END_TEST
+
+/* wna16: one row, K 8, G 8, amax 7.5 -> s = 1 (bf16 exact); q = rne(w): 2.5 -> 2 (ties to even),
+ * -7.5 -> -8, 3.5 -> 4, 7.5 -> 8 -> 7 (clamped); stored q + 8 in nibble k. */
+START_TEST(test_wna16_quantize)
+{
+    rf_accel_t *a = open_host();
+    float w[8] = {2.5f, -7.5f, 0.0f, 7.5f, 3.5f, -0.5f, 1.0f, -2.0f};
+    uint32_t p;
+    uint16_t s;
+    ck_assert_int_eq(a->ops->wna16_quantize(a, w, RF_DTYPE_F32, 1, 8, 8, 8, &p, 1, &s,
+                                            RF_DTYPE_BF16, 1, NULL), RF_OK);
+    ck_assert_uint_eq(s, 0x3F80);
+    int qv[8] = {2, -8, 0, 7, 4, 0, 1, -2};
+    uint32_t want = 0;
+    for (int k = 0; k < 8; k++)
+        want |= (uint32_t)(qv[k] + 8) << (4 * k);
+    ck_assert_uint_eq(p, want);
+    float z[8] = {0};
+    ck_assert_int_eq(a->ops->wna16_quantize(a, z, RF_DTYPE_F32, 1, 8, 8, 8, &p, 1, &s,
+                                            RF_DTYPE_F16, 1, NULL), RF_OK);
+    ck_assert_uint_eq(s, 0x1400); /* f16 2^-10 */
+    ck_assert_uint_eq(p, 0x88888888u);
+    rf_accel_close(a);
+}
+END_TEST
+
+/* The checksum definition, recomputed here from bytes with no shared helper. */
+static uint64_t fmix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t ref_sum(const unsigned char *p, size_t n)
+{
+    uint64_t S = 0;
+    for (size_t i = 0; i * 8 < n; i++) {
+        uint64_t w = 0;
+        for (size_t b = 0; b < 8; b++)
+            if (8 * i + b < n)
+                w |= (uint64_t)p[8 * i + b] << (8 * b);
+        S += fmix(w ^ ((uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull));
+    }
+    return fmix(S ^ ((uint64_t)n * 0xC2B2AE3D27D4EB4Full));
+}
+
+START_TEST(test_checksum)
+{
+    rf_accel_t *a = open_host();
+    unsigned char buf[1031];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (unsigned char)(i * 131 + 7);
+    for (size_t n = 0; n < 40; n++)
+        for (size_t off = 0; off < 8; off++)
+            ck_assert_uint_eq(rf_accel_checksum(buf + off, n), ref_sum(buf + off, n));
+    ck_assert_uint_eq(rf_accel_checksum(buf, sizeof(buf)), ref_sum(buf, sizeof(buf)));
+    uint64_t v;
+    ck_assert_int_eq(a->ops->checksum(a, buf + 3, 1000, &v, NULL), RF_OK);
+    ck_assert_uint_eq(v, ref_sum(buf + 3, 1000));
+    /* known values, pinned so the definition cannot drift */
+    ck_assert_uint_eq(rf_accel_checksum("", 0), 0);
+    ck_assert_uint_eq(rf_accel_checksum("refit", 5), ref_sum((const unsigned char *)"refit", 5));
+    ck_assert_uint_eq(rf_accel_checksum("refit", 5), REFIT_SUM_REFIT);
+    ck_assert_uint_eq(rf_accel_checksum("0123456789abcdef", 16), REFIT_SUM_HEX16);
+    /* length and position count: a trailing zero byte, swapped words */
+    unsigned char z[9] = {0};
+    ck_assert_uint_ne(rf_accel_checksum(z, 8), rf_accel_checksum(z, 9));
+    unsigned char s1[16] = "AAAAAAAABBBBBBBB", s2[16] = "BBBBBBBBAAAAAAAA";
+    ck_assert_uint_ne(rf_accel_checksum(s1, 16), rf_accel_checksum(s2, 16));
+    rf_accel_close(a);
+}
+END_TEST
+
+static Suite *accel_suite(void)
+{
+    Suite *s = suite_create("accel");
+    TCase *tc = tcase_create("host");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_registry);
+    tcase_add_test(tc, test_memory_streams);
+    tcase_add_test(tc, test_copy_rows_row_major);
+    tcase_add_test(tc, test_copy_rows_kfirst);
+    tcase_add_test(tc, test_copy_rows_convert);
+    tcase_add_test(tc, test_zero_rows);
+    tcase_add_test(tc, test_fnuz);
+    tcase_add_test(tc, test_repack);
+    tcase_add_test(tc, test_fp8_quantize);
+    tcase_add_test(tc, test_wna16_quantize);
+    tcase_add_test(tc, test_checksum);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(accel_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# tools/gpu-run.sh: the one script run on the GPU host (shared/device/README.md). It
+# configures a CUDA build, builds the GPU test programs, runs `ctest -L gpu` and
+# compute-sanitizer memcheck on the GPU test program, and writes every log under
+# ${OUT:-gpu-out}/ (summary.txt says what passed). Exit status 0 only when every step passed
+# and the GPU tests really ran (a skip on the GPU host is a failure).
+#
+#   bash tools/gpu-run.sh                  # from the repository root, .device-deps/ alongside
+#
+# Env: OUT (log folder), REFIT_GPU_BUILD (build folder, default build-gpu),
+# REFIT_SANITIZER_BENCH_MIB (copy size for the sanitizer run, default 256).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+build=${REFIT_GPU_BUILD:-$root/build-gpu}
+summary=$out/summary.txt
+: > "$summary"
+status=0
+step() { # step NAME RC
+    echo "$1: $([ "$2" -eq 0 ] && echo ok || echo "FAILED (rc $2)")" | tee -a "$summary"
+    [ "$2" -eq 0 ] || status=1
+}
+
+# Debian packages staged by shared/device/stage-debs.sh (Check, libyaml, jansson, xxhash,
+# openssl headers, pkgconf): unpacked under /opt/deps by env.sh.
+if [ -f "$root/.device-deps/env.sh" ]; then
+    # shellcheck disable=SC1091
+    source "$root/.device-deps/env.sh"
+    # Debian keeps openssl/configuration.h in the multiarch include dir, which env.sh's CPATH
+    # does not name.
+    [ -d /opt/deps/usr/include/x86_64-linux-gnu ] &&
+        export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
+    # pkg-config itself may be missing on the host: use the staged pkgconf.
+    if ! command -v pkg-config >/dev/null 2>&1 && [ -x /opt/deps/usr/bin/pkgconf ]; then
+        export PATH="/opt/deps/usr/bin:$PATH"
+        export PKG_CONFIG=/opt/deps/usr/bin/pkgconf
+    fi
+fi
+export PATH="/usr/local/cuda/bin:$PATH"
+
+{
+    date -u
+    nvidia-smi || true
+    nvcc --version || true
+    cmake --version || true
+    echo "PKG_CONFIG=${PKG_CONFIG:-} CPATH=${CPATH:-}"
+    echo "PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-} PKG_CONFIG_SYSROOT_DIR=${PKG_CONFIG_SYSROOT_DIR:-}"
+} > "$out/env.log" 2>&1
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$out/configure.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q 'refit: CUDA ON' "$out/configure.log"; then
+    echo "configure: CUDA not found" >> "$out/configure.log"
+    rc=2
+fi
+step configure $rc
+grep 'refit:' "$out/configure.log" >> "$summary"
+[ $rc -eq 0 ] || { echo "see $out/configure.log"; exit 1; }
+
+cmake --build "$build" -j "$(nproc)" --target check_accel_cuda check_accel > "$out/build.log" 2>&1
+rc=$?
+step build $rc
+[ $rc -eq 0 ] || { tail -40 "$out/build.log"; exit 1; }
+
+# the host reference's own unit test, then the GPU tests
+(cd "$build" && ctest -R '^check_accel$' --output-on-failure) > "$out/ctest-accel-unit.log" 2>&1
+step "ctest check_accel (host reference)" $?
+
+(cd "$build" && ctest -L gpu --output-on-failure -V) > "$out/ctest-gpu.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -qiE 'skipped|not run' "$out/ctest-gpu.log"; then
+    echo "gpu tests were skipped on the GPU host" >> "$out/ctest-gpu.log"
+    rc=3
+fi
+step "ctest -L gpu" $rc
+grep '^.*bench:' "$out/ctest-gpu.log" | sed 's/^[0-9]*: //' >> "$summary"
+
+gpu_test="$build/tests/gpu/check_accel_cuda"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+    CK_FORK=no CK_DEFAULT_TIMEOUT=1200 REFIT_ACCEL_BENCH_MIB=${REFIT_SANITIZER_BENCH_MIB:-256} \
+        timeout 420 compute-sanitizer --tool memcheck --error-exitcode 99 "$gpu_test" \
+        > "$out/memcheck.log" 2>&1
+    rc=$?
+    step "compute-sanitizer memcheck" $rc
+    grep -E 'ERROR SUMMARY' "$out/memcheck.log" >> "$summary"
+else
+    echo "compute-sanitizer not found" > "$out/memcheck.log"
+    step "compute-sanitizer memcheck" 4
+fi
+
+echo "logs in $out"
+cat "$summary"
+exit $status
