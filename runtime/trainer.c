@@ -191,11 +191,39 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     return RF_OK;
 }
 
+uint64_t rf_trainer_arena_layout(const rf_topology_t *topo, const rf_inventory_t *inv,
+                                 const rf_manifest_t *man, const rf_rank_info_t *me,
+                                 uint64_t *offs)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < man->n; i++) {
+        rf_region_t r;
+        offs[i] = UINT64_MAX;
+        if (!rf_trainer_shard(topo, inv, &inv->tensors[man->entries[i].tensor], me, &r))
+            continue;
+        total = (total + RF_CHUNK_ALIGN - 1) & ~(uint64_t)(RF_CHUNK_ALIGN - 1);
+        offs[i] = total;
+        total += (uint64_t)(r.r1 - r.r0) * (uint64_t)(r.c1 - r.c0) *
+                 rf_dtype_size(man->entries[i].dtype);
+    }
+    return total;
+}
+
+void rf_trainer_use_arena(rf_trainer_t *tr, char *base, const uint64_t *offs)
+{
+    for (int i = 0; i < tr->man->n; i++) {
+        if (!tr->buf_borrowed)
+            free(tr->buf[i]);
+        tr->buf[i] = tr->has[i] && offs[i] != UINT64_MAX ? base + offs[i] : NULL;
+    }
+    tr->buf_borrowed = true;
+}
+
 void rf_trainer_free(rf_trainer_t *tr)
 {
     if (tr == NULL)
         return;
-    if (tr->buf)
+    if (tr->buf && !tr->buf_borrowed)
         for (int i = 0; i < tr->man->n; i++)
             free(tr->buf[i]);
     free(tr->buf);
@@ -600,7 +628,7 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
     for (uint32_t k = 0; k < sr->chunk_count; k++) {
         const rf_chunk_t *c = &tr->plan->chunks[sr->chunk_begin + k];
         uint64_t b = contribution_bytes(tr, c, tr->me.world_rank);
-        if (b == 0)
+        if (b == 0 || (tr->gathered != NULL && !tr->gathered[c->seq]))
             continue;
         if (tr->n_out == buffers) { /* oldest message done before its buffer is reused */
             rf_err_t e;

@@ -82,7 +82,27 @@ typedef struct rf_trainer {
     char *out_bufs[16];          /* their buffers (owned) */
     int n_out;
     int64_t fault_skip_seq;      /* test hook: contributor skips its part of this chunk (-1) */
+    bool buf_borrowed;           /* buf[] points into an arena (rf_trainer_use_arena) */
+    const uint8_t *gathered;     /* optional [plan->n_chunks]: 0 = the stage sender does not
+                                    gather this chunk (ipc: read in place), borrowed */
 } rf_trainer_t;
+
+/*
+ * Moves this rank's shard buffers into an arena (ipc transport): buf[i] = base + offs[i] for
+ * every entry it holds (offs from rf_trainer_arena_layout; base borrowed, must outlive tr and
+ * hold the layout's bytes). The malloc'd buffers are freed; contents are not kept (call
+ * before the first production). Local.
+ */
+void rf_trainer_use_arena(rf_trainer_t *tr, char *base, const uint64_t *offs);
+
+/*
+ * The arena layout of trainer rank `me`'s shards: offs[i] (256-aligned) for every manifest
+ * entry it holds, UINT64_MAX for the others; returns the total bytes. Pure: the paired
+ * rollout rank computes its pair's layout with it. offs: [man->n], caller-owned.
+ */
+uint64_t rf_trainer_arena_layout(const rf_topology_t *topo, const rf_inventory_t *inv,
+                                 const rf_manifest_t *man, const rf_rank_info_t *me,
+                                 uint64_t *offs);
 
 /* Collective over the trainer ranks (comm = trainer-only communicator). */
 rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
