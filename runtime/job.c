@@ -111,7 +111,8 @@ typedef struct job {
     /* ipc transport (colocated) */
     bool ipc;
     int *pair_of;              /* [size] every rank's IPC pair (-1 none) */
-    uint8_t *ipc_staged;       /* [n_chunks] the stage sender stages the chunk */
+    uint8_t *ipc_staged;       /* [n_chunks] the stage sender stages (part of) the chunk */
+    uint8_t *ipc_piece_staged; /* [n_pieces] some rollout rank reads the piece staged */
     rf_ipc_piece_t *ipc_pieces; /* rollout: [n_pieces] where this rank reads each piece */
     rf_xfer_ipc_config_t ipc_cfg;
 } job_t;
@@ -267,6 +268,13 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
      * stage (a rollout rank's hooks fire after chunk 0) */
     int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
     f->seq = p < j->cplan->n_stages ? j->cplan->stages[p].chunk_begin : 0;
+    if (j->ipc && f->kind == RF_FAULT_CORRUPT_CHUNK && p < j->cplan->n_stages) {
+        /* ipc: only staged bytes can be corrupted in flight: the stage's first staged chunk */
+        const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
+        for (uint32_t k = sr->chunk_count; k-- > 0;)
+            if (j->ipc_staged[sr->chunk_begin + k])
+                f->seq = sr->chunk_begin + k;
+    }
     if (j->rank == 0)
         rf_warn("fault: %s on rank %d at update %d", rf_fault_kind_name(f->kind), f->rank,
                 f->update);
@@ -438,7 +446,8 @@ static rf_status_t ipc_plan(job_t *j, rf_err_t *err)
     uint64_t *offs = calloc((size_t)j->man.n + 1, sizeof(uint64_t));
     rf_ipc_piece_t *mine = calloc(cp->n_pieces + 1, sizeof(rf_ipc_piece_t));
     j->ipc_staged = calloc(cp->n_chunks + 1, 1);
-    if (offs == NULL || mine == NULL || j->ipc_staged == NULL) {
+    j->ipc_piece_staged = calloc(cp->n_pieces + 1, 1);
+    if (offs == NULL || mine == NULL || j->ipc_staged == NULL || j->ipc_piece_staged == NULL) {
         free(offs);
         free(mine);
         return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
@@ -475,7 +484,7 @@ static rf_status_t ipc_plan(job_t *j, rf_err_t *err)
                                                                j->items[pc->item].row_bytes};
                 }
                 if (ip.staged)
-                    j->ipc_staged[c] = 1;
+                    j->ipc_staged[c] = j->ipc_piece_staged[gi] = 1;
                 if (w == j->rank) {
                     mine[gi] = ip;
                     inplace += !ip.staged;
@@ -531,7 +540,7 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
         if (st == RF_OK)
             rf_trainer_use_arena(&j->tr, base, offs);
         free(offs);
-        j->tr.gathered = j->ipc_staged; /* contributors send parts of staged chunks only */
+        j->tr.gathered = j->ipc_piece_staged; /* only staged pieces are gathered and packed */
     }
     memset(&sh, 0, sizeof(sh));
     bool stage_sender = false;
@@ -1610,6 +1619,11 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             }
         } else if (j->tr.sender) {
             pack_ctx_t pc = {j, v, deadline};
+            /* ipc: chunks read in place are never packed, so the pack hooks may not fire */
+            if (j->ipc && fault_here(j, v, RF_FAULT_EXIT))
+                fault_exit_now(j, "stage sender, before its first chunk");
+            if (j->ipc && fault_here(j, v, RF_FAULT_STALL))
+                fault_stall_now(j, deadline, "stage sender, before its first chunk");
             st = rf_xfer_send(j->xfer, &cfg, job_pack, &pc, &err);
         } else {
             if (fault_here(j, v, RF_FAULT_EXIT))
@@ -1807,6 +1821,7 @@ static void teardown(job_t *j)
     free(j->receivers);
     free(j->pair_of);
     free(j->ipc_staged);
+    free(j->ipc_piece_staged);
     free(j->ipc_pieces);
     rf_gate_expect_fini(&j->expect);
     rf_manifest_free(&j->man);

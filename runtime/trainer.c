@@ -436,11 +436,19 @@ static bool piece_part(const rf_region_t *reg, const rf_chunk_piece_t *pc, rf_re
     return !region_empty(out);
 }
 
+/* Whether plan piece gi is gathered and packed (all, unless tr->gathered says otherwise). */
+static bool piece_on(const rf_trainer_t *tr, size_t gi)
+{
+    return tr->gathered == NULL || tr->gathered[gi] != 0;
+}
+
 /* Bytes owner `rank` contributes to chunk c. */
 static uint64_t contribution_bytes(const rf_trainer_t *tr, const rf_chunk_t *c, int rank)
 {
     uint64_t total = 0;
     for (size_t k = 0; k < c->piece_count; k++) {
+        if (!piece_on(tr, c->piece_begin + k))
+            continue;
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
         rf_owner_t own[RF_MAX_OWNERS];
@@ -497,6 +505,8 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     double t0 = rf_time_now();
     /* peers of this chunk: every other copy of record with a non-empty part */
     for (size_t k = 0; k < c->piece_count; k++) {
+        if (!piece_on(tr, c->piece_begin + k))
+            continue;
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
         rf_owner_t own[RF_MAX_OWNERS];
@@ -525,6 +535,8 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     }
     /* own parts while the peers' parts travel */
     for (size_t k = 0; k < c->piece_count; k++) {
+        if (!piece_on(tr, c->piece_begin + k))
+            continue;
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         int ei = (int)pc->item;
         rf_region_t part;
@@ -554,6 +566,8 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     for (int q = 0; q < npeers; q++) {
         const char *src = tr->gather_buf + offs[q];
         for (size_t k = 0; k < c->piece_count; k++) {
+            if (!piece_on(tr, c->piece_begin + k))
+                continue;
             const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
             const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
             rf_owner_t own[RF_MAX_OWNERS];
@@ -628,7 +642,7 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
     for (uint32_t k = 0; k < sr->chunk_count; k++) {
         const rf_chunk_t *c = &tr->plan->chunks[sr->chunk_begin + k];
         uint64_t b = contribution_bytes(tr, c, tr->me.world_rank);
-        if (b == 0 || (tr->gathered != NULL && !tr->gathered[c->seq]))
+        if (b == 0)
             continue;
         if (tr->n_out == buffers) { /* oldest message done before its buffer is reused */
             rf_err_t e;
@@ -652,6 +666,8 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
         if (msg == NULL)
             return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
         for (size_t p = 0; p < c->piece_count; p++) {
+            if (!piece_on(tr, c->piece_begin + p))
+                continue;
             const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + p];
             int ei = (int)pc->item;
             const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];

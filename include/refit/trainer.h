@@ -83,8 +83,9 @@ typedef struct rf_trainer {
     int n_out;
     int64_t fault_skip_seq;      /* test hook: contributor skips its part of this chunk (-1) */
     bool buf_borrowed;           /* buf[] points into an arena (rf_trainer_use_arena) */
-    const uint8_t *gathered;     /* optional [plan->n_chunks]: 0 = the stage sender does not
-                                    gather this chunk (ipc: read in place), borrowed */
+    const uint8_t *gathered;     /* optional [plan->n_pieces]: 0 = nobody reads this piece
+                                    from the packed chunk (ipc: read in place), so it is not
+                                    gathered nor packed; borrowed */
 } rf_trainer_t;
 
 /*
@@ -120,7 +121,8 @@ rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *e
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err);
 
 /* Stage sender: packs chunk `c` into payload, gathering other copies of record's parts
- * (waits under the deadline, polling ABORT through ctl). */
+ * (waits under the deadline, polling ABORT through ctl). With tr->gathered, only the pieces
+ * it marks (the other pieces' bytes in payload are left as they were). */
 rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
                             const rf_chunk_t *c, void *payload, double deadline, rf_err_t *err);
 
