@@ -27,6 +27,15 @@ foreach(case "llama-tiny-tp2-to-tp2;4;llama-tiny;30" "llama-tiny-tp2-to-2xtp1;4;
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(ipc_same_bytes_${topo} PROPERTIES LABELS mpi TIMEOUT 300)
 endforeach()
+# PP2 -> TP2: two stage senders, each rollout rank reads one stage of its pair in place
+add_test(NAME ipc_same_bytes_llama-tiny-tp1pp2-to-tp2
+         COMMAND ${IPC_SAME} ${TTOPO}/llama-tiny-tp1pp2-to-tp2-colocated-ipc.yaml
+                 ${TTOPO}/llama-tiny-tp1pp2-to-tp2-colocated-mpi.yaml --
+                 ${REFIT_RUN} -np 4 $<TARGET_FILE:refit-run> --checkpoint ${DATA}/llama-tiny
+                 --reference ${DATA}/llama-tiny/tensors.reference.json --cold-check --steps 3
+                 --profile-dir ${CMAKE_BINARY_DIR}/profiles/ipc_same_bytes_llama-tiny-tp1pp2-to-tp2
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(ipc_same_bytes_llama-tiny-tp1pp2-to-tp2 PROPERTIES LABELS mpi TIMEOUT 300)
 # small chunks and integrity: chunks read in place only, chunks partly staged, 2 slots
 refit_run_test(ipc_small_chunks_integrity 4 ok "max 2 chunks in flight;refit: COMMITTED 3 update\\(s\\), verified 30 tensors"
                --topology ${ITOPO4} --checkpoint ${DATA}/llama-tiny --integrity --steps 3
