@@ -456,8 +456,15 @@ static rf_status_t ipc_plan(job_t *j, rf_err_t *err)
     for (int r = 0; r < j->R; r++) {
         rf_rank_info_t ri, pi;
         int w = j->receivers[r];
-        RF_CHECK(rf_topology_rank_info(&j->topo, w, &ri));
-        RF_CHECK(rf_topology_rank_info(&j->topo, j->pair_of[w], &pi));
+        if (rf_topology_rank_info(&j->topo, w, &ri) != RF_OK ||
+            rf_topology_rank_info(&j->topo, j->pair_of[w], &pi) != RF_OK ||
+            pi.role != RF_ROLE_TRAINER) {
+            free(offs);
+            free(mine);
+            return rf_err_set(err, RF_ERR_TOPOLOGY, "%s: transport ipc: rollout rank %d pairs "
+                              "with rank %d, not a trainer rank",
+                              j->topo.file, w, j->pair_of[w]);
+        }
         rf_trainer_arena_layout(&j->topo, &j->inv, &j->man, &pi, offs);
         for (size_t c = 0; c < cp->n_chunks; c++) {
             const rf_chunk_t *ch = &cp->chunks[c];
@@ -686,7 +693,7 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
                 st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: transport ipc: rank %d has no pair",
                                 j->topo.file, r);
         RF_CHECK(st);
-        RF_CHECK(ipc_plan(j, err));
+        RF_CHECK(agree_status(j, MPI_COMM_WORLD, ipc_plan(j, err), err));
     }
     for (int p = 0; p < j->cplan->n_stages && j->ipc; p++) {
         /* ipc: per chunk SEQ (stage sender -> receiver) and ACK (back); READY per pair */

@@ -74,7 +74,8 @@ struct rf_transport {
 const rf_transport_ops_t *rf_transport_mpi_ops(void);
 
 /*
- * Creates the transport named `name` ("mpi") on world (borrowed). Collective. Returns RF_OK
+ * Creates the transport named `name` ("mpi") on world (borrowed). Collective. ("ipc" is not a
+ * message transport of its own: rf_xfer_create runs its messages over "mpi".) Returns RF_OK
  * and *t_p (free with rf_transport_destroy), RF_ERR_UNSUPPORTED for an unknown name,
  * RF_ERR_MPI, RF_ERR_NOMEM.
  */
@@ -290,8 +291,10 @@ typedef struct rf_xfer rf_xfer_t;
 
 /*
  * Creates a transfer engine on the control channel ctl (borrowed, must outlive it) with the
- * transport `transport` ("mpi") and `buffers` slots (0 = 2) of chunk_bytes each (allocated
- * here with rf_chunk_buffer_alloc, reused by every update). Collective. Returns RF_OK and
+ * transport `transport` ("mpi" or "ipc") and `buffers` slots (0 = 2) of chunk_bytes each
+ * (allocated here with rf_chunk_buffer_alloc, reused by every update; on ipc the slots are
+ * message-sized and the payload slots are the staging arena, see rf_xfer_ipc_export).
+ * Collective. Returns RF_OK and
  * *x_p (free with rf_xfer_destroy); RF_ERR_INVALID, RF_ERR_NOMEM, RF_ERR_MPI,
  * RF_ERR_UNSUPPORTED.
  */
