@@ -48,8 +48,8 @@ static rf_status_t host_export(const char *name, uint64_t bytes, rf_ipc_arena_t 
         int e = errno;
         close(fd);
         shm_unlink(name);
-        return rf_err_set(err, RF_ERR_IO, "ipc: ftruncate %s to %" PRIu64 " bytes: %s", name,
-                          bytes, strerror(e));
+        return rf_err_set(err, RF_ERR_IO, "ipc: ftruncate %s to %" PRIu64 " bytes: %s", name, bytes,
+                          strerror(e));
     }
     void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int e = errno;
@@ -83,8 +83,9 @@ static rf_status_t host_import(const rf_ipc_handle_t *h, rf_ipc_arena_t *a, rf_e
                           strerror(errno));
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < h->bytes) {
         close(fd);
-        return rf_err_set(err, RF_ERR_IO, "ipc: arena %s is smaller than its handle's %" PRIu64
-                          " bytes", h->name, h->bytes);
+        return rf_err_set(err, RF_ERR_IO,
+                          "ipc: arena %s is smaller than its handle's %" PRIu64 " bytes", h->name,
+                          h->bytes);
     }
     void *p = mmap(NULL, (size_t)h->bytes, PROT_READ, MAP_SHARED, fd, 0);
     int e = errno;
@@ -113,8 +114,7 @@ static rf_status_t host_protect(rf_ipc_arena_t *a, int readonly, rf_err_t *err)
     if (a->base == NULL || !a->exported || a->readonly == readonly)
         return RF_OK;
     if (mprotect(a->base, (size_t)a->bytes, readonly ? PROT_READ : PROT_READ | PROT_WRITE) != 0)
-        return rf_err_set(err, RF_ERR_IO, "ipc: mprotect %s: %s", a->handle.name,
-                          strerror(errno));
+        return rf_err_set(err, RF_ERR_IO, "ipc: mprotect %s: %s", a->handle.name, strerror(errno));
     a->readonly = readonly;
     return RF_OK;
 }
@@ -147,14 +147,14 @@ const rf_ipc_arena_ops_t *rf_ipc_host_ops(void)
 struct rf_ipc_state {
     const rf_ipc_arena_ops_t *ops;
     rf_ipc_arena_t own[RF_IPC_KINDS];
-    rf_ipc_arena_t *imports;   /* [RF_IPC_KINDS * nranks] */
+    rf_ipc_arena_t *imports; /* [RF_IPC_KINDS * nranks] */
     /* sender */
     MPI_Request *areqs;        /* [buffers * nranks] ACK receives per slot and receiver */
     unsigned char *ack_posted; /* [buffers * nranks] */
     unsigned char *ack_rbuf;   /* [buffers * nranks * 16] */
     uint32_t *slot_seq;        /* [buffers] chunk seq the slot holds */
     /* receiver */
-    unsigned char *ack_sbuf;   /* [buffers * 16] */
+    unsigned char *ack_sbuf; /* [buffers * 16] */
     unsigned char ready_sbuf[RF_IPC_ACK_BYTES];
     unsigned char ready_rbuf[RF_IPC_ACK_BYTES];
     rf_xfer_segment_t *segs;
@@ -175,8 +175,7 @@ rf_status_t rf_ipc_state_create(rf_xfer_t *x, rf_err_t *err)
     s->slot_seq = calloc((size_t)x->buffers, sizeof(uint32_t));
     s->ack_sbuf = calloc((size_t)x->buffers, RF_IPC_ACK_BYTES);
     x->ipc = s;
-    if (!s->imports || !s->areqs || !s->ack_posted || !s->ack_rbuf || !s->slot_seq ||
-        !s->ack_sbuf)
+    if (!s->imports || !s->areqs || !s->ack_posted || !s->ack_rbuf || !s->slot_seq || !s->ack_sbuf)
         return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory");
     for (size_t i = 0; i < nb; i++)
         s->areqs[i] = MPI_REQUEST_NULL;
@@ -207,16 +206,15 @@ void rf_ipc_state_destroy(rf_xfer_t *x)
     x->ipc = NULL;
 }
 
-rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *name,
-                               uint64_t bytes, void **base_p, rf_ipc_handle_t *h_p,
-                               rf_err_t *err)
+rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *name, uint64_t bytes,
+                               void **base_p, rf_ipc_handle_t *h_p, rf_err_t *err)
 {
     if (x->ipc == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: arena export on a non-ipc transfer");
     rf_ipc_state_t *s = x->ipc;
     if (s->own[kind].base != NULL)
-        return rf_err_set(err, RF_ERR_STATE, "ipc: rank %d exported arena kind %d twice",
-                          x->rank, (int)kind);
+        return rf_err_set(err, RF_ERR_STATE, "ipc: rank %d exported arena kind %d twice", x->rank,
+                          (int)kind);
     RF_CHECK(s->ops->export_arena(name, bytes, &s->own[kind], err));
     *base_p = s->own[kind].base;
     *h_p = s->own[kind].handle;
@@ -226,8 +224,7 @@ rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *nam
 rf_status_t rf_xfer_ipc_import(rf_xfer_t *x, int owner, rf_ipc_kind_t kind,
                                const rf_ipc_handle_t *h, rf_err_t *err)
 {
-    if (x->ipc == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS || owner < 0 ||
-        owner >= x->nranks)
+    if (x->ipc == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS || owner < 0 || owner >= x->nranks)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: bad arena import");
     rf_ipc_arena_t *a = &x->ipc->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner];
     if (h->bytes == 0 || a->base != NULL)
@@ -257,8 +254,7 @@ rf_status_t rf_xfer_ipc_protect(rf_xfer_t *x, int readonly, rf_err_t *err)
 
 const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind)
 {
-    if (x->ipc == NULL || owner < 0 || owner >= x->nranks || (int)kind < 0 ||
-        kind >= RF_IPC_KINDS)
+    if (x->ipc == NULL || owner < 0 || owner >= x->nranks || (int)kind < 0 || kind >= RF_IPC_KINDS)
         return NULL;
     if (owner == x->rank)
         return x->ipc->own[kind].base;
@@ -330,16 +326,15 @@ void rf_ipc_cancel_acks(rf_xfer_t *x)
 }
 
 /* Slot b is free again: its sends completed and every receiver acked its chunk. */
-static rf_status_t wait_slot(rf_xfer_t *x, uint32_t update, int b, double deadline,
-                             rf_err_t *err)
+static rf_status_t wait_slot(rf_xfer_t *x, uint32_t update, int b, double deadline, rf_err_t *err)
 {
     rf_ipc_state_t *s = x->ipc;
     int per = 2 * x->nranks;
     double t0 = rf_time_now();
     rf_status_t st = rf_ctl_wait(x->ctl, &x->sreqs[b * per], per, deadline, err);
     if (st == RF_OK)
-        st = rf_ctl_wait(x->ctl, &s->areqs[(size_t)b * (size_t)x->nranks], x->nranks, deadline,
-                         err);
+        st =
+            rf_ctl_wait(x->ctl, &s->areqs[(size_t)b * (size_t)x->nranks], x->nranks, deadline, err);
     x->stats.wire_s += rf_time_now() - t0;
     for (int p = 0; st == RF_OK && p < x->nranks; p++)
         if (s->ack_posted[(size_t)b * (size_t)x->nranks + (size_t)p])
@@ -349,8 +344,8 @@ static rf_status_t wait_slot(rf_xfer_t *x, uint32_t update, int b, double deadli
     return st;
 }
 
-rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
-                        void *ctx, rf_err_t *err)
+rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack, void *ctx,
+                        rf_err_t *err)
 {
     rf_ipc_state_t *s = x->ipc;
     const rf_chunk_plan_t *plan = cfg->plan;
@@ -419,8 +414,7 @@ rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_
                 rf_warn("fault: rank %d flipped a staged byte of chunk %u (update %u)", x->rank,
                         c->seq, cfg->update);
             } else {
-                rf_warn("fault: chunk %u is read in place, not staged: nothing to corrupt",
-                        c->seq);
+                rf_warn("fault: chunk %u is read in place, not staged: nothing to corrupt", c->seq);
             }
         }
         s->slot_seq[b] = c->seq;
@@ -444,9 +438,9 @@ rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_
             if (hit && f->dup_seq == (int64_t)c->seq)
                 copies = 2;
             for (int n = 0; n < copies; n++) {
-                RF_CHECK_GOTO(x->tp->ops->isend(x->tp, msg, bytes, peer, tag,
-                                                &x->sreqs[b * per + nreq], &e),
-                              st, fail);
+                RF_CHECK_GOTO(
+                    x->tp->ops->isend(x->tp, msg, bytes, peer, tag, &x->sreqs[b * per + nreq], &e),
+                    st, fail);
                 nreq++;
                 x->stats.peers[peer].chunks_sent++;
                 x->stats.peers[peer].bytes_sent += bytes;
@@ -469,12 +463,11 @@ fail:
     {
         char where[160];
         if (peer >= 0)
-            snprintf(where, sizeof(where),
-                     "update %u: ipc: chunk seq %u (stage %d) to rank %d", cfg->update, seq,
-                     stage, peer);
+            snprintf(where, sizeof(where), "update %u: ipc: chunk seq %u (stage %d) to rank %d",
+                     cfg->update, seq, stage, peer);
         else if (stage >= 0)
-            snprintf(where, sizeof(where), "update %u: ipc: chunk seq %u (stage %d)",
-                     cfg->update, seq, stage);
+            snprintf(where, sizeof(where), "update %u: ipc: chunk seq %u (stage %d)", cfg->update,
+                     seq, stage);
         else
             snprintf(where, sizeof(where), "update %u: ipc: sending", cfg->update);
         rf_xfer_wrap(err, st, &e, where);
@@ -538,8 +531,8 @@ static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, con
         if (ip->staged) {
             if (staging == NULL)
                 return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu is staged, the chunk not", gi);
-            s->segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end,
-                                               staging + pc->offset, 1};
+            s->segs[n++] =
+                (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, staging + pc->offset, 1};
             continue;
         }
         if (pair_base == NULL)
@@ -606,10 +599,9 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
 
     for (; posted < n && posted < (size_t)B; posted++) {
         const rf_chunk_t *c = &plan->chunks[posted];
-        RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[posted % B], x->buf_bytes,
-                                        cfg->stage_senders[c->stage],
-                                        RF_XFER_TAG(cfg->update, c->stage),
-                                        &x->rreqs[posted % B], &e),
+        RF_CHECK_GOTO(x->tp->ops->irecv(
+                          x->tp, x->bufs[posted % B], x->buf_bytes, cfg->stage_senders[c->stage],
+                          RF_XFER_TAG(cfg->update, c->stage), &x->rreqs[posted % B], &e),
                       st, fail);
     }
     for (; next < n; next++) {
@@ -672,7 +664,8 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
             XXH3_64bits_update(hs, msg, RF_IPC_SEQ_BYTES);
             if (staging != NULL)
                 XXH3_64bits_update(hs, staging, (size_t)c->payload_bytes);
-            uint64_t have = XXH3_64bits_digest(hs), want = rf_xfer_read_u64le(msg + RF_IPC_SEQ_BYTES);
+            uint64_t have = XXH3_64bits_digest(hs),
+                     want = rf_xfer_read_u64le(msg + RF_IPC_SEQ_BYTES);
             XXH3_freeState(hs);
             if (have != want) {
                 char names[RF_ERR_MSG_MAX / 2];
@@ -713,15 +706,13 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
             const rf_chunk_t *pc = &plan->chunks[posted];
             RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->buf_bytes,
                                             cfg->stage_senders[pc->stage],
-                                            RF_XFER_TAG(cfg->update, pc->stage), &x->rreqs[b],
-                                            &e),
+                                            RF_XFER_TAG(cfg->update, pc->stage), &x->rreqs[b], &e),
                           st, fail);
             posted++;
         }
     }
     for (int b = 0; b < B; b++)
-        RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st,
-                      fail_end);
+        RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st, fail_end);
     /* one probe per source: anything left is an extra chunk message */
     for (int p = 0; p < plan->n_stages; p++) {
         int from = cfg->stage_senders[p], found = 0, tag = 0, seen = 0;

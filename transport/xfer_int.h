@@ -34,8 +34,7 @@ static inline int rf_xfer_sreq_count(const rf_xfer_t *x)
 /* err = "<where>: <inner message>". */
 rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where);
 /* "a rows 0-63, ..." : the tensors chunk c carries (for error messages). */
-void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out,
-                           size_t cap);
+void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out, size_t cap);
 void rf_xfer_update_inflight(rf_xfer_t *x, int inflight);
 /* Cancels this rank's posted receives (rreqs); a matched one counts as received. */
 void rf_xfer_cancel_posted(rf_xfer_t *x);
@@ -47,8 +46,8 @@ rf_status_t rf_ipc_state_create(rf_xfer_t *x, rf_err_t *err);
 void rf_ipc_state_destroy(rf_xfer_t *x);
 /* Sender: cancels ACK receives still posted (a matched one counts as received). */
 void rf_ipc_cancel_acks(rf_xfer_t *x);
-rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
-                        void *ctx, rf_err_t *err);
+rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack, void *ctx,
+                        rf_err_t *err);
 rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err);
 
 #endif /* REFIT_XFER_INT_H */
