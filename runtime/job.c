@@ -59,6 +59,7 @@ typedef struct job_stats {
     int verify_status;
     char verify_msg[RF_ERR_MSG_MAX];
     uint64_t storage_digest; /* rollout, --storage-digest: XXH3 over every slot */
+    uint64_t ipc_in_place, ipc_staged; /* rollout on ipc: bytes read in place / from staging */
 } job_stats_t;
 
 /* One chunk's payload as received, kept for the cold-load check. */
@@ -1332,6 +1333,10 @@ static void write_profile(job_t *j, uint32_t update)
         if (s->storage_unchanged >= 0)
             json_object_set_new(u, "storage_unchanged", json_boolean(s->storage_unchanged));
         json_object_set_new(u, "integrity", json_boolean(j->integrity));
+        if (j->ipc && is_rollout(j)) {
+            json_object_set_new(u, "ipc_bytes_in_place", json_integer((json_int_t)s->ipc_in_place));
+            json_object_set_new(u, "ipc_bytes_staged", json_integer((json_int_t)s->ipc_staged));
+        }
     }
     if (u != NULL)
         json_array_append_new(json_object_get(root, "updates"), u);
@@ -1403,6 +1408,17 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     printf("  %-10s produced %s, read %s, gathered %s; max %d chunks in flight\n", "trainer",
            human_bytes((double)produced, b1, sizeof(b1)), human_bytes((double)read, b2, sizeof(b2)),
            human_bytes((double)gathered, b3, sizeof(b3)), inflight);
+    if (j->ipc) {
+        uint64_t inpl = 0, stg = 0;
+        for (int r = 0; r < j->size; r++) {
+            inpl += all[r].ipc_in_place;
+            stg += all[r].ipc_staged;
+        }
+        printf("  %-10s rollout ranks read %s in place from their pairs' arenas, %s from "
+               "staging slots\n",
+               "ipc", human_bytes((double)inpl, b1, sizeof(b1)),
+               human_bytes((double)stg, b2, sizeof(b2)));
+    }
     double verdict_s = 0;
     int unchanged = -1, paused = 0, rollouts = 0, rebuilt = 0;
     for (int r = 0; r < j->size; r++) {
@@ -1694,6 +1710,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.bytes_recv += xs->peers[r].bytes_recv;
     }
     j->js.max_inflight = xs->max_inflight_chunks;
+    j->js.ipc_in_place = xs->ipc_bytes_in_place;
+    j->js.ipc_staged = xs->ipc_bytes_staged;
     j->js.wire_s = xs->wire_s;
     j->js.unpack_s = xs->unpack_s;
     if (is_rollout(j)) {

@@ -686,6 +686,17 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
         }
         size_t nseg = 0;
         RF_CHECK_GOTO(build_segments(x, cfg, c, staging, pair_base, &nseg, &e), st, fail);
+        for (size_t k = 0; k < nseg; k++) {
+            const rf_xfer_segment_t *sg = &s->segs[k];
+            uint64_t nb = (sg->row_end - sg->row_begin) * cfg->items[sg->piece->item].row_bytes;
+            if (!sg->backed)
+                continue;
+            if (staging != NULL && (const unsigned char *)sg->src >= staging &&
+                (const unsigned char *)sg->src < staging + sb)
+                x->stats.ipc_bytes_staged += nb;
+            else
+                x->stats.ipc_bytes_in_place += nb;
+        }
         double t0 = rf_time_now();
         st = ic->apply(ic->apply_ctx, c, s->segs, nseg, &e);
         x->stats.unpack_s += rf_time_now() - t0;

@@ -282,6 +282,8 @@ typedef struct rf_xfer_stats {
     uint64_t chunks_sent;    /* chunk messages posted, all destinations */
     uint64_t chunks_received;/* chunks checked and unpacked */
     int max_inflight_chunks; /* most chunks posted and not yet known complete / unpacked */
+    uint64_t ipc_bytes_in_place; /* ipc receiver: bytes its loaders read from the pair's arena */
+    uint64_t ipc_bytes_staged;   /* ipc receiver: bytes of pieces read from staging slots */
     double pack_s;
     double wire_s;           /* time waiting on the wire (send slot reuse, receive arrival) */
     double unpack_s;
