@@ -36,6 +36,15 @@ add_test(NAME ipc_same_bytes_llama-tiny-tp1pp2-to-tp2
                  --profile-dir ${CMAKE_BINARY_DIR}/profiles/ipc_same_bytes_llama-tiny-tp1pp2-to-tp2
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(ipc_same_bytes_llama-tiny-tp1pp2-to-tp2 PROPERTIES LABELS mpi TIMEOUT 300)
+# MoE: bf16 TP2 -> TP2 (experts staged), WNA16 from trainer DP replicas (all in place)
+foreach(t qwen3-moe-tiny-tp2-to-tp2 qwen3-moe-tiny-wna16-dp2-to-tp2ep2)
+  add_test(NAME ipc_same_bytes_${t}
+           COMMAND ${IPC_SAME} ${TTOPO}/${t}-colocated-ipc.yaml ${TTOPO}/${t}-colocated-mpi.yaml --
+                   ${REFIT_RUN} -np 4 $<TARGET_FILE:refit-run> --checkpoint ${DATA}/qwen3-moe-tiny
+                   --cold-check --steps 3 --profile-dir ${CMAKE_BINARY_DIR}/profiles/ipc_same_bytes_${t}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(ipc_same_bytes_${t} PROPERTIES LABELS mpi TIMEOUT 300)
+endforeach()
 # small chunks and integrity: chunks read in place only, chunks partly staged, 2 slots
 refit_run_test(ipc_small_chunks_integrity 4 ok "max 2 chunks in flight;refit: COMMITTED 3 update\\(s\\), verified 30 tensors"
                --topology ${ITOPO4} --checkpoint ${DATA}/llama-tiny --integrity --steps 3
