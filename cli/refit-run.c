@@ -64,6 +64,8 @@ static void usage(FILE *f)
             "  --cold-check          after each committed update, replay its chunks into fresh storage\n"
             "                        and require byte-identical slots (cold load == refit)\n"
             "  --profile-dir DIR     write profile-rank<R>.json there (default: refit-profile)\n"
+            "  --storage-digest      print an XXH3 over every rollout slot after each update\n"
+            "                        (same bytes on two transports: same digest)\n"
             "  --integrity           XXH3-64 checksum trailer per chunk, verified before unpacking\n"
             "                        (also transfer.integrity: true in the topology)\n"
             "  --inject-fault KIND[:RANK][@UPDATE]\n"
@@ -90,6 +92,7 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         {"quiet", no_argument, NULL, 'q'},
         {"integrity", no_argument, NULL, 'i'},
         {"cold-check", no_argument, NULL, 'C'},
+        {"storage-digest", no_argument, NULL, 'D'},
         {"inject-fault", required_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -150,6 +153,9 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
             break;
         case 'C':
             o->cold_check = true;
+            break;
+        case 'D':
+            o->storage_digest = true;
             break;
         case 'i':
             o->integrity = true;

@@ -58,6 +58,8 @@ typedef struct job_stats {
     uint64_t rebuilds;      /* rollout: plan rebuilds before this update */
     int verify_status;
     char verify_msg[RF_ERR_MSG_MAX];
+    uint64_t storage_digest; /* rollout, --storage-digest: XXH3 over every slot */
+    uint64_t ipc_in_place, ipc_staged; /* rollout on ipc: bytes read in place / from staging */
 } job_stats_t;
 
 /* One chunk's payload as received, kept for the cold-load check. */
@@ -107,6 +109,13 @@ typedef struct job {
     uint32_t update;        /* current update (fault hooks) */
     double deadline;        /* its absolute deadline */
     uint32_t last_committed; /* the last update that COMMITTED (0: none yet) */
+    /* ipc transport (colocated) */
+    bool ipc;
+    int *pair_of;              /* [size] every rank's IPC pair (-1 none) */
+    uint8_t *ipc_staged;       /* [n_chunks] the stage sender stages (part of) the chunk */
+    uint8_t *ipc_piece_staged; /* [n_pieces] some rollout rank reads the piece staged */
+    rf_ipc_piece_t *ipc_pieces; /* rollout: [n_pieces] where this rank reads each piece */
+    rf_xfer_ipc_config_t ipc_cfg;
 } job_t;
 
 /* ---- fault injection (refit-run --inject-fault; docs/faults.md) ---------------------- */
@@ -260,6 +269,13 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
      * stage (a rollout rank's hooks fire after chunk 0) */
     int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
     f->seq = p < j->cplan->n_stages ? j->cplan->stages[p].chunk_begin : 0;
+    if (j->ipc && f->kind == RF_FAULT_CORRUPT_CHUNK && p < j->cplan->n_stages) {
+        /* ipc: only staged bytes can be corrupted in flight: the stage's first staged chunk */
+        const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
+        for (uint32_t k = sr->chunk_count; k-- > 0;)
+            if (j->ipc_staged[sr->chunk_begin + k])
+                f->seq = sr->chunk_begin + k;
+    }
     if (j->rank == 0)
         rf_warn("fault: %s on rank %d at update %d", rf_fault_kind_name(f->kind), f->rank,
                 f->update);
@@ -365,6 +381,218 @@ static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
     return RF_OK;
 }
 
+/* ---- ipc transport (colocated; DESIGN.md section 9) ------------------------------------ */
+
+static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                             size_t nsegs, rf_err_t *err);
+
+/*
+ * Rows [lo, hi) of checkpoint tensor t that the loaders of a rollout rank with coordinates rc
+ * read (rf_load_piece's arithmetic, runtime/loader.c); every row where this is not worked
+ * out (row-parallel columns, experts): all rows, which only makes fewer pieces in place.
+ */
+static void ipc_rows_read(const job_t *j, const rf_rollout_coords_t *rc, const rf_tensor_t *t,
+                          uint64_t *lo_p, uint64_t *hi_p)
+{
+    const rf_model_config_t *c = &j->inv.cfg;
+    const rf_module_t *m = &j->inv.modules[t->module];
+    int64_t T = rc->tp, r = rc->tp_rank, u = rf_tensor_row_unit(t);
+    int64_t rows = (int64_t)rf_tensor_rows(t), lo = 0, n = rows;
+    switch (m->kind) {
+    case RF_MOD_VOCAB: {
+        int64_t per = rf_vocab_padded(c->vocab_size) / T;
+        lo = r * per < c->vocab_size ? r * per : c->vocab_size;
+        int64_t hi = (r + 1) * per < c->vocab_size ? (r + 1) * per : c->vocab_size;
+        n = hi - lo;
+        break;
+    }
+    case RF_MOD_QKV: {
+        int64_t d = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+        int64_t nh_p = nh / T, rep = T > nkv ? T / nkv : 1, nkv_p = nkv >= T ? nkv / T : 1;
+        lo = t->shard == 0 ? r * nh_p * d : (r / rep) * nkv_p * d;
+        n = t->shard == 0 ? nh_p * d : nkv_p * d;
+        break;
+    }
+    case RF_MOD_MERGED:
+        lo = r * ((m->n / 2) / T);
+        n = (m->n / 2) / T;
+        break;
+    default:
+        break;
+    }
+    if (u != 1 && (m->kind == RF_MOD_QKV || m->kind == RF_MOD_MERGED)) {
+        int64_t end = (lo + n + u - 1) / u;
+        lo /= u;
+        n = end - lo;
+    }
+    if (t->slot < 0) { /* wna16 weight_shape: the planner reads both values */
+        lo = 0;
+        n = rows;
+    }
+    lo = lo < 0 ? 0 : (lo > rows ? rows : lo);
+    n = lo + n > rows ? rows - lo : n;
+    *lo_p = (uint64_t)lo;
+    *hi_p = (uint64_t)(lo + (n < 0 ? 0 : n));
+}
+
+/*
+ * Where every rollout rank reads every piece: in place from its pair's weights arena when the
+ * pair's shard of the tensor is full-width and holds every row that rank's loaders read of
+ * the piece, staged otherwise. A chunk is staged when any rollout rank needs it staged. Pure
+ * and the same on every rank; fills j->ipc_staged and, on rollout ranks, j->ipc_pieces.
+ */
+static rf_status_t ipc_plan(job_t *j, rf_err_t *err)
+{
+    const rf_chunk_plan_t *cp = j->cplan;
+    uint64_t *offs = calloc((size_t)j->man.n + 1, sizeof(uint64_t));
+    rf_ipc_piece_t *mine = calloc(cp->n_pieces + 1, sizeof(rf_ipc_piece_t));
+    j->ipc_staged = calloc(cp->n_chunks + 1, 1);
+    j->ipc_piece_staged = calloc(cp->n_pieces + 1, 1);
+    if (offs == NULL || mine == NULL || j->ipc_staged == NULL || j->ipc_piece_staged == NULL) {
+        free(offs);
+        free(mine);
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    }
+    uint64_t inplace = 0, staged = 0;
+    for (int r = 0; r < j->R; r++) {
+        rf_rank_info_t ri, pi;
+        int w = j->receivers[r];
+        if (rf_topology_rank_info(&j->topo, w, &ri) != RF_OK ||
+            rf_topology_rank_info(&j->topo, j->pair_of[w], &pi) != RF_OK ||
+            pi.role != RF_ROLE_TRAINER) {
+            free(offs);
+            free(mine);
+            return rf_err_set(err, RF_ERR_TOPOLOGY, "%s: transport ipc: rollout rank %d pairs "
+                              "with rank %d, not a trainer rank",
+                              j->topo.file, w, j->pair_of[w]);
+        }
+        rf_trainer_arena_layout(&j->topo, &j->inv, &j->man, &pi, offs);
+        for (size_t c = 0; c < cp->n_chunks; c++) {
+            const rf_chunk_t *ch = &cp->chunks[c];
+            for (size_t k = 0; k < ch->piece_count; k++) {
+                size_t gi = ch->piece_begin + k;
+                const rf_chunk_piece_t *pc = &cp->pieces[gi];
+                const rf_tensor_t *t = &j->inv.tensors[j->man.entries[pc->item].tensor];
+                rf_ipc_piece_t ip = {.staged = 1};
+                rf_region_t reg;
+                uint64_t lo, hi;
+                ipc_rows_read(j, &ri.rc, t, &lo, &hi);
+                lo = lo < pc->row_begin ? pc->row_begin : lo;
+                hi = hi > pc->row_end ? pc->row_end : hi;
+                if (hi <= lo) {
+                    ip = (rf_ipc_piece_t){0, pc->row_begin, pc->row_begin, 0};
+                } else if (rf_trainer_shard(&j->topo, &j->inv, t, &pi, &reg) && reg.c0 == 0 &&
+                           (uint64_t)reg.c1 * (uint64_t)rf_dtype_size(j->man.entries[pc->item]
+                                                                          .dtype) ==
+                               j->items[pc->item].row_bytes &&
+                           (uint64_t)reg.r0 <= lo && hi <= (uint64_t)reg.r1 &&
+                           offs[pc->item] != UINT64_MAX) {
+                    ip = (rf_ipc_piece_t){0, lo, hi,
+                                          offs[pc->item] + (lo - (uint64_t)reg.r0) *
+                                                               j->items[pc->item].row_bytes};
+                }
+                if (ip.staged)
+                    j->ipc_staged[c] = j->ipc_piece_staged[gi] = 1;
+                if (w == j->rank) {
+                    mine[gi] = ip;
+                    inplace += !ip.staged;
+                    staged += ip.staged;
+                }
+            }
+        }
+    }
+    free(offs);
+    if (is_rollout(j)) {
+        j->ipc_pieces = mine;
+        rf_info("ipc: rank %d reads %" PRIu64 " pieces in place from rank %d, %" PRIu64
+                " staged",
+                j->rank, inplace, j->pair_of[j->rank], staged);
+    } else {
+        free(mine);
+    }
+    return RF_OK;
+}
+
+/*
+ * Arenas (collective): every trainer rank moves its shards into a weights arena and sends
+ * the handle to its pair; stage senders with chunks to stage export `buffers` staging slots
+ * and broadcast the handle; rollout ranks map their pair's weights arena and every staging
+ * arena once for the job; after a barrier the exporters unlink the names (no /dev/shm
+ * object outlives setup, even if a process dies later).
+ */
+static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
+{
+    char id[32] = "", name[RF_IPC_NAME_MAX];
+    rf_ipc_handle_t wh, sh;
+    rf_status_t st = RF_OK;
+    memset(&wh, 0, sizeof(wh));
+    if (j->rank == 0) {
+        /* unique per job: rank 0's pid and clock; REFIT_IPC_TAG prefixes it (tests) */
+        const char *tag = getenv("REFIT_IPC_TAG");
+        snprintf(id, sizeof(id), "%.8s%s%d-%lx", tag ? tag : "", tag ? "-" : "", (int)getpid(),
+                 (unsigned long)(rf_time_now() * 1e6) & 0xffffffu);
+    }
+    MPI_Bcast(id, (int)sizeof(id), MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (!is_rollout(j)) {
+        uint64_t *offs = calloc((size_t)j->man.n + 1, sizeof(uint64_t));
+        void *base = NULL;
+        if (offs == NULL)
+            st = rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+        uint64_t bytes = st == RF_OK ? rf_trainer_arena_layout(&j->topo, &j->inv, &j->man,
+                                                               &j->me, offs)
+                                     : 0;
+        snprintf(name, sizeof(name), "/refit-%s-%d-w", id, j->rank);
+        if (st == RF_OK)
+            st = rf_xfer_ipc_export(j->xfer, RF_IPC_WEIGHTS, name, bytes ? bytes : 1, &base, &wh,
+                                    err);
+        if (st == RF_OK)
+            rf_trainer_use_arena(&j->tr, base, offs);
+        free(offs);
+        j->tr.gathered = j->ipc_piece_staged; /* only staged pieces are gathered and packed */
+    }
+    memset(&sh, 0, sizeof(sh));
+    bool stage_sender = false;
+    for (int p = 0; p < j->cplan->n_stages; p++)
+        stage_sender |= j->senders[p] == j->rank;
+    if (st == RF_OK && stage_sender) {
+        bool any = false;
+        for (int p = 0; p < j->cplan->n_stages; p++) {
+            const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
+            for (uint32_t k = 0; j->senders[p] == j->rank && k < sr->chunk_count; k++)
+                any |= j->ipc_staged[sr->chunk_begin + k] != 0;
+        }
+        uint64_t slot = (j->cplan->chunk_bytes + 4095) & ~(uint64_t)4095;
+        int buffers = j->topo.buffers ? j->topo.buffers : 2;
+        void *base = NULL;
+        snprintf(name, sizeof(name), "/refit-%s-%d-s", id, j->rank);
+        if (any)
+            st = rf_xfer_ipc_export(j->xfer, RF_IPC_STAGING, name, slot * (uint64_t)buffers,
+                                    &base, &sh, err);
+    }
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+    /* weights handles: trainer -> its pair */
+    if (!is_rollout(j))
+        MPI_Send(&wh, (int)sizeof(wh), MPI_BYTE, j->pair_of[j->rank], 0x1f1, MPI_COMM_WORLD);
+    else
+        MPI_Recv(&wh, (int)sizeof(wh), MPI_BYTE, j->pair_of[j->rank], 0x1f1, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    if (is_rollout(j))
+        st = rf_xfer_ipc_import(j->xfer, j->pair_of[j->rank], RF_IPC_WEIGHTS, &wh, err);
+    /* staging handles: each stage sender to everyone */
+    for (int p = 0; p < j->cplan->n_stages; p++) {
+        rf_ipc_handle_t h = sh;
+        MPI_Bcast(&h, (int)sizeof(h), MPI_BYTE, j->senders[p], MPI_COMM_WORLD);
+        if (st == RF_OK && is_rollout(j))
+            st = rf_xfer_ipc_import(j->xfer, j->senders[p], RF_IPC_STAGING, &h, err);
+    }
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err)); /* every importer mapped: unlink */
+    st = rf_xfer_ipc_unlink(j->xfer, err);
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+    j->ipc_cfg = (rf_xfer_ipc_config_t){j->ipc_staged, j->ipc_pieces, j->pair_of[j->rank],
+                                        job_apply, j};
+    return RF_OK;
+}
+
 static rf_status_t setup(job_t *j, rf_err_t *err)
 {
     rf_status_t st;
@@ -375,12 +603,26 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     st = rf_topology_place(&j->topo, MPI_COMM_WORLD, &j->place, err);
     if (st != RF_OK)
         return st;
-    if (j->topo.transport != RF_TRANSPORT_MPI || j->topo.t_ngpus > 0 || j->topo.r_ngpus > 0) {
+    /* CPU only in this build: mpi, or ipc on colocated topologies (host shared memory) */
+    j->ipc = j->topo.transport == RF_TRANSPORT_IPC && j->topo.colocated;
+    if ((j->topo.transport != RF_TRANSPORT_MPI && !j->ipc) || j->topo.t_ngpus > 0 ||
+        j->topo.r_ngpus > 0) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: transfer.transport: %s%s is not available in this build (CPU, mpi "
-                        "transport only)",
+                        "%s: transfer.transport: %s%s%s is not available in this build (CPU: mpi, "
+                        "or ipc with colocated: true)",
                         j->topo.file, rf_transport_name(j->topo.transport),
-                        (j->topo.t_ngpus || j->topo.r_ngpus) ? " with gpus" : "");
+                        (j->topo.t_ngpus || j->topo.r_ngpus) ? " with gpus" : "",
+                        j->topo.transport == RF_TRANSPORT_IPC && !j->topo.colocated
+                            ? " without colocated: true"
+                            : "");
+        return agree_status(j, MPI_COMM_WORLD, st, err);
+    }
+    if (j->ipc && j->place.nnodes > 1) {
+        /* host backend: rollout ranks map the stage senders' staging arenas too */
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: transfer.transport: ipc on the host backend needs one node (%d "
+                        "nodes)",
+                        j->topo.file, j->place.nnodes);
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
     if (j->topo.mode != RF_MODE_BROADCAST) {
@@ -441,7 +683,36 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     for (int r = 0; r < j->R; r++)
         j->receivers[r] = j->T + r;
     RF_CHECK(rf_gate_expect_init(&j->expect, j->size, err));
-    for (int p = 0; p < j->cplan->n_stages; p++) {
+    if (j->ipc) {
+        j->pair_of = calloc((size_t)j->size, sizeof(int));
+        if (j->pair_of == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
+        MPI_Allgather(&j->place.pair_rank, 1, MPI_INT, j->pair_of, 1, MPI_INT, MPI_COMM_WORLD);
+        st = RF_OK;
+        for (int r = 0; r < j->size && st == RF_OK; r++)
+            if (j->pair_of[r] < 0 || j->pair_of[r] >= j->size)
+                st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: transport ipc: rank %d has no pair",
+                                j->topo.file, r);
+        RF_CHECK(st);
+        RF_CHECK(agree_status(j, MPI_COMM_WORLD, ipc_plan(j, err), err));
+    }
+    for (int p = 0; p < j->cplan->n_stages && j->ipc; p++) {
+        /* ipc: per chunk SEQ (stage sender -> receiver) and ACK (back); READY per pair */
+        const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
+        uint64_t seq_bytes = RF_IPC_SEQ_BYTES + (j->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
+        for (int r = 0; r < j->R; r++) {
+            size_t s = (size_t)j->senders[p], d = (size_t)j->receivers[r];
+            j->expect.chunks[s * j->size + d] += sr->chunk_count;
+            j->expect.bytes[s * j->size + d] += sr->chunk_count * seq_bytes;
+            j->expect.chunks[d * j->size + s] += sr->chunk_count;
+            j->expect.bytes[d * j->size + s] += sr->chunk_count * (uint64_t)RF_IPC_ACK_BYTES;
+        }
+    }
+    for (int q = 0; q < j->T && j->ipc; q++) {
+        j->expect.chunks[(size_t)q * j->size + j->pair_of[q]] += 1;
+        j->expect.bytes[(size_t)q * j->size + j->pair_of[q]] += RF_IPC_ACK_BYTES;
+    }
+    for (int p = 0; p < j->cplan->n_stages && !j->ipc; p++) {
         const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
         uint64_t bytes = sr->payload_bytes +
                          (uint64_t)sr->chunk_count *
@@ -463,6 +734,8 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     RF_CHECK(rf_ctl_create(MPI_COMM_WORLD, &j->ctl, err));
     RF_CHECK(rf_xfer_create(j->ctl, rf_transport_name(j->topo.transport), j->topo.chunk_bytes,
                             j->topo.buffers, &j->xfer, err));
+    if (j->ipc)
+        RF_CHECK(setup_ipc(j, err));
     j->paused = true;
     return RF_OK;
 }
@@ -487,6 +760,25 @@ static rf_status_t job_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_p
     return rf_trainer_pack(&c->j->tr, c->j->ctl, c->update, chunk, payload, c->deadline, err);
 }
 
+/* Keeps a copy of a chunk's payload for --cold-check (copy: owned, passed on). */
+static rf_status_t cold_keep(job_t *j, const rf_chunk_t *chunk, char *copy, rf_err_t *err)
+{
+    if (j->ncold == j->capcold) {
+        size_t cap = j->capcold ? 2 * j->capcold : 16;
+        cold_chunk_t *g = realloc(j->cold, cap * sizeof(*g));
+        if (g == NULL) {
+            free(copy);
+            return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+        }
+        j->cold = g;
+        j->capcold = cap;
+    }
+    j->cold[j->ncold++] = (cold_chunk_t){chunk, copy};
+    return RF_OK;
+}
+
+static rf_status_t chunk_hooks(job_t *j, const rf_chunk_t *chunk, rf_err_t *err);
+
 static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
                               const void *payload, rf_err_t *err)
 {
@@ -497,21 +789,48 @@ static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk
                                pc->row_end, (const char *)payload + pc->offset, chunk->seq, err));
     }
     if (j->o->cold_check) {
-        if (j->ncold == j->capcold) {
-            size_t cap = j->capcold ? 2 * j->capcold : 16;
-            cold_chunk_t *g = realloc(j->cold, cap * sizeof(*g));
-            if (g == NULL)
-                return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
-            j->cold = g;
-            j->capcold = cap;
-        }
         char *copy = malloc(chunk->payload_bytes + 1);
         if (copy == NULL)
             return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
         memcpy(copy, payload, chunk->payload_bytes);
-        j->cold[j->ncold++] = (cold_chunk_t){chunk, copy};
+        RF_CHECK(cold_keep(j, chunk, copy, err));
     }
-    /* fault hooks after the first chunk this rank applied */
+    return chunk_hooks(j, chunk, err);
+}
+
+/*
+ * ipc: applies one chunk as segments read in place from the pair's arena or from a staging
+ * slot. The cold-check copy gets the backed rows at their payload offsets (the loaders read
+ * no other rows, so the replay lands the same bytes).
+ */
+static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                             size_t nsegs, rf_err_t *err)
+{
+    job_t *j = ctx;
+    for (size_t k = 0; k < nsegs; k++) {
+        const rf_xfer_segment_t *sg = &segs[k];
+        RF_CHECK(rf_plan_apply(&j->plan, j->man.entries[sg->piece->item].tensor, -1,
+                               sg->row_begin, sg->row_end, sg->src, chunk->seq, err));
+    }
+    if (j->o->cold_check) {
+        char *copy = calloc(1, chunk->payload_bytes + 1);
+        if (copy == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+        for (size_t k = 0; k < nsegs; k++) {
+            const rf_xfer_segment_t *sg = &segs[k];
+            uint64_t rb = j->items[sg->piece->item].row_bytes;
+            if (sg->backed)
+                memcpy(copy + sg->piece->offset + (sg->row_begin - sg->piece->row_begin) * rb,
+                       sg->src, (size_t)((sg->row_end - sg->row_begin) * rb));
+        }
+        RF_CHECK(cold_keep(j, chunk, copy, err));
+    }
+    return chunk_hooks(j, chunk, err);
+}
+
+/* Fault hooks after the first chunk this rank applied. */
+static rf_status_t chunk_hooks(job_t *j, const rf_chunk_t *chunk, rf_err_t *err)
+{
     if (chunk->seq == 0 && fault_here(j, j->update, RF_FAULT_EXIT))
         fault_exit_now(j, "rollout, after applying chunk 0");
     if (chunk->seq == 0 && fault_here(j, j->update, RF_FAULT_STALL))
@@ -1014,6 +1333,10 @@ static void write_profile(job_t *j, uint32_t update)
         if (s->storage_unchanged >= 0)
             json_object_set_new(u, "storage_unchanged", json_boolean(s->storage_unchanged));
         json_object_set_new(u, "integrity", json_boolean(j->integrity));
+        if (j->ipc && is_rollout(j)) {
+            json_object_set_new(u, "ipc_bytes_in_place", json_integer((json_int_t)s->ipc_in_place));
+            json_object_set_new(u, "ipc_bytes_staged", json_integer((json_int_t)s->ipc_staged));
+        }
     }
     if (u != NULL)
         json_array_append_new(json_object_get(root, "updates"), u);
@@ -1085,6 +1408,17 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     printf("  %-10s produced %s, read %s, gathered %s; max %d chunks in flight\n", "trainer",
            human_bytes((double)produced, b1, sizeof(b1)), human_bytes((double)read, b2, sizeof(b2)),
            human_bytes((double)gathered, b3, sizeof(b3)), inflight);
+    if (j->ipc) {
+        uint64_t inpl = 0, stg = 0;
+        for (int r = 0; r < j->size; r++) {
+            inpl += all[r].ipc_in_place;
+            stg += all[r].ipc_staged;
+        }
+        printf("  %-10s rollout ranks read %s in place from their pairs' arenas, %s from "
+               "staging slots\n",
+               "ipc", human_bytes((double)inpl, b1, sizeof(b1)),
+               human_bytes((double)stg, b2, sizeof(b2)));
+    }
     double verdict_s = 0;
     int unchanged = -1, paused = 0, rollouts = 0, rebuilt = 0;
     for (int r = 0; r < j->size; r++) {
@@ -1270,13 +1604,23 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     j->js.begin_s = rf_time_now() - t;
 
     if (st == RF_OK && !is_rollout(j)) {
-        st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
+        /* ipc: the weights arena is writable only while this rank produces */
+        if (j->ipc)
+            st = rf_xfer_ipc_protect(j->xfer, 0, &err);
+        if (st == RF_OK)
+            st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
+        if (st == RF_OK && j->ipc)
+            st = rf_xfer_ipc_protect(j->xfer, 1, &err);
+        if (st == RF_OK && j->ipc)
+            st = rf_xfer_ipc_ready(j->xfer, v, j->pair_of[j->rank], &err);
         if (st != RF_OK)
             rf_ctl_abort(j->ctl, st, err.msg);
     }
     if (st == RF_OK) {
-        rf_xfer_config_t cfg = {v, j->cplan, j->senders, j->receivers, j->R, deadline,
-                                RF_XFER_FAULT_NONE, j->integrity, j->items};
+        rf_xfer_config_t cfg = {v,         j->cplan,           j->senders,
+                                j->receivers, j->R,          deadline,
+                                RF_XFER_FAULT_NONE, j->integrity, j->items,
+                                j->ipc ? &j->ipc_cfg : NULL};
         if (fault_here(j, v, RF_FAULT_DROP_CHUNK))
             cfg.fault.drop_seq = j->fault.seq;
         if (fault_here(j, v, RF_FAULT_DUPLICATE_CHUNK))
@@ -1298,6 +1642,11 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             }
         } else if (j->tr.sender) {
             pack_ctx_t pc = {j, v, deadline};
+            /* ipc: chunks read in place are never packed, so the pack hooks may not fire */
+            if (j->ipc && fault_here(j, v, RF_FAULT_EXIT))
+                fault_exit_now(j, "stage sender, before its first chunk");
+            if (j->ipc && fault_here(j, v, RF_FAULT_STALL))
+                fault_stall_now(j, deadline, "stage sender, before its first chunk");
             st = rf_xfer_send(j->xfer, &cfg, job_pack, &pc, &err);
         } else {
             if (fault_here(j, v, RF_FAULT_EXIT))
@@ -1348,6 +1697,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->last_committed = v;
     if (is_rollout(j) && fault_update)
         j->js.storage_unchanged = storage_hash(j) == hash_before;
+    if (is_rollout(j) && j->o->storage_digest)
+        j->js.storage_digest = storage_hash(j);
     j->js.update_s = rf_time_now() - t_start;
     j->js.status = verdict.committed ? RF_OK : (int)(verdict.code ? verdict.code : RF_ERR_INTERNAL);
 
@@ -1359,6 +1710,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.bytes_recv += xs->peers[r].bytes_recv;
     }
     j->js.max_inflight = xs->max_inflight_chunks;
+    j->js.ipc_in_place = xs->ipc_bytes_in_place;
+    j->js.ipc_staged = xs->ipc_bytes_staged;
     j->js.wire_s = xs->wire_s;
     j->js.unpack_s = xs->unpack_s;
     if (is_rollout(j)) {
@@ -1432,6 +1785,17 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         *verified_p = verified;
         if (!j->o->quiet)
             print_table(j, v, all, &verdict, verified);
+        if (j->o->storage_digest) {
+            /* XXH3 over the rollout ranks' slot digests, in rank order */
+            uint64_t d[2] = {0, 0};
+            for (int r = j->T; r < j->size; r++) {
+                d[1] = all[r].storage_digest;
+                d[0] = XXH3_64bits(d, sizeof(d));
+            }
+            printf("refit: update %u storage digest %016" PRIx64 " (%d rollout ranks)\n", v, d[0],
+                   j->R);
+            fflush(stdout);
+        }
         if (!verdict.committed) {
             snprintf(fail, cap, "update %u: rank %d: %s", v, verdict.rank, verdict.reason);
             rc = 1;
@@ -1480,6 +1844,10 @@ static void teardown(job_t *j)
     free(j->items);
     free(j->senders);
     free(j->receivers);
+    free(j->pair_of);
+    free(j->ipc_staged);
+    free(j->ipc_piece_staged);
+    free(j->ipc_pieces);
     rf_gate_expect_fini(&j->expect);
     rf_manifest_free(&j->man);
     rf_inventory_free(&j->inv);

@@ -191,11 +191,39 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     return RF_OK;
 }
 
+uint64_t rf_trainer_arena_layout(const rf_topology_t *topo, const rf_inventory_t *inv,
+                                 const rf_manifest_t *man, const rf_rank_info_t *me,
+                                 uint64_t *offs)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < man->n; i++) {
+        rf_region_t r;
+        offs[i] = UINT64_MAX;
+        if (!rf_trainer_shard(topo, inv, &inv->tensors[man->entries[i].tensor], me, &r))
+            continue;
+        total = (total + RF_CHUNK_ALIGN - 1) & ~(uint64_t)(RF_CHUNK_ALIGN - 1);
+        offs[i] = total;
+        total += (uint64_t)(r.r1 - r.r0) * (uint64_t)(r.c1 - r.c0) *
+                 rf_dtype_size(man->entries[i].dtype);
+    }
+    return total;
+}
+
+void rf_trainer_use_arena(rf_trainer_t *tr, char *base, const uint64_t *offs)
+{
+    for (int i = 0; i < tr->man->n; i++) {
+        if (!tr->buf_borrowed)
+            free(tr->buf[i]);
+        tr->buf[i] = tr->has[i] && offs[i] != UINT64_MAX ? base + offs[i] : NULL;
+    }
+    tr->buf_borrowed = true;
+}
+
 void rf_trainer_free(rf_trainer_t *tr)
 {
     if (tr == NULL)
         return;
-    if (tr->buf)
+    if (tr->buf && !tr->buf_borrowed)
         for (int i = 0; i < tr->man->n; i++)
             free(tr->buf[i]);
     free(tr->buf);
@@ -408,11 +436,19 @@ static bool piece_part(const rf_region_t *reg, const rf_chunk_piece_t *pc, rf_re
     return !region_empty(out);
 }
 
+/* Whether plan piece gi is gathered and packed (all, unless tr->gathered says otherwise). */
+static bool piece_on(const rf_trainer_t *tr, size_t gi)
+{
+    return tr->gathered == NULL || tr->gathered[gi] != 0;
+}
+
 /* Bytes owner `rank` contributes to chunk c. */
 static uint64_t contribution_bytes(const rf_trainer_t *tr, const rf_chunk_t *c, int rank)
 {
     uint64_t total = 0;
     for (size_t k = 0; k < c->piece_count; k++) {
+        if (!piece_on(tr, c->piece_begin + k))
+            continue;
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
         rf_owner_t own[RF_MAX_OWNERS];
@@ -469,6 +505,8 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     double t0 = rf_time_now();
     /* peers of this chunk: every other copy of record with a non-empty part */
     for (size_t k = 0; k < c->piece_count; k++) {
+        if (!piece_on(tr, c->piece_begin + k))
+            continue;
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
         rf_owner_t own[RF_MAX_OWNERS];
@@ -497,6 +535,8 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     }
     /* own parts while the peers' parts travel */
     for (size_t k = 0; k < c->piece_count; k++) {
+        if (!piece_on(tr, c->piece_begin + k))
+            continue;
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         int ei = (int)pc->item;
         rf_region_t part;
@@ -526,6 +566,8 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
     for (int q = 0; q < npeers; q++) {
         const char *src = tr->gather_buf + offs[q];
         for (size_t k = 0; k < c->piece_count; k++) {
+            if (!piece_on(tr, c->piece_begin + k))
+                continue;
             const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
             const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[pc->item].tensor];
             rf_owner_t own[RF_MAX_OWNERS];
@@ -624,6 +666,8 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
         if (msg == NULL)
             return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
         for (size_t p = 0; p < c->piece_count; p++) {
+            if (!piece_on(tr, c->piece_begin + p))
+                continue;
             const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + p];
             int ei = (int)pc->item;
             const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];

@@ -10,6 +10,7 @@
  * outstanding for rf_xfer_drain.
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,28 +20,15 @@
 #include "control_int.h"
 #include "refit/log.h"
 #include "refit/transport.h"
+#include "xfer_int.h"
 
-struct rf_xfer {
-    rf_ctl_t *ctl; /* borrowed */
-    rf_transport_t *tp;
-    uint64_t chunk_bytes;
-    int buffers;
-    int rank;
-    int nranks;
-    void **bufs;        /* [buffers] chunk buffers, owned */
-    MPI_Request *sreqs; /* [buffers * 2 * nranks] sends per slot (2: duplicate fault) */
-    MPI_Request *rreqs; /* [buffers] */
-    int *slot_busy;     /* [buffers] sender: posted, completion not yet seen */
-    rf_xfer_stats_t stats;
-};
-
-static void write_u64le(unsigned char *p, uint64_t v)
+void rf_xfer_write_u64le(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static uint64_t read_u64le(const unsigned char *p)
+uint64_t rf_xfer_read_u64le(const unsigned char *p)
 {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -49,7 +37,8 @@ static uint64_t read_u64le(const unsigned char *p)
 }
 
 /* "a, b[rows 0-63], ..." : the tensors chunk c carries (for error messages). */
-static void chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out, size_t cap)
+void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out,
+                           size_t cap)
 {
     size_t len = 0;
     out[0] = '\0';
@@ -73,7 +62,7 @@ static void chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char
 }
 
 /* err = "<where>: <inner message>" (the first error is kept). */
-static rf_status_t wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where)
+rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where)
 {
     return rf_err_set(err, st, "%s: %s", where, inner->msg[0] ? inner->msg : rf_status_string(st));
 }
@@ -94,15 +83,18 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
     x->buffers = buffers ? buffers : 2;
     x->rank = rf_ctl_rank(ctl);
     x->nranks = rf_ctl_size(ctl);
-    rf_status_t st = rf_transport_create(transport, ctl->comm, &x->tp, err);
+    bool ipc = transport != NULL && strcmp(transport, "ipc") == 0;
+    /* ipc: payloads live in shared arenas; the messages are small and go over MPI */
+    x->buf_bytes = ipc ? RF_IPC_SEQ_BYTES + RF_CHUNK_TRAILER_BYTES : chunk_bytes;
+    rf_status_t st = rf_transport_create(ipc ? "mpi" : transport, ctl->comm, &x->tp, err);
     if (st != RF_OK) {
         free(x);
         return st;
     }
-    size_t nsreq = (size_t)x->buffers * 2 * (size_t)x->nranks;
+    size_t nsreq = (size_t)x->buffers * 2 * (size_t)x->nranks + 1;
     x->bufs = calloc((size_t)x->buffers, sizeof(void *));
     x->sreqs = malloc(nsreq * sizeof(MPI_Request));
-    x->rreqs = malloc((size_t)x->buffers * sizeof(MPI_Request));
+    x->rreqs = malloc(((size_t)x->buffers + 1) * sizeof(MPI_Request));
     x->slot_busy = calloc((size_t)x->buffers, sizeof(int));
     x->stats.peers = calloc((size_t)x->nranks, sizeof(rf_peer_counts_t));
     x->stats.nranks = x->nranks;
@@ -111,11 +103,16 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
         goto err_nomem;
     for (size_t i = 0; i < nsreq; i++)
         x->sreqs[i] = MPI_REQUEST_NULL;
-    for (int b = 0; b < x->buffers; b++) {
+    for (int b = 0; b <= x->buffers; b++)
         x->rreqs[b] = MPI_REQUEST_NULL;
-        x->bufs[b] = rf_chunk_buffer_alloc(chunk_bytes);
+    for (int b = 0; b < x->buffers; b++) {
+        x->bufs[b] = rf_chunk_buffer_alloc(x->buf_bytes);
         if (x->bufs[b] == NULL)
             goto err_nomem;
+    }
+    if (ipc && (st = rf_ipc_state_create(x, err)) != RF_OK) {
+        rf_xfer_destroy(x);
+        return st;
     }
     *x_p = x;
     return RF_OK;
@@ -124,11 +121,6 @@ err_nomem:
     rf_xfer_destroy(x);
     return rf_err_set(err, RF_ERR_NOMEM, "xfer: out of memory for %d buffers of %" PRIu64
                       " bytes", buffers, chunk_bytes);
-}
-
-static int sreq_count(const rf_xfer_t *x)
-{
-    return x->buffers * 2 * x->nranks;
 }
 
 void rf_xfer_destroy(rf_xfer_t *x)
@@ -140,13 +132,15 @@ void rf_xfer_destroy(rf_xfer_t *x)
         double until = rf_time_now() + 5.0;
         int flag = 0;
         while (!flag && rf_time_now() < until)
-            MPI_Testall(sreq_count(x), x->sreqs, &flag, MPI_STATUSES_IGNORE);
-        for (int i = 0; i < sreq_count(x); i++)
+            MPI_Testall(rf_xfer_sreq_count(x), x->sreqs, &flag, MPI_STATUSES_IGNORE);
+        for (int i = 0; i < rf_xfer_sreq_count(x); i++)
             if (x->sreqs[i] != MPI_REQUEST_NULL)
                 MPI_Request_free(&x->sreqs[i]);
     }
     if (x->rreqs != NULL)
-        rf_ctl_cancel_recvs(x->rreqs, x->buffers);
+        rf_ctl_cancel_recvs(x->rreqs, x->buffers + 1);
+    if (x->ipc != NULL)
+        rf_ipc_state_destroy(x);
     rf_transport_destroy(x->tp);
     if (x->bufs != NULL)
         for (int b = 0; b < x->buffers; b++)
@@ -199,7 +193,7 @@ static rf_status_t check_config(const rf_xfer_t *x, const rf_xfer_config_t *cfg,
     return RF_OK;
 }
 
-static void update_inflight(rf_xfer_t *x, int inflight)
+void rf_xfer_update_inflight(rf_xfer_t *x, int inflight)
 {
     if (inflight > x->stats.max_inflight_chunks)
         x->stats.max_inflight_chunks = inflight;
@@ -221,6 +215,8 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
                          void *ctx, rf_err_t *err)
 {
     RF_CHECK(check_config(x, cfg, err));
+    if (x->ipc != NULL)
+        return rf_ipc_send(x, cfg, pack, ctx, err);
     const rf_chunk_plan_t *plan = cfg->plan;
     const int per = 2 * x->nranks;
     const rf_xfer_fault_t *f = &cfg->fault;
@@ -254,7 +250,7 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
             goto fail;
         size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
         if (cfg->integrity) {
-            write_u64le(buf + bytes, XXH3_64bits(buf, bytes));
+            rf_xfer_write_u64le(buf + bytes, XXH3_64bits(buf, bytes));
             bytes += RF_CHUNK_TRAILER_BYTES;
         }
         if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
@@ -288,7 +284,7 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
         int inflight = 0;
         for (int i = 0; i < x->buffers; i++)
             inflight += x->slot_busy[i];
-        update_inflight(x, inflight);
+        rf_xfer_update_inflight(x, inflight);
     }
     peer = -1;
     for (int b = 0; b < x->buffers; b++)
@@ -306,7 +302,7 @@ fail:
                      cfg->update, seq, stage);
         else
             snprintf(where, sizeof(where), "update %u: sending", cfg->update);
-        wrap(err, st, &e, where);
+        rf_xfer_wrap(err, st, &e, where);
     }
     if (st != RF_ERR_PEER)
         rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
@@ -314,9 +310,9 @@ fail:
 }
 
 /* Cancels this rank's posted receives; a receive that had matched counts as received. */
-static void cancel_posted(rf_xfer_t *x)
+void rf_xfer_cancel_posted(rf_xfer_t *x)
 {
-    for (int b = 0; b < x->buffers; b++) {
+    for (int b = 0; b <= x->buffers; b++) {
         if (x->rreqs[b] == MPI_REQUEST_NULL)
             continue;
         MPI_Status s;
@@ -352,6 +348,8 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
                          void *ctx, rf_err_t *err)
 {
     RF_CHECK(check_config(x, cfg, err));
+    if (x->ipc != NULL)
+        return rf_ipc_recv(x, cfg, err);
     const rf_chunk_plan_t *plan = cfg->plan;
     const size_t n = plan->n_chunks;
     const int B = x->buffers;
@@ -376,7 +374,7 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
         seq = c->seq;
         stage = c->stage;
         src = cfg->stage_senders[c->stage];
-        update_inflight(x, (int)(posted - next));
+        rf_xfer_update_inflight(x, (int)(posted - next));
         recv_done_t d = {.done = 0};
         double t0 = rf_time_now();
         while (!d.done && st == RF_OK)
@@ -420,10 +418,10 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
         }
         if (cfg->integrity) {
             const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-            uint64_t want = read_u64le(buf + covered), have = XXH3_64bits(buf, covered);
+            uint64_t want = rf_xfer_read_u64le(buf + covered), have = XXH3_64bits(buf, covered);
             if (want != have) {
                 char names[RF_ERR_MSG_MAX / 2];
-                chunk_tensors(cfg, c, names, sizeof(names));
+                rf_xfer_chunk_tensors(cfg, c, names, sizeof(names));
                 st = rf_err_set(&e, RF_ERR_INTEGRITY,
                                 "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
                                 ") before unpacking; chunk carries %s",
@@ -471,7 +469,7 @@ fail_end:
     rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
     return st;
 fail:
-    cancel_posted(x);
+    rf_xfer_cancel_posted(x);
     {
         char where[160];
         if (stage >= 0)
@@ -479,7 +477,7 @@ fail:
                      cfg->update, seq, stage, src);
         else
             snprintf(where, sizeof(where), "update %u: receiving", cfg->update);
-        wrap(err, st, &e, where);
+        rf_xfer_wrap(err, st, &e, where);
     }
     if (st != RF_ERR_PEER)
         rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
@@ -496,7 +494,7 @@ static int drain_test(void *vctx, rf_err_t *err)
     drain_ctx_t *d = vctx;
     int found = 0;
     rf_status_t st = d->x->tp->ops->drain_one(d->x->tp, d->src, d->x->bufs[0],
-                                              d->x->chunk_bytes, &found, err);
+                                              d->x->buf_bytes, &found, err);
     if (st != RF_OK)
         return st;
     return found;
@@ -510,7 +508,7 @@ static int sends_test(void *vctx, rf_err_t *err)
 {
     sends_ctx_t *d = vctx;
     int flag = 0;
-    if (MPI_Testall(sreq_count(d->x), d->x->sreqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+    if (MPI_Testall(rf_xfer_sreq_count(d->x), d->x->sreqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
         return rf_err_set(err, RF_ERR_MPI, "MPI_Testall failed on outstanding sends");
     return flag;
 }
@@ -520,7 +518,9 @@ rf_status_t rf_xfer_drain(rf_xfer_t *x, const uint64_t *posted_from, double dead
 {
     rf_err_t e;
     rf_err_clear(&e);
-    cancel_posted(x); /* normally none: rf_xfer_recv cancels on error */
+    rf_xfer_cancel_posted(x); /* normally none: rf_xfer_recv cancels on error */
+    if (x->ipc != NULL)
+        rf_ipc_cancel_acks(x);
     uint64_t drained = 0;
     /* Receive first, then complete our sends: a rank that both sends and receives must not
      * wait on its sends while its own incoming messages block a peer. Both loops poll. */

@@ -82,7 +82,28 @@ typedef struct rf_trainer {
     char *out_bufs[16];          /* their buffers (owned) */
     int n_out;
     int64_t fault_skip_seq;      /* test hook: contributor skips its part of this chunk (-1) */
+    bool buf_borrowed;           /* buf[] points into an arena (rf_trainer_use_arena) */
+    const uint8_t *gathered;     /* optional [plan->n_pieces]: 0 = nobody reads this piece
+                                    from the packed chunk (ipc: read in place), so it is not
+                                    gathered nor packed; borrowed */
 } rf_trainer_t;
+
+/*
+ * Moves this rank's shard buffers into an arena (ipc transport): buf[i] = base + offs[i] for
+ * every entry it holds (offs from rf_trainer_arena_layout; base borrowed, must outlive tr and
+ * hold the layout's bytes). The malloc'd buffers are freed; contents are not kept (call
+ * before the first production). Local.
+ */
+void rf_trainer_use_arena(rf_trainer_t *tr, char *base, const uint64_t *offs);
+
+/*
+ * The arena layout of trainer rank `me`'s shards: offs[i] (256-aligned) for every manifest
+ * entry it holds, UINT64_MAX for the others; returns the total bytes. Pure: the paired
+ * rollout rank computes its pair's layout with it. offs: [man->n], caller-owned.
+ */
+uint64_t rf_trainer_arena_layout(const rf_topology_t *topo, const rf_inventory_t *inv,
+                                 const rf_manifest_t *man, const rf_rank_info_t *me,
+                                 uint64_t *offs);
 
 /* Collective over the trainer ranks (comm = trainer-only communicator). */
 rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
@@ -100,7 +121,8 @@ rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *e
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err);
 
 /* Stage sender: packs chunk `c` into payload, gathering other copies of record's parts
- * (waits under the deadline, polling ABORT through ctl). */
+ * (waits under the deadline, polling ABORT through ctl). With tr->gathered, only the pieces
+ * it marks (the other pieces' bytes in payload are left as they were). */
 rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
                             const rf_chunk_t *c, void *payload, double deadline, rf_err_t *err);
 

@@ -2,11 +2,13 @@
  * refit: transports and the pipelined chunk transfer (DESIGN.md section 9).
  *
  * A transport moves chunk messages between world ranks; an implementation is a static const
- * rf_transport_ops_t chosen by name (rf_transport_create). Only "mpi" exists: host buffers,
- * tagged point-to-point on a duplicate of world (MPI_Isend / MPI_Irecv, tag =
+ * rf_transport_ops_t chosen by name (rf_transport_create). "mpi": host buffers, tagged
+ * point-to-point on a duplicate of world (MPI_Isend / MPI_Irecv, tag =
  * ((update mod 8) << 12) | stage, never a collective). Completion is an MPI_Request so that
- * every wait goes through the control channel's wait loop (ABORT + deadline); a future nccl
- * or ipc transport will hand back requests of its own kind through the same table.
+ * every wait goes through the control channel's wait loop (ABORT + deadline). "ipc"
+ * (colocated topologies, see "the ipc transport" below) moves no payload over MPI: only small
+ * sequence / ack messages travel through the same MPI message ops, the bytes are read from
+ * shared arenas.
  *
  * The scheduler (rf_xfer_t) runs one update in broadcast mode: each stage has one sender (a
  * world rank) that sends every chunk of its stage to every receiver (root-to-each). Chunks go
@@ -72,7 +74,8 @@ struct rf_transport {
 const rf_transport_ops_t *rf_transport_mpi_ops(void);
 
 /*
- * Creates the transport named `name` ("mpi") on world (borrowed). Collective. Returns RF_OK
+ * Creates the transport named `name` ("mpi") on world (borrowed). Collective. ("ipc" is not a
+ * message transport of its own: rf_xfer_create runs its messages over "mpi".) Returns RF_OK
  * and *t_p (free with rf_transport_destroy), RF_ERR_UNSUPPORTED for an unknown name,
  * RF_ERR_MPI, RF_ERR_NOMEM.
  */
@@ -128,6 +131,133 @@ static inline uint64_t rf_xfer_plan_bytes(uint64_t chunk_bytes, int integrity)
     return integrity ? chunk_bytes - RF_CHUNK_TRAILER_BYTES : chunk_bytes;
 }
 
+/* ---- the ipc transport (colocated; DESIGN.md section 9) ---------------------------------- */
+
+/*
+ * Arenas. A trainer rank places its shard buffers in one weights arena and, when it is a
+ * stage sender whose stage has chunks to stage, `buffers` staging slots in a staging arena.
+ * The exporter describes an arena by a handle (fixed size, sent over MPI as bytes); the
+ * paired rollout rank imports the weights arena of its pair and every stage sender's staging
+ * arena once, at setup, and keeps them mapped for the whole job. Backends are an ops table:
+ * "host" = POSIX shared memory (shm_open / mmap by name; the importer maps read-only); a
+ * "cuda" backend will be cudaMalloc + cudaIpcGetMemHandle / cudaIpcOpenMemHandle with the
+ * device UUID in the handle (the importer must see the same GPU).
+ *
+ * Cleanup (host): names are "/refit-<job id>-<rank>-<w|s>"; the exporter unlinks its names
+ * as soon as every importer mapped them (rf_xfer_ipc_unlink, after a setup barrier), so a
+ * process that dies later leaves nothing in /dev/shm; an error during setup unlinks at once
+ * (rf_xfer_destroy). Only a process killed between shm_open and that barrier can leave an
+ * object behind: `rm /dev/shm/refit-*` when no refit job runs.
+ */
+#define RF_IPC_NAME_MAX 64
+
+typedef enum { RF_IPC_WEIGHTS = 0, RF_IPC_STAGING = 1, RF_IPC_KINDS = 2 } rf_ipc_kind_t;
+
+typedef struct rf_ipc_handle {
+    char backend[8];            /* "host" | "cuda" */
+    char name[RF_IPC_NAME_MAX]; /* host: shm object name; "" = no arena */
+    uint64_t bytes;             /* 0 = no arena */
+    char device[64];            /* "host" or the exporter's GPU UUID */
+    unsigned char opaque[64];   /* cuda: the cudaIpcMemHandle_t */
+} rf_ipc_handle_t;
+
+typedef struct rf_ipc_arena {
+    void *base;     /* mapping (exporter: read-write; importer: read-only) */
+    uint64_t bytes;
+    int exported;   /* 1: created here (release unlinks if still linked) */
+    int linked;     /* host: the name still exists */
+    int readonly;   /* exporter: currently write-protected */
+    rf_ipc_handle_t handle;
+} rf_ipc_arena_t;
+
+/* An arena backend. Every function is local; errors name the arena and the system's reason. */
+typedef struct rf_ipc_arena_ops {
+    const char *name;
+    /* Creates an arena of `bytes` named `name` (borrowed), mapped read-write; fills a->handle. */
+    rf_status_t (*export_arena)(const char *name, uint64_t bytes, rf_ipc_arena_t *a,
+                                rf_err_t *err);
+    /* Maps the arena of handle h (borrowed) read-only (opened once, cached by the caller). */
+    rf_status_t (*import_arena)(const rf_ipc_handle_t *h, rf_ipc_arena_t *a, rf_err_t *err);
+    /* Exporter: removes the name (mappings stay valid). No-op when already unlinked. */
+    rf_status_t (*unlink_arena)(rf_ipc_arena_t *a, rf_err_t *err);
+    /* Exporter: write-protects (readonly 1) or re-enables writes (0). Host: mprotect. */
+    rf_status_t (*protect)(rf_ipc_arena_t *a, int readonly, rf_err_t *err);
+    /* Unmaps (importer) or unmaps + unlinks (exporter). Never fails; NULL base is fine. */
+    void (*release)(rf_ipc_arena_t *a);
+} rf_ipc_arena_ops_t;
+
+/* The POSIX shared memory backend (CI's backend for the ipc protocol). */
+const rf_ipc_arena_ops_t *rf_ipc_host_ops(void);
+
+/*
+ * Where a rollout rank reads one chunk piece (per plan piece; computed by the job from the
+ * topology, the same way on every rank). staged 0: in place from the pair's weights arena,
+ * rows [row_lo, row_hi) of the piece (full width, contiguous) start at arena_offset; the
+ * piece's other rows are not read by this rank's loaders (row_lo == row_hi: none is).
+ * staged 1: the full piece from the stage sender's staging slot at the piece's offset.
+ */
+typedef struct rf_ipc_piece {
+    int staged;
+    uint64_t row_lo, row_hi;
+    uint64_t arena_offset;
+} rf_ipc_piece_t;
+
+/* One row range of a piece handed to the consumer. src holds rows [row_begin, row_end) full
+ * width when backed; when !backed the consumer's loaders read none of these rows (src is a
+ * valid but unrelated pointer). */
+typedef struct rf_xfer_segment {
+    const rf_chunk_piece_t *piece;
+    uint64_t row_begin, row_end;
+    const void *src;
+    int backed;
+} rf_xfer_segment_t;
+
+/* Consumes one chunk as segments (ipc receivers). src bytes valid only during the call. */
+typedef rf_status_t (*rf_xfer_apply_fn)(void *ctx, const rf_chunk_t *chunk,
+                                        const rf_xfer_segment_t *segs, size_t nsegs,
+                                        rf_err_t *err);
+
+/* The ipc part of an update's config (NULL on mpi). Borrowed. */
+typedef struct rf_xfer_ipc_config {
+    const uint8_t *staged;        /* [plan->n_chunks] 1: the stage sender stages the chunk */
+    const rf_ipc_piece_t *pieces; /* receiver: [plan->n_pieces] */
+    int pair;                     /* receiver: world rank of its pair (READY comes from it) */
+    rf_xfer_apply_fn apply;       /* receiver */
+    void *apply_ctx;
+} rf_xfer_ipc_config_t;
+
+/*
+ * The ipc protocol of one update (rf_xfer_send / rf_xfer_recv when x is on ipc; the chunk
+ * plan, its global sequence and the stage senders are the mpi transport's):
+ *   every trainer rank : produce its shards in its weights arena, write-protect it, send
+ *                        READY{update} to its pair;
+ *   stage sender       : for its j-th chunk, slot b = j mod buffers: wait until every
+ *                        receiver acked the chunk that last used slot b; if the chunk is
+ *                        staged, pack it (gathering other copies of record) into staging slot
+ *                        b; post the receivers' ACK receives; send each receiver
+ *                        SEQ{update, seq, payload bytes, slot, staged} (drop / duplicate
+ *                        faults apply to SEQ);
+ *   rollout rank       : wait for READY from its pair, then per chunk in sequence order:
+ *                        receive SEQ from the stage sender, check update / seq / size / staged
+ *                        flag (and the checksum in integrity mode), apply each piece from the
+ *                        pair's arena in place or from the staging slot, then ACK{update, seq}
+ *                        (host: the copies are done; cuda: after the stream synchronized).
+ *   after the last chunk the receiver probes its senders once (an extra SEQ fails).
+ * Every message is counted per peer (READY and ACK like chunks) so the gate's expectation and
+ * rf_xfer_drain cover them.
+ */
+
+/* Size of the ipc sequence message: header + {u32 slot, u32 flags, u64 staged bytes}
+ * (+ the 8-byte trailer in integrity mode: XXH3 over the message and the staged payload). */
+#define RF_IPC_SEQ_BYTES 32
+/* Acks and READY are a bare 16-byte chunk header. */
+#define RF_IPC_ACK_BYTES 16
+/* Tags of READY (trainer -> its pair, once per update) and ACK (rollout -> stage sender). */
+#define RF_IPC_TAG_READY(update) RF_XFER_TAG(update, 0xffe)
+#define RF_IPC_TAG_ACK(update) RF_XFER_TAG(update, 0xfff)
+/* The seq field of READY. */
+#define RF_IPC_READY_SEQ 0xffffffffu
+
 /* One update's transfer, the same on every rank. All pointers borrowed for the call. */
 typedef struct rf_xfer_config {
     uint32_t update;
@@ -139,7 +269,9 @@ typedef struct rf_xfer_config {
     rf_xfer_fault_t fault;        /* sender only; RF_XFER_FAULT_NONE normally */
     int integrity;                /* 1: checksum trailer per chunk (plan built with
                                      rf_xfer_plan_bytes); same on every rank */
-    const rf_chunk_item_t *items; /* optional: the plan's items, to name tensors in errors */
+    const rf_chunk_item_t *items; /* optional: the plan's items, to name tensors in errors
+                                     (required on ipc: row bytes) */
+    const rf_xfer_ipc_config_t *ipc; /* ipc transport only */
 } rf_xfer_config_t;
 
 /* Counters of the current update (reset by rf_xfer_begin). */
@@ -150,6 +282,8 @@ typedef struct rf_xfer_stats {
     uint64_t chunks_sent;    /* chunk messages posted, all destinations */
     uint64_t chunks_received;/* chunks checked and unpacked */
     int max_inflight_chunks; /* most chunks posted and not yet known complete / unpacked */
+    uint64_t ipc_bytes_in_place; /* ipc receiver: bytes its loaders read from the pair's arena */
+    uint64_t ipc_bytes_staged;   /* ipc receiver: bytes of pieces read from staging slots */
     double pack_s;
     double wire_s;           /* time waiting on the wire (send slot reuse, receive arrival) */
     double unpack_s;
@@ -159,8 +293,10 @@ typedef struct rf_xfer rf_xfer_t;
 
 /*
  * Creates a transfer engine on the control channel ctl (borrowed, must outlive it) with the
- * transport `transport` ("mpi") and `buffers` slots (0 = 2) of chunk_bytes each (allocated
- * here with rf_chunk_buffer_alloc, reused by every update). Collective. Returns RF_OK and
+ * transport `transport` ("mpi" or "ipc") and `buffers` slots (0 = 2) of chunk_bytes each
+ * (allocated here with rf_chunk_buffer_alloc, reused by every update; on ipc the slots are
+ * message-sized and the payload slots are the staging arena, see rf_xfer_ipc_export).
+ * Collective. Returns RF_OK and
  * *x_p (free with rf_xfer_destroy); RF_ERR_INVALID, RF_ERR_NOMEM, RF_ERR_MPI,
  * RF_ERR_UNSUPPORTED.
  */
@@ -168,6 +304,32 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
                            int buffers, rf_xfer_t **x_p, rf_err_t *err);
 /* Collective. Sends still outstanding are waited for briefly, then released. */
 void rf_xfer_destroy(rf_xfer_t *x);
+
+/*
+ * ipc arenas of this rank (the xfer owns them; released by rf_xfer_destroy). Export: creates
+ * the arena `kind` named `name` of `bytes` (> 0), returns its read-write base (borrowed from
+ * x) and handle. Import: maps `owner`'s arena of `kind` from its handle (bytes 0: nothing).
+ * Unlink: removes this rank's names once every importer mapped them (call after a barrier).
+ * Protect: write-protects this rank's weights arena (1) or re-enables writes (0): the
+ * trainer's weights are read-only from the end of production until the next update's
+ * production, verdict included. All local; RF_ERR_UNSUPPORTED when x is not on ipc,
+ * RF_ERR_IO naming the arena and errno's text.
+ */
+rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *name,
+                               uint64_t bytes, void **base_p, rf_ipc_handle_t *h_p,
+                               rf_err_t *err);
+rf_status_t rf_xfer_ipc_import(rf_xfer_t *x, int owner, rf_ipc_kind_t kind,
+                               const rf_ipc_handle_t *h, rf_err_t *err);
+rf_status_t rf_xfer_ipc_unlink(rf_xfer_t *x, rf_err_t *err);
+rf_status_t rf_xfer_ipc_protect(rf_xfer_t *x, int readonly, rf_err_t *err);
+/* Base of this rank's mapping of `owner`'s arena (imported, or its own), NULL if none. */
+const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind);
+
+/*
+ * Trainer, after producing its shards: READY{update} to its pair (world rank `pair`), which
+ * reads its weights arena in place only after it. Counted like a chunk message. Local.
+ */
+rf_status_t rf_xfer_ipc_ready(rf_xfer_t *x, uint32_t update, int pair, rf_err_t *err);
 
 /* Resets the counters for update `update`. Local. */
 void rf_xfer_begin(rf_xfer_t *x, uint32_t update);

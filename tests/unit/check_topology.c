@@ -89,6 +89,9 @@ static const expect_file_t k_files[] = {
     {"qwen3-moe-tiny-tp1-to-tp2ep1-round_robin.yaml", "qwen3-moe-tiny-tp1-to-tp2ep1-round_robin", 1, 2, 1, 1, 1, 2, 2},
     {"qwen3-moe-tiny-tp1-to-tp2ep2-linear.yaml", "qwen3-moe-tiny-tp1-to-tp2ep2-linear", 1, 2, 1, 1, 1, 2, 2},
     {"qwen3-moe-tiny-tp1-to-tp2ep2-round_robin.yaml", "qwen3-moe-tiny-tp1-to-tp2ep2-round_robin", 1, 2, 1, 1, 1, 2, 2},
+    {"llama-tiny-tp2-to-tp2-colocated-ipc.yaml", "llama-tiny-tp2-to-tp2-colocated-ipc", 2, 2, 2, 1, 1, 2, 3},
+    {"llama-tiny-tp2-to-2xtp1-colocated-ipc.yaml", "llama-tiny-tp2-to-2xtp1-colocated-ipc", 2, 2, 2, 1, 2, 1, 3},
+    {"qwen3-tiny-tied-tp1-to-tp1-colocated-ipc.yaml", "qwen3-tiny-tied-tp1-to-tp1-colocated-ipc", 1, 1, 1, 1, 1, 1, 2},
 };
 #define N_FILES (sizeof(k_files) / sizeof(k_files[0]))
 
@@ -116,7 +119,10 @@ static void check_one_file(const expect_file_t *e)
     ck_assert_int_eq(t.t_pp, e->t_pp);
     ck_assert_int_eq(t.r_engines, e->r_engines);
     ck_assert_int_eq(t.r_tp, e->r_tp);
-    ck_assert_int_eq(t.transport, RF_TRANSPORT_MPI);
+    /* *-colocated-ipc.yaml: colocated over the ipc transport; everything else mpi */
+    bool ipc = strstr(e->file, "-colocated-ipc.yaml") != NULL;
+    ck_assert_int_eq(t.transport, ipc ? RF_TRANSPORT_IPC : RF_TRANSPORT_MPI);
+    ck_assert(t.colocated == ipc);
     ck_assert(t.chunk_bytes <= 2147483392ull);
     /* model.config is relative to the file's folder */
     if (builtin) {

@@ -1,0 +1,775 @@
+/*
+ * refit: the ipc transport for colocated topologies (DESIGN.md section 9; protocol in
+ * include/refit/transport.h).
+ *
+ * Payload bytes never travel over MPI: a rollout rank reads its pair trainer's shard buffers
+ * in place from the pair's weights arena wherever its loaders need only rows of that shard,
+ * and reads everything else (parts other trainer ranks hold, other stages) from the stage
+ * sender's staging slots, which the stage sender packs through the usual gather. Over MPI go
+ * READY (trainer -> pair, once per update), SEQ (stage sender -> every rollout rank, per
+ * chunk) and ACK (rollout rank -> stage sender, per chunk, after the chunk was applied); a
+ * staging slot is repacked only after every receiver acked the chunk it held.
+ *
+ * Arenas come from a backend ops table; this file holds the host one (POSIX shared memory:
+ * shm_open / ftruncate / mmap by name, importers map read-only, exporters mprotect their
+ * weights arena between production and the next production). A CUDA backend slots in as
+ * another rf_ipc_arena_ops_t (cudaMalloc + cudaIpcGetMemHandle; cudaIpcOpenMemHandle once per
+ * arena, matched by GPU UUID; the ACK after cudaStreamSynchronize).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "control_int.h"
+#include "refit/log.h"
+#include "refit/transport.h"
+#include "xfer_int.h"
+
+/* ---- host backend: POSIX shared memory ------------------------------------------------ */
+
+static rf_status_t host_export(const char *name, uint64_t bytes, rf_ipc_arena_t *a, rf_err_t *err)
+{
+    memset(a, 0, sizeof(*a));
+    if (name == NULL || name[0] != '/' || strlen(name) >= RF_IPC_NAME_MAX || bytes == 0)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc: bad arena name or size");
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return rf_err_set(err, RF_ERR_IO, "ipc: shm_open %s: %s", name, strerror(errno));
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        int e = errno;
+        close(fd);
+        shm_unlink(name);
+        return rf_err_set(err, RF_ERR_IO, "ipc: ftruncate %s to %" PRIu64 " bytes: %s", name, bytes,
+                          strerror(e));
+    }
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) {
+        shm_unlink(name);
+        return rf_err_set(err, RF_ERR_IO, "ipc: mmap %s: %s", name, strerror(e));
+    }
+    a->base = p;
+    a->bytes = bytes;
+    a->exported = 1;
+    a->linked = 1;
+    snprintf(a->handle.backend, sizeof(a->handle.backend), "host");
+    snprintf(a->handle.name, sizeof(a->handle.name), "%s", name);
+    snprintf(a->handle.device, sizeof(a->handle.device), "host");
+    a->handle.bytes = bytes;
+    return RF_OK;
+}
+
+static rf_status_t host_import(const rf_ipc_handle_t *h, rf_ipc_arena_t *a, rf_err_t *err)
+{
+    struct stat sb;
+    memset(a, 0, sizeof(*a));
+    if (strcmp(h->backend, "host") != 0 || strcmp(h->device, "host") != 0)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "ipc: arena %s is a %s arena on %s; this rank has the host backend",
+                          h->name, h->backend, h->device);
+    int fd = shm_open(h->name, O_RDONLY, 0);
+    if (fd < 0)
+        return rf_err_set(err, RF_ERR_IO, "ipc: shm_open %s (import): %s", h->name,
+                          strerror(errno));
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < h->bytes) {
+        close(fd);
+        return rf_err_set(err, RF_ERR_IO,
+                          "ipc: arena %s is smaller than its handle's %" PRIu64 " bytes", h->name,
+                          h->bytes);
+    }
+    void *p = mmap(NULL, (size_t)h->bytes, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return rf_err_set(err, RF_ERR_IO, "ipc: mmap %s (import): %s", h->name, strerror(e));
+    a->base = p;
+    a->bytes = h->bytes;
+    a->handle = *h;
+    return RF_OK;
+}
+
+static rf_status_t host_unlink(rf_ipc_arena_t *a, rf_err_t *err)
+{
+    if (!a->exported || !a->linked)
+        return RF_OK;
+    a->linked = 0;
+    if (shm_unlink(a->handle.name) != 0 && errno != ENOENT)
+        return rf_err_set(err, RF_ERR_IO, "ipc: shm_unlink %s: %s", a->handle.name,
+                          strerror(errno));
+    return RF_OK;
+}
+
+static rf_status_t host_protect(rf_ipc_arena_t *a, int readonly, rf_err_t *err)
+{
+    if (a->base == NULL || !a->exported || a->readonly == readonly)
+        return RF_OK;
+    if (mprotect(a->base, (size_t)a->bytes, readonly ? PROT_READ : PROT_READ | PROT_WRITE) != 0)
+        return rf_err_set(err, RF_ERR_IO, "ipc: mprotect %s: %s", a->handle.name, strerror(errno));
+    a->readonly = readonly;
+    return RF_OK;
+}
+
+static void host_release(rf_ipc_arena_t *a)
+{
+    if (a->base != NULL)
+        munmap(a->base, (size_t)a->bytes);
+    if (a->exported && a->linked)
+        shm_unlink(a->handle.name);
+    memset(a, 0, sizeof(*a));
+}
+
+static const rf_ipc_arena_ops_t host_ops = {
+    .name = "host",
+    .export_arena = host_export,
+    .import_arena = host_import,
+    .unlink_arena = host_unlink,
+    .protect = host_protect,
+    .release = host_release,
+};
+
+const rf_ipc_arena_ops_t *rf_ipc_host_ops(void)
+{
+    return &host_ops;
+}
+
+/* ---- the ipc state of an xfer --------------------------------------------------------- */
+
+struct rf_ipc_state {
+    const rf_ipc_arena_ops_t *ops;
+    rf_ipc_arena_t own[RF_IPC_KINDS];
+    rf_ipc_arena_t *imports; /* [RF_IPC_KINDS * nranks] */
+    /* sender */
+    MPI_Request *areqs;        /* [buffers * nranks] ACK receives per slot and receiver */
+    unsigned char *ack_posted; /* [buffers * nranks] */
+    unsigned char *ack_rbuf;   /* [buffers * nranks * 16] */
+    uint32_t *slot_seq;        /* [buffers] chunk seq the slot holds */
+    /* receiver */
+    unsigned char *ack_sbuf; /* [buffers * 16] */
+    unsigned char ready_sbuf[RF_IPC_ACK_BYTES];
+    unsigned char ready_rbuf[RF_IPC_ACK_BYTES];
+    rf_xfer_segment_t *segs;
+    size_t segcap;
+};
+
+rf_status_t rf_ipc_state_create(rf_xfer_t *x, rf_err_t *err)
+{
+    rf_ipc_state_t *s = calloc(1, sizeof(*s));
+    size_t nb = (size_t)x->buffers * (size_t)x->nranks;
+    if (s == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory");
+    s->ops = rf_ipc_host_ops(); /* the cuda backend will be chosen here by device kind */
+    s->imports = calloc((size_t)RF_IPC_KINDS * (size_t)x->nranks, sizeof(rf_ipc_arena_t));
+    s->areqs = malloc(nb * sizeof(MPI_Request));
+    s->ack_posted = calloc(nb, 1);
+    s->ack_rbuf = calloc(nb, RF_IPC_ACK_BYTES);
+    s->slot_seq = calloc((size_t)x->buffers, sizeof(uint32_t));
+    s->ack_sbuf = calloc((size_t)x->buffers, RF_IPC_ACK_BYTES);
+    x->ipc = s;
+    if (!s->imports || !s->areqs || !s->ack_posted || !s->ack_rbuf || !s->slot_seq || !s->ack_sbuf)
+        return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory");
+    for (size_t i = 0; i < nb; i++)
+        s->areqs[i] = MPI_REQUEST_NULL;
+    return RF_OK;
+}
+
+void rf_ipc_state_destroy(rf_xfer_t *x)
+{
+    rf_ipc_state_t *s = x->ipc;
+    if (s == NULL)
+        return;
+    if (s->areqs != NULL)
+        rf_ctl_cancel_recvs(s->areqs, x->buffers * x->nranks);
+    /* importers unmap first; an exporter's name goes with its release */
+    if (s->imports != NULL)
+        for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
+            s->ops->release(&s->imports[i]);
+    for (int k = 0; k < RF_IPC_KINDS; k++)
+        s->ops->release(&s->own[k]);
+    free(s->imports);
+    free(s->areqs);
+    free(s->ack_posted);
+    free(s->ack_rbuf);
+    free(s->slot_seq);
+    free(s->ack_sbuf);
+    free(s->segs);
+    free(s);
+    x->ipc = NULL;
+}
+
+rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *name, uint64_t bytes,
+                               void **base_p, rf_ipc_handle_t *h_p, rf_err_t *err)
+{
+    if (x->ipc == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: arena export on a non-ipc transfer");
+    rf_ipc_state_t *s = x->ipc;
+    if (s->own[kind].base != NULL)
+        return rf_err_set(err, RF_ERR_STATE, "ipc: rank %d exported arena kind %d twice", x->rank,
+                          (int)kind);
+    RF_CHECK(s->ops->export_arena(name, bytes, &s->own[kind], err));
+    *base_p = s->own[kind].base;
+    *h_p = s->own[kind].handle;
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_ipc_import(rf_xfer_t *x, int owner, rf_ipc_kind_t kind,
+                               const rf_ipc_handle_t *h, rf_err_t *err)
+{
+    if (x->ipc == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS || owner < 0 || owner >= x->nranks)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: bad arena import");
+    rf_ipc_arena_t *a = &x->ipc->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner];
+    if (h->bytes == 0 || a->base != NULL)
+        return RF_OK; /* nothing exported, or already mapped (cached for the job) */
+    rf_status_t st = x->ipc->ops->import_arena(h, a, err);
+    if (st == RF_OK)
+        rf_debug("rank %d: mapped %s of rank %d (%" PRIu64 " bytes)", x->rank, h->name, owner,
+                 h->bytes);
+    return st;
+}
+
+rf_status_t rf_xfer_ipc_unlink(rf_xfer_t *x, rf_err_t *err)
+{
+    if (x->ipc == NULL)
+        return RF_OK;
+    for (int k = 0; k < RF_IPC_KINDS; k++)
+        RF_CHECK(x->ipc->ops->unlink_arena(&x->ipc->own[k], err));
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_ipc_protect(rf_xfer_t *x, int readonly, rf_err_t *err)
+{
+    if (x->ipc == NULL)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: protect on a non-ipc transfer");
+    return x->ipc->ops->protect(&x->ipc->own[RF_IPC_WEIGHTS], readonly, err);
+}
+
+const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind)
+{
+    if (x->ipc == NULL || owner < 0 || owner >= x->nranks || (int)kind < 0 || kind >= RF_IPC_KINDS)
+        return NULL;
+    if (owner == x->rank)
+        return x->ipc->own[kind].base;
+    return x->ipc->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner].base;
+}
+
+rf_status_t rf_xfer_ipc_ready(rf_xfer_t *x, uint32_t update, int pair, rf_err_t *err)
+{
+    if (x->ipc == NULL || pair < 0 || pair >= x->nranks)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc: READY without an ipc pair");
+    MPI_Request *r = &x->sreqs[rf_xfer_sreq_count(x) - 1];
+    if (*r != MPI_REQUEST_NULL)
+        MPI_Wait(r, MPI_STATUS_IGNORE); /* 16 bytes: eager, long complete */
+    rf_chunk_header_write(x->ipc->ready_sbuf, update, RF_IPC_READY_SEQ, 0);
+    RF_CHECK(x->tp->ops->isend(x->tp, x->ipc->ready_sbuf, RF_IPC_ACK_BYTES, pair,
+                               RF_IPC_TAG_READY(update), r, err));
+    x->stats.peers[pair].chunks_sent++;
+    x->stats.peers[pair].bytes_sent += RF_IPC_ACK_BYTES;
+    x->stats.chunks_sent++;
+    return RF_OK;
+}
+
+/* Staging slot size for a plan of chunk_bytes (page multiple: slots start page-aligned). */
+static uint64_t slot_bytes(uint64_t chunk_bytes)
+{
+    return (chunk_bytes + 4095) & ~(uint64_t)4095;
+}
+
+/* ---- sender ------------------------------------------------------------------------------ */
+
+/* Counts the ACK of slot b from peer as received and checks it; clears the posted flag. */
+static rf_status_t ack_check(rf_xfer_t *x, uint32_t update, int b, int peer, rf_err_t *err)
+{
+    rf_ipc_state_t *s = x->ipc;
+    size_t i = (size_t)b * (size_t)x->nranks + (size_t)peer;
+    rf_chunk_header_t h;
+    s->ack_posted[i] = 0;
+    x->stats.peers[peer].chunks_recv++;
+    x->stats.peers[peer].bytes_recv += RF_IPC_ACK_BYTES;
+    rf_chunk_header_read(s->ack_rbuf + i * RF_IPC_ACK_BYTES, &h);
+    if (h.update != update || h.seq != s->slot_seq[b])
+        return rf_err_set(err, RF_ERR_SEQUENCE,
+                          "ack from rank %d carries update %u seq %u, expected update %u seq %u",
+                          peer, h.update, h.seq, update, s->slot_seq[b]);
+    return RF_OK;
+}
+
+void rf_ipc_cancel_acks(rf_xfer_t *x)
+{
+    rf_ipc_state_t *s = x->ipc;
+    for (int b = 0; b < x->buffers; b++)
+        for (int p = 0; p < x->nranks; p++) {
+            size_t i = (size_t)b * (size_t)x->nranks + (size_t)p;
+            if (!s->ack_posted[i])
+                continue;
+            s->ack_posted[i] = 0;
+            if (s->areqs[i] != MPI_REQUEST_NULL) {
+                MPI_Status st;
+                int cancelled = 0;
+                MPI_Cancel(&s->areqs[i]);
+                MPI_Wait(&s->areqs[i], &st);
+                MPI_Test_cancelled(&st, &cancelled);
+                if (cancelled)
+                    continue;
+            }
+            x->stats.peers[p].chunks_recv++; /* matched: the drain must not wait for it */
+            x->stats.peers[p].bytes_recv += RF_IPC_ACK_BYTES;
+        }
+}
+
+/* Slot b is free again: its sends completed and every receiver acked its chunk. */
+static rf_status_t wait_slot(rf_xfer_t *x, uint32_t update, int b, double deadline, rf_err_t *err)
+{
+    rf_ipc_state_t *s = x->ipc;
+    int per = 2 * x->nranks;
+    double t0 = rf_time_now();
+    rf_status_t st = rf_ctl_wait(x->ctl, &x->sreqs[b * per], per, deadline, err);
+    if (st == RF_OK)
+        st =
+            rf_ctl_wait(x->ctl, &s->areqs[(size_t)b * (size_t)x->nranks], x->nranks, deadline, err);
+    x->stats.wire_s += rf_time_now() - t0;
+    for (int p = 0; st == RF_OK && p < x->nranks; p++)
+        if (s->ack_posted[(size_t)b * (size_t)x->nranks + (size_t)p])
+            st = ack_check(x, update, b, p, err);
+    if (st == RF_OK)
+        x->slot_busy[b] = 0;
+    return st;
+}
+
+rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack, void *ctx,
+                        rf_err_t *err)
+{
+    rf_ipc_state_t *s = x->ipc;
+    const rf_chunk_plan_t *plan = cfg->plan;
+    const rf_xfer_fault_t *f = &cfg->fault;
+    const int per = 2 * x->nranks;
+    const uint64_t sb = slot_bytes(plan->chunk_bytes);
+    rf_err_t e;
+    rf_err_clear(&e);
+    rf_status_t st = RF_OK;
+    uint32_t seq = 0;
+    int stage = -1, peer = -1, j = 0;
+
+    if (cfg->ipc == NULL || cfg->ipc->staged == NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc: send without the ipc config");
+    for (int b = 0; b < x->buffers; b++)
+        RF_CHECK_GOTO(wait_slot(x, cfg->update, b, cfg->deadline, &e), st, fail);
+    for (size_t k = 0; k < plan->n_chunks; k++) {
+        const rf_chunk_t *c = &plan->chunks[k];
+        if (cfg->stage_senders[c->stage] != x->rank)
+            continue;
+        seq = c->seq;
+        stage = c->stage;
+        peer = -1;
+        const int b = j++ % x->buffers;
+        const int staged = cfg->ipc->staged[c->seq] != 0;
+        unsigned char *payload = NULL;
+        RF_CHECK_GOTO(rf_ctl_poll(x->ctl, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, cfg->update, b, cfg->deadline, &e), st, fail);
+        if (staged) {
+            if (s->own[RF_IPC_STAGING].base == NULL ||
+                (uint64_t)(b + 1) * sb > s->own[RF_IPC_STAGING].bytes) {
+                st = rf_err_set(&e, RF_ERR_INTERNAL, "no staging slot %d", b);
+                goto fail;
+            }
+            payload = (unsigned char *)s->own[RF_IPC_STAGING].base + (size_t)b * sb;
+            double t0 = rf_time_now();
+            st = pack(ctx, c, &plan->pieces[c->piece_begin], payload, &e);
+            x->stats.pack_s += rf_time_now() - t0;
+            if (st != RF_OK)
+                goto fail;
+        }
+        unsigned char *msg = x->bufs[b];
+        size_t bytes = RF_IPC_SEQ_BYTES;
+        rf_chunk_header_write(msg, cfg->update, c->seq, c->payload_bytes);
+        uint32_t slot = (uint32_t)b, flags = (uint32_t)staged;
+        memcpy(msg + 16, &slot, 4);
+        memcpy(msg + 20, &flags, 4);
+        rf_xfer_write_u64le(msg + 24, staged ? c->payload_bytes : 0);
+        if (cfg->integrity) {
+            XXH3_state_t *h = XXH3_createState();
+            if (h == NULL) {
+                st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            XXH3_64bits_reset(h);
+            XXH3_64bits_update(h, msg, RF_IPC_SEQ_BYTES);
+            if (staged)
+                XXH3_64bits_update(h, payload, (size_t)c->payload_bytes);
+            rf_xfer_write_u64le(msg + bytes, XXH3_64bits_digest(h));
+            XXH3_freeState(h);
+            bytes += RF_CHUNK_TRAILER_BYTES;
+        }
+        if (f->corrupt_seq == (int64_t)c->seq) {
+            if (staged && c->payload_bytes > 0) {
+                payload[c->payload_bytes / 2] ^= 0x10; /* after the checksum */
+                rf_warn("fault: rank %d flipped a staged byte of chunk %u (update %u)", x->rank,
+                        c->seq, cfg->update);
+            } else {
+                rf_warn("fault: chunk %u is read in place, not staged: nothing to corrupt", c->seq);
+            }
+        }
+        s->slot_seq[b] = c->seq;
+        const int tag = RF_XFER_TAG(cfg->update, c->stage);
+        int nreq = 0;
+        for (int i = 0; i < cfg->n_receivers; i++) {
+            peer = cfg->receivers[i];
+            if (peer == x->rank)
+                continue;
+            size_t ai = (size_t)b * (size_t)x->nranks + (size_t)peer;
+            /* the ACK receive first: the ack never arrives unexpected */
+            RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, s->ack_rbuf + ai * RF_IPC_ACK_BYTES,
+                                            RF_IPC_ACK_BYTES, peer, RF_IPC_TAG_ACK(cfg->update),
+                                            &s->areqs[ai], &e),
+                          st, fail);
+            s->ack_posted[ai] = 1;
+            int hit = f->dest < 0 || f->dest == peer;
+            int copies = 1;
+            if (hit && f->drop_seq == (int64_t)c->seq)
+                copies = 0;
+            if (hit && f->dup_seq == (int64_t)c->seq)
+                copies = 2;
+            for (int n = 0; n < copies; n++) {
+                RF_CHECK_GOTO(
+                    x->tp->ops->isend(x->tp, msg, bytes, peer, tag, &x->sreqs[b * per + nreq], &e),
+                    st, fail);
+                nreq++;
+                x->stats.peers[peer].chunks_sent++;
+                x->stats.peers[peer].bytes_sent += bytes;
+                x->stats.chunks_sent++;
+            }
+        }
+        x->slot_busy[b] = 1;
+        int inflight = 0;
+        for (int i = 0; i < x->buffers; i++)
+            inflight += x->slot_busy[i];
+        rf_xfer_update_inflight(x, inflight);
+    }
+    peer = -1;
+    for (int b = 0; b < x->buffers; b++)
+        RF_CHECK_GOTO(wait_slot(x, cfg->update, b, cfg->deadline, &e), st, fail);
+    return RF_OK;
+
+fail:
+    rf_ipc_cancel_acks(x);
+    {
+        char where[160];
+        if (peer >= 0)
+            snprintf(where, sizeof(where), "update %u: ipc: chunk seq %u (stage %d) to rank %d",
+                     cfg->update, seq, stage, peer);
+        else if (stage >= 0)
+            snprintf(where, sizeof(where), "update %u: ipc: chunk seq %u (stage %d)", cfg->update,
+                     seq, stage);
+        else
+            snprintf(where, sizeof(where), "update %u: ipc: sending", cfg->update);
+        rf_xfer_wrap(err, st, &e, where);
+    }
+    if (st != RF_ERR_PEER)
+        rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
+    return st;
+}
+
+/* ---- receiver ---------------------------------------------------------------------------- */
+
+typedef struct recv_done {
+    MPI_Status status;
+    int done;
+} recv_done_t;
+
+static rf_status_t on_recv(void *ctx, int index, const MPI_Status *status, rf_err_t *err)
+{
+    (void)index;
+    (void)err;
+    recv_done_t *d = ctx;
+    d->status = *status;
+    d->done = 1;
+    return RF_OK;
+}
+
+/* Waits for the single request *req (ABORT + deadline); its status in *d. */
+static rf_status_t wait_one(rf_xfer_t *x, MPI_Request *req, double deadline, recv_done_t *d,
+                            rf_err_t *err)
+{
+    rf_status_t st = RF_OK;
+    double t0 = rf_time_now();
+    d->done = 0;
+    while (!d->done && st == RF_OK)
+        st = rf_ctl_wait_some(x->ctl, req, 1, deadline, 0, on_recv, d, err);
+    x->stats.wire_s += rf_time_now() - t0;
+    if (st == RF_ERR_TIMEOUT)
+        rf_err_reset(err, st, "deadline expired");
+    return st;
+}
+
+/* The segments of chunk c for this rank (see rf_ipc_piece_t). */
+static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
+                                  const unsigned char *staging, const unsigned char *pair_base,
+                                  size_t *nseg_p, rf_err_t *err)
+{
+    rf_ipc_state_t *s = x->ipc;
+    size_t need = 3 * c->piece_count + 1, n = 0;
+    if (need > s->segcap) {
+        rf_xfer_segment_t *g = realloc(s->segs, need * sizeof(*g));
+        if (g == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
+        s->segs = g;
+        s->segcap = need;
+    }
+    for (size_t k = 0; k < c->piece_count; k++) {
+        size_t gi = c->piece_begin + k;
+        const rf_chunk_piece_t *pc = &cfg->plan->pieces[gi];
+        const rf_ipc_piece_t *ip = &cfg->ipc->pieces[gi];
+        uint64_t rb = cfg->items[pc->item].row_bytes;
+        if (ip->staged) {
+            if (staging == NULL)
+                return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu is staged, the chunk not", gi);
+            s->segs[n++] =
+                (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, staging + pc->offset, 1};
+            continue;
+        }
+        if (pair_base == NULL)
+            return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu is in place, no pair arena", gi);
+        const unsigned char *src = pair_base + ip->arena_offset;
+        uint64_t lo = ip->row_lo, hi = ip->row_hi;
+        if (lo >= hi) { /* this rank's loaders read none of the piece's rows */
+            s->segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, pair_base, 0};
+            continue;
+        }
+        if (lo < pc->row_begin || hi > pc->row_end)
+            return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu: in-place rows out of range", gi);
+        if (lo > pc->row_begin)
+            s->segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, lo, src, 0};
+        s->segs[n++] = (rf_xfer_segment_t){pc, lo, hi, src, 1};
+        if (hi < pc->row_end)
+            s->segs[n++] = (rf_xfer_segment_t){pc, hi, pc->row_end, src + (hi - lo) * rb, 0};
+    }
+    *nseg_p = n;
+    return RF_OK;
+}
+
+rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err)
+{
+    rf_ipc_state_t *s = x->ipc;
+    const rf_xfer_ipc_config_t *ic = cfg->ipc;
+    const rf_chunk_plan_t *plan = cfg->plan;
+    const size_t n = plan->n_chunks;
+    const int B = x->buffers, per = 2 * x->nranks;
+    const uint64_t sb = slot_bytes(plan->chunk_bytes);
+    const size_t trailer = cfg->integrity ? RF_CHUNK_TRAILER_BYTES : 0;
+    rf_err_t e;
+    rf_err_clear(&e);
+    rf_status_t st = RF_OK;
+    size_t posted = 0, next = 0;
+    uint32_t seq = 0;
+    int stage = -1, src = -1;
+    recv_done_t d;
+
+    if (ic == NULL || ic->staged == NULL || ic->pieces == NULL || ic->apply == NULL ||
+        cfg->items == NULL || ic->pair < 0 || ic->pair >= x->nranks)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc: receive without the ipc config");
+    const unsigned char *pair_base = rf_xfer_ipc_base(x, ic->pair, RF_IPC_WEIGHTS);
+
+    /* READY: the pair's shards of this update are produced and write-protected */
+    src = ic->pair;
+    RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, s->ready_rbuf, RF_IPC_ACK_BYTES, ic->pair,
+                                    RF_IPC_TAG_READY(cfg->update), &x->rreqs[B], &e),
+                  st, fail);
+    RF_CHECK_GOTO(wait_one(x, &x->rreqs[B], cfg->deadline, &d, &e), st, fail_ready);
+    {
+        size_t got = 0;
+        rf_chunk_header_t h;
+        RF_CHECK_GOTO(x->tp->ops->recv_bytes(x->tp, &d.status, &got, &e), st, fail_ready);
+        x->stats.peers[ic->pair].chunks_recv++;
+        x->stats.peers[ic->pair].bytes_recv += got;
+        rf_chunk_header_read(s->ready_rbuf, &h);
+        if (got != RF_IPC_ACK_BYTES || h.update != cfg->update || h.seq != RF_IPC_READY_SEQ) {
+            st = rf_err_set(&e, RF_ERR_SEQUENCE, "READY carries update %u seq %u (%zu bytes)",
+                            h.update, h.seq, got);
+            goto fail_ready;
+        }
+    }
+
+    for (; posted < n && posted < (size_t)B; posted++) {
+        const rf_chunk_t *c = &plan->chunks[posted];
+        RF_CHECK_GOTO(x->tp->ops->irecv(
+                          x->tp, x->bufs[posted % B], x->buf_bytes, cfg->stage_senders[c->stage],
+                          RF_XFER_TAG(cfg->update, c->stage), &x->rreqs[posted % B], &e),
+                      st, fail);
+    }
+    for (; next < n; next++) {
+        const rf_chunk_t *c = &plan->chunks[next];
+        const int b = (int)(next % B);
+        seq = c->seq;
+        stage = c->stage;
+        src = cfg->stage_senders[c->stage];
+        rf_xfer_update_inflight(x, (int)(posted - next));
+        RF_CHECK_GOTO(wait_one(x, &x->rreqs[b], cfg->deadline, &d, &e), st, fail);
+        size_t got = 0;
+        RF_CHECK_GOTO(x->tp->ops->recv_bytes(x->tp, &d.status, &got, &e), st, fail);
+        x->stats.peers[src].chunks_recv++;
+        x->stats.peers[src].bytes_recv += got;
+        const unsigned char *msg = x->bufs[b];
+        rf_chunk_header_t h;
+        uint32_t slot, flags;
+        if (got < RF_CHUNK_HEADER_BYTES) {
+            st = rf_err_set(&e, RF_ERR_MISMATCH, "message of %zu bytes has no header", got);
+            goto fail;
+        }
+        rf_chunk_header_read(msg, &h);
+        if (h.update != cfg->update) {
+            st = rf_err_set(&e, RF_ERR_SEQUENCE, "header carries update %u", h.update);
+            goto fail;
+        }
+        if (h.seq != c->seq) {
+            st = rf_err_set(&e, RF_ERR_SEQUENCE, "%s: header carries seq %u, expected %u",
+                            h.seq < c->seq ? "repeated chunk" : "gap in the sequence", h.seq,
+                            c->seq);
+            goto fail;
+        }
+        memcpy(&slot, msg + 16, 4);
+        memcpy(&flags, msg + 20, 4);
+        if (h.payload_bytes != c->payload_bytes || got != RF_IPC_SEQ_BYTES + trailer ||
+            slot >= (uint32_t)B || (flags & 1u) != (ic->staged[c->seq] ? 1u : 0u)) {
+            st = rf_err_set(&e, RF_ERR_MISMATCH,
+                            "ipc message of %zu bytes: payload %" PRIu64 " (expected %" PRIu64
+                            "), slot %u, staged %u (expected %u)",
+                            got, h.payload_bytes, c->payload_bytes, slot, flags & 1u,
+                            ic->staged[c->seq] ? 1u : 0u);
+            goto fail;
+        }
+        const unsigned char *staging = NULL;
+        if (flags & 1u) {
+            const unsigned char *sbase = rf_xfer_ipc_base(x, src, RF_IPC_STAGING);
+            if (sbase == NULL) {
+                st = rf_err_set(&e, RF_ERR_INTERNAL, "no staging arena of rank %d mapped", src);
+                goto fail;
+            }
+            staging = sbase + (size_t)slot * sb;
+        }
+        if (cfg->integrity) {
+            XXH3_state_t *hs = XXH3_createState();
+            if (hs == NULL) {
+                st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            XXH3_64bits_reset(hs);
+            XXH3_64bits_update(hs, msg, RF_IPC_SEQ_BYTES);
+            if (staging != NULL)
+                XXH3_64bits_update(hs, staging, (size_t)c->payload_bytes);
+            uint64_t have = XXH3_64bits_digest(hs),
+                     want = rf_xfer_read_u64le(msg + RF_IPC_SEQ_BYTES);
+            XXH3_freeState(hs);
+            if (have != want) {
+                char names[RF_ERR_MSG_MAX / 2];
+                rf_xfer_chunk_tensors(cfg, c, names, sizeof(names));
+                st = rf_err_set(&e, RF_ERR_INTEGRITY,
+                                "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
+                                ") before unpacking; chunk carries %s",
+                                have, want, names);
+                goto fail;
+            }
+        }
+        /* a rank that slept past the deadline (the verdict may be out, the trainer may write
+         * again) reads nothing more */
+        RF_CHECK_GOTO(rf_ctl_poll(x->ctl, &e), st, fail);
+        if (rf_time_now() > cfg->deadline) {
+            st = rf_err_set(&e, RF_ERR_TIMEOUT, "deadline expired");
+            goto fail;
+        }
+        size_t nseg = 0;
+        RF_CHECK_GOTO(build_segments(x, cfg, c, staging, pair_base, &nseg, &e), st, fail);
+        for (size_t k = 0; k < nseg; k++) {
+            const rf_xfer_segment_t *sg = &s->segs[k];
+            uint64_t nb = (sg->row_end - sg->row_begin) * cfg->items[sg->piece->item].row_bytes;
+            if (!sg->backed)
+                continue;
+            if (staging != NULL && (const unsigned char *)sg->src >= staging &&
+                (const unsigned char *)sg->src < staging + sb)
+                x->stats.ipc_bytes_staged += nb;
+            else
+                x->stats.ipc_bytes_in_place += nb;
+        }
+        double t0 = rf_time_now();
+        st = ic->apply(ic->apply_ctx, c, s->segs, nseg, &e);
+        x->stats.unpack_s += rf_time_now() - t0;
+        if (st != RF_OK)
+            goto fail;
+        x->stats.chunks_received++;
+        /* ACK: the chunk is applied (cuda: after the rollout's stream synchronized) */
+        RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st, fail);
+        rf_chunk_header_write(s->ack_sbuf + (size_t)b * RF_IPC_ACK_BYTES, cfg->update, c->seq, 0);
+        RF_CHECK_GOTO(x->tp->ops->isend(x->tp, s->ack_sbuf + (size_t)b * RF_IPC_ACK_BYTES,
+                                        RF_IPC_ACK_BYTES, src, RF_IPC_TAG_ACK(cfg->update),
+                                        &x->sreqs[b * per], &e),
+                      st, fail);
+        x->stats.peers[src].chunks_sent++;
+        x->stats.peers[src].bytes_sent += RF_IPC_ACK_BYTES;
+        x->stats.chunks_sent++;
+        if (posted < n) {
+            const rf_chunk_t *pc = &plan->chunks[posted];
+            RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->buf_bytes,
+                                            cfg->stage_senders[pc->stage],
+                                            RF_XFER_TAG(cfg->update, pc->stage), &x->rreqs[b], &e),
+                          st, fail);
+            posted++;
+        }
+    }
+    for (int b = 0; b < B; b++)
+        RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st, fail_end);
+    /* one probe per source: anything left is an extra chunk message */
+    for (int p = 0; p < plan->n_stages; p++) {
+        int from = cfg->stage_senders[p], found = 0, tag = 0, seen = 0;
+        for (int t = 0; t < p; t++)
+            seen |= cfg->stage_senders[t] == from;
+        if (seen || plan->stages[p].chunk_count == 0)
+            continue;
+        RF_CHECK_GOTO(x->tp->ops->probe(x->tp, from, &found, &tag, &e), st, fail_end);
+        if (found) {
+            st = rf_err_set(err, RF_ERR_SEQUENCE,
+                            "update %u: extra chunk message from rank %d (stage %d) after the "
+                            "last expected chunk seq %zu",
+                            cfg->update, from, tag & 0xfff, n ? n - 1 : 0);
+            rf_ctl_abort(x->ctl, st, err ? err->msg : "extra chunk message");
+            return st;
+        }
+    }
+    return RF_OK;
+
+fail_end:
+    rf_err_set(err, st, "update %u: ipc: finishing: %s", cfg->update, e.msg);
+    rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
+    return st;
+fail_ready:
+    rf_xfer_cancel_posted(x);
+    {
+        char where[160];
+        snprintf(where, sizeof(where), "update %u: ipc: READY from pair rank %d", cfg->update,
+                 ic->pair);
+        rf_xfer_wrap(err, st, &e, where);
+    }
+    if (st != RF_ERR_PEER)
+        rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
+    return st;
+fail:
+    rf_xfer_cancel_posted(x);
+    {
+        char where[160];
+        if (stage >= 0)
+            snprintf(where, sizeof(where), "update %u: chunk seq %u (stage %d) from rank %d",
+                     cfg->update, seq, stage, src);
+        else
+            snprintf(where, sizeof(where), "update %u: ipc: receiving", cfg->update);
+        rf_xfer_wrap(err, st, &e, where);
+    }
+    if (st != RF_ERR_PEER)
+        rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
+    return st;
+}
