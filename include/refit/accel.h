@@ -200,6 +200,9 @@ const rf_accel_ops_t *rf_accel_lookup(const char *name);
  * when rf_accel_cuda_available(), else host. Release with rf_accel_close. */
 rf_status_t rf_accel_open(const char *name, int device, rf_accel_t **accel_p);
 void rf_accel_close(rf_accel_t *accel);
+/* Waits for everything enqueued on the accelerator's own default stream (stream NULL) to
+ * complete: an event recorded on it, then synchronized (host: nothing to wait for). */
+rf_status_t rf_accel_sync(rf_accel_t *accel);
 
 /*
  * The chunk checksum ("refit-sum64 v1"), defined on bytes so every implementation agrees:
