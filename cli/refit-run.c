@@ -63,6 +63,9 @@ static void usage(FILE *f)
             "                        exist to exercise LAYERWISE and the deferred stage)\n"
             "  --cold-check          after each committed update, replay its chunks into fresh storage\n"
             "                        and require byte-identical slots (cold load == refit)\n"
+            "  --storage-digest      rank 0 prints 'storage digest <hex>' after each committed update:\n"
+            "                        XXH3 over every rollout rank's runtime slots (GPU slots copied\n"
+            "                        to the host), equal for a GPU and a CPU run of the same job\n"
             "  --profile-dir DIR     write profile-rank<R>.json there (default: refit-profile)\n"
             "  --integrity           XXH3-64 checksum trailer per chunk, verified before unpacking\n"
             "                        (also transfer.integrity: true in the topology)\n"
@@ -90,6 +93,7 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         {"quiet", no_argument, NULL, 'q'},
         {"integrity", no_argument, NULL, 'i'},
         {"cold-check", no_argument, NULL, 'C'},
+        {"storage-digest", no_argument, NULL, 'D'},
         {"inject-fault", required_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -150,6 +154,9 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
             break;
         case 'C':
             o->cold_check = true;
+            break;
+        case 'D':
+            o->storage_digest = true;
             break;
         case 'i':
             o->integrity = true;
