@@ -52,6 +52,8 @@ const rf_accel_ops_t *rf_accel_lookup(const char *name)
         return &rf_accel_host_ops;
     if (strcmp(name, "cuda") == 0)
         return RF_ACCEL_CUDA_OPS;
+    if (strcmp(name, "host-device") == 0)
+        return &rf_accel_host_device_ops;
     return NULL;
 }
 

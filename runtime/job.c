@@ -388,9 +388,19 @@ static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
 }
 
 /* A rollout rank with a device from rf_topology_place opens the "cuda" accelerator on it
- * (cudaSetDevice); its runtime storage, staging and LAYERWISE scratch then live there. */
+ * (cudaSetDevice); its runtime storage, staging and LAYERWISE scratch then live there.
+ * REFIT_TEST_DEVICE_ACCEL=host-device (tests only) gives a rank without a GPU the host
+ * implementation tagged as device memory, so the CPU suite runs the device branches. */
 static rf_status_t setup_accel(job_t *j, rf_err_t *err)
 {
+    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
+    if (is_rollout(j) && j->place.device < 0 && emu != NULL && strcmp(emu, "host-device") == 0) {
+        /* tests only: the device branches on host memory (CPU CI covers the GPU data path) */
+        rf_status_t s = rf_accel_open("host-device", 0, &j->accel);
+        if (s != RF_OK)
+            return rf_err_set(err, s, "rank %d: cannot open the host-device accelerator", j->rank);
+        return RF_OK;
+    }
     if (!is_rollout(j) || j->place.device < 0)
         return RF_OK;
     int n = 0;

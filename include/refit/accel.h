@@ -190,6 +190,9 @@ struct rf_accel_ops {
 /* ---- the registry (runtime/accel_registry.c) ------------------------------------------- */
 
 extern const rf_accel_ops_t rf_accel_host_ops;
+/* Tests only: the host implementation tagged RF_MEM_CUDA ("host-device"), so the device
+ * branches of storage, planner, owners and job run on a machine without a GPU. */
+extern const rf_accel_ops_t rf_accel_host_device_ops;
 
 /* True when refit was built with CUDA and at least one CUDA device is usable. */
 bool rf_accel_cuda_available(void);
