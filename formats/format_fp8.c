@@ -52,8 +52,49 @@ static bool is_scale(const rf_slot_shape_t *s)
 
 typedef enum { FP8_COPY_IN, FP8_COPY_OUT, FNUZ_IN, FNUZ_OUT } fp8_dir_t;
 
-static rf_status_t fp8_move(const rf_slot_shape_t *model, void *const *bufs, int nmodel,
-                            rf_slot_t *const *rt, int nrt, fp8_dir_t dir, rf_err_t *err)
+/* Device storage: scratch -> slot d2d and the fnuz transform in place with fp8_to_fnuz
+ * (IN); slot -> host buffer d2h, then the same host arithmetic as fp8_move (OUT). */
+static rf_status_t fp8_move_dev(rf_accel_t *dev, const rf_slot_shape_t *model, void *const *bufs,
+                                int nmodel, rf_slot_t *const *rt, fp8_dir_t dir, rf_err_t *err)
+{
+    bool in = dir == FP8_COPY_IN || dir == FNUZ_IN;
+    bool fnuz = dir == FNUZ_IN || dir == FNUZ_OUT;
+    for (int i = 0; i < nmodel; i++) {
+        uint64_t b = rf_slot_shape_bytes(&model[i]);
+        bool w8 = fnuz && model[i].dtype == RF_DTYPE_F8_E4M3;
+        bool sc = fnuz && is_scale(&model[i]) && model[i].dtype == RF_DTYPE_F32;
+        if (fnuz && is_scale(&model[i]) && !sc)
+            return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                              "fp8-block-fnuz: %s: runtime scale is %s, "
+                              "expected F32",
+                              rt[i]->name, rf_dtype_name(model[i].dtype));
+        if (!in) {
+            RF_CHECK(rf_format_dev_copy(dev, bufs[i], rt[i]->sig.data, b, RF_COPY_D2H, rt[i]->name,
+                                        err));
+            if (w8)
+                for (uint64_t j = 0; j < b; j++)
+                    ((uint8_t *)bufs[i])[j] = rf_e4m3_to_fnuz(((const uint8_t *)bufs[i])[j]);
+            else if (sc)
+                for (uint64_t j = 0; j < b / 4; j++)
+                    ((float *)bufs[i])[j] *= 0.5f;
+            continue;
+        }
+        RF_CHECK(
+            rf_format_dev_copy(dev, rt[i]->sig.data, bufs[i], b, RF_COPY_D2D, rt[i]->name, err));
+        if (w8 || sc) {
+            rf_status_t s =
+                dev->ops->fp8_to_fnuz(dev, w8 ? rt[i]->sig.data : NULL, w8 ? (size_t)b : 0,
+                                      sc ? rt[i]->sig.data : NULL, sc ? (size_t)(b / 4) : 0, NULL);
+            if (s != RF_OK)
+                return rf_err_set(err, s, "fp8-block-fnuz: %s: fp8_to_fnuz on device %d failed",
+                                  rt[i]->name, dev->device);
+        }
+    }
+    return RF_OK;
+}
+
+static rf_status_t fp8_move(rf_accel_t *dev, const rf_slot_shape_t *model, void *const *bufs,
+                            int nmodel, rf_slot_t *const *rt, int nrt, fp8_dir_t dir, rf_err_t *err)
 {
     if (nrt < nmodel)
         return rf_err_set(err, RF_ERR_INTERNAL, "fp8-block: %d runtime slots for %d params", nrt,
@@ -66,6 +107,11 @@ static rf_status_t fp8_move(const rf_slot_shape_t *model, void *const *bufs, int
                               rt[i]->name, (unsigned long long)rf_signature_bytes(&rt[i]->sig),
                               rf_dtype_name(rt[i]->sig.dtype), (unsigned long long)b,
                               rf_dtype_name(model[i].dtype));
+    }
+    if (dev != NULL)
+        return fp8_move_dev(dev, model, bufs, nmodel, rt, dir, err);
+    for (int i = 0; i < nmodel; i++) {
+        uint64_t b = rf_slot_shape_bytes(&model[i]);
         bool in = dir == FP8_COPY_IN || dir == FNUZ_IN;
         char *dst = in ? rt[i]->sig.data : bufs[i];
         const char *src = in ? bufs[i] : rt[i]->sig.data;
@@ -94,34 +140,34 @@ static rf_status_t fp8_process(const rf_format_t *f, const rf_inventory_t *inv, 
                                const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f, (void)inv, (void)m;
-    return fp8_move(model, bufs, nmodel, rt, nrt, FP8_COPY_IN, err);
+    (void)inv, (void)m;
+    return fp8_move(rf_format_device(f), model, bufs, nmodel, rt, nrt, FP8_COPY_IN, err);
 }
 
 static rf_status_t fp8_to_model(const rf_format_t *f, const rf_inventory_t *inv, int m,
                                 const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                 rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f, (void)inv, (void)m;
-    return fp8_move(model, bufs, nmodel, rt, nrt, FP8_COPY_OUT, err);
+    (void)inv, (void)m;
+    return fp8_move(rf_format_device(f), model, bufs, nmodel, rt, nrt, FP8_COPY_OUT, err);
 }
 
 static rf_status_t fnuz_process(const rf_format_t *f, const rf_inventory_t *inv, int m,
                                 const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                 rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f;
     bool q = inv->modules[m].quant == RF_QUANT_FP8_BLOCK;
-    return fp8_move(model, bufs, nmodel, rt, nrt, q ? FNUZ_IN : FP8_COPY_IN, err);
+    return fp8_move(rf_format_device(f), model, bufs, nmodel, rt, nrt, q ? FNUZ_IN : FP8_COPY_IN,
+                    err);
 }
 
 static rf_status_t fnuz_to_model(const rf_format_t *f, const rf_inventory_t *inv, int m,
                                  const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                  rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f;
     bool q = inv->modules[m].quant == RF_QUANT_FP8_BLOCK;
-    return fp8_move(model, bufs, nmodel, rt, nrt, q ? FNUZ_OUT : FP8_COPY_OUT, err);
+    return fp8_move(rf_format_device(f), model, bufs, nmodel, rt, nrt, q ? FNUZ_OUT : FP8_COPY_OUT,
+                    err);
 }
 
 const rf_format_ops_t rf_format_fp8_block_ops = {

@@ -9,6 +9,7 @@
  *   sum of the weight's elements, recomputed once per update in the deferred stage.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "refit/format.h"
@@ -20,6 +21,48 @@ uint64_t rf_slot_shape_bytes(const rf_slot_shape_t *s)
     for (int i = 0; i < s->ndim; i++)
         n *= (uint64_t)s->shape[i];
     return n * rf_dtype_size(s->dtype);
+}
+
+rf_status_t rf_format_dev_copy(rf_accel_t *accel, void *dst, const void *src, uint64_t b,
+                               rf_copy_kind_t kind, const char *what, rf_err_t *err)
+{
+    rf_status_t s = accel->ops->copy(accel, dst, src, (size_t)b, kind, NULL);
+    if (s == RF_OK && kind == RF_COPY_D2H)
+        s = rf_accel_sync(accel);
+    if (s != RF_OK)
+        return rf_err_set(err, s, "format: %s: %s copy of %llu bytes on %s device %d failed", what,
+                          kind == RF_COPY_D2H ? "device-to-host" : "device-to-device",
+                          (unsigned long long)b, accel->ops->name, accel->device);
+    return RF_OK;
+}
+
+rf_status_t rf_format_dev_transpose(rf_accel_t *accel, void *dst, const void *src, int64_t batch,
+                                    int64_t R, int64_t C, rf_dtype_t dt, const char *what,
+                                    rf_err_t *err)
+{
+    size_t es = rf_dtype_size(dt);
+    for (int64_t b = 0; b < batch; b++) {
+        /* source (r, c) at src + (b R C + r C + c) es -> dst + (b C R + c R + r) es */
+        rf_accel_rows_t r;
+        memset(&r, 0, sizeof(r));
+        r.dst.data = dst;
+        r.dst.esize = es;
+        r.dst.dtype = dt;
+        r.dst.row_stride = 1;
+        r.dst.col_stride = R;
+        r.dst.expert_stride = R * C;
+        r.expert = b;
+        r.src = (const char *)src + (size_t)(b * R * C) * es;
+        r.src_dtype = dt;
+        r.src_pitch = C;
+        r.rows = R;
+        r.cols = C;
+        rf_status_t s = accel->ops->copy_rows(accel, &r, NULL);
+        if (s != RF_OK)
+            return rf_err_set(err, s, "format: %s: transpose on %s device %d failed", what,
+                              accel->ops->name, accel->device);
+    }
+    return RF_OK;
 }
 
 static rf_status_t none_runtime_slots(const rf_format_t *f, const rf_inventory_t *inv, int m,
@@ -42,9 +85,9 @@ static bool none_identity(const rf_format_t *f, const rf_inventory_t *inv, int m
     return true;
 }
 
-static rf_status_t copy_model_runtime(const rf_slot_shape_t *model, void *const *bufs,
-                                      int nmodel, rf_slot_t *const *rt, int nrt, bool to_runtime,
-                                      rf_err_t *err)
+static rf_status_t copy_model_runtime(rf_accel_t *dev, const rf_slot_shape_t *model,
+                                      void *const *bufs, int nmodel, rf_slot_t *const *rt, int nrt,
+                                      bool to_runtime, rf_err_t *err)
 {
     if (nrt < nmodel)
         return rf_err_set(err, RF_ERR_INTERNAL, "format: %d runtime slots for %d params", nrt,
@@ -55,7 +98,11 @@ static rf_status_t copy_model_runtime(const rf_slot_shape_t *model, void *const 
             return rf_err_set(err, RF_ERR_MISMATCH, "format: %s holds %llu bytes, model %llu",
                               rt[i]->name, (unsigned long long)rf_signature_bytes(&rt[i]->sig),
                               (unsigned long long)b);
-        if (to_runtime)
+        if (dev != NULL)
+            RF_CHECK(rf_format_dev_copy(dev, to_runtime ? rt[i]->sig.data : bufs[i],
+                                        to_runtime ? bufs[i] : rt[i]->sig.data, b,
+                                        to_runtime ? RF_COPY_D2D : RF_COPY_D2H, rt[i]->name, err));
+        else if (to_runtime)
             memcpy(rt[i]->sig.data, bufs[i], b);
         else
             memcpy(bufs[i], rt[i]->sig.data, b);
@@ -67,16 +114,16 @@ static rf_status_t none_process(const rf_format_t *f, const rf_inventory_t *inv,
                                 const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                 rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f, (void)inv, (void)m;
-    return copy_model_runtime(model, bufs, nmodel, rt, nrt, true, err);
+    (void)inv, (void)m;
+    return copy_model_runtime(rf_format_device(f), model, bufs, nmodel, rt, nrt, true, err);
 }
 
 static rf_status_t none_to_model(const rf_format_t *f, const rf_inventory_t *inv, int m,
                                  const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                  rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f, (void)inv, (void)m;
-    return copy_model_runtime(model, bufs, nmodel, rt, nrt, false, err);
+    (void)inv, (void)m;
+    return copy_model_runtime(rf_format_device(f), model, bufs, nmodel, rt, nrt, false, err);
 }
 
 static const rf_format_ops_t rf_format_none_ops = {
@@ -175,6 +222,7 @@ static const rf_format_ops_t rf_format_test_transpose_ops = {
     .process_after_loading = tr_process,
     .runtime_to_model = tr_to_model,
     .compute_derived = NULL,
+    .host_only = true, /* a test owner: the GPU path is covered by the real owners */
 };
 
 /* ---- test-derived -------------------------------------------------------------------- */
@@ -212,11 +260,34 @@ static rf_status_t dv_compute(rf_format_t *f, const rf_inventory_t *inv, int m,
     }
     if (d == NULL || w == NULL)
         return rf_err_set(err, RF_ERR_INTERNAL, "test-derived: module %d lacks its slots", m);
+    rf_accel_t *dev = rf_format_device(f);
     const uint16_t *x = w->sig.data;
+    uint16_t *host = NULL;
     uint64_t n = rf_signature_bytes(&w->sig) / 2;
+    if (dev != NULL) { /* the weight to the host, the sum back to the device */
+        host = malloc((size_t)n * 2 + 2);
+        if (host == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "test-derived: out of memory");
+        rf_status_t s = rf_format_dev_copy(dev, host, x, n * 2, RF_COPY_D2H, w->name, err);
+        if (s != RF_OK) {
+            free(host);
+            return s;
+        }
+        x = host;
+    }
     for (uint64_t i = 0; i < n; i++)
         sum += rf_bf16_to_f32(x[i]);
-    *(float *)d->sig.data = sum;
+    free(host);
+    if (dev != NULL) {
+        rf_status_t s = dev->ops->copy(dev, d->sig.data, &sum, sizeof(sum), RF_COPY_H2D, NULL);
+        if (s == RF_OK)
+            s = rf_accel_sync(dev);
+        if (s != RF_OK)
+            return rf_err_set(err, s, "test-derived: writing %s on device %d failed", d->name,
+                              dev->device);
+    } else {
+        *(float *)d->sig.data = sum;
+    }
     f->derived_runs++;
     return RF_OK;
 }

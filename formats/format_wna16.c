@@ -190,9 +190,46 @@ static bool triton_mapping(const rf_format_t *f, const rf_inventory_t *inv, int 
 
 /* ---- LAYERWISE --------------------------------------------------------------------------- */
 
-static rf_status_t wna16_move(const rf_inventory_t *inv, int m, const rf_slot_shape_t *model,
-                              void *const *bufs, int nmodel, rf_slot_t *const *rt, int nrt,
-                              bool triton, bool to_runtime, rf_err_t *err)
+/* One param on device storage: to_runtime works device to device (scratch -> slot) with
+ * copy / copy_rows (transpose) / wna16_repack; to the model it works into device scratch and
+ * copies device to host (model buffers are host memory). */
+static rf_status_t wna16_move_dev(rf_accel_t *dev, const rf_inventory_t *inv, int m,
+                                  const rf_slot_shape_t *s, void *buf, rf_slot_t *slot, bool triton,
+                                  bool to_runtime, rf_err_t *err)
+{
+    uint64_t b = rf_slot_shape_bytes(s);
+    size_t es = rf_dtype_size(s->dtype);
+    if (!wq_param(inv, m, s))
+        return rf_format_dev_copy(dev, to_runtime ? slot->sig.data : buf,
+                                  to_runtime ? buf : slot->sig.data, b,
+                                  to_runtime ? RF_COPY_D2D : RF_COPY_D2H, slot->name, err);
+    void *tmp = NULL;
+    if (!to_runtime) {
+        rf_status_t as = dev->ops->alloc(dev, (size_t)b, &tmp);
+        if (as != RF_OK)
+            return rf_err_set(err, as, "wna16: %s: no device scratch of %llu bytes on device %d",
+                              slot->name, (unsigned long long)b, dev->device);
+    }
+    void *dst = to_runtime ? slot->sig.data : tmp;
+    const void *src = to_runtime ? buf : slot->sig.data;
+    int64_t R = s->shape[s->ndim - 2], C = s->shape[s->ndim - 1], B = batch_of(s);
+    rf_status_t st;
+    if (triton && is_moe_wq(inv, m)) /* model (B, R, C) <-> runtime (B, C, R) */
+        st = rf_format_dev_transpose(dev, dst, src, B, to_runtime ? R : C, to_runtime ? C : R,
+                                     s->dtype, slot->name, err);
+    else if ((st = dev->ops->wna16_repack(dev, dst, src, B, R, C, es, !to_runtime, NULL)) != RF_OK)
+        rf_err_set(err, st, "wna16: %s: repack on device %d failed", slot->name, dev->device);
+    if (st == RF_OK && !to_runtime)
+        st = rf_format_dev_copy(dev, buf, tmp, b, RF_COPY_D2H, slot->name, err);
+    if (tmp != NULL)
+        dev->ops->free(dev, tmp);
+    return st;
+}
+
+static rf_status_t wna16_move(rf_accel_t *dev, const rf_inventory_t *inv, int m,
+                              const rf_slot_shape_t *model, void *const *bufs, int nmodel,
+                              rf_slot_t *const *rt, int nrt, bool triton, bool to_runtime,
+                              rf_err_t *err)
 {
     if (nrt < nmodel)
         return rf_err_set(err, RF_ERR_INTERNAL, "wna16: %d runtime slots for %d params", nrt,
@@ -205,6 +242,10 @@ static rf_status_t wna16_move(const rf_inventory_t *inv, int m, const rf_slot_sh
             return rf_err_set(err, RF_ERR_MISMATCH, "wna16: %s holds %llu bytes, model %llu",
                               rt[i]->name, (unsigned long long)rf_signature_bytes(&rt[i]->sig),
                               (unsigned long long)b);
+        if (dev != NULL) {
+            RF_CHECK(wna16_move_dev(dev, inv, m, s, bufs[i], rt[i], triton, to_runtime, err));
+            continue;
+        }
         void *dst = to_runtime ? rt[i]->sig.data : bufs[i];
         const void *src = to_runtime ? bufs[i] : rt[i]->sig.data;
         if (!wq_param(inv, m, s)) {
@@ -224,32 +265,28 @@ static rf_status_t triton_process(const rf_format_t *f, const rf_inventory_t *in
                                   const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                   rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f;
-    return wna16_move(inv, m, model, bufs, nmodel, rt, nrt, true, true, err);
+    return wna16_move(rf_format_device(f), inv, m, model, bufs, nmodel, rt, nrt, true, true, err);
 }
 
 static rf_status_t triton_to_model(const rf_format_t *f, const rf_inventory_t *inv, int m,
                                    const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                    rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f;
-    return wna16_move(inv, m, model, bufs, nmodel, rt, nrt, true, false, err);
+    return wna16_move(rf_format_device(f), inv, m, model, bufs, nmodel, rt, nrt, true, false, err);
 }
 
 static rf_status_t marlin_process(const rf_format_t *f, const rf_inventory_t *inv, int m,
                                   const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                   rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f;
-    return wna16_move(inv, m, model, bufs, nmodel, rt, nrt, false, true, err);
+    return wna16_move(rf_format_device(f), inv, m, model, bufs, nmodel, rt, nrt, false, true, err);
 }
 
 static rf_status_t marlin_to_model(const rf_format_t *f, const rf_inventory_t *inv, int m,
                                    const rf_slot_shape_t *model, void *const *bufs, int nmodel,
                                    rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
-    (void)f;
-    return wna16_move(inv, m, model, bufs, nmodel, rt, nrt, false, false, err);
+    return wna16_move(rf_format_device(f), inv, m, model, bufs, nmodel, rt, nrt, false, false, err);
 }
 
 const rf_format_ops_t rf_format_wna16_ops = {

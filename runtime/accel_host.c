@@ -331,6 +331,50 @@ const rf_accel_ops_t rf_accel_host_ops = {
     .checksum = host_checksum,
 };
 
+/*
+ * "host-device" (tests only): the host implementation tagged as device memory, so code that
+ * takes the device branches (staging, d2h reads, owners on the accel ops) runs on a machine
+ * without a GPU. Memory is still host memory; every copy kind is a memmove.
+ */
+static rf_status_t host_dev_create(int device, rf_accel_t **accel_p)
+{
+    RF_CHECK(host_create(device, accel_p));
+    (*accel_p)->ops = &rf_accel_host_device_ops;
+    return RF_OK;
+}
+
+const rf_accel_ops_t rf_accel_host_device_ops = {
+    .name = "host-device",
+    .mem_type = RF_MEM_CUDA,
+    .device_count = host_device_count,
+    .create = host_dev_create,
+    .destroy = host_destroy,
+    .select = host_select,
+    .alloc = host_alloc,
+    .free = host_free,
+    .alloc_host = host_alloc,
+    .free_host = host_free,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_sync = host_event_sync,
+    .event_query = host_event_query,
+    .event_elapsed_ms = host_event_elapsed_ms,
+    .copy = host_copy,
+    .copy_2d = host_copy_2d,
+    .memset = host_memset,
+    .copy_rows = host_copy_rows,
+    .zero_rows = host_zero_rows,
+    .fp8_to_fnuz = host_fp8_to_fnuz,
+    .wna16_repack = host_wna16_repack,
+    .fp8_quantize = host_fp8_quantize,
+    .wna16_quantize = host_wna16_quantize,
+    .checksum = host_checksum,
+};
+
 /* ---- shared by every implementation ---------------------------------------------------- */
 
 uint64_t rf_accel_checksum(const void *buf, size_t bytes)

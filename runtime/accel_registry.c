@@ -52,6 +52,8 @@ const rf_accel_ops_t *rf_accel_lookup(const char *name)
         return &rf_accel_host_ops;
     if (strcmp(name, "cuda") == 0)
         return RF_ACCEL_CUDA_OPS;
+    if (strcmp(name, "host-device") == 0)
+        return &rf_accel_host_device_ops;
     return NULL;
 }
 
@@ -73,6 +75,23 @@ void rf_accel_close(rf_accel_t *accel)
 {
     if (accel)
         accel->ops->destroy(accel);
+}
+
+rf_status_t rf_accel_sync(rf_accel_t *accel)
+{
+    rf_accel_event_t *ev = NULL;
+    if (!accel)
+        return RF_ERR_INVALID;
+    if (accel->ops->mem_type == RF_MEM_HOST)
+        return RF_OK;
+    rf_status_t s = accel->ops->event_create(accel, &ev);
+    if (s == RF_OK)
+        s = accel->ops->event_record(ev, NULL);
+    if (s == RF_OK)
+        s = accel->ops->event_sync(ev);
+    if (ev)
+        accel->ops->event_destroy(ev);
+    return s;
 }
 
 rf_accel_dst_t rf_accel_dst_from(const rf_dst_t *d)

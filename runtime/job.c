@@ -56,9 +56,10 @@ typedef struct job_stats {
     int storage_unchanged;  /* rollout, fault updates: 1 yes, 0 no; -1 not measured */
     int paused;             /* rollout: still PAUSED after the gate */
     uint64_t rebuilds;      /* rollout: plan rebuilds before this update */
+    uint64_t storage_digest; /* rollout, --storage-digest: XXH3 over its slots after the update */
+    uint64_t stage_h2d, stage_h2d_bytes; /* rollout on a GPU: chunk payloads staged h2d */
     int verify_status;
     char verify_msg[RF_ERR_MSG_MAX];
-    uint64_t storage_digest; /* rollout, --storage-digest: XXH3 over every slot */
     uint64_t ipc_in_place, ipc_staged; /* rollout on ipc: bytes read in place / from staging */
 } job_stats_t;
 
@@ -93,6 +94,7 @@ typedef struct job {
     rf_ckpt_t *ck;
     /* rollout */
     rf_storage_t st;
+    rf_accel_t *accel; /* rollout with rollout.gpus: the "cuda" accelerator on its device */
     rf_format_t fmt;
     rf_plan_t plan;
     bool plan_ready;
@@ -308,16 +310,34 @@ static void fault_stall_now(job_t *j, double deadline, const char *where)
 static uint64_t storage_hash(const job_t *j)
 {
     XXH3_state_t *h = XXH3_createState();
+    bool dev = rf_storage_on_device(&j->st);
+    char *buf = NULL;
+    size_t cap = 0;
     uint64_t v = 0;
     if (h == NULL)
         return 0;
     XXH3_64bits_reset(h);
     for (int s = 0; s < j->st.nslots; s++) {
         const rf_slot_t *sl = &j->st.slots[s];
-        XXH3_64bits_update(h, sl->sig.data, (size_t)rf_signature_bytes(&sl->sig));
+        size_t b = (size_t)rf_signature_bytes(&sl->sig);
+        const void *bytes = sl->sig.data;
+        if (dev) { /* device slots: hash a host copy (d2h) */
+            if (b > cap) {
+                char *g = realloc(buf, b);
+                if (g == NULL)
+                    break;
+                buf = g;
+                cap = b;
+            }
+            if (rf_storage_read(&j->st, buf, sl->sig.data, b, NULL) != RF_OK)
+                break;
+            bytes = buf;
+        }
+        XXH3_64bits_update(h, bytes, b);
     }
     v = XXH3_64bits_digest(h);
     XXH3_freeState(h);
+    free(buf);
     return v;
 }
 
@@ -365,6 +385,7 @@ static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
                           rf_backend_name(j->topo.r_backend));
     j->fmt.quant = j->topo.quantization;
     j->fmt.backend = (int)j->topo.r_backend;
+    j->fmt.accel = j->accel; /* NULL: runtime storage on the host */
     RF_CHECK(rf_storage_init(&j->st, j->inv.nmodules, err));
     RF_CHECK(rf_plan_alloc_storage(&j->inv, &j->me.rc, &j->fmt, &j->st, false, err));
     RF_CHECK(rf_plan_build(&j->plan, &j->inv, &j->me.rc, &j->st, &j->fmt, j->o->policy, err));
@@ -593,6 +614,38 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
     return RF_OK;
 }
 
+/* A rollout rank with a device from rf_topology_place opens the "cuda" accelerator on it
+ * (cudaSetDevice); its runtime storage, staging and LAYERWISE scratch then live there.
+ * REFIT_TEST_DEVICE_ACCEL=host-device (tests only) gives a rank without a GPU the host
+ * implementation tagged as device memory, so the CPU suite runs the device branches. */
+static rf_status_t setup_accel(job_t *j, rf_err_t *err)
+{
+    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
+    if (is_rollout(j) && j->place.device < 0 && emu != NULL && strcmp(emu, "host-device") == 0) {
+        /* tests only: the device branches on host memory (CPU CI covers the GPU data path) */
+        rf_status_t s = rf_accel_open("host-device", 0, &j->accel);
+        if (s != RF_OK)
+            return rf_err_set(err, s, "rank %d: cannot open the host-device accelerator", j->rank);
+        return RF_OK;
+    }
+    if (!is_rollout(j) || j->place.device < 0)
+        return RF_OK;
+    int n = 0;
+    const rf_accel_ops_t *cu = rf_accel_lookup("cuda");
+    if (!rf_accel_cuda_available() || cu->device_count(&n) != RF_OK || j->place.device >= n)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "%s: rollout.gpus puts rank %d on GPU %d, but refit was built without "
+                          "CUDA or that CUDA device is not present (%d found)",
+                          j->topo.file, j->rank, j->place.device, n);
+    rf_status_t s = rf_accel_open("cuda", j->place.device, &j->accel);
+    if (s != RF_OK)
+        return rf_err_set(err, s, "%s: rank %d: cannot open CUDA device %d (rollout.gpus)",
+                          j->topo.file, j->rank, j->place.device);
+    rf_info("rank %d: rollout storage on GPU %d (%s)", j->rank, j->place.device,
+            j->place.device_id);
+    return RF_OK;
+}
+
 static rf_status_t setup(job_t *j, rf_err_t *err)
 {
     rf_status_t st;
@@ -603,13 +656,14 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     st = rf_topology_place(&j->topo, MPI_COMM_WORLD, &j->place, err);
     if (st != RF_OK)
         return st;
-    /* CPU only in this build: mpi, or ipc on colocated topologies (host shared memory) */
+    /* mpi (rollout storage on GPUs when rollout.gpus lists them), or ipc on colocated CPU
+     * topologies (host shared memory; the CUDA IPC backend does not exist yet) */
     j->ipc = j->topo.transport == RF_TRANSPORT_IPC && j->topo.colocated;
-    if ((j->topo.transport != RF_TRANSPORT_MPI && !j->ipc) || j->topo.t_ngpus > 0 ||
-        j->topo.r_ngpus > 0) {
+    if ((j->topo.transport != RF_TRANSPORT_MPI && !j->ipc) ||
+        (j->ipc && (j->topo.t_ngpus > 0 || j->topo.r_ngpus > 0))) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: transfer.transport: %s%s%s is not available in this build (CPU: mpi, "
-                        "or ipc with colocated: true)",
+                        "%s: transfer.transport: %s%s%s is not available in this build (mpi, "
+                        "or ipc with colocated: true on CPU)",
                         j->topo.file, rf_transport_name(j->topo.transport),
                         (j->topo.t_ngpus || j->topo.r_ngpus) ? " with gpus" : "",
                         j->topo.transport == RF_TRANSPORT_IPC && !j->topo.colocated
@@ -625,6 +679,17 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
                         j->topo.file, j->place.nnodes);
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
+    /* gpus on the mpi transport: rollout storage on the GPU, chunks through host memory;
+     * trainers stay on the host for now. rf_topology_place refused two ranks on one GPU. */
+    if (j->topo.t_ngpus > 0) {
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: trainer.gpus: trainers run on the host in this build (only "
+                        "rollout.gpus places runtime storage on a GPU)",
+                        j->topo.file);
+        return agree_status(j, MPI_COMM_WORLD, st, err);
+    }
+    st = setup_accel(j, err);
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
     if (j->topo.mode != RF_MODE_BROADCAST) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: transfer.mode: %s is not implemented yet (broadcast only)",
@@ -783,6 +848,7 @@ static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk
                               const void *payload, rf_err_t *err)
 {
     job_t *j = ctx;
+    RF_CHECK(rf_plan_stage(&j->plan, payload, chunk->payload_bytes, err)); /* GPU: one h2d */
     for (size_t k = 0; k < chunk->piece_count; k++) {
         const rf_chunk_piece_t *pc = &pieces[k];
         RF_CHECK(rf_plan_apply(&j->plan, j->man.entries[pc->item].tensor, -1, pc->row_begin,
@@ -926,8 +992,11 @@ static void snapshot(job_t *j)
             continue;
         if (j->snap[s] == NULL)
             j->snap[s] = malloc(b + 1);
-        if (j->snap[s] != NULL)
-            memcpy(j->snap[s], sl->sig.data, b);
+        if (j->snap[s] != NULL &&
+            rf_storage_read(&j->st, j->snap[s], sl->sig.data, (size_t)b, NULL) != RF_OK) {
+            free(j->snap[s]); /* no snapshot: the diff rule skips the slot */
+            j->snap[s] = NULL;
+        }
     }
 }
 
@@ -948,6 +1017,16 @@ static void diff_rule(job_t *j)
                         : rf_dtype_size(sl->sig.dtype);
         uint64_t n = rf_signature_bytes(&sl->sig) / es, pad = 0;
         const char *a = sl->sig.data, *b = j->snap[s];
+        char *host = NULL;
+        if (rf_storage_on_device(&j->st)) { /* compare a host copy of the device slot */
+            size_t nb = (size_t)rf_signature_bytes(&sl->sig);
+            host = malloc(nb + 1);
+            if (host == NULL || rf_storage_read(&j->st, host, sl->sig.data, nb, NULL) != RF_OK) {
+                free(host);
+                continue;
+            }
+            a = host;
+        }
         if (j->inv.modules[sl->module].kind == RF_MOD_VOCAB) {
             int64_t per = rf_vocab_padded(j->inv.cfg.vocab_size) / j->me.rc.tp;
             int64_t first = j->inv.cfg.vocab_size - (int64_t)j->me.rc.tp_rank * per;
@@ -957,6 +1036,7 @@ static void diff_rule(job_t *j)
         uint64_t same = 0;
         for (uint64_t i = 0; i < n; i++)
             same += memcmp(a + i * es, b + i * es, es) == 0;
+        free(host);
         total[cls] += n - pad;
         changed[cls] += n - same;
     }
@@ -1510,6 +1590,7 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
         st = rf_plan_begin(&cp, v, err);
     for (size_t c = 0; c < j->ncold && st == RF_OK; c++) {
         const rf_chunk_t *ch = j->cold[c].chunk;
+        st = rf_plan_stage(&cp, j->cold[c].payload, ch->payload_bytes, err);
         for (size_t k = 0; k < ch->piece_count && st == RF_OK; k++) {
             const rf_chunk_piece_t *pc = &j->cplan->pieces[ch->piece_begin + k];
             st = rf_plan_apply(&cp, j->man.entries[pc->item].tensor, -1, pc->row_begin,
@@ -1520,8 +1601,26 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
         st = rf_plan_finalize(&cp, err);
     for (int s = 0; s < j->st.nslots && st == RF_OK; s++) {
         uint64_t b = rf_signature_bytes(&j->st.slots[s].sig);
-        if (b != rf_signature_bytes(&cst.slots[s].sig) ||
-            memcmp(j->st.slots[s].sig.data, cst.slots[s].sig.data, b) != 0)
+        const void *live = j->st.slots[s].sig.data, *cold = cst.slots[s].sig.data;
+        char *hl = NULL, *hc = NULL;
+        if (b == rf_signature_bytes(&cst.slots[s].sig) && rf_storage_on_device(&j->st)) {
+            /* both storages on the device: compare host copies */
+            hl = malloc(b + 1);
+            hc = malloc(b + 1);
+            if (hl == NULL || hc == NULL)
+                st = rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+            if (st == RF_OK)
+                st = rf_storage_read(&j->st, hl, live, (size_t)b, err);
+            if (st == RF_OK)
+                st = rf_storage_read(&cst, hc, cold, (size_t)b, err);
+            live = hl;
+            cold = hc;
+        }
+        bool differ = st == RF_OK &&
+                      (b != rf_signature_bytes(&cst.slots[s].sig) || memcmp(live, cold, b) != 0);
+        free(hl);
+        free(hc);
+        if (differ)
             st = rf_err_set(err, RF_ERR_VERIFY,
                             "rank %d: update %u: slot %s differs between a cold load and the "
                             "refit of the live storage",
@@ -1724,6 +1823,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.loader_s = ps->loader_s;
         j->js.layerwise_s = ps->layerwise_s;
         j->js.deferred_s = ps->deferred_s;
+        j->js.stage_h2d = j->plan.stage_h2d;
+        j->js.stage_h2d_bytes = j->plan.stage_h2d_bytes;
     } else {
         j->js.bytes_produced = j->tr.stats.bytes_produced;
         j->js.bytes_read = j->tr.stats.bytes_read;
@@ -1785,15 +1886,23 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         *verified_p = verified;
         if (!j->o->quiet)
             print_table(j, v, all, &verdict, verified);
-        if (j->o->storage_digest) {
-            /* XXH3 over the rollout ranks' slot digests, in rank order */
+        if (j->o->storage_digest && verdict.committed) {
+            /* XXH3 over the rollout ranks' own digests, in rank order: equal iff every
+             * rollout rank's slots are byte-identical (GPU run vs CPU run) */
             uint64_t d[2] = {0, 0};
-            for (int r = j->T; r < j->size; r++) {
-                d[1] = all[r].storage_digest;
-                d[0] = XXH3_64bits(d, sizeof(d));
+            XXH3_state_t *h = XXH3_createState();
+            if (h != NULL) {
+                XXH3_64bits_reset(h);
+                for (int r = j->T; r < j->size; r++)
+                    XXH3_64bits_update(h, &all[r].storage_digest, sizeof(uint64_t));
+                d[0] = XXH3_64bits_digest(h);
+                XXH3_freeState(h);
             }
-            printf("refit: update %u storage digest %016" PRIx64 " (%d rollout ranks)\n", v, d[0],
-                   j->R);
+            for (int r = j->T; r < j->size; r++)
+                d[1] += all[r].stage_h2d;
+            printf("refit: update %u storage digest %016" PRIx64 " (%d rollout ranks, %" PRIu64
+                   " chunk payloads staged h2d)\n",
+                   v, d[0], j->R, d[1]);
             fflush(stdout);
         }
         if (!verdict.committed) {
@@ -1836,6 +1945,8 @@ static void teardown(job_t *j)
     free(j->verified);
     if (is_rollout(j))
         rf_storage_free(&j->st);
+    rf_accel_close(j->accel); /* after the storage and plan that used it */
+    j->accel = NULL;
     if (j->ref)
         rf_ref_free(j->ref);
     if (j->ck)

@@ -2,12 +2,15 @@
  * refit: rollout loader arithmetic (DESIGN.md section 5), the fast path.
  *
  * Each module kind reduces to "source rows [lo, lo + n) of the checkpoint tensor, columns
- * [c0, c0 + nc), go to destination rows starting at dst_off": copy_rows() intersects that with
- * the arriving piece and copies whole-row runs.
+ * [c0, c0 + nc), go to destination rows starting at dst_off": piece_rows() intersects that with
+ * the arriving piece and describes the write as one rf_accel_rows_t; the write itself is the
+ * accelerator's copy_rows (the host ops here: whole-row memcpy runs; the planner uses the
+ * storage's accelerator, device to device on a GPU rank).
  */
 #include <stdbool.h>
 #include <string.h>
 
+#include "refit/accel.h"
 #include "refit/loader.h"
 
 rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *s)
@@ -37,43 +40,14 @@ rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *s)
 
 /*
  * Source rows [src_lo, src_lo + nrows) (checkpoint indices), columns [c0, c0 + nc) of rows
- * that are src_row_elems wide, land at destination rows dst_off + (g - src_lo). The piece
- * holds rows [rb, re).
+ * that are src_row_elems wide, land at destination rows dst_off + (g - src_lo) of expert
+ * `expert`. The piece holds rows [rb, re) in sdt. Fills the row-copy descriptor (a
+ * destination whose rows are one contiguous run becomes a single row) and returns whether
+ * the intersection is non-empty.
  */
-static float half_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    union {
-        uint32_t u;
-        float f;
-    } v;
-    if (exp == 0) {
-        float f = (float)man / 16777216.0f; /* 2^-24 */
-        return sign ? -f : f;
-    }
-    v.u = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112u) << 23) | (man << 13));
-    return v.f;
-}
-
-/* One element, converted exactly from src_dtype to the destination's dtype. */
-static void convert_elem(char *d, rf_dtype_t ddt, const char *s, rf_dtype_t sdt)
-{
-    float f;
-    uint16_t h;
-    memcpy(&h, s, 2);
-    f = sdt == RF_DTYPE_BF16 ? rf_bf16_to_f32(h) : half_to_f32(h);
-    if (ddt == RF_DTYPE_F32)
-        memcpy(d, &f, 4);
-}
-
-/*
- * Source rows [src_lo, src_lo + nrows) (checkpoint indices), columns [c0, c0 + nc) of rows
- * that are src_row_elems wide, land at destination rows dst_off + (g - src_lo). The piece
- * holds rows [rb, re) in sdt.
- */
-static uint64_t copy_rows(const rf_dst_t *dst, char *base, const char *src, rf_dtype_t sdt,
-                          uint64_t rb, uint64_t re, int64_t src_lo, int64_t nrows,
-                          int64_t dst_off, int64_t c0, int64_t nc, int64_t src_row_elems)
+static bool piece_rows(const rf_dst_t *dst, int64_t expert, const char *src, rf_dtype_t sdt,
+                       uint64_t rb, uint64_t re, int64_t src_lo, int64_t nrows, int64_t dst_off,
+                       int64_t c0, int64_t nc, int64_t src_row_elems, rf_accel_rows_t *out)
 {
     int64_t lo = (int64_t)rb > src_lo ? (int64_t)rb : src_lo;
     int64_t hi = (int64_t)re < src_lo + nrows ? (int64_t)re : src_lo + nrows;
@@ -81,32 +55,28 @@ static uint64_t copy_rows(const rf_dst_t *dst, char *base, const char *src, rf_d
     /* only FP8 block scales convert (2-byte bf16 / f16 into 4-byte f32 slots) */
     bool same = ses == es || dst->dtype != RF_DTYPE_F32;
     if (hi <= lo || nc <= 0)
-        return 0;
+        return false;
     if (same)
         ses = es;
-    const char *s = src + ((size_t)(lo - (int64_t)rb) * src_row_elems + c0) * ses;
-    char *d = base + (size_t)(dst_off + (lo - src_lo)) * dst->row_stride * es;
-    int64_t n = hi - lo;
-    if (same && dst->col_stride == 1) {
-        if (nc == src_row_elems && dst->row_stride == nc) {
-            memcpy(d, s, (size_t)n * nc * es);
-        } else {
-            for (int64_t i = 0; i < n; i++)
-                memcpy(d + (size_t)i * dst->row_stride * es, s + (size_t)i * src_row_elems * es,
-                       (size_t)nc * es);
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t c = 0; c < nc; c++) {
-                char *de = d + ((size_t)i * dst->row_stride + (size_t)c * dst->col_stride) * es;
-                const char *se = s + ((size_t)i * src_row_elems + c) * ses;
-                if (same)
-                    memcpy(de, se, es);
-                else
-                    convert_elem(de, dst->dtype, se, sdt);
-            }
+    memset(out, 0, sizeof(*out));
+    out->dst = rf_accel_dst_from(dst);
+    out->expert = expert;
+    out->dst_row = dst_off + (lo - src_lo);
+    out->dst_col = 0;
+    out->src = src + ((size_t)(lo - (int64_t)rb) * src_row_elems + c0) * ses;
+    out->src_dtype = same ? dst->dtype : sdt;
+    out->src_pitch = src_row_elems;
+    out->rows = hi - lo;
+    out->cols = nc;
+    if (same && dst->col_stride == 1 && nc == src_row_elems && dst->row_stride == nc) {
+        /* whole rows, contiguous on both sides: one run */
+        out->cols = out->rows * nc;
+        out->src_pitch = out->cols;
+        out->dst_row = 0;
+        out->dst_col = (dst_off + (lo - src_lo)) * nc;
+        out->rows = 1;
     }
-    return (uint64_t)(n * nc);
+    return true;
 }
 
 /* Logical rows [lo, lo + n) at dst_off, in the tensor's own row units (128 for FP8 scales). */
@@ -120,9 +90,9 @@ static void to_units(int64_t u, int64_t *lo, int64_t *n, int64_t *off)
     *n = end - *lo;
 }
 
-uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
-                       int64_t local_expert, const rf_dst_t *dst, const void *src,
-                       rf_dtype_t sdt, uint64_t row_begin, uint64_t row_end)
+bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                        int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
+                        uint64_t row_begin, uint64_t row_end, rf_accel_rows_t *out)
 {
     const rf_model_config_t *c = &inv->cfg;
     const rf_tensor_t *t = &inv->tensors[tensor];
@@ -134,7 +104,7 @@ uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
     int64_t lo = 0, n = rows, off = 0;
 
     if (t->slot < 0)
-        return 0; /* wna16 weight_shape: checked by the planner, never stored */
+        return false; /* wna16 weight_shape: checked by the planner, never stored */
     switch (m->kind) {
     case RF_MOD_REPLICATED:
         break;
@@ -170,46 +140,64 @@ uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
     }
     case RF_MOD_ROW:
         if (is_bias)
-            return copy_rows(dst, dst->data, src, sdt, row_begin, row_end, 0, rows, 0, 0, 1, 1);
-        return copy_rows(dst, dst->data, src, sdt, row_begin, row_end, 0, rows, 0,
-                         r * (width / T), width / T, width);
+            return piece_rows(dst, 0, src, sdt, row_begin, row_end, 0, rows, 0, 0, 1, 1, out);
+        return piece_rows(dst, 0, src, sdt, row_begin, row_end, 0, rows, 0, r * (width / T),
+                          width / T, width, out);
     case RF_MOD_MOE: {
         int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
         int64_t rm = rc->ep > 1 ? 0 : (int64_t)rc->dp_rank * rc->tp + rc->tp_rank;
         int64_t Ip = m->n / Tm;
-        char *base = dst->data + (size_t)local_expert * dst->expert_stride * dst->esize;
         if (t->split == RF_SPLIT_ROWS) { /* w13: gate rows [0, Ip), up rows [Ip, 2 Ip) */
             lo = rm * Ip;
             n = Ip;
             off = t->shard * Ip;
             to_units(u, &lo, &n, &off);
-            return copy_rows(dst, base, src, sdt, row_begin, row_end, lo, n, off, 0, width,
-                             width);
+            return piece_rows(dst, local_expert, src, sdt, row_begin, row_end, lo, n, off, 0, width,
+                              width, out);
         }
         /* w2: columns [r_m I_p, (r_m + 1) I_p) in the tensor's own column units */
-        return copy_rows(dst, base, src, sdt, row_begin, row_end, 0, rows, 0, rm * (width / Tm),
-                         width / Tm, width);
+        return piece_rows(dst, local_expert, src, sdt, row_begin, row_end, 0, rows, 0,
+                          rm * (width / Tm), width / Tm, width, out);
     }
     }
-    return copy_rows(dst, dst->data, src, sdt, row_begin, row_end, lo, n, off, 0, width, width);
+    return piece_rows(dst, 0, src, sdt, row_begin, row_end, lo, n, off, 0, width, width, out);
+}
+
+uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
+                       uint64_t row_begin, uint64_t row_end)
+{
+    rf_accel_rows_t r;
+    if (!rf_load_piece_rows(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end, &r))
+        return 0;
+    if (rf_accel_host_ops.copy_rows(NULL, &r, NULL) != RF_OK)
+        return 0;
+    return (uint64_t)(r.rows * r.cols);
+}
+
+uint64_t rf_load_vocab_pad_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                                int module, int64_t *row_begin_p, int64_t *cols_p)
+{
+    const rf_module_t *m = &inv->modules[module];
+    int64_t V = inv->cfg.vocab_size, per = rf_vocab_padded(V) / rc->tp;
+    int64_t first = V - rc->tp_rank * per;
+    *row_begin_p = 0;
+    *cols_p = 0;
+    if (m->kind != RF_MOD_VOCAB)
+        return 0;
+    first = first < 0 ? 0 : (first > per ? per : first);
+    *row_begin_p = first;
+    *cols_p = m->k;
+    return (uint64_t)(per - first);
 }
 
 uint64_t rf_load_vocab_pad(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int module,
                            const rf_dst_t *dst)
 {
-    const rf_module_t *m = &inv->modules[module];
-    int64_t V = inv->cfg.vocab_size, per = rf_vocab_padded(V) / rc->tp;
-    int64_t first = V - rc->tp_rank * per;
-    if (m->kind != RF_MOD_VOCAB)
+    int64_t first, cols;
+    uint64_t n = rf_load_vocab_pad_rows(inv, rc, module, &first, &cols);
+    rf_accel_dst_t d = rf_accel_dst_from(dst);
+    if (n > 0 && rf_accel_host_ops.zero_rows(NULL, &d, first, (int64_t)n, cols, NULL) != RF_OK)
         return 0;
-    first = first < 0 ? 0 : (first > per ? per : first);
-    for (int64_t row = first; row < per; row++) {
-        char *d = dst->data + (size_t)row * dst->row_stride * dst->esize;
-        if (dst->col_stride == 1)
-            memset(d, 0, (size_t)m->k * dst->esize);
-        else
-            for (int64_t c = 0; c < m->k; c++)
-                memset(d + (size_t)c * dst->col_stride * dst->esize, 0, dst->esize);
-    }
-    return (uint64_t)(per - first);
+    return n;
 }

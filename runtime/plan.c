@@ -34,6 +34,12 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The accelerator writes go through (the host ops for host storage). */
+static rf_accel_t *plan_ax(rf_plan_t *p)
+{
+    return p->dev ? p->st->accel : &p->host_ax;
+}
+
 static uint64_t app_key(int tensor, int sender)
 {
     return ((uint64_t)(uint32_t)tensor << 20) | (uint64_t)(uint32_t)(sender + 1);
@@ -50,7 +56,7 @@ rf_status_t rf_plan_alloc_storage(const rf_inventory_t *inv, const rf_rollout_co
         RF_CHECK(rf_module_slots(inv, m, rc, model, &nmodel, err));
         RF_CHECK(fmt->ops->runtime_slots(fmt, inv, m, model, nmodel, rt, derived, &nrt, err));
         RF_CHECK(rf_storage_alloc_module(st, m, inv->modules[m].name, rt, derived, nrt, noreserve,
-                                         err));
+                                         fmt->accel, err));
     }
     return RF_OK;
 }
@@ -269,6 +275,19 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
     p->st = st;
     p->fmt = fmt;
     p->policy = policy;
+    p->host_ax.ops = &rf_accel_host_ops;
+    p->dev = rf_storage_on_device(st);
+    if (p->dev && rf_format_device(fmt) != st->accel)
+        return rf_err_set(err, RF_ERR_INVALID,
+                          "plan: runtime storage is on %s device %d but format owner %s is not "
+                          "given that accelerator",
+                          st->accel->ops->name, st->accel->device, fmt->ops->name);
+    if (p->dev && fmt->ops->host_only)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "format owner %s works on host storage only; this rank's runtime "
+                          "storage is on GPU %d (rollout.gpus): drop rollout.gpus or use another "
+                          "owner",
+                          fmt->ops->name, st->accel->device);
     p->nlayers = inv->nmodules;
     p->layers = calloc((size_t)p->nlayers + 1, sizeof(rf_layer_t));
     p->apps = calloc((size_t)inv->ntensors + 1, sizeof(rf_app_t));
@@ -325,13 +344,39 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
     return RF_OK;
 }
 
+static void scratch_free(rf_plan_t *p, void *buf)
+{
+    if (buf == NULL)
+        return;
+    if (p->dev)
+        p->st->accel->ops->free(p->st->accel, buf);
+    else
+        free(buf);
+}
+
 static void plan_free_scratch(rf_plan_t *p)
 {
     for (int m = 0; m < p->nlayers; m++)
         for (int i = 0; i < RF_MODULE_MAX_SLOTS; i++) {
-            free(p->layers[m].scratch[i]);
+            scratch_free(p, p->layers[m].scratch[i]);
             p->layers[m].scratch[i] = NULL;
         }
+}
+
+static void stage_free(rf_plan_t *p)
+{
+    for (int k = 0; k < 2; k++) {
+        if (p->stage_ev[k])
+            p->st->accel->ops->event_destroy(p->stage_ev[k]);
+        if (p->stage_buf[k])
+            p->st->accel->ops->free(p->st->accel, p->stage_buf[k]);
+        p->stage_ev[k] = NULL;
+        p->stage_buf[k] = NULL;
+        p->stage_cap[k] = 0;
+        p->stage_used[k] = false;
+    }
+    p->stage_host = NULL;
+    p->stage_bytes = 0;
 }
 
 void rf_plan_free(rf_plan_t *p)
@@ -340,6 +385,8 @@ void rf_plan_free(rf_plan_t *p)
         return;
     if (p->layers)
         plan_free_scratch(p);
+    if (p->dev)
+        stage_free(p);
     free(p->layers);
     free(p->apps);
     free(p->sigs);
@@ -413,6 +460,9 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
     p->stats.applications = p->stats.declined = p->stats.loader_calls = 0;
     p->stats.elements_written = p->stats.layerwise_runs = p->stats.derived_runs = 0;
     p->stats.shapes_checked = 0;
+    p->stage_h2d = p->stage_h2d_bytes = 0;
+    p->stage_host = NULL;
+    p->stage_bytes = 0;
     p->stats.loader_s = p->stats.layerwise_s = p->stats.deferred_s = 0;
     p->probes_base = ((rf_map_t *)p->app_index)->probes;
     p->stats.bookkeeping_probes = 0;
@@ -425,8 +475,16 @@ static rf_status_t layer_complete(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
 {
     const rf_module_t *mod = &p->inv->modules[L->module];
     L->complete = true;
-    if (mod->kind == RF_MOD_VOCAB)
-        rf_load_vocab_pad(p->inv, &p->rc, L->module, &L->dst[0]);
+    if (mod->kind == RF_MOD_VOCAB) {
+        int64_t first, cols;
+        uint64_t n = rf_load_vocab_pad_rows(p->inv, &p->rc, L->module, &first, &cols);
+        rf_accel_t *ax = plan_ax(p);
+        rf_accel_dst_t d = rf_accel_dst_from(&L->dst[0]);
+        rf_status_t zs = n ? ax->ops->zero_rows(ax, &d, first, (int64_t)n, cols, NULL) : RF_OK;
+        if (zs != RF_OK)
+            return rf_err_set(err, zs, "plan: vocab padding of %s on %s device %d failed",
+                              mod->name, ax->ops->name, ax->device);
+    }
     if (L->mode == RF_PLAN_LAYERWISE) {
         rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
         double t0 = cpu_now();
@@ -434,7 +492,7 @@ static rf_status_t layer_complete(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
         rf_status_t st = p->fmt->ops->process_after_loading(p->fmt, p->inv, L->module, L->model,
                                                             L->scratch, L->nmodel, rt, nrt, err);
         for (int i = 0; i < L->nmodel; i++) {
-            free(L->scratch[i]);
+            scratch_free(p, L->scratch[i]);
             L->scratch[i] = NULL;
         }
         p->stats.layerwise_runs++;
@@ -449,12 +507,94 @@ static rf_status_t layer_scratch(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
     for (int i = 0; i < L->nmodel; i++) {
         if (L->scratch[i] != NULL)
             continue;
-        L->scratch[i] = calloc(1, rf_slot_shape_bytes(&L->model[i]) + 1);
+        size_t b = rf_slot_shape_bytes(&L->model[i]) + 1;
+        if (p->dev) { /* model-layout scratch on the device, zeroed as calloc would */
+            rf_accel_t *ax = p->st->accel;
+            rf_status_t as = ax->ops->alloc(ax, b, &L->scratch[i]);
+            if (as == RF_OK && (as = ax->ops->memset(ax, L->scratch[i], 0, b, NULL)) != RF_OK) {
+                ax->ops->free(ax, L->scratch[i]);
+                L->scratch[i] = NULL;
+            }
+            if (as != RF_OK)
+                return rf_err_set(err, as == RF_ERR_NOMEM ? RF_ERR_NOMEM : as,
+                                  "plan: no device scratch for %s on device %d",
+                                  p->inv->modules[L->module].name, ax->device);
+        } else {
+            L->scratch[i] = calloc(1, b);
+        }
         if (L->scratch[i] == NULL)
             return rf_err_set(err, RF_ERR_NOMEM, "plan: no scratch for %s",
                               p->inv->modules[L->module].name);
         L->dst[i] = rf_dst_contiguous(L->scratch[i], &L->model[i]);
     }
+    return RF_OK;
+}
+
+rf_status_t rf_plan_stage(rf_plan_t *p, const void *payload, size_t bytes, rf_err_t *err)
+{
+    if (!p->dev)
+        return RF_OK;
+    rf_accel_t *ax = p->st->accel;
+    const rf_accel_ops_t *o = ax->ops;
+    rf_status_t s = RF_OK;
+    int cur = p->stage_cur, k = cur ^ 1;
+    /* the current buffer's readers (the previous chunk's piece copies) are all enqueued */
+    if (p->stage_buf[cur] != NULL) {
+        if (p->stage_ev[cur] == NULL)
+            s = o->event_create(ax, &p->stage_ev[cur]);
+        if (s == RF_OK)
+            s = o->event_record(p->stage_ev[cur], NULL);
+        if (s == RF_OK)
+            p->stage_used[cur] = true;
+    }
+    /* the other buffer is free once its last readers completed */
+    if (s == RF_OK && p->stage_used[k]) {
+        s = o->event_sync(p->stage_ev[k]);
+        p->stage_used[k] = false;
+    }
+    if (s == RF_OK && bytes > p->stage_cap[k]) {
+        size_t cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+        if (p->stage_buf[k] != NULL)
+            o->free(ax, p->stage_buf[k]);
+        p->stage_buf[k] = NULL;
+        p->stage_cap[k] = 0;
+        s = o->alloc(ax, cap, &p->stage_buf[k]);
+        if (s == RF_OK)
+            p->stage_cap[k] = cap;
+    }
+    /* one h2d copy per chunk, on the accelerator's stream (ordered before the piece copies) */
+    if (s == RF_OK && bytes > 0)
+        s = o->copy(ax, p->stage_buf[k], payload, bytes, RF_COPY_H2D, NULL);
+    if (s != RF_OK) {
+        p->stage_host = NULL;
+        p->stage_bytes = 0;
+        return rf_err_set(err, s, "plan: staging a %zu-byte chunk payload on %s device %d failed",
+                          bytes, ax->ops->name, ax->device);
+    }
+    p->stage_cur = k;
+    p->stage_host = payload;
+    p->stage_bytes = bytes;
+    p->stage_h2d++;
+    p->stage_h2d_bytes += bytes;
+    return RF_OK;
+}
+
+/* Device storage: points rows->src at the staged device copy of the piece (staging the piece
+ * alone when the caller did not stage its chunk). */
+static rf_status_t stage_rebase(rf_plan_t *p, const rf_app_t *a, uint64_t row_begin,
+                                uint64_t row_end, const void *src, rf_accel_rows_t *rows,
+                                uint32_t chunk, rf_err_t *err)
+{
+    const rf_tensor_t *t = &p->inv->tensors[a->tensor];
+    uint64_t width = a->rows ? t->numel / a->rows : 0;
+    size_t piece = (size_t)((row_end - row_begin) * width * rf_dtype_size(a->src_dtype));
+    const char *s = src, *h = p->stage_host;
+    if (h == NULL || s < h || s + piece > h + p->stage_bytes) {
+        (void)chunk;
+        RF_CHECK(rf_plan_stage(p, src, piece, err));
+        h = p->stage_host;
+    }
+    rows->src = (const char *)p->stage_buf[p->stage_cur] + ((const char *)rows->src - h);
     return RF_OK;
 }
 
@@ -510,11 +650,23 @@ rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_beg
         p->stats.shapes_checked++;
     } else if (!a->declined) {
         double t0 = cpu_now();
+        rf_accel_rows_t rows;
         if (L->mode == RF_PLAN_LAYERWISE && L->scratch[0] == NULL)
             RF_CHECK(layer_scratch(p, L, err));
-        p->stats.elements_written +=
-            rf_load_piece(p->inv, &p->rc, tensor, a->local_expert, &L->dst[a->slot], src,
-                          a->src_dtype, row_begin, row_end);
+        if (rf_load_piece_rows(p->inv, &p->rc, tensor, a->local_expert, &L->dst[a->slot], src,
+                               a->src_dtype, row_begin, row_end, &rows)) {
+            rf_accel_t *ax = plan_ax(p);
+            if (p->dev)
+                RF_CHECK(stage_rebase(p, a, row_begin, row_end, src, &rows, chunk, err));
+            rf_status_t ws = ax->ops->copy_rows(ax, &rows, NULL);
+            if (ws != RF_OK)
+                return rf_err_set(err, ws,
+                                  "chunk %u: writing rows [%llu, %llu) of %s on %s "
+                                  "device %d failed",
+                                  chunk, (unsigned long long)row_begin, (unsigned long long)row_end,
+                                  tname, ax->ops->name, ax->device);
+            p->stats.elements_written += (uint64_t)(rows.rows * rows.cols);
+        }
         p->stats.loader_calls++;
         p->stats.loader_s += cpu_now() - t0;
     }
@@ -561,6 +713,19 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
         rf_plan_abort(p);
         return RF_ERR_MOVED;
     }
+    /* device: every piece copy, zero fill and LAYERWISE kernel of this update has completed
+     * (errors surface here, and the staging payload is no longer referenced) */
+    if (p->dev) {
+        rf_status_t ds = rf_accel_sync(p->st->accel);
+        p->stage_host = NULL;
+        p->stage_bytes = 0;
+        if (ds != RF_OK) {
+            rf_err_set(err, ds, "update %u: device %d failed while writing runtime storage",
+                       p->update, p->st->accel->device);
+            rf_plan_abort(p);
+            return ds;
+        }
+    }
     /* deferred stage: once per layer with weight-derived state */
     double t0 = cpu_now();
     for (int m = 0; m < p->nlayers; m++) {
@@ -584,6 +749,11 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
 
 void rf_plan_abort(rf_plan_t *p)
 {
+    if (p->dev) { /* nothing may still read scratch or staging */
+        (void)rf_accel_sync(p->st->accel);
+        p->stage_host = NULL;
+        p->stage_bytes = 0;
+    }
     plan_free_scratch(p);
     for (int m = 0; m < p->nlayers; m++)
         if (p->layers[m].mode == RF_PLAN_LAYERWISE)
@@ -598,10 +768,26 @@ rf_status_t rf_plan_read_model(rf_plan_t *p, int layer, void *const *bufs, rf_er
     rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
     int nrt = layer_runtime(p, layer, rt);
     if (L->mode == RF_PLAN_RUNTIME_VIEW) {
-        /* gather through the view, in model-layout order */
+        /* gather through the view, in model-layout order (device: from a host copy of the
+         * view's runtime slot; the view starts at the slot's data and covers its bytes) */
         for (int i = 0; i < L->nmodel; i++) {
             const rf_view_t *v = &L->views[i];
             size_t es = rf_dtype_size(v->dtype);
+            const char *vdata = v->data;
+            char *host = NULL;
+            if (p->dev) {
+                const rf_slot_t *sl = rt[v->runtime_slot];
+                size_t sb = (size_t)rf_signature_bytes(&sl->sig);
+                host = malloc(sb + 1);
+                if (host == NULL)
+                    return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+                rf_status_t rs = rf_storage_read(p->st, host, sl->sig.data, sb, err);
+                if (rs != RF_OK) {
+                    free(host);
+                    return rs;
+                }
+                vdata = host + ((const char *)v->data - (const char *)sl->sig.data);
+            }
             uint64_t numel = 1;
             int64_t idx[RF_MAX_DIMS] = {0};
             char *out = bufs[i];
@@ -611,13 +797,14 @@ rf_status_t rf_plan_read_model(rf_plan_t *p, int layer, void *const *bufs, rf_er
                 int64_t off = 0;
                 for (int d = 0; d < v->ndim; d++)
                     off += idx[d] * v->stride[d];
-                memcpy(out, (const char *)v->data + (size_t)off * es, es);
+                memcpy(out, vdata + (size_t)off * es, es);
                 for (int d = v->ndim - 1; d >= 0; d--) {
                     if (++idx[d] < v->shape[d])
                         break;
                     idx[d] = 0;
                 }
             }
+            free(host);
         }
         return RF_OK;
     }

@@ -68,11 +68,21 @@ void rf_storage_free(rf_storage_t *st)
 {
     if (st == NULL)
         return;
-    for (int i = 0; i < st->narenas; i++)
-        if (st->arenas[i].base != NULL)
+    bool dev = rf_storage_on_device(st);
+    for (int i = 0; i < st->narenas; i++) {
+        if (st->arenas[i].base == NULL)
+            continue;
+        if (st->arenas[i].accel != NULL)
+            st->arenas[i].accel->ops->free(st->arenas[i].accel, st->arenas[i].base);
+        else
             munmap(st->arenas[i].base, st->arenas[i].bytes);
-    for (int i = 0; i < st->nmoved; i++)
-        free(st->moved[i]);
+    }
+    for (int i = 0; i < st->nmoved; i++) {
+        if (dev)
+            st->accel->ops->free(st->accel, st->moved[i]);
+        else
+            free(st->moved[i]);
+    }
     free(st->moved);
     free(st->arenas);
     free(st->slots);
@@ -122,11 +132,21 @@ static rf_status_t storage_add(rf_storage_t *st, int m, const char *name, bool d
 
 rf_status_t rf_storage_alloc_module(rf_storage_t *st, int m, const char *module_name,
                                     const rf_slot_shape_t *shapes, const bool *derived, int n,
-                                    bool noreserve, rf_err_t *err)
+                                    bool noreserve, rf_accel_t *accel, rf_err_t *err)
 {
     uint64_t off[RF_MODULE_MAX_SLOTS], total = RF_SLOT_ALIGN; /* lead gap */
     if (n > RF_MODULE_MAX_SLOTS)
         return rf_err_set(err, RF_ERR_INVALID, "storage: %s has too many slots", module_name);
+    if (accel != NULL && accel->ops->mem_type == RF_MEM_HOST)
+        accel = NULL; /* the host accelerator: the host mmap arena, as without one */
+    if (st->narenas > 0 && accel != st->accel)
+        return rf_err_set(err, RF_ERR_INVALID,
+                          "storage: %s: every arena must live on the same accelerator",
+                          module_name);
+    if (accel != NULL && noreserve)
+        return rf_err_set(err, RF_ERR_INVALID,
+                          "storage: %s: MAP_NORESERVE arenas are host only (refit-plan)",
+                          module_name);
     for (int i = 0; i < n; i++) {
         uint64_t numel = 1;
         for (int d = 0; d < shapes[i].ndim; d++)
@@ -135,19 +155,40 @@ rf_status_t rf_storage_alloc_module(rf_storage_t *st, int m, const char *module_
         total += (numel * rf_dtype_size(shapes[i].dtype) + RF_SLOT_ALIGN - 1) / RF_SLOT_ALIGN *
                  RF_SLOT_ALIGN;
     }
-    /* real arenas are populated up front so the first update does not pay page faults */
-    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : MAP_POPULATE);
-    void *base = mmap(NULL, total, noreserve ? PROT_NONE : PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (base == MAP_FAILED)
-        return rf_err_set(err, RF_ERR_NOMEM, "storage: cannot map %llu bytes for %s: %s",
-                          (unsigned long long)total, module_name, strerror(errno));
+    void *base;
+    if (accel != NULL) {
+        /* device arena: cudaMalloc'd, zero-filled like the host mmap */
+        rf_status_t as = accel->ops->alloc(accel, total, &base);
+        if (as == RF_OK && (as = accel->ops->memset(accel, base, 0, total, NULL)) == RF_OK)
+            as = rf_accel_sync(accel);
+        if (as != RF_OK) {
+            if (base != NULL && as != RF_ERR_NOMEM)
+                accel->ops->free(accel, base);
+            return rf_err_set(err, as == RF_ERR_NOMEM ? RF_ERR_NOMEM : as,
+                              "storage: cannot allocate %llu bytes of %s device %d memory for "
+                              "%s (%s)",
+                              (unsigned long long)total, accel->ops->name, accel->device,
+                              module_name, rf_status_name(as));
+        }
+    } else {
+        /* real arenas are populated up front so the first update does not pay page faults */
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : MAP_POPULATE);
+        base = mmap(NULL, total, noreserve ? PROT_NONE : PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (base == MAP_FAILED)
+            return rf_err_set(err, RF_ERR_NOMEM, "storage: cannot map %llu bytes for %s: %s",
+                              (unsigned long long)total, module_name, strerror(errno));
+    }
     rf_arena_t *a = realloc(st->arenas, (st->narenas + 1) * sizeof(*a));
     if (a == NULL) {
-        munmap(base, total);
+        if (accel != NULL)
+            accel->ops->free(accel, base);
+        else
+            munmap(base, total);
         return rf_err_set(err, RF_ERR_NOMEM, "storage: out of memory");
     }
     st->arenas = a;
-    st->arenas[st->narenas++] = (rf_arena_t){base, total, noreserve, m};
+    st->arenas[st->narenas++] = (rf_arena_t){base, total, noreserve, m, accel};
+    st->accel = accel;
     st->bytes += total;
     for (int i = 0; i < n; i++) {
         rf_signature_t sig;
@@ -155,7 +196,7 @@ rf_status_t rf_storage_alloc_module(rf_storage_t *st, int m, const char *module_
         memset(&sig, 0, sizeof(sig));
         sig.ndim = shapes[i].ndim;
         sig.dtype = shapes[i].dtype;
-        sig.device = RF_DEVICE_HOST;
+        sig.device = accel != NULL ? accel->device : RF_DEVICE_HOST;
         int64_t stride = 1;
         for (int d = sig.ndim - 1; d >= 0; d--) {
             sig.shape[d] = shapes[i].shape[d];
@@ -205,19 +246,61 @@ rf_status_t rf_storage_move_slot(rf_storage_t *st, const char *name, rf_err_t *e
     if (s == NULL)
         return rf_err_set(err, RF_ERR_INVALID, "storage: no slot %s", name);
     uint64_t bytes = rf_signature_bytes(&s->sig);
-    void *buf = aligned_alloc(RF_SLOT_ALIGN, (bytes + RF_SLOT_ALIGN - 1) / RF_SLOT_ALIGN *
-                                                 RF_SLOT_ALIGN);
-    void **grown = realloc(st->moved, (st->nmoved + 1) * sizeof(void *));
+    size_t rounded = (bytes + RF_SLOT_ALIGN - 1) / RF_SLOT_ALIGN * RF_SLOT_ALIGN;
+    bool dev = rf_storage_on_device(st);
+    void *buf = NULL;
+    if (dev) {
+        if (st->accel->ops->alloc(st->accel, rounded ? rounded : RF_SLOT_ALIGN, &buf) != RF_OK)
+            buf = NULL;
+    } else {
+        buf = aligned_alloc(RF_SLOT_ALIGN, rounded);
+    }
+    void **grown = buf ? realloc(st->moved, (st->nmoved + 1) * sizeof(void *)) : NULL;
     if (buf == NULL || grown == NULL) {
-        free(buf);
+        if (dev && buf)
+            st->accel->ops->free(st->accel, buf);
+        else
+            free(buf);
         return rf_err_set(err, RF_ERR_NOMEM, "storage: out of memory");
     }
     st->moved = grown;
     st->moved[st->nmoved++] = buf;
-    memcpy(buf, s->sig.data, bytes);
+    if (dev) {
+        rf_status_t cs =
+            st->accel->ops->copy(st->accel, buf, s->sig.data, bytes, RF_COPY_D2D, NULL);
+        if (cs != RF_OK)
+            return rf_err_set(err, cs, "storage: moving %s on device %d failed", name,
+                              st->accel->device);
+    } else {
+        memcpy(buf, s->sig.data, bytes);
+    }
     s->sig.data = buf;
     s->sig.storage_base = buf;
     s->sig.storage_offset = 0;
     s->sig.storage_bytes = bytes;
+    return RF_OK;
+}
+
+bool rf_storage_on_device(const rf_storage_t *st)
+{
+    return st != NULL && st->accel != NULL && st->accel->ops->mem_type != RF_MEM_HOST;
+}
+
+rf_status_t rf_storage_read(const rf_storage_t *st, void *dst, const void *data, size_t bytes,
+                            rf_err_t *err)
+{
+    if (bytes == 0)
+        return RF_OK;
+    if (!rf_storage_on_device(st)) {
+        memcpy(dst, data, bytes);
+        return RF_OK;
+    }
+    /* the accelerator's own stream: every write to slot memory was enqueued on it */
+    rf_status_t s = st->accel->ops->copy(st->accel, dst, data, bytes, RF_COPY_D2H, NULL);
+    if (s == RF_OK)
+        s = rf_accel_sync(st->accel);
+    if (s != RF_OK)
+        return rf_err_set(err, s, "storage: reading %zu bytes of device %d memory failed", bytes,
+                          st->accel->device);
     return RF_OK;
 }

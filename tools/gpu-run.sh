@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # tools/gpu-run.sh: the one script run on the GPU host (shared/device/README.md). It
-# configures a CUDA build, builds the GPU test programs, runs `ctest -L gpu` and
-# compute-sanitizer memcheck on the GPU test program, and writes every log under
-# ${OUT:-gpu-out}/ (summary.txt says what passed). Exit status 0 only when every step passed
+# configures a CUDA build, builds the GPU test programs and refit-run, runs `ctest -L gpu`
+# (the accelerator kernels vs the host reference, refit-run end to end with rollout storage on
+# GPU 0 on every jobs/topologies/gpu/ topology, GPU vs CPU storage digests) and
+# compute-sanitizer memcheck on the GPU test program and on one tiny-fixture GPU refit-run
+# (mpirun -np 2, every rank wrapped), and writes every log under ${OUT:-gpu-out}/
+# (summary.txt says what passed). Exit status 0 only when every step passed
 # and the GPU tests really ran (a skip on the GPU host is a failure).
 #
 #   bash tools/gpu-run.sh                  # from the repository root, .device-deps/ alongside
@@ -60,7 +63,8 @@ step configure $rc
 grep 'refit:' "$out/configure.log" >> "$summary"
 [ $rc -eq 0 ] || { echo "see $out/configure.log"; exit 1; }
 
-cmake --build "$build" -j "$(nproc)" --target check_accel_cuda check_accel > "$out/build.log" 2>&1
+cmake --build "$build" -j "$(nproc)" --target check_accel_cuda check_accel refit-run gpu_probe \
+    make_nan_fp8 > "$out/build.log" 2>&1
 rc=$?
 step build $rc
 [ $rc -eq 0 ] || { tail -40 "$out/build.log"; exit 1; }
@@ -77,6 +81,9 @@ if [ $rc -eq 0 ] && grep -qiE 'skipped|not run' "$out/ctest-gpu.log"; then
 fi
 step "ctest -L gpu" $rc
 grep '^.*bench:' "$out/ctest-gpu.log" | sed 's/^[0-9]*: //' >> "$summary"
+grep -E '^[0-9]+/[0-9]+ Test' "$out/ctest-gpu.log" >> "$summary"
+grep -E 'storage digest|digest_compare.sh:' "$out/ctest-gpu.log" | sed 's/^[0-9]*: //' \
+    >> "$out/digests.txt"
 
 gpu_test="$build/tests/gpu/check_accel_cuda"
 if command -v compute-sanitizer >/dev/null 2>&1; then
@@ -86,6 +93,20 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
     rc=$?
     step "compute-sanitizer memcheck" $rc
     grep -E 'ERROR SUMMARY' "$out/memcheck.log" >> "$summary"
+    # the GPU data path under memcheck: llama-tiny, 2 updates, rollout storage on GPU 0 (the
+    # trainer rank is wrapped too; it makes no CUDA calls)
+    (cd "$root" && timeout 480 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+        compute-sanitizer --tool memcheck --error-exitcode 99 \
+        "$build/refit-run" --topology jobs/topologies/gpu/llama-tiny.yaml \
+        --checkpoint tests/data/llama-tiny --reference tests/data/llama-tiny/tensors.reference.json \
+        --steps 2 --cold-check --storage-digest --profile-dir "$out/memcheck-profile") \
+        > "$out/memcheck-refit-run.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && ! grep -q 'refit: COMMITTED 2 update(s)' "$out/memcheck-refit-run.log"; then
+        rc=5
+    fi
+    step "compute-sanitizer memcheck refit-run (gpu/llama-tiny)" $rc
+    grep -E 'ERROR SUMMARY|^refit: ' "$out/memcheck-refit-run.log" >> "$summary"
 else
     echo "compute-sanitizer not found" > "$out/memcheck.log"
     step "compute-sanitizer memcheck" 4

@@ -190,6 +190,9 @@ struct rf_accel_ops {
 /* ---- the registry (runtime/accel_registry.c) ------------------------------------------- */
 
 extern const rf_accel_ops_t rf_accel_host_ops;
+/* Tests only: the host implementation tagged RF_MEM_CUDA ("host-device"), so the device
+ * branches of storage, planner, owners and job run on a machine without a GPU. */
+extern const rf_accel_ops_t rf_accel_host_device_ops;
 
 /* True when refit was built with CUDA and at least one CUDA device is usable. */
 bool rf_accel_cuda_available(void);
@@ -200,6 +203,9 @@ const rf_accel_ops_t *rf_accel_lookup(const char *name);
  * when rf_accel_cuda_available(), else host. Release with rf_accel_close. */
 rf_status_t rf_accel_open(const char *name, int device, rf_accel_t **accel_p);
 void rf_accel_close(rf_accel_t *accel);
+/* Waits for everything enqueued on the accelerator's own default stream (stream NULL) to
+ * complete: an event recorded on it, then synchronized (host: nothing to wait for). */
+rf_status_t rf_accel_sync(rf_accel_t *accel);
 
 /*
  * The chunk checksum ("refit-sum64 v1"), defined on bytes so every implementation agrees:

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "refit/accel.h"
 #include "refit/model.h"
 #include "refit/status.h"
 #include "refit/storage.h"
@@ -65,14 +66,46 @@ typedef struct rf_format_ops {
     /* Deferred stage: recompute derived slots of module m. NULL = none. */
     rf_status_t (*compute_derived)(rf_format_t *f, const rf_inventory_t *inv, int m,
                                    rf_slot_t *const *rt, int nrt, rf_err_t *err);
+    /* True for an owner that only works on host storage (test-transpose): the planner refuses
+     * it on device storage. */
+    bool host_only;
 } rf_format_ops_t;
 
+/*
+ * Memory (the GPU data path): accel NULL (or a host accelerator) means runtime slots and
+ * LAYERWISE scratch are host memory, as always. A device accelerator means runtime slots
+ * (rf_slot_t.sig.data) and the model_bufs process_after_loading receives (the planner's
+ * scratch) are that accelerator's device memory, and the owner does its work with accel's
+ * ops (copy, copy_rows, fp8_to_fnuz, wna16_repack) on the accelerator's default stream;
+ * runtime_to_model's model_bufs are HOST memory (verification reads on the host): the owner
+ * copies device to host and returns after synchronizing. The host results are byte-identical
+ * either way.
+ */
 struct rf_format {
     const rf_format_ops_t *ops; /* first, always */
     rf_quant_t quant;
     int backend;                /* rf_backend_t */
     uint64_t derived_runs;      /* deferred-stage calls (test-derived) */
+    rf_accel_t *accel;          /* borrowed: where runtime storage lives (NULL: host) */
 };
+
+/* The format's device accelerator, or NULL when its storage is host memory. */
+static inline rf_accel_t *rf_format_device(const rf_format_t *f)
+{
+    return f != NULL && f->accel != NULL && f->accel->ops->mem_type != RF_MEM_HOST ? f->accel
+                                                                                   : NULL;
+}
+
+/* Owner helpers for device storage (formats/format_none.c), all on accel's default stream:
+ * d2d copy of b bytes (model scratch -> runtime slot); d2h copy of b bytes followed by a
+ * synchronization (runtime slot -> host model buffer). */
+rf_status_t rf_format_dev_copy(rf_accel_t *accel, void *dst, const void *src, uint64_t b,
+                               rf_copy_kind_t kind, const char *what, rf_err_t *err);
+/* Last-two-dims transpose (batch, R, C) -> (batch, C, R) of es-byte elements of dtype dt on
+ * device, through copy_rows (one strided row copy per batch matrix). */
+rf_status_t rf_format_dev_transpose(rf_accel_t *accel, void *dst, const void *src, int64_t batch,
+                                    int64_t R, int64_t C, rf_dtype_t dt, const char *what,
+                                    rf_err_t *err);
 
 /* Format owner by name ("none", "test-transpose", "test-derived"); NULL if unknown. */
 const rf_format_ops_t *rf_format_lookup(const char *name);

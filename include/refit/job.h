@@ -59,8 +59,8 @@ typedef struct rf_job_opts {
     bool cold_check;          /* after each committed update, replay its chunks into freshly
                                  allocated storage and require byte-identical slots (cold load
                                  of B == load A then refit B) */
-    bool storage_digest;      /* rank 0 prints an XXH3 over every rollout rank's slots (in rank
-                                 order) after each update */
+    bool storage_digest;      /* rank 0 prints "storage digest <hex>" per committed update: XXH3
+                                 over every rollout rank's slots (host copies of GPU slots) */
     bool help;
     bool integrity;           /* per-chunk checksums (or transfer.integrity in the topology) */
     rf_job_fault_t fault;     /* kind RF_FAULT_NONE normally */

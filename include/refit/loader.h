@@ -13,9 +13,11 @@
 #ifndef REFIT_LOADER_H
 #define REFIT_LOADER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "refit/accel.h"
 #include "refit/model.h"
 
 #ifdef __cplusplus
@@ -50,6 +52,23 @@ rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *shape);
 uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
                        int64_t local_expert, const rf_dst_t *dst, const void *src,
                        rf_dtype_t src_dtype, uint64_t row_begin, uint64_t row_end);
+
+/*
+ * The intersection arithmetic of rf_load_piece, without the write: describes the piece's
+ * intersection with this rank's slice as one strided row copy (*rows; rows->src points into
+ * `src`, so a caller may rebase it onto a device copy of the same bytes). A destination whose
+ * rows form one contiguous run is described as a single row. Returns false for an empty
+ * intersection (nothing to write). rf_load_piece == this + rf_accel_host_ops.copy_rows.
+ */
+bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                        int64_t local_expert, const rf_dst_t *dst, const void *src,
+                        rf_dtype_t src_dtype, uint64_t row_begin, uint64_t row_end,
+                        rf_accel_rows_t *rows);
+
+/* The vocab padding arithmetic of rf_load_vocab_pad: the local padding rows are
+ * [*row_begin_p, *row_begin_p + return value), columns [0, *cols_p). 0 for other modules. */
+uint64_t rf_load_vocab_pad_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                                int module, int64_t *row_begin_p, int64_t *cols_p);
 
 /* Zero-fills the local vocab padding rows of a vocab-parallel module (rows whose global index
  * is >= V): rows [clamp(V - r Vp/T, 0, Vp/T), Vp/T). Returns the rows filled. */

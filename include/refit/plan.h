@@ -105,6 +105,19 @@ typedef struct rf_plan {
     uint32_t update;
     uint64_t probes_base;
     rf_plan_stats_t stats;
+    /* every write goes through an accelerator: the storage's device accelerator, or host_ax
+     * (the host ops: memcpy runs) for host storage */
+    rf_accel_t host_ax;
+    bool dev; /* storage is device memory */
+    /* device: chunk payload staging (double-buffered; rf_plan_stage) */
+    void *stage_buf[2];
+    size_t stage_cap[2];
+    rf_accel_event_t *stage_ev[2];
+    bool stage_used[2]; /* an event was recorded after the buffer's readers */
+    int stage_cur;
+    const char *stage_host; /* host payload staged into stage_buf[stage_cur] */
+    size_t stage_bytes;
+    uint64_t stage_h2d, stage_h2d_bytes; /* h2d copies / bytes this update */
 } rf_plan_t;
 
 /*
@@ -115,7 +128,9 @@ rf_status_t rf_plan_alloc_storage(const rf_inventory_t *inv, const rf_rollout_co
                                   const rf_format_t *fmt, rf_storage_t *st, bool noreserve,
                                   rf_err_t *err);
 
-/* Builds the plan against the registered storage. Does not touch slot memory. */
+/* Builds the plan against the registered storage. Does not touch slot memory. Device storage
+ * (st->accel a device accelerator) needs fmt->accel == st->accel and an owner that is not
+ * host_only. */
 rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
                           rf_storage_t *st, rf_format_t *fmt, rf_reload_policy_t policy,
                           rf_err_t *err);
@@ -138,6 +153,15 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err);
 rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
                           uint64_t row_end, const void *src, uint32_t chunk, rf_err_t *err);
 
+/*
+ * Device storage: copies one received chunk payload (host memory, `bytes` bytes) to the device
+ * once, into the next of two device staging buffers (an event per buffer guards its reuse);
+ * rf_plan_apply calls whose src lies inside that payload then copy device to device from the
+ * staged bytes. A src outside the staged payload is staged piece by piece. No-op on host
+ * storage. Not collective.
+ */
+rf_status_t rf_plan_stage(rf_plan_t *p, const void *payload, size_t bytes, rf_err_t *err);
+
 /* Finalize: missing applications (RF_ERR_MISSING), the deferred stage, signature
  * re-verification (RF_ERR_MOVED naming the slot). */
 rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err);
@@ -146,7 +170,8 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err);
 void rf_plan_abort(rf_plan_t *p);
 
 /* Copies a layer's runtime slots back into model layout (verification). bufs[i] must hold
- * rf_slot_shape_bytes(&layer->model[i]) bytes. */
+ * rf_slot_shape_bytes(&layer->model[i]) bytes of HOST memory (device slots are copied to the
+ * host first). */
 rf_status_t rf_plan_read_model(rf_plan_t *p, int layer, void *const *bufs, rf_err_t *err);
 
 #ifdef __cplusplus

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "refit/accel.h"
 #include "refit/model.h"
 #include "refit/status.h"
 
@@ -58,6 +59,7 @@ typedef struct rf_arena {
     uint64_t bytes;
     bool noreserve;   /* reserved with MAP_NORESERVE (refit-plan): never touched */
     int module;
+    rf_accel_t *accel; /* NULL: host mmap; else accel->ops->alloc (device memory) */
 } rf_arena_t;
 
 /* Registry of a rollout rank's runtime slots. Owns its arenas. */
@@ -74,6 +76,8 @@ typedef struct rf_storage {
     uint64_t bytes;    /* arena bytes in total */
     void **moved;      /* buffers made by rf_storage_move_slot (owned) */
     int nmoved;
+    rf_accel_t *accel; /* borrowed: where the arenas live (NULL: host memory); set by the
+                          first rf_storage_alloc_module, every arena on the same one */
 } rf_storage_t;
 
 /* Empty registry for an inventory of `nmodules` modules. */
@@ -84,11 +88,22 @@ void rf_storage_free(rf_storage_t *st);
  * Allocates one arena for module m holding `n` slots of the given shapes (row-major
  * contiguous), each 256-byte aligned, with a `lead` gap before the first slot so that at
  * least one slot has a non-zero storage offset. noreserve: mmap with MAP_NORESERVE and never
- * touch (refit-plan). Slots are zero-filled otherwise. Not collective.
+ * touch (refit-plan). Slots are zero-filled otherwise. accel: NULL (or a "host" accelerator)
+ * keeps the host mmap arena; a device accelerator allocates the arena with accel->ops->alloc
+ * (cudaMalloc) and the signatures carry device = accel->device. Device arenas cannot be
+ * noreserve (refit-plan is host only). Not collective.
  */
 rf_status_t rf_storage_alloc_module(rf_storage_t *st, int m, const char *module_name,
                                     const rf_slot_shape_t *shapes, const bool *derived, int n,
-                                    bool noreserve, rf_err_t *err);
+                                    bool noreserve, rf_accel_t *accel, rf_err_t *err);
+
+/* True when slot memory is device memory (st->accel is a non-host accelerator). */
+bool rf_storage_on_device(const rf_storage_t *st);
+
+/* Copies `bytes` bytes of slot memory at `data` (a slot's data pointer or inside its arena)
+ * into host memory `dst` (memcpy on the host, a synchronous d2h copy on a device). */
+rf_status_t rf_storage_read(const rf_storage_t *st, void *dst, const void *data, size_t bytes,
+                            rf_err_t *err);
 
 /* Registers a caller-owned tensor (library mode). The memory stays the caller's. */
 rf_status_t rf_storage_register(rf_storage_t *st, int m, const char *name, bool derived,
@@ -103,7 +118,8 @@ int rf_storage_module_nslots(const rf_storage_t *st, int m);
 /*
  * Test and fault-injection support: moves slot `name` to a freshly allocated buffer (a new
  * storage base), copying its bytes, as an engine that re-allocated a parameter would.
- * The old memory stays valid (it belongs to the arena).
+ * The old memory stays valid (it belongs to the arena). On a device the new buffer is
+ * accel->ops->alloc memory and the copy is device to device.
  */
 rf_status_t rf_storage_move_slot(rf_storage_t *st, const char *name, rf_err_t *err);
 
