@@ -94,12 +94,12 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
     step "compute-sanitizer memcheck" $rc
     grep -E 'ERROR SUMMARY' "$out/memcheck.log" >> "$summary"
     # the GPU data path under memcheck: llama-tiny, 2 updates, rollout storage on GPU 0 (the
-    # trainer rank is wrapped too; it makes no CUDA calls)
+    # trainer rank is wrapped too; it makes no CUDA calls, hence --require-cuda-init no)
     (cd "$root" && timeout 480 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
-        compute-sanitizer --tool memcheck --error-exitcode 99 \
+        compute-sanitizer --tool memcheck --error-exitcode 99 --require-cuda-init no \
         "$build/refit-run" --topology jobs/topologies/gpu/llama-tiny.yaml \
         --checkpoint tests/data/llama-tiny --reference tests/data/llama-tiny/tensors.reference.json \
-        --steps 2 --cold-check --storage-digest --profile-dir "$out/memcheck-profile") \
+        --steps 2 --cold-check --storage-digest --profile-dir "$build/memcheck-profile") \
         > "$out/memcheck-refit-run.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ] && ! grep -q 'refit: COMMITTED 2 update(s)' "$out/memcheck-refit-run.log"; then
