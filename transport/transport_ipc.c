@@ -12,9 +12,12 @@
  *
  * Arenas come from a backend ops table; this file holds the host one (POSIX shared memory:
  * shm_open / ftruncate / mmap by name, importers map read-only, exporters mprotect their
- * weights arena between production and the next production). A CUDA backend slots in as
- * another rf_ipc_arena_ops_t (cudaMalloc + cudaIpcGetMemHandle; cudaIpcOpenMemHandle once per
- * arena, matched by GPU UUID; the ACK after cudaStreamSynchronize).
+ * weights arena between production and the next production). The CUDA backend
+ * (transport/transport_ipc_cuda.cu) is another rf_ipc_arena_ops_t (cudaMalloc +
+ * cudaIpcGetMemHandle; cudaIpcOpenMemHandle once per arena, matched by GPU UUID); on a device
+ * backend the stage sender packs into a host bounce buffer and copies the chunk into its
+ * staging slot (from_host), and the receiver's apply callback synchronizes its stream before
+ * the ACK goes out.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -128,6 +131,14 @@ static void host_release(rf_ipc_arena_t *a)
     memset(a, 0, sizeof(*a));
 }
 
+static rf_status_t host_copy(void *dst, const void *src, uint64_t bytes, rf_err_t *err)
+{
+    (void)err;
+    if (bytes > 0)
+        memcpy(dst, src, (size_t)bytes);
+    return RF_OK;
+}
+
 static const rf_ipc_arena_ops_t host_ops = {
     .name = "host",
     .export_arena = host_export,
@@ -135,11 +146,45 @@ static const rf_ipc_arena_ops_t host_ops = {
     .unlink_arena = host_unlink,
     .protect = host_protect,
     .release = host_release,
+    .device = 0,
+    .to_host = host_copy,
+    .from_host = host_copy,
+};
+
+/* tests only: shared memory that the scheduler treats as device memory */
+static const rf_ipc_arena_ops_t host_device_ops = {
+    .name = "host-device",
+    .export_arena = host_export,
+    .import_arena = host_import,
+    .unlink_arena = host_unlink,
+    .protect = host_protect,
+    .release = host_release,
+    .device = 1,
+    .to_host = host_copy,
+    .from_host = host_copy,
 };
 
 const rf_ipc_arena_ops_t *rf_ipc_host_ops(void)
 {
     return &host_ops;
+}
+
+const rf_ipc_arena_ops_t *rf_ipc_host_device_ops(void)
+{
+    return &host_device_ops;
+}
+
+const rf_ipc_arena_ops_t *rf_ipc_arena_lookup(const char *name)
+{
+    if (name == NULL)
+        return NULL;
+    if (strcmp(name, "host") == 0)
+        return &host_ops;
+    if (strcmp(name, "host-device") == 0)
+        return &host_device_ops;
+    if (strcmp(name, "cuda") == 0)
+        return rf_ipc_cuda_ops();
+    return NULL;
 }
 
 /* ---- the ipc state of an xfer --------------------------------------------------------- */
@@ -159,7 +204,26 @@ struct rf_ipc_state {
     unsigned char ready_rbuf[RF_IPC_ACK_BYTES];
     rf_xfer_segment_t *segs;
     size_t segcap;
+    /* device backends: host copy of a staged chunk (sender: packed here, then copied into
+     * the slot; receiver: integrity hashes it) */
+    unsigned char *bounce;
+    uint64_t bounce_cap;
 };
+
+/* The host bounce buffer, at least `bytes` long. */
+static rf_status_t bounce_get(rf_ipc_state_t *s, uint64_t bytes, unsigned char **p,
+                              rf_err_t *err)
+{
+    if (bytes > s->bounce_cap || s->bounce == NULL) {
+        unsigned char *b = realloc(s->bounce, (size_t)bytes + 1);
+        if (b == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory (bounce buffer)");
+        s->bounce = b;
+        s->bounce_cap = bytes;
+    }
+    *p = s->bounce;
+    return RF_OK;
+}
 
 rf_status_t rf_ipc_state_create(rf_xfer_t *x, rf_err_t *err)
 {
@@ -167,7 +231,7 @@ rf_status_t rf_ipc_state_create(rf_xfer_t *x, rf_err_t *err)
     size_t nb = (size_t)x->buffers * (size_t)x->nranks;
     if (s == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory");
-    s->ops = rf_ipc_host_ops(); /* the cuda backend will be chosen here by device kind */
+    s->ops = rf_ipc_host_ops(); /* rf_xfer_ipc_set_backend picks another before setup */
     s->imports = calloc((size_t)RF_IPC_KINDS * (size_t)x->nranks, sizeof(rf_ipc_arena_t));
     s->areqs = malloc(nb * sizeof(MPI_Request));
     s->ack_posted = calloc(nb, 1);
@@ -202,8 +266,41 @@ void rf_ipc_state_destroy(rf_xfer_t *x)
     free(s->slot_seq);
     free(s->ack_sbuf);
     free(s->segs);
+    free(s->bounce);
     free(s);
     x->ipc = NULL;
+}
+
+rf_status_t rf_xfer_ipc_set_backend(rf_xfer_t *x, const char *name, rf_err_t *err)
+{
+    if (x->ipc == NULL)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: backend choice on a non-ipc transfer");
+    const rf_ipc_arena_ops_t *o = rf_ipc_arena_lookup(name);
+    if (o == NULL)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "ipc: arena backend %s is unknown or not compiled in (host, cuda)",
+                          name ? name : "(null)");
+    for (int k = 0; k < RF_IPC_KINDS; k++)
+        if (x->ipc->own[k].base != NULL)
+            return rf_err_set(err, RF_ERR_STATE, "ipc: backend changed after an export");
+    for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
+        if (x->ipc->imports[i].base != NULL)
+            return rf_err_set(err, RF_ERR_STATE, "ipc: backend changed after an import");
+    x->ipc->ops = o;
+    return RF_OK;
+}
+
+const rf_ipc_arena_ops_t *rf_xfer_ipc_backend(const rf_xfer_t *x)
+{
+    return x->ipc ? x->ipc->ops : NULL;
+}
+
+void rf_xfer_ipc_close_imports(rf_xfer_t *x)
+{
+    if (x == NULL || x->ipc == NULL || x->ipc->imports == NULL)
+        return;
+    for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
+        x->ipc->ops->release(&x->ipc->imports[i]);
 }
 
 rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *name, uint64_t bytes,
@@ -381,6 +478,8 @@ rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_
                 goto fail;
             }
             payload = (unsigned char *)s->own[RF_IPC_STAGING].base + (size_t)b * sb;
+            if (s->ops->device) /* pack on the host, copy into the device slot below */
+                RF_CHECK_GOTO(bounce_get(s, sb, &payload, &e), st, fail);
             double t0 = rf_time_now();
             st = pack(ctx, c, &plan->pieces[c->piece_begin], payload, &e);
             x->stats.pack_s += rf_time_now() - t0;
@@ -416,6 +515,15 @@ rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_
             } else {
                 rf_warn("fault: chunk %u is read in place, not staged: nothing to corrupt", c->seq);
             }
+        }
+        if (staged && s->ops->device && c->payload_bytes > 0) {
+            /* one synchronous h2d copy of the packed chunk into its device slot */
+            double t0 = rf_time_now();
+            st = s->ops->from_host((unsigned char *)s->own[RF_IPC_STAGING].base + (size_t)b * sb,
+                                   payload, c->payload_bytes, &e);
+            x->stats.pack_s += rf_time_now() - t0;
+            if (st != RF_OK)
+                goto fail;
         }
         s->slot_seq[b] = c->seq;
         const int tag = RF_XFER_TAG(cfg->update, c->stage);
@@ -662,8 +770,19 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
             }
             XXH3_64bits_reset(hs);
             XXH3_64bits_update(hs, msg, RF_IPC_SEQ_BYTES);
-            if (staging != NULL)
+            if (staging != NULL && s->ops->device) {
+                unsigned char *hb = NULL;
+                st = bounce_get(s, c->payload_bytes, &hb, &e);
+                if (st == RF_OK)
+                    st = s->ops->to_host(hb, staging, c->payload_bytes, &e);
+                if (st != RF_OK) {
+                    XXH3_freeState(hs);
+                    goto fail;
+                }
+                XXH3_64bits_update(hs, hb, (size_t)c->payload_bytes);
+            } else if (staging != NULL) {
                 XXH3_64bits_update(hs, staging, (size_t)c->payload_bytes);
+            }
             uint64_t have = XXH3_64bits_digest(hs),
                      want = rf_xfer_read_u64le(msg + RF_IPC_SEQ_BYTES);
             XXH3_freeState(hs);
@@ -703,7 +822,8 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
         if (st != RF_OK)
             goto fail;
         x->stats.chunks_received++;
-        /* ACK: the chunk is applied (cuda: after the rollout's stream synchronized) */
+        /* ACK: the chunk is applied (device: ic->apply returns after the rollout's stream
+         * synchronized, so the slot's bytes were read) */
         RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st, fail);
         rf_chunk_header_write(s->ack_sbuf + (size_t)b * RF_IPC_ACK_BYTES, cfg->update, c->seq, 0);
         RF_CHECK_GOTO(x->tp->ops->isend(x->tp, s->ack_sbuf + (size_t)b * RF_IPC_ACK_BYTES,

@@ -139,9 +139,14 @@ static inline uint64_t rf_xfer_plan_bytes(uint64_t chunk_bytes, int integrity)
  * The exporter describes an arena by a handle (fixed size, sent over MPI as bytes); the
  * paired rollout rank imports the weights arena of its pair and every stage sender's staging
  * arena once, at setup, and keeps them mapped for the whole job. Backends are an ops table:
- * "host" = POSIX shared memory (shm_open / mmap by name; the importer maps read-only); a
- * "cuda" backend will be cudaMalloc + cudaIpcGetMemHandle / cudaIpcOpenMemHandle with the
- * device UUID in the handle (the importer must see the same GPU).
+ * "host" = POSIX shared memory (shm_open / mmap by name; the importer maps read-only);
+ * "cuda" (transport/transport_ipc_cuda.cu, compiled only with CUDA) = one cudaMalloc per
+ * arena on the calling thread's current device + cudaIpcGetMemHandle, the device UUID in the
+ * handle; the importer checks the UUID against its own current device and calls
+ * cudaIpcOpenMemHandle once (cached for the job by the xfer). Device arenas are read and
+ * written through to_host / from_host (the scheduler packs staged chunks on the host and
+ * copies them in; integrity hashes a host copy). Teardown order on cuda: importers close
+ * their mappings (rf_xfer_ipc_close_imports), a barrier, then exporters free (destroy).
  *
  * Cleanup (host): names are "/refit-<job id>-<rank>-<w|s>"; the exporter unlinks its names
  * as soon as every importer mapped them (rf_xfer_ipc_unlink, after a setup barrier), so a
@@ -182,12 +187,26 @@ typedef struct rf_ipc_arena_ops {
     rf_status_t (*unlink_arena)(rf_ipc_arena_t *a, rf_err_t *err);
     /* Exporter: write-protects (readonly 1) or re-enables writes (0). Host: mprotect. */
     rf_status_t (*protect)(rf_ipc_arena_t *a, int readonly, rf_err_t *err);
-    /* Unmaps (importer) or unmaps + unlinks (exporter). Never fails; NULL base is fine. */
+    /* Unmaps (importer) or unmaps + unlinks (exporter). Never fails; NULL base is fine.
+     * cuda: cudaIpcCloseMemHandle (importer) / cudaFree (exporter). */
     void (*release)(rf_ipc_arena_t *a);
+    /* 1: base pointers are device memory (the CPU must not dereference them). */
+    int device;
+    /* Copies bytes between arena memory and ordinary host memory, synchronously (host:
+     * memcpy; cuda: cudaMemcpy). */
+    rf_status_t (*to_host)(void *dst, const void *arena_src, uint64_t bytes, rf_err_t *err);
+    rf_status_t (*from_host)(void *arena_dst, const void *src, uint64_t bytes, rf_err_t *err);
 } rf_ipc_arena_ops_t;
 
 /* The POSIX shared memory backend (CI's backend for the ipc protocol). */
 const rf_ipc_arena_ops_t *rf_ipc_host_ops(void);
+/* Tests only: the host backend flagged device = 1, so the CPU suite runs the device branches
+ * of the scheduler and the job (REFIT_TEST_DEVICE_ACCEL=host-device). */
+const rf_ipc_arena_ops_t *rf_ipc_host_device_ops(void);
+/* The CUDA IPC backend; NULL when refit was built without CUDA (runtime/accel_registry.c). */
+const rf_ipc_arena_ops_t *rf_ipc_cuda_ops(void);
+/* Backend by name ("host", "host-device", "cuda"); NULL when unknown or not compiled in. */
+const rf_ipc_arena_ops_t *rf_ipc_arena_lookup(const char *name);
 
 /*
  * Where a rollout rank reads one chunk piece (per plan piece; computed by the job from the
@@ -324,6 +343,15 @@ rf_status_t rf_xfer_ipc_unlink(rf_xfer_t *x, rf_err_t *err);
 rf_status_t rf_xfer_ipc_protect(rf_xfer_t *x, int readonly, rf_err_t *err);
 /* Base of this rank's mapping of `owner`'s arena (imported, or its own), NULL if none. */
 const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind);
+/* Chooses the arena backend by name (rf_ipc_arena_lookup) before any export or import
+ * ("host" by default). RF_ERR_UNSUPPORTED when unknown / not compiled in, RF_ERR_STATE after
+ * an arena exists. Local. */
+rf_status_t rf_xfer_ipc_set_backend(rf_xfer_t *x, const char *name, rf_err_t *err);
+/* The arena backend in use (NULL when x is not on ipc). */
+const rf_ipc_arena_ops_t *rf_xfer_ipc_backend(const rf_xfer_t *x);
+/* Closes every imported arena now (cuda: cudaIpcCloseMemHandle). Call on every rank, then a
+ * barrier, then rf_xfer_destroy: no exporter frees memory another process still maps. Local. */
+void rf_xfer_ipc_close_imports(rf_xfer_t *x);
 
 /*
  * Trainer, after producing its shards: READY{update} to its pair (world rank `pair`), which

@@ -1,0 +1,163 @@
+/*
+ * refit: the CUDA arena backend of the ipc transport (DESIGN.md section 9; the ops table and
+ * the protocol are in include/refit/transport.h). Compiled only with CUDA; reached through
+ * rf_ipc_cuda_ops() (runtime/accel_registry.c, the only file that knows whether CUDA is in).
+ *
+ *   export  = cudaMalloc on the calling thread's current device (the job selected the rank's
+ *             GPU before: cudaSetDevice through its accelerator) + cudaIpcGetMemHandle; the
+ *             handle carries the device's UUID (cudaGetDeviceProperties().uuid, printed
+ *             "GPU-xxxxxxxx-xxxx-..." as nvidia-smi does) and the cudaIpcMemHandle_t.
+ *   import  = the UUID must be the importer's current device's (a colocated pair shares one
+ *             GPU); cudaIpcOpenMemHandle(cudaIpcMemLazyEnablePeerAccess) once; the xfer caches
+ *             the mapping for the job. The mapping is writable in CUDA's eyes: read-only is the
+ *             protocol's promise (the rollout only reads), not enforced by the hardware.
+ *   unlink  = no-op (a CUDA IPC handle has no name; it dies with the allocation).
+ *   protect = no-op on device: there is no mprotect for device memory. The trainer's weights
+ *             are not written from READY to the verdict because the trainer produces on the
+ *             host and copies into its arena only during production (job.c), never later.
+ *   release = importer: cudaIpcCloseMemHandle; exporter: cudaFree. The job orders teardown:
+ *             every importer closes (rf_xfer_ipc_close_imports), a barrier, then exporters free.
+ *   to_host / from_host = synchronous cudaMemcpy (integrity hashing, packed staging chunks).
+ */
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "refit/log.h"
+#include "refit/transport.h"
+
+static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(((rf_ipc_handle_t *)0)->opaque),
+              "cudaIpcMemHandle_t does not fit the handle");
+
+static rf_status_t cuda_fail(rf_err_t *err, const char *what, const char *arena, cudaError_t e)
+{
+    return rf_err_set(err, RF_ERR_CUDA, "ipc(cuda): %s %s: %s (%s)", what, arena ? arena : "",
+                      cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* The UUID of the current device, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+static rf_status_t current_uuid(char *out, size_t cap, int *dev_p, rf_err_t *err)
+{
+    int dev = -1;
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess)
+        return cuda_fail(err, "cudaGetDeviceProperties", "", e);
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    snprintf(out, cap,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+    *dev_p = dev;
+    return RF_OK;
+}
+
+static rf_status_t cuda_export(const char *name, uint64_t bytes, rf_ipc_arena_t *a,
+                               rf_err_t *err)
+{
+    memset(a, 0, sizeof(*a));
+    if (name == NULL || strlen(name) >= RF_IPC_NAME_MAX || bytes == 0)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc(cuda): bad arena name or size");
+    int dev = -1;
+    RF_CHECK(current_uuid(a->handle.device, sizeof(a->handle.device), &dev, err));
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, (size_t)bytes);
+    if (e != cudaSuccess)
+        return cuda_fail(err, "cudaMalloc for", name, e);
+    cudaIpcMemHandle_t h;
+    e = cudaIpcGetMemHandle(&h, p);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return cuda_fail(err, "cudaIpcGetMemHandle of", name, e);
+    }
+    a->base = p;
+    a->bytes = bytes;
+    a->exported = 1;
+    a->linked = 0;
+    snprintf(a->handle.backend, sizeof(a->handle.backend), "cuda");
+    snprintf(a->handle.name, sizeof(a->handle.name), "%s", name);
+    a->handle.bytes = bytes;
+    memcpy(a->handle.opaque, &h, sizeof(h));
+    rf_debug("ipc(cuda): exported %s, %llu bytes on device %d (%s)", name,
+             (unsigned long long)bytes, dev, a->handle.device);
+    return RF_OK;
+}
+
+static rf_status_t cuda_import(const rf_ipc_handle_t *h, rf_ipc_arena_t *a, rf_err_t *err)
+{
+    memset(a, 0, sizeof(*a));
+    if (strcmp(h->backend, "cuda") != 0)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "ipc: arena %s is a %s arena on %s; this rank has the cuda backend",
+                          h->name, h->backend, h->device);
+    char mine[64];
+    int dev = -1;
+    RF_CHECK(current_uuid(mine, sizeof(mine), &dev, err));
+    if (strcmp(mine, h->device) != 0)
+        return rf_err_set(err, RF_ERR_TOPOLOGY,
+                          "ipc(cuda): arena %s lives on %s but this rank's device %d is %s "
+                          "(a colocated pair must share its GPU)",
+                          h->name, h->device, dev, mine);
+    cudaIpcMemHandle_t ch;
+    memcpy(&ch, h->opaque, sizeof(ch));
+    void *p = NULL;
+    cudaError_t e = cudaIpcOpenMemHandle(&p, ch, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess)
+        return cuda_fail(err, "cudaIpcOpenMemHandle of", h->name, e);
+    a->base = p;
+    a->bytes = h->bytes;
+    a->handle = *h;
+    return RF_OK;
+}
+
+static rf_status_t cuda_unlink(rf_ipc_arena_t *a, rf_err_t *err)
+{
+    (void)err;
+    a->linked = 0;
+    return RF_OK;
+}
+
+static rf_status_t cuda_protect(rf_ipc_arena_t *a, int readonly, rf_err_t *err)
+{
+    (void)err;
+    a->readonly = readonly; /* device memory has no mprotect: see the file comment */
+    return RF_OK;
+}
+
+static void cuda_release(rf_ipc_arena_t *a)
+{
+    if (a->base != NULL) {
+        cudaError_t e = a->exported ? cudaFree(a->base) : cudaIpcCloseMemHandle(a->base);
+        if (e != cudaSuccess)
+            rf_warn("ipc(cuda): %s of %s: %s", a->exported ? "cudaFree" : "cudaIpcCloseMemHandle",
+                    a->handle.name, cudaGetErrorString(e));
+    }
+    memset(a, 0, sizeof(*a));
+}
+
+static rf_status_t cuda_to_host(void *dst, const void *src, uint64_t bytes, rf_err_t *err)
+{
+    cudaError_t e = bytes ? cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost)
+                          : cudaSuccess;
+    return e == cudaSuccess ? RF_OK : cuda_fail(err, "cudaMemcpy d2h from an arena", "", e);
+}
+
+static rf_status_t cuda_from_host(void *dst, const void *src, uint64_t bytes, rf_err_t *err)
+{
+    cudaError_t e = bytes ? cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyHostToDevice)
+                          : cudaSuccess;
+    return e == cudaSuccess ? RF_OK : cuda_fail(err, "cudaMemcpy h2d into an arena", "", e);
+}
+
+static const rf_ipc_arena_ops_t cuda_ops = {
+    "cuda", cuda_export, cuda_import, cuda_unlink, cuda_protect, cuda_release,
+    1,      cuda_to_host, cuda_from_host,
+};
+
+extern "C" const rf_ipc_arena_ops_t *rf_ipc_cuda_ops_impl(void)
+{
+    return &cuda_ops;
+}
