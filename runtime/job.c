@@ -61,6 +61,8 @@ typedef struct job_stats {
     int verify_status;
     char verify_msg[RF_ERR_MSG_MAX];
     uint64_t ipc_in_place, ipc_staged; /* rollout on ipc: bytes read in place / from staging */
+    double ipc_h2d_s;       /* trainer on a device ipc arena: host mirror -> arena copy */
+    uint64_t ipc_h2d_bytes;
 } job_stats_t;
 
 /* One chunk's payload as received, kept for the cold-load check. */
@@ -118,6 +120,10 @@ typedef struct job {
     uint8_t *ipc_piece_staged; /* [n_pieces] some rollout rank reads the piece staged */
     rf_ipc_piece_t *ipc_pieces; /* rollout: [n_pieces] where this rank reads each piece */
     rf_xfer_ipc_config_t ipc_cfg;
+    bool ipc_dev;          /* the arena backend is device memory (cuda, or host-device in tests) */
+    void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
+    void *ipc_mirror;      /* trainer, ipc_dev: pinned host mirror the trainer produces into */
+    uint64_t ipc_wbytes;   /* trainer, ipc_dev: bytes of both */
 } job_t;
 
 /* ---- fault injection (refit-run --inject-fault; docs/faults.md) ---------------------- */
@@ -566,6 +572,20 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
         if (st == RF_OK)
             st = rf_xfer_ipc_export(j->xfer, RF_IPC_WEIGHTS, name, bytes ? bytes : 1, &base, &wh,
                                     err);
+        if (st == RF_OK && j->ipc_dev) {
+            /* device arena: the trainer produces on the host (generator / checkpoint,
+             * quantizer) into a pinned mirror with the arena's layout and copies it h2d into
+             * the arena after production (run_update) */
+            j->ipc_wdev = base;
+            j->ipc_wbytes = bytes ? bytes : 1;
+            rf_status_t hs = j->accel->ops->alloc_host(j->accel, (size_t)j->ipc_wbytes,
+                                                       &j->ipc_mirror);
+            if (hs != RF_OK)
+                st = rf_err_set(err, hs, "rank %d: no %" PRIu64 "-byte pinned host mirror of "
+                                "its ipc weights arena", j->rank, j->ipc_wbytes);
+            else
+                base = j->ipc_mirror;
+        }
         if (st == RF_OK)
             rf_trainer_use_arena(&j->tr, base, offs);
         free(offs);
@@ -615,33 +635,38 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
 }
 
 /* A rollout rank with a device from rf_topology_place opens the "cuda" accelerator on it
- * (cudaSetDevice); its runtime storage, staging and LAYERWISE scratch then live there.
+ * (cudaSetDevice); its runtime storage, staging and LAYERWISE scratch then live there. On
+ * colocated ipc the trainer rank opens its device too (its weights arena, pinned mirror).
  * REFIT_TEST_DEVICE_ACCEL=host-device (tests only) gives a rank without a GPU the host
  * implementation tagged as device memory, so the CPU suite runs the device branches. */
 static rf_status_t setup_accel(job_t *j, rf_err_t *err)
 {
     const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
-    if (is_rollout(j) && j->place.device < 0 && emu != NULL && strcmp(emu, "host-device") == 0) {
+    if ((is_rollout(j) || j->ipc) && j->place.device < 0 && emu != NULL &&
+        strcmp(emu, "host-device") == 0) {
         /* tests only: the device branches on host memory (CPU CI covers the GPU data path) */
         rf_status_t s = rf_accel_open("host-device", 0, &j->accel);
         if (s != RF_OK)
             return rf_err_set(err, s, "rank %d: cannot open the host-device accelerator", j->rank);
         return RF_OK;
     }
-    if (!is_rollout(j) || j->place.device < 0)
+    if ((!is_rollout(j) && !j->ipc) || j->place.device < 0)
         return RF_OK;
     int n = 0;
     const rf_accel_ops_t *cu = rf_accel_lookup("cuda");
     if (!rf_accel_cuda_available() || cu->device_count(&n) != RF_OK || j->place.device >= n)
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                          "%s: rollout.gpus puts rank %d on GPU %d, but refit was built without "
+                          "%s: %s.gpus puts rank %d on GPU %d, but refit was built without "
                           "CUDA or that CUDA device is not present (%d found)",
-                          j->topo.file, j->rank, j->place.device, n);
+                          j->topo.file, is_rollout(j) ? "rollout" : "trainer", j->rank,
+                          j->place.device, n);
     rf_status_t s = rf_accel_open("cuda", j->place.device, &j->accel);
     if (s != RF_OK)
-        return rf_err_set(err, s, "%s: rank %d: cannot open CUDA device %d (rollout.gpus)",
-                          j->topo.file, j->rank, j->place.device);
-    rf_info("rank %d: rollout storage on GPU %d (%s)", j->rank, j->place.device,
+        return rf_err_set(err, s, "%s: rank %d: cannot open CUDA device %d (%s.gpus)",
+                          j->topo.file, j->rank, j->place.device,
+                          is_rollout(j) ? "rollout" : "trainer");
+    rf_info("rank %d: %s on GPU %d (%s)", j->rank,
+            is_rollout(j) ? "rollout storage" : "ipc weights arena", j->place.device,
             j->place.device_id);
     return RF_OK;
 }
@@ -656,14 +681,19 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     st = rf_topology_place(&j->topo, MPI_COMM_WORLD, &j->place, err);
     if (st != RF_OK)
         return st;
-    /* mpi (rollout storage on GPUs when rollout.gpus lists them), or ipc on colocated CPU
-     * topologies (host shared memory; the CUDA IPC backend does not exist yet) */
+    /* mpi (rollout storage on GPUs when rollout.gpus lists them), or ipc on colocated
+     * topologies: host shared memory on CPU, CUDA IPC when trainer.gpus == rollout.gpus
+     * (each pair shares its GPU) */
     j->ipc = j->topo.transport == RF_TRANSPORT_IPC && j->topo.colocated;
+    bool same_gpus = j->topo.t_ngpus == j->topo.r_ngpus &&
+                     memcmp(j->topo.t_gpus, j->topo.r_gpus,
+                            sizeof(int) * (size_t)j->topo.t_ngpus) == 0;
     if ((j->topo.transport != RF_TRANSPORT_MPI && !j->ipc) ||
-        (j->ipc && (j->topo.t_ngpus > 0 || j->topo.r_ngpus > 0))) {
+        (j->ipc && (j->topo.t_ngpus > 0 || j->topo.r_ngpus > 0) && !same_gpus)) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: transfer.transport: %s%s%s is not available in this build (mpi, "
-                        "or ipc with colocated: true on CPU)",
+                        "or ipc with colocated: true on CPU or with trainer.gpus == "
+                        "rollout.gpus)",
                         j->topo.file, rf_transport_name(j->topo.transport),
                         (j->topo.t_ngpus || j->topo.r_ngpus) ? " with gpus" : "",
                         j->topo.transport == RF_TRANSPORT_IPC && !j->topo.colocated
@@ -680,11 +710,13 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
     /* gpus on the mpi transport: rollout storage on the GPU, chunks through host memory;
-     * trainers stay on the host for now. rf_topology_place refused two ranks on one GPU. */
-    if (j->topo.t_ngpus > 0) {
+     * trainers stay on the host there. Trainers on GPUs only on colocated ipc (the CUDA IPC
+     * arenas); rf_topology_place refused two ranks on one GPU other than such a pair. */
+    if (j->topo.t_ngpus > 0 && !j->ipc) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: trainer.gpus: trainers run on the host in this build (only "
-                        "rollout.gpus places runtime storage on a GPU)",
+                        "%s: trainer.gpus: trainers run on the host in this build except on "
+                        "colocated ipc with trainer.gpus == rollout.gpus (only rollout.gpus "
+                        "places runtime storage on a GPU)",
                         j->topo.file);
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
@@ -799,8 +831,32 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     RF_CHECK(rf_ctl_create(MPI_COMM_WORLD, &j->ctl, err));
     RF_CHECK(rf_xfer_create(j->ctl, rf_transport_name(j->topo.transport), j->topo.chunk_bytes,
                             j->topo.buffers, &j->xfer, err));
-    if (j->ipc)
+    if (j->ipc) {
+        /* the arena backend: cuda when this rank has a GPU (a pair shares it), host-device
+         * with the tests' host-device accelerator, else host shared memory */
+        const char *be = j->place.device >= 0 ? "cuda"
+                         : (j->accel != NULL && j->accel->ops == &rf_accel_host_device_ops)
+                             ? "host-device"
+                             : "host";
+        int mine = 0, all = 0;
+        st = rf_xfer_ipc_set_backend(j->xfer, be, err);
+        if (st == RF_OK) {
+            mine = rf_xfer_ipc_backend(j->xfer)->device != 0;
+            if (mine && j->accel == NULL)
+                st = rf_err_set(err, RF_ERR_INTERNAL, "rank %d: device ipc without a device",
+                                j->rank);
+        }
+        RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        j->ipc_dev = all == j->size; /* the same on every rank (the teardown barrier) */
+        if (all != 0 && all != j->size) {
+            st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: ipc: %d of %d ranks have device arenas "
+                            "(every rank of a colocated ipc job or none)",
+                            j->topo.file, all, j->size);
+            return agree_status(j, MPI_COMM_WORLD, st, err);
+        }
         RF_CHECK(setup_ipc(j, err));
+    }
     j->paused = true;
     return RF_OK;
 }
@@ -875,21 +931,42 @@ static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_s
     job_t *j = ctx;
     for (size_t k = 0; k < nsegs; k++) {
         const rf_xfer_segment_t *sg = &segs[k];
-        RF_CHECK(rf_plan_apply(&j->plan, j->man.entries[sg->piece->item].tensor, -1,
-                               sg->row_begin, sg->row_end, sg->src, chunk->seq, err));
+        int tensor = j->man.entries[sg->piece->item].tensor;
+        /* device arenas: every segment is device memory on this rank's GPU (the pair's
+         * weights arena or a staging slot, both mapped by CUDA IPC): device to device */
+        if (j->ipc_dev)
+            RF_CHECK(rf_plan_apply_device(&j->plan, tensor, -1, sg->row_begin, sg->row_end,
+                                          sg->src, chunk->seq, err));
+        else
+            RF_CHECK(rf_plan_apply(&j->plan, tensor, -1, sg->row_begin, sg->row_end, sg->src,
+                                   chunk->seq, err));
     }
     if (j->o->cold_check) {
         char *copy = calloc(1, chunk->payload_bytes + 1);
+        const rf_ipc_arena_ops_t *ao = rf_xfer_ipc_backend(j->xfer);
         if (copy == NULL)
             return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
         for (size_t k = 0; k < nsegs; k++) {
             const rf_xfer_segment_t *sg = &segs[k];
             uint64_t rb = j->items[sg->piece->item].row_bytes;
+            rf_status_t cs = RF_OK;
             if (sg->backed)
-                memcpy(copy + sg->piece->offset + (sg->row_begin - sg->piece->row_begin) * rb,
-                       sg->src, (size_t)((sg->row_end - sg->row_begin) * rb));
+                cs = ao->to_host(copy + sg->piece->offset +
+                                     (sg->row_begin - sg->piece->row_begin) * rb,
+                                 sg->src, (sg->row_end - sg->row_begin) * rb, err);
+            if (cs != RF_OK) {
+                free(copy);
+                return cs;
+            }
         }
         RF_CHECK(cold_keep(j, chunk, copy, err));
+    }
+    if (j->ipc_dev) {
+        /* the ACK follows: the source slot may be repacked once the copies completed */
+        rf_status_t ss = rf_accel_sync(j->accel);
+        if (ss != RF_OK)
+            return rf_err_set(err, ss, "rank %d: chunk %u: synchronizing the device stream "
+                              "before the ACK failed", j->rank, chunk->seq);
     }
     return chunk_hooks(j, chunk, err);
 }
@@ -1417,6 +1494,15 @@ static void write_profile(job_t *j, uint32_t update)
             json_object_set_new(u, "ipc_bytes_in_place", json_integer((json_int_t)s->ipc_in_place));
             json_object_set_new(u, "ipc_bytes_staged", json_integer((json_int_t)s->ipc_staged));
         }
+        if (j->ipc)
+            json_object_set_new(u, "ipc_backend",
+                                json_string(rf_xfer_ipc_backend(j->xfer)->name));
+        if (j->ipc_dev && !is_rollout(j)) {
+            /* production stays on the host (the trainer's produce time); this is the
+             * copy of the produced shards into the device arena */
+            json_object_set_new(u, "ipc_h2d_s", json_real(s->ipc_h2d_s));
+            json_object_set_new(u, "ipc_h2d_bytes", json_integer((json_int_t)s->ipc_h2d_bytes));
+        }
     }
     if (u != NULL)
         json_array_append_new(json_object_get(root, "updates"), u);
@@ -1708,6 +1794,21 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             st = rf_xfer_ipc_protect(j->xfer, 0, &err);
         if (st == RF_OK)
             st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
+        if (st == RF_OK && j->ipc_dev) {
+            /* produced on the host into the pinned mirror: one h2d copy into the device
+             * arena, complete before READY (produce_s stays the host production) */
+            double th = rf_time_now();
+            st = j->accel->ops->copy(j->accel, j->ipc_wdev, j->ipc_mirror,
+                                     (size_t)j->ipc_wbytes, RF_COPY_H2D, NULL);
+            if (st == RF_OK)
+                st = rf_accel_sync(j->accel);
+            if (st != RF_OK)
+                rf_err_set(&err, st, "trainer rank %d: copying its %" PRIu64
+                           "-byte shard mirror into its ipc arena failed", j->rank,
+                           j->ipc_wbytes);
+            j->js.ipc_h2d_s = rf_time_now() - th;
+            j->js.ipc_h2d_bytes = j->ipc_wbytes;
+        }
         if (st == RF_OK && j->ipc)
             st = rf_xfer_ipc_protect(j->xfer, 1, &err);
         if (st == RF_OK && j->ipc)
@@ -1901,8 +2002,9 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             for (int r = j->T; r < j->size; r++)
                 d[1] += all[r].stage_h2d;
             printf("refit: update %u storage digest %016" PRIx64 " (%d rollout ranks, %" PRIu64
-                   " chunk payloads staged h2d)\n",
-                   v, d[0], j->R, d[1]);
+                   " chunk payloads staged h2d%s)\n",
+                   v, d[0], j->R, d[1],
+                   j->ipc_dev ? ", ipc device to device" : "");
             fflush(stdout);
         }
         if (!verdict.committed) {
@@ -1929,6 +2031,11 @@ static void teardown(job_t *j)
 {
     cold_free(j);
     free(j->cold);
+    if (j->xfer && j->ipc_dev) {
+        /* CUDA IPC: every importer closes its mappings before any exporter frees */
+        rf_xfer_ipc_close_imports(j->xfer);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
     if (j->xfer)
         rf_xfer_destroy(j->xfer);
     if (j->ctl)
@@ -1945,6 +2052,9 @@ static void teardown(job_t *j)
     free(j->verified);
     if (is_rollout(j))
         rf_storage_free(&j->st);
+    if (j->ipc_mirror != NULL)
+        j->accel->ops->free_host(j->accel, j->ipc_mirror);
+    j->ipc_mirror = NULL;
     rf_accel_close(j->accel); /* after the storage and plan that used it */
     j->accel = NULL;
     if (j->ref)

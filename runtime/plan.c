@@ -598,8 +598,30 @@ static rf_status_t stage_rebase(rf_plan_t *p, const rf_app_t *a, uint64_t row_be
     return RF_OK;
 }
 
+static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                              uint64_t row_end, const void *src, bool src_dev, uint32_t chunk,
+                              rf_err_t *err);
+
 rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
                           uint64_t row_end, const void *src, uint32_t chunk, rf_err_t *err)
+{
+    return plan_apply(p, tensor, sender, row_begin, row_end, src, false, chunk, err);
+}
+
+rf_status_t rf_plan_apply_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                                 uint64_t row_end, const void *src, uint32_t chunk,
+                                 rf_err_t *err)
+{
+    if (!p->dev)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "chunk %u: a device-memory source needs runtime storage on a device",
+                          chunk);
+    return plan_apply(p, tensor, sender, row_begin, row_end, src, true, chunk, err);
+}
+
+static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                              uint64_t row_end, const void *src, bool src_dev, uint32_t chunk,
+                              rf_err_t *err)
 {
     uint64_t idx;
     rf_map_t *map = p->app_index;
@@ -633,6 +655,19 @@ rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_beg
     if (a->slot < 0) {
         /* wna16 weight_shape: checked against the inventory's [N, K], counted, not stored */
         int64_t v[2];
+        unsigned char shp[16] = {0};
+        if (src_dev) { /* read the (at most 16) bytes back first */
+            size_t nb = (size_t)(row_end - row_begin) * (a->src_dtype == RF_DTYPE_I32 ? 4 : 8);
+            rf_accel_t *ax = p->st->accel;
+            rf_status_t cs = nb <= sizeof(shp) ? ax->ops->copy(ax, shp, src, nb, RF_COPY_D2H, NULL)
+                                               : RF_ERR_INVALID;
+            if (cs == RF_OK)
+                cs = rf_accel_sync(ax);
+            if (cs != RF_OK)
+                return rf_err_set(err, cs, "chunk %u: reading %s from device memory failed",
+                                  chunk, tname);
+            src = shp;
+        }
         for (int i = 0; i < 2; i++) {
             if (a->src_dtype == RF_DTYPE_I32) {
                 int32_t x;
@@ -656,7 +691,7 @@ rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_beg
         if (rf_load_piece_rows(p->inv, &p->rc, tensor, a->local_expert, &L->dst[a->slot], src,
                                a->src_dtype, row_begin, row_end, &rows)) {
             rf_accel_t *ax = plan_ax(p);
-            if (p->dev)
+            if (p->dev && !src_dev) /* a device source is copied device to device as it is */
                 RF_CHECK(stage_rebase(p, a, row_begin, row_end, src, &rows, chunk, err));
             rf_status_t ws = ax->ops->copy_rows(ax, &rows, NULL);
             if (ws != RF_OK)

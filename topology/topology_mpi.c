@@ -290,14 +290,18 @@ rf_status_t rf_placement_resolve(const rf_topology_t *topo, const rf_rank_record
             if (b->node_leader != a->node_leader || a->device < 0 || b->device != a->device)
                 continue;
             bool pair =
-                t->colocated && a->info.role != b->info.role && a->local_index == b->local_index;
+                t->colocated && t->transport == RF_TRANSPORT_IPC && a->info.role != b->info.role &&
+                a->local_index == b->local_index;
             if (!pair)
                 return rf_err_set(
                     err, RF_ERR_TOPOLOGY,
                     "%s: ranks %d (%s) and %d (%s) share %s on host %s but the "
                     "topology %s",
                     t->file, v, role_name(b->info.role), w, role, a->device_id, a->host,
-                    t->colocated ? "pairs only trainer i with rollout i" : "is not colocated");
+                    !t->colocated ? "is not colocated"
+                    : t->transport != RF_TRANSPORT_IPC
+                        ? "shares a GPU only between a colocated ipc pair (transport is not ipc)"
+                        : "pairs only trainer i with rollout i");
         }
     }
 

@@ -162,6 +162,17 @@ rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_beg
  */
 rf_status_t rf_plan_stage(rf_plan_t *p, const void *payload, size_t bytes, rf_err_t *err);
 
+/*
+ * rf_plan_apply with src in device memory of the storage's device (or mapped into it: a CUDA
+ * IPC arena of the colocated pair, a staging slot): the piece goes device to device through
+ * copy_rows on the accelerator's stream, with no staging. Enqueued, not waited for: the caller
+ * synchronizes the stream (rf_accel_sync) before the source may change (the ipc ACK).
+ * RF_ERR_UNSUPPORTED on host storage. Not collective.
+ */
+rf_status_t rf_plan_apply_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                                 uint64_t row_end, const void *src, uint32_t chunk,
+                                 rf_err_t *err);
+
 /* Finalize: missing applications (RF_ERR_MISSING), the deferred stage, signature
  * re-verification (RF_ERR_MOVED naming the slot). */
 rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err);
