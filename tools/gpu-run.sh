@@ -2,7 +2,8 @@
 # tools/gpu-run.sh: the one script run on the GPU host (shared/device/README.md). It
 # configures a CUDA build, builds the GPU test programs and refit-run, runs `ctest -L gpu`
 # (the accelerator kernels vs the host reference, refit-run end to end with rollout storage on
-# GPU 0 on every jobs/topologies/gpu/ topology, GPU vs CPU storage digests) and
+# GPU 0 on every jobs/topologies/gpu/ topology, colocated CUDA IPC pairs sharing GPU 0, GPU vs
+# CPU storage digests) and
 # compute-sanitizer memcheck on the GPU test program and on one tiny-fixture GPU refit-run
 # (mpirun -np 2, every rank wrapped), and writes every log under ${OUT:-gpu-out}/
 # (summary.txt says what passed). Exit status 0 only when every step passed
@@ -107,6 +108,19 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
     fi
     step "compute-sanitizer memcheck refit-run (gpu/llama-tiny)" $rc
     grep -E 'ERROR SUMMARY|^refit: ' "$out/memcheck-refit-run.log" >> "$summary"
+    # colocated CUDA IPC under memcheck: both ranks on GPU 0, arenas exported / imported
+    (cd "$root" && timeout 480 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+        compute-sanitizer --tool memcheck --error-exitcode 99 \
+        "$build/refit-run" --topology jobs/topologies/gpu/colocated-llama-tiny.yaml \
+        --checkpoint tests/data/llama-tiny --reference tests/data/llama-tiny/tensors.reference.json \
+        --steps 2 --cold-check --storage-digest --profile-dir "$build/memcheck-ipc-profile") \
+        > "$out/memcheck-refit-run-ipc.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && ! grep -q 'refit: COMMITTED 2 update(s)' "$out/memcheck-refit-run-ipc.log"; then
+        rc=5
+    fi
+    step "compute-sanitizer memcheck refit-run (gpu/colocated-llama-tiny, CUDA IPC)" $rc
+    grep -E 'ERROR SUMMARY|^refit: ' "$out/memcheck-refit-run-ipc.log" >> "$summary"
 else
     echo "compute-sanitizer not found" > "$out/memcheck.log"
     step "compute-sanitizer memcheck" 4
