@@ -1843,6 +1843,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             if (is_rollout(j)) {
                 const rf_p2p_recv_t *me = &j->p2p_s.recv[j->rank - j->T];
                 cfg.plan = me->plan;
+                cfg.items = me->items;
                 cfg.receivers = &me->rank;
                 cfg.n_receivers = 1;
             }
@@ -1867,6 +1868,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                     rv->plan->stages[j->rank].chunk_count == 0)
                     continue;
                 cfg.plan = rv->plan;
+                cfg.items = rv->items;
                 cfg.receivers = &rv->rank;
                 cfg.n_receivers = 1;
                 st = rf_xfer_send(j->xfer, &cfg, p2p_pack, &pc, &err);
