@@ -248,7 +248,9 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
             need = "a stage sender";
         break;
     case RF_FAULT_GATHER_DROP:
-        if (info.role != RF_ROLE_TRAINER || sender || info.c != 0 || info.d != 0)
+        if (j->p2p)
+            need = "a gather contributor, and p2p has no gather (use drop-chunk)";
+        else if (info.role != RF_ROLE_TRAINER || sender || info.c != 0 || info.d != 0)
             need = "a trainer rank that contributes to its stage's gather";
         break;
     case RF_FAULT_WRONG_DTYPE:

@@ -32,13 +32,14 @@ endforeach()
 refit_run_test(p2p_small_chunks 4 ok "refit: COMMITTED 3 update\\(s\\)"
                --topology ${TTOPO}/llama-tiny-tp2-to-2xtp1-p2p-faults.yaml --cold-check --steps 3)
 
-# faults: fail closed naming the pair's chunk, recover on the next update
+# faults: fail closed naming the pair's chunk, recover on the next update (both receivers see
+# the fault; the verdict names whichever reported it first, the other reports PEER)
 set(P2P_FTOPO ${CMAKE_CURRENT_SOURCE_DIR}/topologies/llama-tiny-tp2-to-2xtp1-p2p-faults.yaml)
 fault_test(p2p_drop_chunk 4 ${P2P_FTOPO}
-           "verdict +rank 2: RF_ERR_SEQUENCE: update 2: chunk seq 0 \\(stage 0\\) from rank 0: gap in the sequence: header carries seq 1, expected 0"
+           "verdict +rank [23]: RF_ERR_SEQUENCE: update 2: chunk seq 0 \\(stage 0\\) from rank 0: gap in the sequence: header carries seq 1, expected 0"
            "rollout paused: yes" ${RECOVERED} ARGS --inject-fault drop-chunk)
 fault_test(p2p_corrupt_chunk 4 ${P2P_FTOPO}
-           "verdict +rank 2: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch.*before unpacking"
+           "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch.*before unpacking"
            "rollout paused: yes; storage unchanged: yes" ${RECOVERED}
            ARGS --integrity --inject-fault corrupt-chunk)
 
