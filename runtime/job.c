@@ -30,6 +30,7 @@
 #include "refit/job.h"
 #include "refit/log.h"
 #include "refit/manifest.h"
+#include "refit/p2p.h"
 #include "refit/quant.h"
 #include "refit/reference.h"
 #include "refit/safetensors.h"
@@ -124,6 +125,9 @@ typedef struct job {
     void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
     void *ipc_mirror;      /* trainer, ipc_dev: pinned host mirror the trainer produces into */
     uint64_t ipc_wbytes;   /* trainer, ipc_dev: bytes of both */
+    /* p2p mode: every trainer rank sends each rollout rank the rectangles it needs */
+    bool p2p;
+    rf_p2p_schedule_t p2p_s;
 } job_t;
 
 /* ---- fault injection (refit-run --inject-fault; docs/faults.md) ---------------------- */
@@ -250,7 +254,9 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
             need = "a stage sender";
         break;
     case RF_FAULT_GATHER_DROP:
-        if (info.role != RF_ROLE_TRAINER || sender || info.c != 0 || info.d != 0)
+        if (j->p2p)
+            need = "a gather contributor, and p2p has no gather (use drop-chunk)";
+        else if (info.role != RF_ROLE_TRAINER || sender || info.c != 0 || info.d != 0)
             need = "a trainer rank that contributes to its stage's gather";
         break;
     case RF_FAULT_WRONG_DTYPE:
@@ -378,6 +384,33 @@ static rf_status_t agree_status(job_t *j, MPI_Comm comm, rf_status_t st, rf_err_
     return (rf_status_t)rep.status;
 }
 
+/* p2p: what each trainer rank sends this rank of a tensor (the schedule's rectangles). */
+static int p2p_senders(void *ctx, int tensor, int *snd, int64_t (*rect)[4], int max)
+{
+    job_t *j = ctx;
+    rf_owner_t own[RF_MAX_OWNERS];
+    int n = rf_p2p_rects(&j->topo, &j->inv, j->rank, tensor, own);
+    n = n < max ? n : max;
+    for (int i = 0; i < n; i++) {
+        snd[i] = own[i].rank;
+        rect[i][0] = own[i].reg.r0;
+        rect[i][1] = own[i].reg.r1;
+        rect[i][2] = own[i].reg.c0;
+        rect[i][3] = own[i].reg.c1;
+    }
+    return n;
+}
+
+/* The reload plan: sender -1 (broadcast) or sender-keyed rectangles (p2p). */
+static rf_status_t job_plan_build(job_t *j, rf_plan_t *p, rf_storage_t *st, rf_format_t *fmt,
+                                  rf_err_t *err)
+{
+    if (j->p2p)
+        return rf_plan_build_p2p(p, &j->inv, &j->me.rc, st, fmt, j->o->policy, p2p_senders, j,
+                                 err);
+    return rf_plan_build(p, &j->inv, &j->me.rc, st, fmt, j->o->policy, err);
+}
+
 static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
 {
     RF_CHECK(rf_inventory_check_rollout(&j->inv, &j->me.rc, err));
@@ -394,7 +427,7 @@ static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
     j->fmt.accel = j->accel; /* NULL: runtime storage on the host */
     RF_CHECK(rf_storage_init(&j->st, j->inv.nmodules, err));
     RF_CHECK(rf_plan_alloc_storage(&j->inv, &j->me.rc, &j->fmt, &j->st, false, err));
-    RF_CHECK(rf_plan_build(&j->plan, &j->inv, &j->me.rc, &j->st, &j->fmt, j->o->policy, err));
+    RF_CHECK(job_plan_build(j, &j->plan, &j->st, &j->fmt, err));
     j->plan_ready = true;
     memcpy(j->plan_layers, j->plan.stats.layers, sizeof(j->plan_layers));
     rf_info("plan: %" PRIu64 " direct, %" PRIu64 " runtime-view, %" PRIu64 " layerwise layers",
@@ -722,10 +755,22 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     }
     st = setup_accel(j, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
-    if (j->topo.mode != RF_MODE_BROADCAST) {
+    j->p2p = j->topo.mode == RF_MODE_P2P;
+    if (j->p2p && (j->ipc || j->topo.r_ngpus > 0)) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: transfer.mode: %s is not implemented yet (broadcast only)",
-                        j->topo.file, rf_mode_name(j->topo.mode));
+                        "%s: transfer.mode: p2p runs on the mpi transport with host storage in "
+                        "this build (not %s%s)",
+                        j->topo.file, rf_transport_name(j->topo.transport),
+                        j->topo.r_ngpus > 0 ? " with rollout.gpus" : "");
+        return agree_status(j, MPI_COMM_WORLD, st, err);
+    }
+    if (j->p2p && j->topo.quantization != RF_QUANT_NONE) {
+        /* a trainer quantizes its own slice only when aligned; p2p rectangles of quantized
+         * tensors (block scales, packed words) are not scheduled yet */
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: transfer.mode: p2p supports unquantized models only in this build "
+                        "(quantization: %s); use mode: broadcast",
+                        j->topo.file, rf_quant_name(j->topo.quantization));
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
     MPI_Comm_split(MPI_COMM_WORLD, (int)j->me.role, j->rank, &j->role_comm);
@@ -809,7 +854,25 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         j->expect.chunks[(size_t)q * j->size + j->pair_of[q]] += 1;
         j->expect.bytes[(size_t)q * j->size + j->pair_of[q]] += RF_IPC_ACK_BYTES;
     }
-    for (int p = 0; p < j->cplan->n_stages && !j->ipc; p++) {
+    if (j->p2p) {
+        /* p2p: every (trainer rank, rollout rank) pair's chunks from the schedule */
+        st = rf_p2p_schedule_build(&j->topo, &j->inv, &j->man,
+                                   rf_xfer_plan_bytes(j->topo.chunk_bytes, j->integrity),
+                                   &j->p2p_s, err);
+        RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+        for (int r = 0; r < j->R; r++) {
+            const rf_chunk_plan_t *pl = j->p2p_s.recv[r].plan;
+            size_t d = (size_t)j->p2p_s.recv[r].rank;
+            for (int p = 0; p < pl->n_stages; p++) {
+                const rf_chunk_stage_range_t *sr = &pl->stages[p];
+                uint64_t per = RF_CHUNK_HEADER_BYTES + (j->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
+                j->expect.chunks[(size_t)p * j->size + d] += sr->chunk_count;
+                j->expect.bytes[(size_t)p * j->size + d] +=
+                    sr->payload_bytes + (uint64_t)sr->chunk_count * per;
+            }
+        }
+    }
+    for (int p = 0; p < j->cplan->n_stages && !j->ipc && !j->p2p; p++) {
         const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
         uint64_t bytes = sr->payload_bytes +
                          (uint64_t)sr->chunk_count *
@@ -881,6 +944,35 @@ static rf_status_t job_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_p
     return rf_trainer_pack(&c->j->tr, c->j->ctl, c->update, chunk, payload, c->deadline, err);
 }
 
+/* p2p sender: packs the rectangles of one chunk of receiver `recv`'s plan from this rank's
+ * own shard buffers. */
+typedef struct p2p_pack_ctx {
+    job_t *j;
+    uint32_t update;
+    double deadline;
+    const rf_p2p_recv_t *recv;
+} p2p_pack_ctx_t;
+
+static rf_status_t p2p_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
+                            void *payload, rf_err_t *err)
+{
+    p2p_pack_ctx_t *c = ctx;
+    if ((int64_t)chunk->seq == c->j->fault.seq && fault_here(c->j, c->update, RF_FAULT_EXIT))
+        fault_exit_now(c->j, "p2p sender, packing");
+    if ((int64_t)chunk->seq == c->j->fault.seq && fault_here(c->j, c->update, RF_FAULT_STALL))
+        fault_stall_now(c->j, c->deadline, "p2p sender, packing");
+    for (size_t k = 0; k < chunk->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &pieces[k];
+        const rf_p2p_rect_t *q = &c->recv->rects[pc->item];
+        rf_region_t part = q->reg;
+        part.r0 = q->reg.r0 + (int64_t)pc->row_begin;
+        part.r1 = q->reg.r0 + (int64_t)pc->row_end;
+        RF_CHECK(rf_trainer_copy_rect(&c->j->tr, q->entry, &part, (char *)payload + pc->offset,
+                                      err));
+    }
+    return RF_OK;
+}
+
 /* Keeps a copy of a chunk's payload for --cold-check (copy: owned, passed on). */
 static rf_status_t cold_keep(job_t *j, const rf_chunk_t *chunk, char *copy, rf_err_t *err)
 {
@@ -900,16 +992,36 @@ static rf_status_t cold_keep(job_t *j, const rf_chunk_t *chunk, char *copy, rf_e
 
 static rf_status_t chunk_hooks(job_t *j, const rf_chunk_t *chunk, rf_err_t *err);
 
+/* Applies one chunk's pieces to plan p: the global plan's (broadcast, sender -1) or this
+ * rank's p2p plan's rectangles (sender-keyed). */
+static rf_status_t apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
+                                const rf_chunk_piece_t *pieces, const void *payload,
+                                rf_err_t *err)
+{
+    const rf_p2p_recv_t *me = j->p2p ? &j->p2p_s.recv[j->rank - j->T] : NULL;
+    for (size_t k = 0; k < chunk->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &pieces[k];
+        const char *src = (const char *)payload + pc->offset;
+        if (me != NULL) {
+            const rf_p2p_rect_t *q = &me->rects[pc->item];
+            RF_CHECK(rf_plan_apply_rect(p, q->tensor, q->sender,
+                                        (uint64_t)q->reg.r0 + pc->row_begin,
+                                        (uint64_t)q->reg.r0 + pc->row_end, q->reg.c0, q->reg.c1,
+                                        q->reg.c1 - q->reg.c0, src, chunk->seq, err));
+        } else {
+            RF_CHECK(rf_plan_apply(p, j->man.entries[pc->item].tensor, -1, pc->row_begin,
+                                   pc->row_end, src, chunk->seq, err));
+        }
+    }
+    return RF_OK;
+}
+
 static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
                               const void *payload, rf_err_t *err)
 {
     job_t *j = ctx;
     RF_CHECK(rf_plan_stage(&j->plan, payload, chunk->payload_bytes, err)); /* GPU: one h2d */
-    for (size_t k = 0; k < chunk->piece_count; k++) {
-        const rf_chunk_piece_t *pc = &pieces[k];
-        RF_CHECK(rf_plan_apply(&j->plan, j->man.entries[pc->item].tensor, -1, pc->row_begin,
-                               pc->row_end, (const char *)payload + pc->offset, chunk->seq, err));
-    }
+    RF_CHECK(apply_pieces(j, &j->plan, chunk, pieces, payload, err));
     if (j->o->cold_check) {
         char *copy = malloc(chunk->payload_bytes + 1);
         if (copy == NULL)
@@ -1665,7 +1777,7 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
     RF_CHECK(rf_storage_init(&cst, j->inv.nmodules, err));
     st = rf_plan_alloc_storage(&j->inv, &j->me.rc, &fmt, &cst, false, err);
     if (st == RF_OK)
-        st = rf_plan_build(&cp, &j->inv, &j->me.rc, &cst, &fmt, j->o->policy, err);
+        st = job_plan_build(j, &cp, &cst, &fmt, err);
     if (st != RF_OK) {
         rf_storage_free(&cst);
         return st;
@@ -1676,12 +1788,10 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
         st = rf_plan_begin(&cp, v, err);
     for (size_t c = 0; c < j->ncold && st == RF_OK; c++) {
         const rf_chunk_t *ch = j->cold[c].chunk;
+        const rf_chunk_plan_t *pl = j->p2p ? j->p2p_s.recv[j->rank - j->T].plan : j->cplan;
         st = rf_plan_stage(&cp, j->cold[c].payload, ch->payload_bytes, err);
-        for (size_t k = 0; k < ch->piece_count && st == RF_OK; k++) {
-            const rf_chunk_piece_t *pc = &j->cplan->pieces[ch->piece_begin + k];
-            st = rf_plan_apply(&cp, j->man.entries[pc->item].tensor, -1, pc->row_begin,
-                               pc->row_end, j->cold[c].payload + pc->offset, ch->seq, err);
-        }
+        if (st == RF_OK)
+            st = apply_pieces(j, &cp, ch, &pl->pieces[ch->piece_begin], j->cold[c].payload, err);
     }
     if (st == RF_OK)
         st = rf_plan_finalize(&cp, err);
@@ -1830,6 +1940,17 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         if (!is_rollout(j))
             j->tr.fault_skip_seq = fault_here(j, v, RF_FAULT_GATHER_DROP) ? j->fault.seq : -1;
         t = rf_time_now();
+        if (j->p2p) {
+            /* p2p: this rank's own plan (rollout) or one plan per receiver (trainer) */
+            cfg.stage_senders = j->p2p_s.senders;
+            if (is_rollout(j)) {
+                const rf_p2p_recv_t *me = &j->p2p_s.recv[j->rank - j->T];
+                cfg.plan = me->plan;
+                cfg.items = me->items;
+                cfg.receivers = &me->rank;
+                cfg.n_receivers = 1;
+            }
+        }
         if (is_rollout(j)) {
             st = rf_xfer_recv(j->xfer, &cfg, job_unpack, j, &err);
             j->js.receive_s = rf_time_now() - t;
@@ -1839,6 +1960,21 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                 j->js.finalize_s = rf_time_now() - t;
                 if (st != RF_OK)
                     rf_ctl_abort(j->ctl, st, err.msg);
+            }
+        } else if (j->p2p) {
+            /* receivers in world-rank order on every sender, senders in order on every
+             * receiver (the plan's stages): no cycle of waits */
+            for (int r = 0; r < j->R && st == RF_OK; r++) {
+                const rf_p2p_recv_t *rv = &j->p2p_s.recv[r];
+                p2p_pack_ctx_t pc = {j, v, deadline, rv};
+                if (rv->plan->n_stages <= j->rank ||
+                    rv->plan->stages[j->rank].chunk_count == 0)
+                    continue;
+                cfg.plan = rv->plan;
+                cfg.items = rv->items;
+                cfg.receivers = &rv->rank;
+                cfg.n_receivers = 1;
+                st = rf_xfer_send(j->xfer, &cfg, p2p_pack, &pc, &err);
             }
         } else if (j->tr.sender) {
             pack_ctx_t pc = {j, v, deadline};
@@ -2062,6 +2198,7 @@ static void teardown(job_t *j)
     if (j->ck)
         rf_ckpt_close(j->ck);
     rf_chunk_plan_destroy(j->cplan);
+    rf_p2p_schedule_free(&j->p2p_s);
     free(j->items);
     free(j->senders);
     free(j->receivers);

@@ -45,16 +45,33 @@ rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *s)
  * destination whose rows are one contiguous run becomes a single row) and returns whether
  * the intersection is non-empty.
  */
+/* The piece holds columns [cb, ce) of its rows, src_pitch elements apart (full-width pieces:
+ * cb = 0, ce = pitch = src_row_elems). */
+static bool rect_rows(const rf_dst_t *dst, int64_t expert, const char *src, rf_dtype_t sdt,
+                      uint64_t rb, uint64_t re, int64_t src_lo, int64_t nrows, int64_t dst_off,
+                      int64_t c0, int64_t nc, int64_t src_row_elems, int64_t cb, int64_t ce,
+                      int64_t src_pitch, rf_accel_rows_t *out);
+
 static bool piece_rows(const rf_dst_t *dst, int64_t expert, const char *src, rf_dtype_t sdt,
                        uint64_t rb, uint64_t re, int64_t src_lo, int64_t nrows, int64_t dst_off,
                        int64_t c0, int64_t nc, int64_t src_row_elems, rf_accel_rows_t *out)
+{
+    return rect_rows(dst, expert, src, sdt, rb, re, src_lo, nrows, dst_off, c0, nc, src_row_elems,
+                     0, src_row_elems, src_row_elems, out);
+}
+
+static bool rect_rows(const rf_dst_t *dst, int64_t expert, const char *src, rf_dtype_t sdt,
+                      uint64_t rb, uint64_t re, int64_t src_lo, int64_t nrows, int64_t dst_off,
+                      int64_t c0, int64_t nc, int64_t src_row_elems, int64_t cb, int64_t ce,
+                      int64_t src_pitch, rf_accel_rows_t *out)
 {
     int64_t lo = (int64_t)rb > src_lo ? (int64_t)rb : src_lo;
     int64_t hi = (int64_t)re < src_lo + nrows ? (int64_t)re : src_lo + nrows;
     size_t es = dst->esize, ses = rf_dtype_size(sdt);
     /* only FP8 block scales convert (2-byte bf16 / f16 into 4-byte f32 slots) */
     bool same = ses == es || dst->dtype != RF_DTYPE_F32;
-    if (hi <= lo || nc <= 0)
+    int64_t C0 = c0 > cb ? c0 : cb, C1 = c0 + nc < ce ? c0 + nc : ce;
+    if (hi <= lo || nc <= 0 || C1 <= C0)
         return false;
     if (same)
         ses = es;
@@ -62,13 +79,14 @@ static bool piece_rows(const rf_dst_t *dst, int64_t expert, const char *src, rf_
     out->dst = rf_accel_dst_from(dst);
     out->expert = expert;
     out->dst_row = dst_off + (lo - src_lo);
-    out->dst_col = 0;
-    out->src = src + ((size_t)(lo - (int64_t)rb) * src_row_elems + c0) * ses;
+    out->dst_col = C0 - c0;
+    out->src = src + ((size_t)(lo - (int64_t)rb) * src_pitch + (C0 - cb)) * ses;
     out->src_dtype = same ? dst->dtype : sdt;
-    out->src_pitch = src_row_elems;
+    out->src_pitch = src_pitch;
     out->rows = hi - lo;
-    out->cols = nc;
-    if (same && dst->col_stride == 1 && nc == src_row_elems && dst->row_stride == nc) {
+    out->cols = C1 - C0;
+    if (same && dst->col_stride == 1 && nc == src_row_elems && dst->row_stride == nc &&
+        cb == 0 && ce == nc && src_pitch == nc) {
         /* whole rows, contiguous on both sides: one run */
         out->cols = out->rows * nc;
         out->src_pitch = out->cols;
@@ -90,18 +108,23 @@ static void to_units(int64_t u, int64_t *lo, int64_t *n, int64_t *off)
     *n = end - *lo;
 }
 
-bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
-                        int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
-                        uint64_t row_begin, uint64_t row_end, rf_accel_rows_t *out)
+/* This rank's need of a tensor: source rows [lo, lo + n), columns [c0, c0 + nc) of rows
+ * `width` elements wide, landing at destination row off. false: nothing stored. */
+typedef struct need {
+    int64_t lo, n, off, c0, nc, width;
+} need_t;
+
+static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                    need_t *o)
 {
     const rf_model_config_t *c = &inv->cfg;
     const rf_tensor_t *t = &inv->tensors[tensor];
     const rf_module_t *m = &inv->modules[t->module];
     int64_t T = rc->tp, r = rc->tp_rank, u = rf_tensor_row_unit(t);
     int64_t rows = (int64_t)rf_tensor_rows(t);
-    int64_t width = t->ndim >= 2 ? (int64_t)(t->numel / (uint64_t)rows) : 1;
+    int64_t width = t->ndim >= 2 && rows ? (int64_t)(t->numel / (uint64_t)rows) : 1;
     bool is_bias = t->ndim == 1;
-    int64_t lo = 0, n = rows, off = 0;
+    int64_t lo = 0, n = rows, off = 0, c0 = 0, nc = width;
 
     if (t->slot < 0)
         return false; /* wna16 weight_shape: checked by the planner, never stored */
@@ -139,10 +162,14 @@ bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc
         break;
     }
     case RF_MOD_ROW:
-        if (is_bias)
-            return piece_rows(dst, 0, src, sdt, row_begin, row_end, 0, rows, 0, 0, 1, 1, out);
-        return piece_rows(dst, 0, src, sdt, row_begin, row_end, 0, rows, 0, r * (width / T),
-                          width / T, width, out);
+        if (is_bias) {
+            nc = 1;
+            width = 1;
+            break;
+        }
+        c0 = r * (width / T);
+        nc = width / T;
+        break;
     case RF_MOD_MOE: {
         int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
         int64_t rm = rc->ep > 1 ? 0 : (int64_t)rc->dp_rank * rc->tp + rc->tp_rank;
@@ -152,15 +179,57 @@ bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc
             n = Ip;
             off = t->shard * Ip;
             to_units(u, &lo, &n, &off);
-            return piece_rows(dst, local_expert, src, sdt, row_begin, row_end, lo, n, off, 0, width,
-                              width, out);
+            break;
         }
         /* w2: columns [r_m I_p, (r_m + 1) I_p) in the tensor's own column units */
-        return piece_rows(dst, local_expert, src, sdt, row_begin, row_end, 0, rows, 0,
-                          rm * (width / Tm), width / Tm, width, out);
+        c0 = rm * (width / Tm);
+        nc = width / Tm;
+        break;
     }
     }
-    return piece_rows(dst, 0, src, sdt, row_begin, row_end, lo, n, off, 0, width, width, out);
+    *o = (need_t){lo, n, off, c0, nc, width};
+    return true;
+}
+
+bool rf_load_need(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                  int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1)
+{
+    need_t nd;
+    const rf_tensor_t *t = &inv->tensors[tensor];
+    if (t->expert >= 0 && rf_moe_local_index(inv->cfg.num_experts, rc, t->expert) < 0)
+        return false;
+    if (!need_of(inv, rc, tensor, &nd) || nd.n <= 0 || nd.nc <= 0)
+        return false;
+    *r0 = nd.lo;
+    *r1 = nd.lo + nd.n;
+    *c0 = nd.c0;
+    *c1 = nd.c0 + nd.nc;
+    return true;
+}
+
+bool rf_load_rect_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t local_expert, const rf_dst_t *dst, const void *src,
+                       rf_dtype_t sdt, uint64_t row_begin, uint64_t row_end, int64_t col_begin,
+                       int64_t col_end, int64_t src_pitch, rf_accel_rows_t *out)
+{
+    need_t nd;
+    const rf_tensor_t *t = &inv->tensors[tensor];
+    if (!need_of(inv, rc, tensor, &nd))
+        return false;
+    return rect_rows(dst, inv->modules[t->module].kind == RF_MOD_MOE ? local_expert : 0, src, sdt, row_begin, row_end, nd.lo,
+                     nd.n, nd.off, nd.c0, nd.nc, nd.width, col_begin, col_end, src_pitch, out);
+}
+
+bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                        int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
+                        uint64_t row_begin, uint64_t row_end, rf_accel_rows_t *out)
+{
+    need_t nd;
+    const rf_tensor_t *t = &inv->tensors[tensor];
+    if (!need_of(inv, rc, tensor, &nd))
+        return false;
+    return piece_rows(dst, inv->modules[t->module].kind == RF_MOD_MOE ? local_expert : 0, src, sdt, row_begin, row_end, nd.lo,
+                      nd.n, nd.off, nd.c0, nd.nc, nd.width, out);
 }
 
 uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,

@@ -269,6 +269,17 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
                           rf_storage_t *st, rf_format_t *fmt, rf_reload_policy_t policy,
                           rf_err_t *err)
 {
+    return rf_plan_build_p2p(p, inv, rc, st, fmt, policy, NULL, NULL, err);
+}
+
+#define PLAN_MAX_SENDERS 64
+
+rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
+                              const rf_rollout_coords_t *rc, rf_storage_t *st, rf_format_t *fmt,
+                              rf_reload_policy_t policy, rf_plan_senders_fn senders_fn,
+                              void *ctx, rf_err_t *err)
+{
+    size_t cap = (size_t)inv->ntensors + 1;
     memset(p, 0, sizeof(*p));
     p->inv = inv;
     p->rc = *rc;
@@ -290,10 +301,11 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
                           fmt->ops->name, st->accel->device);
     p->nlayers = inv->nmodules;
     p->layers = calloc((size_t)p->nlayers + 1, sizeof(rf_layer_t));
-    p->apps = calloc((size_t)inv->ntensors + 1, sizeof(rf_app_t));
+    if (senders_fn != NULL)
+        cap = cap * PLAN_MAX_SENDERS;
+    p->apps = calloc(cap, sizeof(rf_app_t));
     p->app_index = malloc(sizeof(rf_map_t));
-    if (!p->layers || !p->apps || !p->app_index ||
-        rf_map_init(p->app_index, (size_t)inv->ntensors) != RF_OK) {
+    if (!p->layers || !p->apps || !p->app_index || rf_map_init(p->app_index, cap) != RF_OK) {
         free(p->app_index);
         p->app_index = NULL;
         rf_plan_free(p);
@@ -304,10 +316,24 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
         const rf_module_t *mod = &inv->modules[m];
         p->layers[m].app_first = p->napps;
         for (int j = 0; j < mod->ntensors; j++) {
-            const rf_tensor_t *t = &inv->tensors[mod->tensors[j]];
+          const rf_tensor_t *t = &inv->tensors[mod->tensors[j]];
+          int snd[PLAN_MAX_SENDERS];
+          int64_t rect[PLAN_MAX_SENDERS][4];
+          int ns = 1;
+          snd[0] = -1;
+          rect[0][0] = 0;
+          rect[0][1] = (int64_t)rf_tensor_rows(t);
+          rect[0][2] = 0;
+          rect[0][3] = rect[0][1] ? (int64_t)(t->numel / (uint64_t)rect[0][1]) : 1;
+          if (senders_fn != NULL)
+              ns = senders_fn(ctx, mod->tensors[j], snd, rect, PLAN_MAX_SENDERS);
+          for (int q = 0; q < ns; q++) {
             rf_app_t *a = &p->apps[p->napps];
             a->tensor = mod->tensors[j];
-            a->sender = -1;
+            a->sender = snd[q];
+            a->row0 = rect[q][0];
+            a->col0 = rect[q][2];
+            a->col1 = rect[q][3];
             a->layer = m;
             a->slot = t->slot;
             a->shard = t->shard;
@@ -315,7 +341,7 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
             a->local_expert =
                 t->expert >= 0 ? rf_moe_local_index(inv->cfg.num_experts, rc, t->expert) : 0;
             a->declined = t->expert >= 0 && a->local_expert < 0;
-            a->rows = rf_tensor_rows(t);
+            a->rows = (uint64_t)(rect[q][1] - rect[q][0]);
             a->src_dtype = t->dtype;
             if (t->param == RF_PARAM_WEIGHT_SHAPE) {
                 char sib[RF_NAME_MAX];
@@ -333,6 +359,7 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
                 return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
             }
             p->napps++;
+          }
         }
         p->layers[m].napps = p->napps - p->layers[m].app_first;
     }
@@ -586,7 +613,8 @@ static rf_status_t stage_rebase(rf_plan_t *p, const rf_app_t *a, uint64_t row_be
                                 uint32_t chunk, rf_err_t *err)
 {
     const rf_tensor_t *t = &p->inv->tensors[a->tensor];
-    uint64_t width = a->rows ? t->numel / a->rows : 0;
+    uint64_t width = a->sender >= 0 ? (uint64_t)(a->col1 - a->col0) /* p2p: packed rectangle */
+                                     : (a->rows ? t->numel / a->rows : 0);
     size_t piece = (size_t)((row_end - row_begin) * width * rf_dtype_size(a->src_dtype));
     const char *s = src, *h = p->stage_host;
     if (h == NULL || s < h || s + piece > h + p->stage_bytes) {
@@ -599,13 +627,15 @@ static rf_status_t stage_rebase(rf_plan_t *p, const rf_app_t *a, uint64_t row_be
 }
 
 static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                              uint64_t row_end, const void *src, bool src_dev, uint32_t chunk,
+                              uint64_t row_end, bool rect, int64_t col_begin, int64_t col_end,
+                              int64_t src_pitch, const void *src, bool src_dev, uint32_t chunk,
                               rf_err_t *err);
 
 rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
                           uint64_t row_end, const void *src, uint32_t chunk, rf_err_t *err)
 {
-    return plan_apply(p, tensor, sender, row_begin, row_end, src, false, chunk, err);
+    return plan_apply(p, tensor, sender, row_begin, row_end, false, 0, 0, 0, src, false, chunk,
+                      err);
 }
 
 rf_status_t rf_plan_apply_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
@@ -616,11 +646,21 @@ rf_status_t rf_plan_apply_device(rf_plan_t *p, int tensor, int sender, uint64_t 
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
                           "chunk %u: a device-memory source needs runtime storage on a device",
                           chunk);
-    return plan_apply(p, tensor, sender, row_begin, row_end, src, true, chunk, err);
+    return plan_apply(p, tensor, sender, row_begin, row_end, false, 0, 0, 0, src, true, chunk,
+                      err);
+}
+
+rf_status_t rf_plan_apply_rect(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                               uint64_t row_end, int64_t col_begin, int64_t col_end,
+                               int64_t src_pitch, const void *src, uint32_t chunk, rf_err_t *err)
+{
+    return plan_apply(p, tensor, sender, row_begin, row_end, true, col_begin, col_end, src_pitch,
+                      src, false, chunk, err);
 }
 
 static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                              uint64_t row_end, const void *src, bool src_dev, uint32_t chunk,
+                              uint64_t row_end, bool rect, int64_t col_begin, int64_t col_end,
+                              int64_t src_pitch, const void *src, bool src_dev, uint32_t chunk,
                               rf_err_t *err)
 {
     uint64_t idx;
@@ -644,6 +684,22 @@ static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row
                           "chunk %u: rows [%llu, %llu) of %s arrived after layer %s completed",
                           chunk, (unsigned long long)row_begin, (unsigned long long)row_end,
                           tname, p->inv->modules[L->module].name);
+    if (rect && (col_begin != a->col0 || col_end != a->col1))
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "chunk %u: %s from sender %d: columns [%lld, %lld), expected "
+                          "[%lld, %lld)",
+                          chunk, tname, sender, (long long)col_begin, (long long)col_end,
+                          (long long)a->col0, (long long)a->col1);
+    if (rect) { /* the cursor runs over the rectangle's rows */
+        if (row_begin < (uint64_t)a->row0)
+            return rf_err_set(err, RF_ERR_SEQUENCE,
+                              "chunk %u: rows [%llu, %llu) of %s from sender %d: before its "
+                              "rectangle (row %lld)",
+                              chunk, (unsigned long long)row_begin, (unsigned long long)row_end,
+                              tname, sender, (long long)a->row0);
+        row_begin -= (uint64_t)a->row0;
+        row_end -= (uint64_t)a->row0;
+    }
     if (row_begin != a->cursor || row_end <= row_begin || row_end > a->rows)
         return rf_err_set(err, RF_ERR_SEQUENCE,
                           "chunk %u: rows [%llu, %llu) of %s: %s (expected row %llu of %llu)",
@@ -688,8 +744,15 @@ static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row
         rf_accel_rows_t rows;
         if (L->mode == RF_PLAN_LAYERWISE && L->scratch[0] == NULL)
             RF_CHECK(layer_scratch(p, L, err));
-        if (rf_load_piece_rows(p->inv, &p->rc, tensor, a->local_expert, &L->dst[a->slot], src,
-                               a->src_dtype, row_begin, row_end, &rows)) {
+        bool any = rect ? rf_load_rect_rows(p->inv, &p->rc, tensor, a->local_expert,
+                                            &L->dst[a->slot], src, a->src_dtype,
+                                            row_begin + (uint64_t)a->row0,
+                                            row_end + (uint64_t)a->row0, col_begin, col_end,
+                                            src_pitch, &rows)
+                        : rf_load_piece_rows(p->inv, &p->rc, tensor, a->local_expert,
+                                             &L->dst[a->slot], src, a->src_dtype, row_begin,
+                                             row_end, &rows);
+        if (any) {
             rf_accel_t *ax = plan_ax(p);
             if (p->dev && !src_dev) /* a device source is copied device to device as it is */
                 RF_CHECK(stage_rebase(p, a, row_begin, row_end, src, &rows, chunk, err));
@@ -849,13 +912,20 @@ rf_status_t rf_plan_read_model(rf_plan_t *p, int layer, void *const *bufs, rf_er
 
 rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype, rf_err_t *err)
 {
+    rf_app_t *a = NULL;
     uint64_t idx;
-    if (!rf_map_get(p->app_index, app_key(tensor, -1), &idx))
+    if (rf_map_get(p->app_index, app_key(tensor, -1), &idx))
+        a = &p->apps[idx]; /* broadcast: one application per tensor */
+    for (int i = 0; i < p->napps && a == NULL; i++)
+        if (p->apps[i].tensor == tensor)
+            a = &p->apps[i];
+    if (a == NULL)
         return RF_OK; /* not received here */
-    rf_app_t *a = &p->apps[idx];
     const rf_tensor_t *t = &p->inv->tensors[tensor];
     if (dtype == t->dtype) {
-        a->src_dtype = dtype;
+        for (int i = 0; i < p->napps; i++)
+            if (p->apps[i].tensor == tensor)
+                p->apps[i].src_dtype = dtype;
         return RF_OK;
     }
     bool ok = (t->param == RF_PARAM_WEIGHT_SCALE_INV &&

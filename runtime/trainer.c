@@ -91,6 +91,12 @@ bool rf_trainer_shard(const rf_topology_t *topo, const rf_inventory_t *inv, cons
 int rf_trainer_owners(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
                       rf_owner_t out[RF_MAX_OWNERS])
 {
+    return rf_trainer_owners_replica(topo, inv, t, 0, out);
+}
+
+int rf_trainer_owners_replica(const rf_topology_t *topo, const rf_inventory_t *inv,
+                              const rf_tensor_t *t, int replica, rf_owner_t out[RF_MAX_OWNERS])
+{
     int n = 0;
     int p = rf_topology_layer_stage(topo, t->layer, inv->cfg.num_hidden_layers);
     if (t->expert >= 0) {
@@ -98,11 +104,11 @@ int rf_trainer_owners(const rf_topology_t *topo, const rf_inventory_t *inv, cons
         int etp = topo->t_etp, ep = topo->t_ep, edp = T / (etp * ep * topo->t_pp);
         int64_t per = inv->cfg.num_experts / ep;
         int q = (int)(t->expert / per);
-        (void)edp;
         for (int u = 0; u < etp && n < RF_MAX_OWNERS; u++) {
             if (u > 0 && t->split == RF_SPLIT_REPLICATED)
                 break;
-            rf_owner_t o = {u + etp * (q + ep * (0 + edp * p)), region_split(t, t->split, u, etp)};
+            int x = edp > 0 ? replica % edp : 0;
+            rf_owner_t o = {u + etp * (q + ep * (x + edp * p)), region_split(t, t->split, u, etp)};
             if (!region_empty(&o.reg))
                 out[n++] = o;
         }
@@ -111,7 +117,7 @@ int rf_trainer_owners(const rf_topology_t *topo, const rf_inventory_t *inv, cons
     for (int tr = 0; tr < topo->t_tp && n < RF_MAX_OWNERS; tr++) {
         if (tr > 0 && t->split == RF_SPLIT_REPLICATED)
             break;
-        rf_owner_t o = {rf_topology_trainer_rank(topo, tr, 0, 0, p),
+        rf_owner_t o = {rf_topology_trainer_rank(topo, tr, 0, replica % topo->t_dp, p),
                         region_split(t, t->split, tr, topo->t_tp)};
         if (!region_empty(&o.reg))
             out[n++] = o;
@@ -819,5 +825,28 @@ rf_status_t rf_trainer_drain(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, d
     if (drained)
         rf_info("trainer rank %d: drained %" PRIu64 " stale gather message(s) of update %u",
                 tr->me.world_rank, drained, update);
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
+                                 void *dst, rf_err_t *err)
+{
+    const rf_region_t *reg = &tr->reg[entry];
+    if (entry < 0 || entry >= tr->man->n || !tr->has[entry] || rect->r0 < reg->r0 ||
+        rect->r1 > reg->r1 || rect->c0 < reg->c0 || rect->c1 > reg->c1 || rect->r1 < rect->r0 ||
+        rect->c1 < rect->c0)
+        return rf_err_set(err, RF_ERR_INVALID,
+                          "trainer rank %d: p2p rectangle rows [%lld, %lld) x columns [%lld, "
+                          "%lld) of %s is not inside its shard",
+                          tr->me.world_rank, (long long)rect->r0, (long long)rect->r1,
+                          (long long)rect->c0, (long long)rect->c1,
+                          entry >= 0 && entry < tr->man->n ? tr->man->entries[entry].name : "?");
+    size_t es = entry_es(tr, entry);
+    size_t pitch = (size_t)(reg->c1 - reg->c0) * es;
+    size_t run = (size_t)(rect->c1 - rect->c0) * es;
+    for (int64_t r = rect->r0; r < rect->r1; r++)
+        memcpy((char *)dst + (size_t)(r - rect->r0) * run,
+               tr->buf[entry] + (size_t)(r - reg->r0) * pitch + (size_t)(rect->c0 - reg->c0) * es,
+               run);
     return RF_OK;
 }

@@ -65,6 +65,25 @@ bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc
                         rf_dtype_t src_dtype, uint64_t row_begin, uint64_t row_end,
                         rf_accel_rows_t *rows);
 
+/*
+ * p2p (DESIGN.md section 9): the rectangle of checkpoint tensor `tensor` this rank's loaders
+ * read, rows [*r0, *r1) x columns [*c0, *c1) in the tensor's own units. false when the rank
+ * stores nothing of it (non-local expert, wna16 weight_shape, empty slice). Pure.
+ */
+bool rf_load_need(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                  int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1);
+
+/*
+ * rf_load_piece_rows for a rectangle: src holds rows [row_begin, row_end) x columns
+ * [col_begin, col_end) of the tensor, src_pitch elements between rows (in src_dtype). Writes
+ * the intersection with this rank's slice. false: empty intersection.
+ */
+bool rf_load_rect_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t local_expert, const rf_dst_t *dst, const void *src,
+                       rf_dtype_t src_dtype, uint64_t row_begin, uint64_t row_end,
+                       int64_t col_begin, int64_t col_end, int64_t src_pitch,
+                       rf_accel_rows_t *rows);
+
 /* The vocab padding arithmetic of rf_load_vocab_pad: the local padding rows are
  * [*row_begin_p, *row_begin_p + return value), columns [0, *cols_p). 0 for other modules. */
 uint64_t rf_load_vocab_pad_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,

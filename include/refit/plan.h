@@ -66,7 +66,9 @@ typedef struct rf_app {
     int expert;          /* global expert id or -1 */
     int64_t local_expert;
     uint64_t rows;       /* rows the key expects (rf_tensor_rows) */
-    uint64_t cursor;     /* next expected row */
+    uint64_t cursor;     /* next expected row (relative to row0) */
+    int64_t row0;        /* p2p: first tensor row of the sender's rectangle (broadcast: 0) */
+    int64_t col0, col1;  /* p2p: the rectangle's columns (broadcast: the full width) */
     bool declined;
     rf_dtype_t src_dtype; /* dtype the source sends (the manifest's; FP8 scales may be bf16) */
     int64_t shape_nk[2];  /* wna16 weight_shape: the [N, K] it must carry */
@@ -135,6 +137,19 @@ rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_roll
                           rf_storage_t *st, rf_format_t *fmt, rf_reload_policy_t policy,
                           rf_err_t *err);
 void rf_plan_free(rf_plan_t *p);
+/*
+ * p2p: what rank `sender` sends this rank of `tensor`: rows [r0, r1) x columns [c0, c1).
+ * Fills up to `max` entries and returns the count (0: nothing arrives for the tensor).
+ */
+typedef int (*rf_plan_senders_fn)(void *ctx, int tensor, int *senders, int64_t (*rects)[4],
+                                  int max);
+/* rf_plan_build with sender-keyed applications (p2p): one per (tensor, sender) that `senders`
+ * lists, expecting exactly that rectangle's rows. Tensors nobody sends are not expected. */
+rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
+                              const rf_rollout_coords_t *rc, rf_storage_t *st, rf_format_t *fmt,
+                              rf_reload_policy_t policy, rf_plan_senders_fn senders, void *ctx,
+                              rf_err_t *err);
+
 
 /* Sets the dtype the source sends for `tensor` (from the agreed manifest). Errors when the
  * format does not allow it (only FP8 block scales may arrive as bf16 / f16 for fp32 slots, and
@@ -152,6 +167,16 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err);
  */
 rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
                           uint64_t row_end, const void *src, uint32_t chunk, rf_err_t *err);
+
+/*
+ * p2p: rows [row_begin, row_end) (tensor rows) of the rectangle `sender` sends, columns
+ * [col_begin, col_end) (must equal the application's), src_pitch elements between rows. Same
+ * checks as rf_plan_apply; the cursor runs over the rectangle's rows.
+ */
+rf_status_t rf_plan_apply_rect(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                               uint64_t row_end, int64_t col_begin, int64_t col_end,
+                               int64_t src_pitch, const void *src, uint32_t chunk,
+                               rf_err_t *err);
 
 /*
  * Device storage: copies one received chunk payload (host memory, `bytes` bytes) to the device

@@ -50,6 +50,10 @@ bool rf_trainer_shard(const rf_topology_t *topo, const rf_inventory_t *inv, cons
 /* The copies of record that tile tensor t (empty regions dropped). Returns the count. */
 int rf_trainer_owners(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
                       rf_owner_t out[RF_MAX_OWNERS]);
+/* The same tiling from DP replica `replica` (dense: d = replica mod DP, cp 0; experts:
+ * x = replica mod EDP). Replica 0 is the copies of record. */
+int rf_trainer_owners_replica(const rf_topology_t *topo, const rf_inventory_t *inv,
+                              const rf_tensor_t *t, int replica, rf_owner_t out[RF_MAX_OWNERS]);
 
 typedef struct rf_trainer_stats {
     uint64_t bytes_produced;    /* bytes of this rank's shards produced this update */
@@ -130,6 +134,12 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
  * stage sender (at most `buffers` messages in flight). */
 rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, int buffers,
                                   double deadline, rf_err_t *err);
+
+/* p2p: copies rectangle `rect` of manifest entry `entry` (inside this rank's own shard) to dst,
+ * rows packed contiguously ((c1 - c0) elements each). RF_ERR_INVALID when it is not inside the
+ * shard. Local. */
+rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
+                                 void *dst, rf_err_t *err);
 
 /* Starts an update's gather bookkeeping (every trainer rank, before rf_ctl_agree). Local. */
 void rf_trainer_begin(rf_trainer_t *tr);

@@ -1,0 +1,76 @@
+/*
+ * refit: the p2p schedule (DESIGN.md section 9, mode p2p).
+ *
+ * Each trainer rank sends each rollout rank only the byte ranges of its own shard that rank
+ * needs. A p2p piece is a rectangle of a checkpoint tensor, rows [r0, r1) x columns [c0, c1):
+ * the intersection of one trainer copy's shard region (rf_trainer_shard) with the rectangle
+ * the rollout rank's loaders read (rf_load_need). Copies: dense tensors from DP replica
+ * d = engine mod DP (cp 0), expert tensors from expert-DP replica x = engine mod EDP, so
+ * engines are fed from different replicas where there are several.
+ *
+ * Per rollout rank the rectangles form one chunk plan whose stages are the trainer world
+ * ranks (stage s = sender s), each rectangle an item of (r1 - r0) rows of (c1 - c0) elements
+ * packed contiguously; the chunk plan's rules (chunk_bytes, header, 256-byte alignment, row
+ * splits, seq numbers) apply per (sender, receiver) pair unchanged, and the receiver checks
+ * seq over its own plan. The schedule is pure and transport-independent: every rank computes
+ * the same one from the topology, inventory and manifest. Unquantized models only.
+ */
+#ifndef REFIT_P2P_H
+#define REFIT_P2P_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "refit/chunk.h"
+#include "refit/manifest.h"
+#include "refit/model.h"
+#include "refit/status.h"
+#include "refit/topology.h"
+#include "refit/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One rectangle of one manifest entry, from `sender` to the receiver. */
+typedef struct rf_p2p_rect {
+    int entry;      /* manifest entry */
+    int tensor;     /* inventory tensor */
+    int sender;     /* trainer world rank */
+    rf_region_t reg;
+} rf_p2p_rect_t;
+
+/* One rollout rank's schedule. */
+typedef struct rf_p2p_recv {
+    int rank;               /* world rank */
+    rf_p2p_rect_t *rects;   /* [n], sender-major, manifest order within a sender */
+    rf_chunk_item_t *items; /* [n]: item k is rects[k] (stage = sender) */
+    size_t n;
+    rf_chunk_plan_t *plan;  /* stages = trainer world ranks */
+} rf_p2p_recv_t;
+
+typedef struct rf_p2p_schedule {
+    int T, R;
+    int *senders;          /* [T] identity: stage s is sent by world rank s */
+    rf_p2p_recv_t *recv;   /* [R], receiver j = world rank T + j */
+} rf_p2p_schedule_t;
+
+/*
+ * The rectangles rollout rank `receiver` (world rank) needs of inventory tensor `tensor`, one
+ * per trainer copy that holds a non-empty part: out[i].rank = sender, out[i].reg = the
+ * rectangle. Returns the count. Pure.
+ */
+int rf_p2p_rects(const rf_topology_t *topo, const rf_inventory_t *inv, int receiver, int tensor,
+                 rf_owner_t out[RF_MAX_OWNERS]);
+
+/* Builds every rollout rank's schedule over the manifest's entries (man->entries[i].tensor set)
+ * with chunk plans of chunk_bytes. RF_ERR_UNSUPPORTED for a quantized inventory. Local. */
+rf_status_t rf_p2p_schedule_build(const rf_topology_t *topo, const rf_inventory_t *inv,
+                                  const rf_manifest_t *man, uint64_t chunk_bytes,
+                                  rf_p2p_schedule_t *s, rf_err_t *err);
+void rf_p2p_schedule_free(rf_p2p_schedule_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_P2P_H */
