@@ -55,5 +55,13 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("wrote %s (%zu tensors, %s)\n", path, n, poisoned ? "one NaN byte" : "no fp8 tensor");
+    for (size_t i = 0; i < n; i++)
+        free(data[i]);
+    free(data);
+    free(shapes);
+    free(ndims);
+    free(dts);
+    free(names);
+    rf_ckpt_close(ck);
     return poisoned ? 0 : 1;
 }
