@@ -844,23 +844,12 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
     }
     for (int b = 0; b < B; b++)
         RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st, fail_end);
-    /* one probe per source: anything left is an extra chunk message */
-    for (int p = 0; p < plan->n_stages; p++) {
-        int from = cfg->stage_senders[p], found = 0, tag = 0, seen = 0;
-        for (int t = 0; t < p; t++)
-            seen |= cfg->stage_senders[t] == from;
-        if (seen || plan->stages[p].chunk_count == 0)
-            continue;
-        RF_CHECK_GOTO(x->tp->ops->probe(x->tp, from, &found, &tag, &e), st, fail_end);
-        if (found) {
-            st = rf_err_set(err, RF_ERR_SEQUENCE,
-                            "update %u: extra chunk message from rank %d (stage %d) after the "
-                            "last expected chunk seq %zu",
-                            cfg->update, from, tag & 0xfff, n ? n - 1 : 0);
-            rf_ctl_abort(x->ctl, st, err ? err->msg : "extra chunk message");
-            return st;
-        }
-    }
+    int extra = 0;
+    st = rf_xfer_probe_extra(x, cfg, n, &extra, &e, err);
+    if (extra)
+        return st;
+    if (st != RF_OK)
+        goto fail_end;
     return RF_OK;
 
 fail_end:

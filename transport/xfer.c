@@ -310,6 +310,32 @@ fail:
 }
 
 /* Cancels this rank's posted receives; a receive that had matched counts as received. */
+rf_status_t rf_xfer_probe_extra(rf_xfer_t *x, const rf_xfer_config_t *cfg, size_t n, int *extra_p,
+                                rf_err_t *probe_err, rf_err_t *err)
+{
+    const rf_chunk_plan_t *plan = cfg->plan;
+    *extra_p = 0;
+    /* one probe per source: anything left is an extra chunk message */
+    for (int s = 0; s < plan->n_stages; s++) {
+        int from = cfg->stage_senders[s], found = 0, tag = 0, seen = 0;
+        for (int t = 0; t < s; t++)
+            seen |= cfg->stage_senders[t] == from;
+        if (seen || plan->stages[s].chunk_count == 0)
+            continue;
+        RF_CHECK(x->tp->ops->probe(x->tp, from, &found, &tag, probe_err));
+        if (found) {
+            rf_status_t st = rf_err_set(err, RF_ERR_SEQUENCE,
+                                        "update %u: extra chunk message from rank %d (stage %d) "
+                                        "after the last expected chunk seq %zu",
+                                        cfg->update, from, tag & 0xfff, n ? n - 1 : 0);
+            rf_ctl_abort(x->ctl, st, err ? err->msg : "extra chunk message");
+            *extra_p = 1;
+            return st;
+        }
+    }
+    return RF_OK;
+}
+
 void rf_xfer_cancel_posted(rf_xfer_t *x)
 {
     for (int b = 0; b <= x->buffers; b++) {
@@ -445,23 +471,12 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
             posted++;
         }
     }
-    /* one probe per source: anything left is an extra chunk message */
-    for (int s = 0; s < plan->n_stages; s++) {
-        int from = cfg->stage_senders[s], found = 0, tag = 0, seen = 0;
-        for (int t = 0; t < s; t++)
-            seen |= cfg->stage_senders[t] == from;
-        if (seen || plan->stages[s].chunk_count == 0)
-            continue;
-        RF_CHECK_GOTO(x->tp->ops->probe(x->tp, from, &found, &tag, &e), st, fail_end);
-        if (found) {
-            st = rf_err_set(err, RF_ERR_SEQUENCE,
-                            "update %u: extra chunk message from rank %d (stage %d) after the "
-                            "last expected chunk seq %zu",
-                            cfg->update, from, tag & 0xfff, n ? n - 1 : 0);
-            rf_ctl_abort(x->ctl, st, err ? err->msg : "extra chunk message");
-            return st;
-        }
-    }
+    int extra = 0;
+    st = rf_xfer_probe_extra(x, cfg, n, &extra, &e, err);
+    if (extra)
+        return st;
+    if (st != RF_OK)
+        goto fail_end;
     return RF_OK;
 
 fail_end:

@@ -38,6 +38,11 @@ void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, cha
 void rf_xfer_update_inflight(rf_xfer_t *x, int inflight);
 /* Cancels this rank's posted receives (rreqs); a matched one counts as received. */
 void rf_xfer_cancel_posted(rf_xfer_t *x);
+/* After a receiver's last expected chunk: probes each distinct stage sender once; a message
+ * still there is an extra chunk: sets err, posts ABORT, sets *extra_p and returns
+ * RF_ERR_SEQUENCE. A failing probe returns its status with probe_err filled. */
+rf_status_t rf_xfer_probe_extra(rf_xfer_t *x, const rf_xfer_config_t *cfg, size_t n, int *extra_p,
+                                rf_err_t *probe_err, rf_err_t *err);
 void rf_xfer_write_u64le(unsigned char *p, uint64_t v);
 uint64_t rf_xfer_read_u64le(const unsigned char *p);
 
