@@ -67,8 +67,11 @@ static void usage(FILE *f)
             "                        XXH3 over every rollout rank's runtime slots (GPU slots copied\n"
             "                        to the host), equal for a GPU and a CPU run of the same job\n"
             "  --profile-dir DIR     write profile-rank<R>.json there (default: refit-profile)\n"
-            "  --storage-digest      print an XXH3 over every rollout slot after each update\n"
-            "                        (same bytes on two transports: same digest)\n"
+            "  --verify WHICH        all (default): the oracle checks every committed update;\n"
+            "                        last: only the last one (benchmarks of large models)\n"
+            "  --bench-json FILE     rank 0 writes update times, payload GB/s and the device copy\n"
+            "                        ceiling (best of 5 d2d copies of max(payload, 4 GiB), measured\n"
+            "                        after the updates on rank 0's GPU, or the host) to FILE\n"
             "  --integrity           XXH3-64 checksum trailer per chunk, verified before unpacking\n"
             "                        (also transfer.integrity: true in the topology)\n"
             "  --inject-fault KIND[:RANK][@UPDATE]\n"
@@ -97,6 +100,8 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         {"cold-check", no_argument, NULL, 'C'},
         {"storage-digest", no_argument, NULL, 'D'},
         {"inject-fault", required_argument, NULL, 'x'},
+        {"verify", required_argument, NULL, 'V'},
+        {"bench-json", required_argument, NULL, 'B'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -166,6 +171,19 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         case 'x':
             if (rf_job_fault_parse(optarg, &o->fault, msg, cap) != 0)
                 return -1;
+            break;
+        case 'V':
+            if (strcmp(optarg, "all") == 0)
+                o->verify_last = false;
+            else if (strcmp(optarg, "last") == 0)
+                o->verify_last = true;
+            else {
+                snprintf(msg, cap, "--verify: '%s' is not all or last", optarg);
+                return -1;
+            }
+            break;
+        case 'B':
+            o->bench_json = optarg;
             break;
         case 'h':
             o->help = true;

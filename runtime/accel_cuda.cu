@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "refit/accel.h"
+#include "refit/generator_bits.h"
 #include "refit/log.h"
 
 #define RF_CUDA_CHECK(call)                                                                \
@@ -40,8 +41,24 @@ typedef struct cuda_stream {
     unsigned long long *h_scratch;
 } cuda_stream_t;
 
+/* copy_rows_batch: a ring of descriptor buffers (pinned host -> device), each reusable once the
+ * event recorded after the kernel that read it has completed. */
+#define BATCH_RING 8
+
+typedef struct batch_seg batch_seg_t;
+
+typedef struct batch_buf {
+    batch_seg_t *h; /* pinned */
+    batch_seg_t *d;
+    size_t cap;     /* segments */
+    cudaEvent_t done;
+    bool used;
+} batch_buf_t;
+
 typedef struct cuda_accel {
     rf_accel_stream_t *dflt;
+    batch_buf_t ring[BATCH_RING];
+    unsigned next;
 } cuda_accel_t;
 
 extern "C" const rf_accel_ops_t rf_accel_cuda_ops;
@@ -182,6 +199,17 @@ static void cu_destroy(rf_accel_t *a)
         return;
     cuda_accel_t *c = (cuda_accel_t *)a->impl;
     cudaSetDevice(a->device);
+    for (int i = 0; i < BATCH_RING; i++) {
+        batch_buf_t *b = &c->ring[i];
+        if (b->used)
+            cudaEventSynchronize(b->done);
+        if (b->done)
+            cudaEventDestroy(b->done);
+        if (b->h)
+            cudaFreeHost(b->h);
+        if (b->d)
+            cudaFree(b->d);
+    }
     cu_stream_destroy(c->dflt);
     free(c);
     free(a);
@@ -525,6 +553,245 @@ static rf_status_t cu_copy_rows(rf_accel_t *a, const rf_accel_rows_t *r, rf_acce
     else
         k_copy_rows<uint64_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
                                                      r->src_pitch, r->rows, r->cols, rm);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
+/* ---- batched row copies (copy_rows_batch) ------------------------------------------------ */
+
+/*
+ * One descriptor per row copy. BYTES: a 2-D byte copy (no conversion, unit column stride):
+ * `height` rows of `width` bytes, pitches in bytes, cut into tiles of BATCH_TILE bytes per
+ * row. ELEM: the strided element copy of k_copy_rows (with the bf16 / f16 -> f32 conversion
+ * when conv), cut into tiles of BATCH_ETILE elements. tile0 is the descriptor's first tile in
+ * the launch; the kernel finds a tile's descriptor by binary search over tile0.
+ */
+enum { SEG_BYTES = 0, SEG_ELEM = 1 };
+#define BATCH_TILE (32u * 1024u)
+#define BATCH_ETILE 4096u
+
+struct batch_seg {
+    char *dst;
+    const char *src;
+    uint64_t width;  /* BYTES: bytes per row; ELEM: cols */
+    uint64_t height; /* rows */
+    int64_t dpitch;  /* BYTES: bytes; ELEM: destination row stride (elements) */
+    int64_t spitch;  /* BYTES: bytes; ELEM: source pitch (elements) */
+    int64_t dcol;    /* ELEM: destination column stride (elements) */
+    uint64_t tile0;
+    uint64_t tpr;    /* BYTES: tiles per row */
+    uint32_t kind;
+    uint32_t esize;  /* ELEM: destination element bytes */
+    uint32_t conv;   /* ELEM: 0 none, else the source dtype (BF16 / F16) into F32 */
+    uint32_t row_major;
+};
+
+__device__ static void tile_bytes(char *d, const char *s, uint64_t len)
+{
+    if ((((uintptr_t)d | (uintptr_t)s | len) & 15u) == 0) {
+        uint4 *dv = reinterpret_cast<uint4 *>(d);
+        const uint4 *sv = reinterpret_cast<const uint4 *>(s);
+        uint64_t n = len / 16;
+        const unsigned T = blockDim.x;
+        uint64_t k = threadIdx.x;
+        /* eight 16-byte loads in flight per thread, then the stores */
+        for (; k + 7 * T < n; k += 8 * T) {
+            uint4 r[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                r[u] = __ldg(&sv[k + u * T]);
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                dv[k + u * T] = r[u];
+        }
+        for (; k < n; k += T)
+            dv[k] = __ldg(&sv[k]);
+        return;
+    }
+    if ((((uintptr_t)d | (uintptr_t)s | len) & 3u) == 0) {
+        for (uint64_t k = threadIdx.x; k < len / 4; k += blockDim.x)
+            reinterpret_cast<uint32_t *>(d)[k] = reinterpret_cast<const uint32_t *>(s)[k];
+        return;
+    }
+    for (uint64_t k = threadIdx.x; k < len; k += blockDim.x)
+        d[k] = s[k];
+}
+
+template <typename T>
+__device__ static void tile_elem(const batch_seg_t &g, uint64_t t0, uint64_t t1)
+{
+    for (uint64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
+        int64_t i = g.row_major ? (int64_t)(t / g.width) : (int64_t)(t % g.height);
+        int64_t c = g.row_major ? (int64_t)(t % g.width) : (int64_t)(t / g.height);
+        reinterpret_cast<T *>(g.dst)[i * g.dpitch + c * g.dcol] =
+            reinterpret_cast<const T *>(g.src)[i * g.spitch + c];
+    }
+}
+
+__device__ static void tile_conv(const batch_seg_t &g, uint64_t t0, uint64_t t1)
+{
+    for (uint64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
+        int64_t i = g.row_major ? (int64_t)(t / g.width) : (int64_t)(t % g.height);
+        int64_t c = g.row_major ? (int64_t)(t % g.width) : (int64_t)(t / g.height);
+        uint16_t h = reinterpret_cast<const uint16_t *>(g.src)[i * g.spitch + c];
+        reinterpret_cast<float *>(g.dst)[i * g.dpitch + c * g.dcol] =
+            g.conv == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+    }
+}
+
+__global__ void k_copy_batch(const batch_seg_t *segs, unsigned nseg, uint64_t ntiles)
+{
+    __shared__ unsigned sidx;
+    for (uint64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        if (threadIdx.x == 0) {
+            unsigned lo = 0, hi = nseg - 1; /* last descriptor with tile0 <= tile */
+            while (lo < hi) {
+                unsigned mid = (lo + hi + 1) / 2;
+                if (segs[mid].tile0 <= tile)
+                    lo = mid;
+                else
+                    hi = mid - 1;
+            }
+            sidx = lo;
+        }
+        __syncthreads();
+        const batch_seg_t g = segs[sidx];
+        __syncthreads();
+        uint64_t local = tile - g.tile0;
+        if (g.kind == SEG_BYTES) {
+            uint64_t row = local / g.tpr, off = (local % g.tpr) * BATCH_TILE;
+            uint64_t len = g.width - off < BATCH_TILE ? g.width - off : BATCH_TILE;
+            tile_bytes(g.dst + row * g.dpitch + off, g.src + row * g.spitch + off, len);
+        } else {
+            uint64_t n = g.width * g.height, t0 = local * BATCH_ETILE;
+            uint64_t t1 = n - t0 < BATCH_ETILE ? n : t0 + BATCH_ETILE;
+            if (g.conv)
+                tile_conv(g, t0, t1);
+            else if (g.esize == 1)
+                tile_elem<uint8_t>(g, t0, t1);
+            else if (g.esize == 2)
+                tile_elem<uint16_t>(g, t0, t1);
+            else if (g.esize == 4)
+                tile_elem<uint32_t>(g, t0, t1);
+            else
+                tile_elem<uint64_t>(g, t0, t1);
+        }
+    }
+}
+
+/* The descriptor of one row copy; returns its tile count. */
+static uint64_t batch_describe(const rf_accel_rows_t *r, batch_seg_t *g, uint64_t tile0)
+{
+    const rf_accel_dst_t *d = &r->dst;
+    size_t es = d->esize;
+    bool conv = rf_accel_rows_convert(r);
+    memset(g, 0, sizeof(*g));
+    g->dst = (char *)d->data + (size_t)(r->expert * d->expert_stride + r->dst_row * d->row_stride +
+                                        r->dst_col * d->col_stride) * es;
+    g->src = (const char *)r->src;
+    g->tile0 = tile0;
+    if (!conv && d->col_stride == 1) {
+        g->kind = SEG_BYTES;
+        g->width = (uint64_t)r->cols * es;
+        g->height = (uint64_t)r->rows;
+        g->dpitch = d->row_stride * (int64_t)es;
+        g->spitch = r->src_pitch * (int64_t)es;
+        if (g->height > 1 && g->dpitch == (int64_t)g->width && g->spitch == (int64_t)g->width) {
+            g->width *= g->height; /* contiguous on both sides: one long row */
+            g->height = 1;
+        }
+        g->tpr = (g->width + BATCH_TILE - 1) / BATCH_TILE;
+        return g->tpr * g->height;
+    }
+    g->kind = SEG_ELEM;
+    g->width = (uint64_t)r->cols;
+    g->height = (uint64_t)r->rows;
+    g->dpitch = d->row_stride;
+    g->spitch = r->src_pitch;
+    g->dcol = d->col_stride;
+    g->esize = (uint32_t)es;
+    g->conv = conv ? (uint32_t)r->src_dtype : 0u;
+    g->row_major = row_major_walk(d->row_stride, d->col_stride) ? 1u : 0u;
+    return (g->width * g->height + BATCH_ETILE - 1) / BATCH_ETILE;
+}
+
+static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows, size_t n,
+                                      rf_accel_stream_t *s)
+{
+    if (!a || (n && !rows) || n > UINT32_MAX)
+        return RF_ERR_INVALID;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        RF_CHECK(rf_accel_rows_check(&rows[i]));
+        m += rows[i].rows > 0 && rows[i].cols > 0;
+    }
+    if (m == 0)
+        return RF_OK;
+    cuda_accel_t *c = (cuda_accel_t *)a->impl;
+    batch_buf_t *b = &c->ring[c->next++ % BATCH_RING];
+    if (b->used)
+        RF_CUDA_CHECK(cudaEventSynchronize(b->done)); /* the kernel that read it is done */
+    b->used = false;
+    if (!b->done)
+        RF_CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
+    if (b->cap < m) {
+        size_t cap = m < 256 ? 256 : m * 2;
+        if (b->h)
+            cudaFreeHost(b->h);
+        if (b->d)
+            cudaFree(b->d);
+        b->h = NULL;
+        b->d = NULL;
+        b->cap = 0;
+        RF_CUDA_CHECK(cudaMallocHost((void **)&b->h, cap * sizeof(batch_seg_t)));
+        RF_CUDA_CHECK(cudaMalloc((void **)&b->d, cap * sizeof(batch_seg_t)));
+        b->cap = cap;
+    }
+    uint64_t tiles = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].rows > 0 && rows[i].cols > 0)
+            tiles += batch_describe(&rows[i], &b->h[k++], tiles);
+    cudaStream_t st = cs(a, s);
+    RF_CUDA_CHECK(cudaMemcpyAsync(b->d, b->h, m * sizeof(batch_seg_t), cudaMemcpyHostToDevice, st));
+    unsigned grid = tiles > (1u << 30) ? (1u << 30) : (unsigned)tiles;
+    k_copy_batch<<<grid, THREADS, 0, st>>>(b->d, (unsigned)m, tiles);
+    RF_CUDA_LAUNCH_CHECK();
+    RF_CUDA_CHECK(cudaEventRecord(b->done, st));
+    b->used = true;
+    return RF_OK;
+}
+
+/* ---- the generator (gen_fill) ---------------------------------------------------------- */
+
+__global__ void k_gen_fill(uint64_t key, int dt, uint64_t ncols, uint64_t r0, uint64_t c0,
+                           uint64_t rows, uint64_t cols, char *dst, size_t pitch)
+{
+    uint64_t n = rows * cols;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t i = t / cols, j = t % cols;
+        uint32_t f = rf_gen_f32_bits(key, (r0 + i) * ncols + c0 + j);
+        char *row = dst + i * pitch;
+        if (dt == RF_DTYPE_F32)
+            reinterpret_cast<uint32_t *>(row)[j] = f;
+        else
+            reinterpret_cast<uint16_t *>(row)[j] =
+                dt == RF_DTYPE_BF16 ? rf_gen_to_bf16(f) : rf_gen_to_f16(f);
+    }
+}
+
+static rf_status_t cu_gen_fill(rf_accel_t *a, const rf_accel_gen_t *g, rf_accel_stream_t *s)
+{
+    if (!a || !g || !g->dst ||
+        (g->dtype != RF_DTYPE_BF16 && g->dtype != RF_DTYPE_F16 && g->dtype != RF_DTYPE_F32) ||
+        g->row_begin >= g->row_end || g->col_begin >= g->col_end || g->col_end > g->ncols ||
+        g->dst_pitch < (g->col_end - g->col_begin) * rf_dtype_size(g->dtype))
+        return RF_ERR_INVALID;
+    uint64_t rows = g->row_end - g->row_begin, cols = g->col_end - g->col_begin;
+    k_gen_fill<<<grid_for(rows * cols), THREADS, 0, cs(a, s)>>>(
+        rf_gen_key(g->name_hash, g->step), (int)g->dtype, g->ncols, g->row_begin, g->col_begin,
+        rows, cols, (char *)g->dst, g->dst_pitch);
     RF_CUDA_LAUNCH_CHECK();
     return RF_OK;
 }
@@ -878,10 +1145,12 @@ extern "C" const rf_accel_ops_t rf_accel_cuda_ops = {
     /* .copy_2d = */ cu_copy_2d,
     /* .memset = */ cu_memset,
     /* .copy_rows = */ cu_copy_rows,
+    /* .copy_rows_batch = */ cu_copy_rows_batch,
     /* .zero_rows = */ cu_zero_rows,
     /* .fp8_to_fnuz = */ cu_fp8_to_fnuz,
     /* .wna16_repack = */ cu_wna16_repack,
     /* .fp8_quantize = */ cu_fp8_quantize,
     /* .wna16_quantize = */ cu_wna16_quantize,
+    /* .gen_fill = */ cu_gen_fill,
     /* .checksum = */ cu_checksum,
 };

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "refit/accel.h"
+#include "refit/generator.h"
 #include "refit/formats.h"
 #include "refit/quant.h"
 
@@ -288,6 +289,27 @@ static rf_status_t host_wna16_quantize(rf_accel_t *accel, const void *w, rf_dtyp
                              scale_dtype, scale_pitch_elems);
 }
 
+static rf_status_t host_copy_rows_batch(rf_accel_t *accel, const rf_accel_rows_t *rows, size_t n,
+                                        rf_accel_stream_t *stream)
+{
+    if (n && !rows)
+        return RF_ERR_INVALID;
+    for (size_t i = 0; i < n; i++)
+        RF_CHECK(host_copy_rows(accel, &rows[i], stream));
+    return RF_OK;
+}
+
+static rf_status_t host_gen_fill(rf_accel_t *accel, const rf_accel_gen_t *g,
+                                 rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (!g)
+        return RF_ERR_INVALID;
+    return rf_gen_fill_block(g->name_hash, g->step, g->dtype, g->ncols, g->row_begin, g->row_end,
+                             g->col_begin, g->col_end, g->dst, g->dst_pitch);
+}
+
 static rf_status_t host_checksum(rf_accel_t *accel, const void *buf, size_t bytes,
                                  uint64_t *sum_p, rf_accel_stream_t *stream)
 {
@@ -323,11 +345,13 @@ const rf_accel_ops_t rf_accel_host_ops = {
     .copy_2d = host_copy_2d,
     .memset = host_memset,
     .copy_rows = host_copy_rows,
+    .copy_rows_batch = host_copy_rows_batch,
     .zero_rows = host_zero_rows,
     .fp8_to_fnuz = host_fp8_to_fnuz,
     .wna16_repack = host_wna16_repack,
     .fp8_quantize = host_fp8_quantize,
     .wna16_quantize = host_wna16_quantize,
+    .gen_fill = host_gen_fill,
     .checksum = host_checksum,
 };
 
@@ -367,11 +391,13 @@ const rf_accel_ops_t rf_accel_host_device_ops = {
     .copy_2d = host_copy_2d,
     .memset = host_memset,
     .copy_rows = host_copy_rows,
+    .copy_rows_batch = host_copy_rows_batch,
     .zero_rows = host_zero_rows,
     .fp8_to_fnuz = host_fp8_to_fnuz,
     .wna16_repack = host_wna16_repack,
     .fp8_quantize = host_fp8_quantize,
     .wna16_quantize = host_wna16_quantize,
+    .gen_fill = host_gen_fill,
     .checksum = host_checksum,
 };
 

@@ -5,9 +5,11 @@
  * resolves to a stub whose every entry point says "cuda unavailable". It also answers for the
  * ipc transport's CUDA arena backend (rf_ipc_cuda_ops: NULL when compiled out).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "refit/accel.h"
+#include "refit/control.h"
 #include "refit/loader.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -99,6 +101,66 @@ rf_status_t rf_accel_sync(rf_accel_t *accel)
     if (ev)
         accel->ops->event_destroy(ev);
     return s;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+rf_status_t rf_accel_copy_ceiling(rf_accel_t *accel, size_t bytes, int reps, double *best_s,
+                                  double *median_s)
+{
+    if (!accel || bytes == 0 || reps < 1 || reps > 1000)
+        return RF_ERR_INVALID;
+    const rf_accel_ops_t *o = accel->ops;
+    void *a = NULL, *b = NULL;
+    rf_accel_event_t *e0 = NULL, *e1 = NULL;
+    double *t = calloc((size_t)reps, sizeof(double));
+    rf_status_t st = t ? RF_OK : RF_ERR_NOMEM;
+    if (st == RF_OK)
+        st = o->alloc(accel, bytes, &a);
+    if (st == RF_OK)
+        st = o->alloc(accel, bytes, &b);
+    if (st == RF_OK) /* touch both once (first-use page mapping is not the copy's cost) */
+        st = o->memset(accel, a, 0x5a, bytes, NULL);
+    if (st == RF_OK)
+        st = o->memset(accel, b, 0, bytes, NULL);
+    if (st == RF_OK)
+        st = o->event_create(accel, &e0);
+    if (st == RF_OK)
+        st = o->event_create(accel, &e1);
+    for (int r = 0; r < reps && st == RF_OK; r++) {
+        double w0 = rf_time_now();
+        float ms = 0;
+        st = o->event_record(e0, NULL);
+        if (st == RF_OK)
+            st = o->copy(accel, b, a, bytes, RF_COPY_D2D, NULL);
+        if (st == RF_OK)
+            st = o->event_record(e1, NULL);
+        if (st == RF_OK)
+            st = o->event_sync(e1);
+        if (st == RF_OK)
+            st = o->event_elapsed_ms(e0, e1, &ms);
+        t[r] = o->mem_type == RF_MEM_HOST ? rf_time_now() - w0 : (double)ms / 1e3;
+    }
+    if (st == RF_OK) {
+        qsort(t, (size_t)reps, sizeof(double), cmp_double);
+        *best_s = t[0];
+        if (median_s)
+            *median_s = t[reps / 2];
+    }
+    if (e0)
+        o->event_destroy(e0);
+    if (e1)
+        o->event_destroy(e1);
+    if (a)
+        o->free(accel, a);
+    if (b)
+        o->free(accel, b);
+    free(t);
+    return st;
 }
 
 rf_accel_dst_t rf_accel_dst_from(const rf_dst_t *d)

@@ -274,11 +274,16 @@ int rf_ctl_abort_origin(const rf_ctl_t *ctl, rf_status_t *code_p, const char **r
     return ctl->abort_origin;
 }
 
+/* Seconds a wait polls with sched_yield before it backs off with sleeps (1 us doubling to 1 ms):
+ * short waits (an ACK behind a device copy, the gate) stay in the microseconds, long ones (a
+ * trainer still producing) stop burning a core. */
+#define RF_CTL_SPIN_S 0.005
+
 rf_status_t rf_ctl_wait_fn(rf_ctl_t *ctl, rf_ctl_test_fn test, void *ctx, double deadline,
                            unsigned flags, rf_err_t *err)
 {
-    unsigned idle = 0;
     long sleep_ns = 1000;
+    double t0 = rf_time_now();
     for (;;) {
         int r = test(ctx, err);
         if (r < 0)
@@ -287,10 +292,11 @@ rf_status_t rf_ctl_wait_fn(rf_ctl_t *ctl, rf_ctl_test_fn test, void *ctx, double
             return RF_OK;
         if (!(flags & RF_CTL_WAIT_NO_ABORT))
             RF_CHECK(rf_ctl_poll(ctl, err));
-        if (rf_time_now() >= deadline)
+        double now = rf_time_now();
+        if (now >= deadline)
             return RF_ERR_TIMEOUT; /* the caller names what it waited for */
-        if (++idle < 1000) {
-            sched_yield();
+        if (now - t0 < RF_CTL_SPIN_S) {
+            sched_yield(); /* a ready peer is seen within microseconds */
         } else {
             struct timespec ts = {0, sleep_ns};
             while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {

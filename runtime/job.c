@@ -61,8 +61,12 @@ typedef struct job_stats {
     uint64_t stage_h2d, stage_h2d_bytes; /* rollout on a GPU: chunk payloads staged h2d */
     int verify_status;
     char verify_msg[RF_ERR_MSG_MAX];
+    int verify_skipped; /* committed, not verified (--verify last) */
     uint64_t ipc_in_place, ipc_staged; /* rollout on ipc: bytes read in place / from staging */
     double ipc_h2d_s;       /* trainer on a device ipc arena: host mirror -> arena copy */
+    double resident_s;      /* trainer on a device ipc arena: writing its resident weights
+                               before the update began (not part of the update's time) */
+    uint64_t batch_launches, batch_rows; /* rollout, device sources: copy launches, row copies */
     uint64_t ipc_h2d_bytes;
 } job_stats_t;
 
@@ -125,6 +129,11 @@ typedef struct job {
     void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
     void *ipc_mirror;      /* trainer, ipc_dev: pinned host mirror the trainer produces into */
     uint64_t ipc_wbytes;   /* trainer, ipc_dev: bytes of both */
+    rf_accel_event_t *ipc_ev[2]; /* rollout, ipc_dev: recorded after a chunk's copies */
+    double *hist_verdict_s;      /* rank 0, --bench-json: per update, slowest rank */
+    int *hist_committed;
+    uint32_t ipc_ev_seq[2];      /* the chunk seq each event belongs to */
+    int ipc_ev_next;
     /* p2p mode: every trainer rank sends each rollout rank the rectangles it needs */
     bool p2p;
     rf_p2p_schedule_t p2p_s;
@@ -445,6 +454,7 @@ static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
 
 static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
                              size_t nsegs, rf_err_t *err);
+static rf_status_t job_complete(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
 
 /*
  * Rows [lo, hi) of checkpoint tensor t that the loaders of a rollout rank with coordinates rc
@@ -606,17 +616,22 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
             st = rf_xfer_ipc_export(j->xfer, RF_IPC_WEIGHTS, name, bytes ? bytes : 1, &base, &wh,
                                     err);
         if (st == RF_OK && j->ipc_dev) {
-            /* device arena: the trainer produces on the host (generator / checkpoint,
-             * quantizer) into a pinned mirror with the arena's layout and copies it h2d into
-             * the arena after production (run_update) */
+            /* device arena: the trainer's weights are resident there. Generator updates are
+             * produced on the device (gen_fill, device quantizers); checkpoint updates are read
+             * on the host into a pinned mirror with the arena's layout and copied h2d
+             * (produce_resident) */
             j->ipc_wdev = base;
             j->ipc_wbytes = bytes ? bytes : 1;
-            rf_status_t hs = j->accel->ops->alloc_host(j->accel, (size_t)j->ipc_wbytes,
-                                                       &j->ipc_mirror);
+            rf_status_t hs = RF_OK;
+            bool staged = false; /* some piece is gathered and packed on the host */
+            for (size_t k = 0; k < j->cplan->n_pieces && !staged; k++)
+                staged = j->ipc_piece_staged[k] != 0;
+            if (j->ck != NULL || staged)
+                hs = j->accel->ops->alloc_host(j->accel, (size_t)j->ipc_wbytes, &j->ipc_mirror);
             if (hs != RF_OK)
                 st = rf_err_set(err, hs, "rank %d: no %" PRIu64 "-byte pinned host mirror of "
                                 "its ipc weights arena", j->rank, j->ipc_wbytes);
-            else
+            else if (j->ipc_mirror != NULL)
                 base = j->ipc_mirror;
         }
         if (st == RF_OK)
@@ -663,7 +678,14 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
     st = rf_xfer_ipc_unlink(j->xfer, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
     j->ipc_cfg = (rf_xfer_ipc_config_t){j->ipc_staged, j->ipc_pieces, j->pair_of[j->rank],
-                                        job_apply, j};
+                                        job_apply, j, NULL};
+    if (is_rollout(j) && j->ipc_dev) {
+        for (int k = 0; k < 2 && st == RF_OK; k++)
+            st = j->accel->ops->event_create(j->accel, &j->ipc_ev[k]);
+        if (st != RF_OK)
+            return rf_err_set(err, st, "rank %d: cannot create the ipc chunk events", j->rank);
+        j->ipc_cfg.complete = job_complete;
+    }
     return RF_OK;
 }
 
@@ -1074,13 +1096,33 @@ static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_s
         RF_CHECK(cold_keep(j, chunk, copy, err));
     }
     if (j->ipc_dev) {
-        /* the ACK follows: the source slot may be repacked once the copies completed */
-        rf_status_t ss = rf_accel_sync(j->accel);
-        if (ss != RF_OK)
-            return rf_err_set(err, ss, "rank %d: chunk %u: synchronizing the device stream "
-                              "before the ACK failed", j->rank, chunk->seq);
+        /* every row copy of the chunk in one launch, then an event: the ACK waits for it
+         * (job_complete) while the next chunk's copies queue behind these */
+        RF_CHECK(rf_plan_flush(&j->plan, err));
+        int k = j->ipc_ev_next;
+        j->ipc_ev_next ^= 1;
+        j->ipc_ev_seq[k] = chunk->seq;
+        rf_status_t es = j->accel->ops->event_record(j->ipc_ev[k], NULL);
+        if (es != RF_OK)
+            return rf_err_set(err, es, "rank %d: chunk %u: recording the device event after its "
+                              "copies failed", j->rank, chunk->seq);
     }
     return chunk_hooks(j, chunk, err);
+}
+
+/* The ACK of chunk may go: its device copies completed (the trainer may write its source). */
+static rf_status_t job_complete(void *ctx, const rf_chunk_t *chunk, rf_err_t *err)
+{
+    job_t *j = ctx;
+    int k = j->ipc_ev_seq[0] == chunk->seq ? 0 : 1;
+    if (j->ipc_ev_seq[k] != chunk->seq)
+        return rf_err_set(err, RF_ERR_INTERNAL, "rank %d: chunk %u has no device event", j->rank,
+                          chunk->seq);
+    rf_status_t ss = j->accel->ops->event_sync(j->ipc_ev[k]);
+    if (ss != RF_OK)
+        return rf_err_set(err, ss, "rank %d: chunk %u: waiting for its device copies before the "
+                          "ACK failed", j->rank, chunk->seq);
+    return rf_plan_check(&j->plan, chunk->seq, err); /* what the copies brought back */
 }
 
 /* Fault hooks after the first chunk this rank applied. */
@@ -1614,6 +1656,9 @@ static void write_profile(job_t *j, uint32_t update)
              * copy of the produced shards into the device arena */
             json_object_set_new(u, "ipc_h2d_s", json_real(s->ipc_h2d_s));
             json_object_set_new(u, "ipc_h2d_bytes", json_integer((json_int_t)s->ipc_h2d_bytes));
+            json_object_set_new(u, "resident_s", json_real(s->resident_s));
+            json_object_set_new(u, "device_launches", json_integer((json_int_t)s->batch_launches));
+            json_object_set_new(u, "device_row_copies", json_integer((json_int_t)s->batch_rows));
         }
     }
     if (u != NULL)
@@ -1696,6 +1741,15 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                "staging slots\n",
                "ipc", human_bytes((double)inpl, b1, sizeof(b1)),
                human_bytes((double)stg, b2, sizeof(b2)));
+        if (j->ipc_dev) {
+            double res = 0;
+            for (int r = 0; r < j->T; r++)
+                res = all[r].resident_s > res ? all[r].resident_s : res;
+            printf("  %-10s trainer weights resident on the GPU (written %.3f s before the "
+                   "update began); rank %d: %" PRIu64 " row copies in %" PRIu64
+                   " device launches\n",
+                   "device", res, j->T, r0->batch_rows, r0->batch_launches);
+        }
     }
     double verdict_s = 0;
     int unchanged = -1, paused = 0, rollouts = 0, rebuilt = 0;
@@ -1721,6 +1775,9 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     if (!v->committed)
         printf("  %-10s rank %d: %s: %s\n", "verdict", v->rank, rf_status_name(v->code),
                v->reason);
+    else if (all[j->T].verify_skipped)
+        printf("  %-10s not verified (--verify last: the oracle checks the last update)\n",
+               "verify");
     else if (j->o->reference && strcmp(j->source, "checkpoint") == 0)
         printf("  %-10s reassembly + sha256 vs --reference: %" PRIu64
                " tensors equal%s%s%s\n",
@@ -1830,6 +1887,46 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
 }
 
 /* Runs update v; returns 0 if committed and verified. */
+/* Trainer of a colocated GPU pair: writes update v into its resident device weights arena
+ * (generator on the device; a checkpoint update is read into the pinned mirror and copied h2d),
+ * with the arena writable only meanwhile. */
+static rf_status_t produce_resident(job_t *j, uint32_t v, bool from_ckpt, rf_err_t *err)
+{
+    double t0 = rf_time_now();
+    rf_status_t st = rf_xfer_ipc_protect(j->xfer, 0, err);
+    if (st == RF_OK && !from_ckpt) {
+        st = rf_trainer_produce_device(&j->tr, v, j->accel, j->ipc_wdev,
+                                       j->ipc_mirror ? j->ipc_mirror : j->ipc_wdev, err);
+        if (st == RF_OK && j->ipc_mirror != NULL) {
+            /* the host gathers and packs staged pieces from the mirror: same bytes there */
+            st = j->accel->ops->copy(j->accel, j->ipc_mirror, j->ipc_wdev, (size_t)j->ipc_wbytes,
+                                     RF_COPY_D2H, NULL);
+            if (st == RF_OK)
+                st = rf_accel_sync(j->accel);
+            if (st != RF_OK)
+                rf_err_set(err, st, "trainer rank %d: copying its ipc arena back into its "
+                           "%" PRIu64 "-byte host mirror failed", j->rank, j->ipc_wbytes);
+        }
+    } else if (st == RF_OK) {
+        st = rf_trainer_produce(&j->tr, v, j->ck, err);
+        double th = rf_time_now();
+        if (st == RF_OK)
+            st = j->accel->ops->copy(j->accel, j->ipc_wdev, j->ipc_mirror, (size_t)j->ipc_wbytes,
+                                     RF_COPY_H2D, NULL);
+        if (st == RF_OK)
+            st = rf_accel_sync(j->accel);
+        if (st != RF_OK && err->status == RF_OK)
+            rf_err_set(err, st, "trainer rank %d: copying its %" PRIu64 "-byte shard mirror "
+                       "into its ipc arena failed", j->rank, j->ipc_wbytes);
+        j->js.ipc_h2d_s = rf_time_now() - th;
+        j->js.ipc_h2d_bytes = j->ipc_wbytes;
+    }
+    if (st == RF_OK)
+        st = rf_xfer_ipc_protect(j->xfer, 1, err);
+    j->js.resident_s = rf_time_now() - t0;
+    return st;
+}
+
 static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, size_t cap)
 {
     rf_err_t err, e2;
@@ -1858,6 +1955,13 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     }
     if (is_rollout(j) && fault_update)
         hash_before = storage_hash(j); /* outside the timed path, like the snapshot */
+    /* colocated GPU pair: the training step writes the trainer's resident weights before the
+     * update begins; a failure is reported at the begin agreement */
+    rf_status_t pre = RF_OK;
+    rf_err_t pre_err;
+    rf_err_clear(&pre_err);
+    if (!is_rollout(j) && j->ipc_dev)
+        pre = produce_resident(j, v, from_ckpt, &pre_err);
     double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(j->ctl, v, &e2);
     rf_xfer_begin(j->xfer, v);
@@ -1868,7 +1972,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     j->deadline = deadline;
     /* the diff rule compares with the previous update only when it committed: after a FAILED
      * one the storage holds whatever the failure left, and the source may repeat */
-    bool diff = v > 1 && j->last_committed == v - 1;
+    bool verify_this = !j->o->verify_last || v == (uint32_t)j->o->steps;
+    bool diff = v > 1 && j->last_committed == v - 1 && verify_this;
     if (is_rollout(j) && diff)
         snapshot(j); /* the oracle's copy for the diff rule, outside the timed path */
     t = rf_time_now();
@@ -1889,6 +1994,10 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         }
     } else {
         st = check_source(j, from_ckpt, v, &err);
+        if (st == RF_OK && pre != RF_OK) {
+            st = pre;
+            rf_err_set(&err, pre, "%s", pre_err.msg);
+        }
     }
     rf_err_clear(&e2);
     rf_status_t ag = rf_ctl_agree(j->ctl, v, st, err.msg, deadline, &e2);
@@ -1899,26 +2008,12 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     j->js.begin_s = rf_time_now() - t;
 
     if (st == RF_OK && !is_rollout(j)) {
-        /* ipc: the weights arena is writable only while this rank produces */
-        if (j->ipc)
+        /* ipc: the weights arena is writable only while this rank produces (resident device
+         * weights were written before the update began) */
+        if (j->ipc && !j->ipc_dev)
             st = rf_xfer_ipc_protect(j->xfer, 0, &err);
-        if (st == RF_OK)
+        if (st == RF_OK && !j->ipc_dev)
             st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
-        if (st == RF_OK && j->ipc_dev) {
-            /* produced on the host into the pinned mirror: one h2d copy into the device
-             * arena, complete before READY (produce_s stays the host production) */
-            double th = rf_time_now();
-            st = j->accel->ops->copy(j->accel, j->ipc_wdev, j->ipc_mirror,
-                                     (size_t)j->ipc_wbytes, RF_COPY_H2D, NULL);
-            if (st == RF_OK)
-                st = rf_accel_sync(j->accel);
-            if (st != RF_OK)
-                rf_err_set(&err, st, "trainer rank %d: copying its %" PRIu64
-                           "-byte shard mirror into its ipc arena failed", j->rank,
-                           j->ipc_wbytes);
-            j->js.ipc_h2d_s = rf_time_now() - th;
-            j->js.ipc_h2d_bytes = j->ipc_wbytes;
-        }
         if (st == RF_OK && j->ipc)
             st = rf_xfer_ipc_protect(j->xfer, 1, &err);
         if (st == RF_OK && j->ipc)
@@ -2061,6 +2156,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.layerwise_s = ps->layerwise_s;
         j->js.deferred_s = ps->deferred_s;
         j->js.stage_h2d = j->plan.stage_h2d;
+        j->js.batch_launches = j->plan.batch_launches;
+        j->js.batch_rows = j->plan.batch_rows;
         j->js.stage_h2d_bytes = j->plan.stage_h2d_bytes;
     } else {
         j->js.bytes_produced = j->tr.stats.bytes_produced;
@@ -2071,7 +2168,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
 
     /* the oracle, after the gate: only a committed update is verified */
     j->js.verify_status = RF_OK;
-    if (verdict.committed && is_rollout(j)) {
+    j->js.verify_skipped = verdict.committed && !verify_this;
+    if (verdict.committed && is_rollout(j) && verify_this) {
         rf_err_t ve;
         rf_status_t vs;
         rf_err_clear(&ve);
@@ -2123,6 +2221,13 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         *verified_p = verified;
         if (!j->o->quiet)
             print_table(j, v, all, &verdict, verified);
+        if (j->hist_verdict_s != NULL) {
+            double vs = 0;
+            for (int r = 0; r < j->size; r++)
+                vs = all[r].verdict_s > vs ? all[r].verdict_s : vs;
+            j->hist_verdict_s[v - 1] = vs;
+            j->hist_committed[v - 1] = verdict.committed;
+        }
         if (j->o->storage_digest && verdict.committed) {
             /* XXH3 over the rollout ranks' own digests, in rank order: equal iff every
              * rollout rank's slots are byte-identical (GPU run vs CPU run) */
@@ -2191,6 +2296,9 @@ static void teardown(job_t *j)
     if (j->ipc_mirror != NULL)
         j->accel->ops->free_host(j->accel, j->ipc_mirror);
     j->ipc_mirror = NULL;
+    for (int k = 0; k < 2; k++)
+        if (j->ipc_ev[k] != NULL)
+            j->accel->ops->event_destroy(j->ipc_ev[k]);
     rf_accel_close(j->accel); /* after the storage and plan that used it */
     j->accel = NULL;
     if (j->ref)
@@ -2216,6 +2324,105 @@ static void teardown(job_t *j)
         MPI_Comm_free(&j->engine_comm);
     if (j->stats_comm != MPI_COMM_NULL && j->stats_comm != 0)
         MPI_Comm_free(&j->stats_comm);
+}
+
+/* ---- --bench-json ----------------------------------------------------------------------- */
+
+static int cmp_double_job(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct bench_info {
+    char topology[128], model[64]; /* copies: teardown frees the topology and config */
+    const char *quant, *transport; /* static names */
+    uint64_t payload;
+    int tensors;
+    size_t chunks;
+    uint64_t chunk_bytes;
+    int device; /* rank 0's GPU, -1: host */
+    bool ipc_dev;
+} bench_info_t;
+
+/* Rank 0, after teardown (the arenas are freed, so the copy buffers fit): the copy ceiling on
+ * rank 0's device, then the JSON. Updates after the first are the timed ones (the first
+ * allocates, maps and warms up). Returns 0 on success. */
+static int bench_write(const rf_job_opts_t *o, const bench_info_t *bi, const double *vs,
+                       const int *committed)
+{
+    rf_accel_t *ax = NULL;
+    /* at least 4 GiB on a GPU (issue #4's ceiling); the payload, at least 64 MiB, on the host */
+    size_t floor_b = bi->device >= 0 ? (size_t)4 << 30 : (size_t)64 << 20;
+    size_t bytes = bi->payload > floor_b ? (size_t)bi->payload : floor_b;
+    double cbest = 0, cmed = 0;
+    rf_status_t st = rf_accel_open(bi->device >= 0 ? "cuda" : "host",
+                                   bi->device >= 0 ? bi->device : 0, &ax);
+    if (st == RF_OK)
+        st = rf_accel_copy_ceiling(ax, bytes, 5, &cbest, &cmed);
+    const char *where = ax ? ax->ops->name : "none";
+    rf_accel_close(ax);
+    if (st != RF_OK)
+        fprintf(stderr, "refit-run: --bench-json: measuring the copy ceiling (%zu bytes) failed: "
+                "%s\n", bytes, rf_status_name(st));
+    int n = o->steps, first = n > 1 ? 1 : 0, m = 0;
+    double *t = calloc((size_t)n, sizeof(double));
+    json_t *root = json_object(), *ups = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *u = json_object();
+        json_object_set_new(u, "update", json_integer(i + 1));
+        json_object_set_new(u, "committed", json_boolean(committed[i]));
+        json_object_set_new(u, "verdict_s", json_real(vs[i]));
+        json_object_set_new(u, "timed", json_boolean(i >= first));
+        json_array_append_new(ups, u);
+        if (i >= first && committed[i] && t)
+            t[m++] = vs[i];
+    }
+    json_object_set_new(root, "topology", json_string(bi->topology));
+    json_object_set_new(root, "model_type", json_string(bi->model));
+    json_object_set_new(root, "quantization", json_string(bi->quant));
+    json_object_set_new(root, "transport", json_string(bi->transport));
+    json_object_set_new(root, "ipc_device", json_boolean(bi->ipc_dev));
+    json_object_set_new(root, "payload_bytes", json_integer((json_int_t)bi->payload));
+    json_object_set_new(root, "tensors", json_integer(bi->tensors));
+    json_object_set_new(root, "chunks", json_integer((json_int_t)bi->chunks));
+    json_object_set_new(root, "chunk_bytes", json_integer((json_int_t)bi->chunk_bytes));
+    json_object_set_new(root, "updates", ups);
+    if (m > 0) {
+        qsort(t, (size_t)m, sizeof(double), cmp_double_job);
+        json_object_set_new(root, "best_s", json_real(t[0]));
+        json_object_set_new(root, "median_s", json_real(t[m / 2]));
+        json_object_set_new(root, "payload_GBps_best", json_real((double)bi->payload / t[0] / 1e9));
+        json_object_set_new(root, "payload_GBps_median",
+                            json_real((double)bi->payload / t[m / 2] / 1e9));
+    }
+    if (st == RF_OK) {
+        json_t *c = json_object();
+        json_object_set_new(c, "accelerator", json_string(where));
+        json_object_set_new(c, "bytes", json_integer((json_int_t)bytes));
+        json_object_set_new(c, "reps", json_integer(5));
+        json_object_set_new(c, "best_s", json_real(cbest));
+        json_object_set_new(c, "median_s", json_real(cmed));
+        json_object_set_new(c, "GBps", json_real((double)bytes / cbest / 1e9));
+        json_object_set_new(root, "copy_ceiling", c);
+        if (m > 0)
+            json_object_set_new(root, "fraction_of_ceiling",
+                                json_real(((double)bi->payload / t[0]) / ((double)bytes / cbest)));
+    }
+    int rc = json_dump_file(root, o->bench_json, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (rc != 0)
+        fprintf(stderr, "refit-run: --bench-json: cannot write %s\n", o->bench_json);
+    else if (m > 0 && st == RF_OK && !o->quiet)
+        printf("refit: bench: payload %.2f GB, update best %.3f ms median %.3f ms (%d timed) = "
+               "%.1f GB/s; copy ceiling (%s, %.2f GB, best of 5) %.3f ms = %.1f GB/s; %.1f%% of "
+               "the ceiling\n",
+               (double)bi->payload / 1e9, t[0] * 1e3, t[m / 2] * 1e3, m,
+               (double)bi->payload / t[0] / 1e9, where, (double)bytes / 1e9, cbest * 1e3,
+               (double)bytes / cbest / 1e9,
+               100.0 * ((double)bi->payload / t[0]) / ((double)bytes / cbest));
+    json_decref(root);
+    free(t);
+    return rc != 0 || st != RF_OK;
 }
 
 int rf_job_run(const rf_job_opts_t *opts)
@@ -2250,6 +2457,10 @@ int rf_job_run(const rf_job_opts_t *opts)
                opts->checkpoint ? opts->checkpoint : "generator weights");
         fflush(stdout);
     }
+    if (j.rank == 0 && opts->bench_json) {
+        j.hist_verdict_s = calloc((size_t)opts->steps, sizeof(double));
+        j.hist_committed = calloc((size_t)opts->steps, sizeof(int));
+    }
     for (int v = 1; v <= opts->steps; v++) {
         char f[sizeof(fail)] = "";
         int urc = run_update(&j, (uint32_t)v, &verified, f, sizeof(f));
@@ -2276,6 +2487,17 @@ int rf_job_run(const rf_job_opts_t *opts)
                    committed, opts->steps, failed_list, fail);
         fflush(stdout);
     }
+    bench_info_t bi = {"", "", rf_quant_name(j.topo.quantization),
+                       rf_transport_name(j.topo.transport), j.man.payload_bytes, j.man.n,
+                       j.cplan ? j.cplan->n_chunks : 0, j.topo.chunk_bytes, j.place.device,
+                       j.ipc_dev};
+    snprintf(bi.topology, sizeof(bi.topology), "%s", j.topo.name);
+    snprintf(bi.model, sizeof(bi.model), "%s", j.cfg.model_type);
     teardown(&j);
+    if (j.rank == 0 && opts->bench_json && j.hist_verdict_s && j.hist_committed &&
+        bench_write(opts, &bi, j.hist_verdict_s, j.hist_committed) != 0)
+        rc = rc ? rc : 1;
+    free(j.hist_verdict_s);
+    free(j.hist_committed);
     return rc;
 }

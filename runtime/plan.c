@@ -417,6 +417,10 @@ void rf_plan_free(rf_plan_t *p)
     free(p->layers);
     free(p->apps);
     free(p->sigs);
+    free(p->batch);
+    free(p->shape_q);
+    if (p->shape_host)
+        p->st->accel->ops->free_host(p->st->accel, p->shape_host);
     if (p->app_index) {
         rf_map_free(p->app_index);
         free(p->app_index);
@@ -493,8 +497,43 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
     p->stats.loader_s = p->stats.layerwise_s = p->stats.deferred_s = 0;
     p->probes_base = ((rf_map_t *)p->app_index)->probes;
     p->stats.bookkeeping_probes = 0;
+    p->nbatch = 0;
+    p->shape_head = p->shape_n = 0;
+    p->batch_launches = 0;
+    p->batch_rows = 0;
     p->update = update;
     p->in_update = true;
+    return RF_OK;
+}
+
+rf_status_t rf_plan_flush(rf_plan_t *p, rf_err_t *err)
+{
+    if (p->nbatch == 0)
+        return RF_OK;
+    rf_accel_t *ax = plan_ax(p);
+    size_t n = p->nbatch;
+    p->nbatch = 0;
+    rf_status_t st = ax->ops->copy_rows_batch(ax, p->batch, n, NULL);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "plan: update %u: launching %zu device row copies on %s "
+                          "device %d failed", p->update, n, ax->ops->name, ax->device);
+    p->batch_launches++;
+    p->batch_rows += n;
+    return RF_OK;
+}
+
+/* Collects one device-to-device row copy for rf_plan_flush. */
+static rf_status_t batch_add(rf_plan_t *p, const rf_accel_rows_t *rows, rf_err_t *err)
+{
+    if (p->nbatch == p->batch_cap) {
+        size_t cap = p->batch_cap ? 2 * p->batch_cap : 256;
+        rf_accel_rows_t *b = realloc(p->batch, cap * sizeof(*b));
+        if (b == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+        p->batch = b;
+        p->batch_cap = cap;
+    }
+    p->batch[p->nbatch++] = *rows;
     return RF_OK;
 }
 
@@ -502,6 +541,8 @@ static rf_status_t layer_complete(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
 {
     const rf_module_t *mod = &p->inv->modules[L->module];
     L->complete = true;
+    if (L->mode == RF_PLAN_LAYERWISE)
+        RF_CHECK(rf_plan_flush(p, err)); /* processing reads what the copies write */
     if (mod->kind == RF_MOD_VOCAB) {
         int64_t first, cols;
         uint64_t n = rf_load_vocab_pad_rows(p->inv, &p->rc, L->module, &first, &cols);
@@ -658,6 +699,97 @@ rf_status_t rf_plan_apply_rect(rf_plan_t *p, int tensor, int sender, uint64_t ro
                       src, false, chunk, err);
 }
 
+static rf_status_t batch_add(rf_plan_t *p, const rf_accel_rows_t *rows, rf_err_t *err);
+
+/* wna16 weight_shape bytes (rows [0, 2) as I32 or I64) against the inventory's [N, K]. */
+static rf_status_t shape_check(rf_plan_t *p, const rf_app_t *a, const void *src, uint32_t chunk,
+                               rf_err_t *err)
+{
+    int64_t v[2];
+    for (int i = 0; i < 2; i++) {
+        if (a->src_dtype == RF_DTYPE_I32) {
+            int32_t x;
+            memcpy(&x, (const char *)src + (size_t)i * 4, 4);
+            v[i] = x;
+        } else {
+            memcpy(&v[i], (const char *)src + (size_t)i * 8, 8);
+        }
+    }
+    if (v[0] != a->shape_nk[0] || v[1] != a->shape_nk[1])
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "chunk %u: %s carries [%lld, %lld], the model says [%lld, %lld]", chunk,
+                          p->inv->tensors[a->tensor].name, (long long)v[0], (long long)v[1],
+                          (long long)a->shape_nk[0], (long long)a->shape_nk[1]);
+    p->stats.shapes_checked++;
+    return RF_OK;
+}
+
+/* A device-resident weight_shape: a 16-byte copy into the pinned check area joins the batch;
+ * the check itself waits for rf_plan_check. */
+static rf_status_t shape_defer(rf_plan_t *p, uint64_t app, const void *src, size_t nb,
+                               uint32_t chunk, rf_err_t *err)
+{
+    rf_accel_t *ax = p->st->accel;
+    if (p->shape_n == p->shape_cap) {
+        /* grows only between chunks: the first use sizes it for every weight_shape of the plan */
+        if (p->shape_n != p->shape_head)
+            RF_CHECK(rf_plan_flush(p, err));
+        if (p->shape_n != p->shape_head && rf_accel_sync(ax) != RF_OK)
+            return rf_err_set(err, RF_ERR_CUDA, "plan: synchronizing before growing the "
+                              "weight_shape area failed");
+        size_t cap = 0;
+        for (int i = 0; i < p->napps; i++)
+            cap += p->apps[i].slot < 0;
+        cap = cap > 2 * p->shape_cap ? cap : 2 * p->shape_cap + 16;
+        unsigned char *h = NULL;
+        shape_pending_t *q = malloc(cap * sizeof(*q));
+        rf_status_t as = q ? ax->ops->alloc_host(ax, cap * 16, (void **)&h) : RF_ERR_NOMEM;
+        if (as != RF_OK) {
+            free(q);
+            return rf_err_set(err, as, "plan: no pinned memory for %zu weight_shape checks", cap);
+        }
+        size_t live = p->shape_n - p->shape_head;
+        for (size_t i = 0; i < live; i++) {
+            q[i] = p->shape_q[p->shape_head + i];
+            memcpy(h + i * 16, p->shape_host + (p->shape_head + i) * 16, 16);
+        }
+        if (p->shape_host)
+            ax->ops->free_host(ax, p->shape_host);
+        free(p->shape_q);
+        p->shape_host = h;
+        p->shape_q = q;
+        p->shape_cap = cap;
+        p->shape_head = 0;
+        p->shape_n = live;
+    }
+    size_t k = p->shape_n++;
+    p->shape_q[k] = (shape_pending_t){app, chunk};
+    rf_accel_rows_t r;
+    memset(&r, 0, sizeof(r));
+    r.dst.data = p->shape_host + k * 16;
+    r.dst.esize = 1;
+    r.dst.dtype = RF_DTYPE_U8;
+    r.dst.row_stride = (int64_t)nb;
+    r.dst.col_stride = 1;
+    r.src = src;
+    r.src_dtype = RF_DTYPE_U8;
+    r.src_pitch = (int64_t)nb;
+    r.rows = 1;
+    r.cols = (int64_t)nb;
+    return batch_add(p, &r, err);
+}
+
+rf_status_t rf_plan_check(rf_plan_t *p, uint32_t chunk, rf_err_t *err)
+{
+    while (p->shape_head < p->shape_n && p->shape_q[p->shape_head].chunk == chunk) {
+        size_t k = p->shape_head++;
+        RF_CHECK(shape_check(p, &p->apps[p->shape_q[k].app], p->shape_host + k * 16, chunk, err));
+    }
+    if (p->shape_head == p->shape_n)
+        p->shape_head = p->shape_n = 0;
+    return RF_OK;
+}
+
 static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
                               uint64_t row_end, bool rect, int64_t col_begin, int64_t col_end,
                               int64_t src_pitch, const void *src, bool src_dev, uint32_t chunk,
@@ -710,35 +842,18 @@ static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row
                           (unsigned long long)a->cursor, (unsigned long long)a->rows);
     if (a->slot < 0) {
         /* wna16 weight_shape: checked against the inventory's [N, K], counted, not stored */
-        int64_t v[2];
-        unsigned char shp[16] = {0};
-        if (src_dev) { /* read the (at most 16) bytes back first */
-            size_t nb = (size_t)(row_end - row_begin) * (a->src_dtype == RF_DTYPE_I32 ? 4 : 8);
-            rf_accel_t *ax = p->st->accel;
-            rf_status_t cs = nb <= sizeof(shp) ? ax->ops->copy(ax, shp, src, nb, RF_COPY_D2H, NULL)
-                                               : RF_ERR_INVALID;
-            if (cs == RF_OK)
-                cs = rf_accel_sync(ax);
-            if (cs != RF_OK)
-                return rf_err_set(err, cs, "chunk %u: reading %s from device memory failed",
-                                  chunk, tname);
-            src = shp;
-        }
-        for (int i = 0; i < 2; i++) {
-            if (a->src_dtype == RF_DTYPE_I32) {
-                int32_t x;
-                memcpy(&x, (const char *)src + (size_t)(i - (int)row_begin) * 4, 4);
-                v[i] = x;
-            } else {
-                memcpy(&v[i], (const char *)src + (size_t)(i - (int)row_begin) * 8, 8);
-            }
-        }
-        if (row_begin != 0 || row_end != 2 || v[0] != a->shape_nk[0] || v[1] != a->shape_nk[1])
+        size_t nb = (size_t)(row_end - row_begin) * (a->src_dtype == RF_DTYPE_I32 ? 4 : 8);
+        if (row_begin != 0 || row_end != 2)
             return rf_err_set(err, RF_ERR_MISMATCH,
-                              "chunk %u: %s carries [%lld, %lld], the model says [%lld, %lld]",
-                              chunk, tname, (long long)v[0], (long long)v[1],
-                              (long long)a->shape_nk[0], (long long)a->shape_nk[1]);
-        p->stats.shapes_checked++;
+                              "chunk %u: %s arrives as rows [%llu, %llu), expected [0, 2)", chunk,
+                              tname, (unsigned long long)row_begin, (unsigned long long)row_end);
+        if (src_dev) {
+            /* collected with the chunk's row copies into pinned host memory (the device writes
+             * it directly) and checked once the chunk's copies completed (rf_plan_check) */
+            RF_CHECK(shape_defer(p, idx, src, nb, chunk, err));
+        } else {
+            RF_CHECK(shape_check(p, a, src, chunk, err));
+        }
     } else if (!a->declined) {
         double t0 = cpu_now();
         rf_accel_rows_t rows;
@@ -756,7 +871,8 @@ static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row
             rf_accel_t *ax = plan_ax(p);
             if (p->dev && !src_dev) /* a device source is copied device to device as it is */
                 RF_CHECK(stage_rebase(p, a, row_begin, row_end, src, &rows, chunk, err));
-            rf_status_t ws = ax->ops->copy_rows(ax, &rows, NULL);
+            rf_status_t ws =
+                src_dev ? batch_add(p, &rows, err) : ax->ops->copy_rows(ax, &rows, NULL);
             if (ws != RF_OK)
                 return rf_err_set(err, ws,
                                   "chunk %u: writing rows [%llu, %llu) of %s on %s "
@@ -784,6 +900,19 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
 {
     if (!p->in_update)
         return rf_err_set(err, RF_ERR_STATE, "plan: finalize without an update");
+    rf_status_t fs = rf_plan_flush(p, err);
+    if (fs == RF_OK && p->shape_head < p->shape_n) { /* checks of chunks not completed yet */
+        fs = rf_accel_sync(p->st->accel);
+        if (fs != RF_OK)
+            rf_err_set(err, fs, "plan: update %u: synchronizing before the weight_shape checks "
+                       "failed", p->update);
+        while (fs == RF_OK && p->shape_head < p->shape_n)
+            fs = rf_plan_check(p, p->shape_q[p->shape_head].chunk, err);
+    }
+    if (fs != RF_OK) {
+        rf_plan_abort(p);
+        return fs;
+    }
     for (int m = 0; m < p->nlayers; m++) {
         rf_layer_t *L = &p->layers[m];
         if (L->pending == 0)
@@ -847,6 +976,8 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
 
 void rf_plan_abort(rf_plan_t *p)
 {
+    p->nbatch = 0; /* collected copies of a failed update are never launched */
+    p->shape_head = p->shape_n = 0;
     if (p->dev) { /* nothing may still read scratch or staging */
         (void)rf_accel_sync(p->st->accel);
         p->stage_host = NULL;

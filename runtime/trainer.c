@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "control_int.h"
+#include "refit/accel.h"
 #include "refit/generator.h"
 #include "refit/log.h"
 #include "refit/quant.h"
@@ -424,6 +425,127 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
     tr->stats.gather_s = tr->stats.pack_s = 0;
     tr->stats.produce_s = rf_time_now() - t0;
     return RF_OK;
+}
+
+/* The generator's logical (unquantized) region of the linear holding quantized entry ei into
+ * device scratch, quantized on the device into the entry's and its scale's device slices. */
+static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t step,
+                                           rf_accel_t *ax, char *dev, const char *host,
+                                           void **scratch, size_t *scratch_cap, rf_err_t *err)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+    const rf_region_t *r = &tr->reg[ei];
+    bool wna16 = tr->inv->modules[t->module].quant == RF_QUANT_WNA16;
+    rf_dtype_t dt = tr->inv->cfg.dtype;
+    char prefix[RF_NAME_MAX - 16], lname[RF_NAME_MAX + 8];
+    const char *dot = strrchr(t->name, '.');
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+    snprintf(lname, sizeof(lname), "%s.weight", prefix);
+    int64_t K = t->shape[1] * (wna16 ? 8 : 1);
+    int64_t c0 = r->c0 * (wna16 ? 8 : 1), c1 = r->c1 * (wna16 ? 8 : 1);
+    int64_t rows = r->r1 - r->r0, cols = c1 - c0;
+    size_t es = rf_dtype_size(dt), need = (size_t)rows * (size_t)cols * es;
+    int si = entry_of(tr, prefix, wna16 ? "weight_scale" : "weight_scale_inv");
+    if (si < 0 || !tr->has[si])
+        return rf_err_set(err, RF_ERR_INTERNAL, "trainer: %s has no scale slice here", t->name);
+    if (need > *scratch_cap) {
+        if (*scratch != NULL) {
+            (void)rf_accel_sync(ax);
+            ax->ops->free(ax, *scratch);
+        }
+        *scratch = NULL;
+        *scratch_cap = 0;
+        rf_status_t as = ax->ops->alloc(ax, need, scratch);
+        if (as != RF_OK)
+            return rf_err_set(err, as, "trainer rank %d: no %zu bytes of device scratch to "
+                              "quantize %s", tr->me.world_rank, need, t->name);
+        *scratch_cap = need;
+    }
+    rf_accel_gen_t g = {rf_gen_name_hash(lname), step, dt, (uint64_t)K, (uint64_t)r->r0,
+                        (uint64_t)r->r1, (uint64_t)c0, (uint64_t)c1, *scratch,
+                        (size_t)cols * es};
+    rf_status_t st = ax->ops->gen_fill(ax, &g, NULL);
+    char *q = dev + ((const char *)tr->buf[ei] - host);
+    char *sc = dev + ((const char *)tr->buf[si] - host);
+    int64_t spitch = tr->reg[si].c1 - tr->reg[si].c0;
+    rf_dtype_t sdt = tr->man->entries[si].dtype;
+    if (st == RF_OK && wna16)
+        st = ax->ops->wna16_quantize(ax, *scratch, dt, rows, cols, cols, tr->inv->group_size,
+                                     (uint32_t *)(void *)q, cols / 8, sc, sdt, spitch, NULL);
+    else if (st == RF_OK)
+        st = ax->ops->fp8_quantize(ax, *scratch, dt, rows, cols, cols, (uint8_t *)q, cols, sc, sdt,
+                                   spitch, NULL);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "trainer rank %d: producing and quantizing %s on %s device %d "
+                          "failed", tr->me.world_rank, t->name, ax->ops->name, ax->device);
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_t *ax,
+                                      void *dev_base, const void *host_base, rf_err_t *err)
+{
+    double t0 = rf_time_now();
+    char *dev = dev_base;
+    const char *host = host_base;
+    void *scratch = NULL;
+    size_t scratch_cap = 0;
+    rf_status_t st = RF_OK;
+    tr->stats.bytes_produced = 0;
+    for (int i = 0; i < tr->man->n && st == RF_OK; i++) {
+        if (!tr->has[i])
+            continue;
+        const rf_manifest_entry_t *e = &tr->man->entries[i];
+        const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
+        const rf_region_t *r = &tr->reg[i];
+        size_t pitch = (size_t)(r->c1 - r->c0) * entry_es(tr, i);
+        char *d = dev + ((const char *)tr->buf[i] - host);
+        tr->stats.bytes_produced += (uint64_t)(r->r1 - r->r0) * pitch;
+        if (rf_manifest_trainer_quantizes(tr->inv, t, NULL)) {
+            if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
+                st = produce_quantized_device(tr, i, step, ax, dev, host, &scratch, &scratch_cap,
+                                              err);
+            } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
+                char prefix[RF_NAME_MAX - 16];
+                const char *dot = strrchr(t->name, '.');
+                snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+                int pi = entry_of(tr, prefix, "weight_packed");
+                const rf_tensor_t *pt =
+                    pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
+                int64_t nk[2] = {pt->shape[0], pt->shape[1] * 8};
+                int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
+                bool i32 = e->dtype == RF_DTYPE_I32;
+                st = ax->ops->copy(ax, d, i32 ? (const void *)v : (const void *)nk,
+                                   i32 ? sizeof(v) : sizeof(nk), RF_COPY_H2D, NULL);
+                if (st == RF_OK) /* v and nk live on this stack frame */
+                    st = rf_accel_sync(ax);
+                if (st != RF_OK)
+                    rf_err_set(err, st, "trainer rank %d: writing %s on %s device %d failed",
+                               tr->me.world_rank, t->name, ax->ops->name, ax->device);
+            }
+            continue; /* scales are written by their weight's quantization */
+        }
+        int64_t nrows = t->ndim ? t->shape[0] : 1;
+        rf_accel_gen_t g = {rf_gen_name_hash(t->name), step, t->dtype,
+                            nrows ? t->numel / (uint64_t)nrows : 0, (uint64_t)r->r0,
+                            (uint64_t)r->r1, (uint64_t)r->c0, (uint64_t)r->c1, d, pitch};
+        st = ax->ops->gen_fill(ax, &g, NULL);
+        if (st != RF_OK)
+            rf_err_set(err, st, "trainer rank %d: generating %s on %s device %d failed",
+                       tr->me.world_rank, t->name, ax->ops->name, ax->device);
+    }
+    rf_status_t ss = rf_accel_sync(ax);
+    if (st == RF_OK && ss != RF_OK)
+        st = rf_err_set(err, ss, "trainer rank %d: device production of update %llu failed",
+                        tr->me.world_rank, (unsigned long long)step);
+    if (scratch != NULL)
+        ax->ops->free(ax, scratch);
+    tr->stats.bytes_read = 0;
+    tr->stats.header_bytes_read = 0;
+    tr->stats.bytes_gathered = 0;
+    tr->stats.gather_msgs = 0;
+    tr->stats.gather_s = tr->stats.pack_s = 0;
+    tr->stats.produce_s = rf_time_now() - t0;
+    return st;
 }
 
 static int gather_tag(uint32_t update, uint32_t seq)

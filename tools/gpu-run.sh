@@ -12,7 +12,9 @@
 #   bash tools/gpu-run.sh                  # from the repository root, .device-deps/ alongside
 #
 # Env: OUT (log folder), REFIT_GPU_BUILD (build folder, default build-gpu),
-# REFIT_SANITIZER_BENCH_MIB (copy size for the sanitizer run, default 256).
+# REFIT_SANITIZER_BENCH_MIB (copy size for the sanitizer run, default 256), REFIT_GPU_MEMCHECK=0
+# (skip compute-sanitizer), REFIT_GPU_BENCH=1 (then run bench/colocated.sh, logs in
+# $OUT/bench; STEPS, SHAPES, BASELINES pass through), REFIT_GPU_TESTS=0 (skip ctest -L gpu).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-gpu-out}
@@ -74,6 +76,7 @@ step build $rc
 (cd "$build" && ctest -R '^check_accel$' --output-on-failure) > "$out/ctest-accel-unit.log" 2>&1
 step "ctest check_accel (host reference)" $?
 
+if [ "${REFIT_GPU_TESTS:-1}" != 0 ]; then
 (cd "$build" && ctest -L gpu --output-on-failure -V) > "$out/ctest-gpu.log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && grep -qiE 'skipped|not run' "$out/ctest-gpu.log"; then
@@ -85,9 +88,18 @@ grep '^.*bench:' "$out/ctest-gpu.log" | sed 's/^[0-9]*: //' >> "$summary"
 grep -E '^[0-9]+/[0-9]+ Test' "$out/ctest-gpu.log" >> "$summary"
 grep -E 'storage digest|digest_compare.sh:' "$out/ctest-gpu.log" | sed 's/^[0-9]*: //' \
     >> "$out/digests.txt"
+fi
+
+if [ "${REFIT_GPU_BENCH:-0}" = 1 ]; then
+    OUT="$out/bench" timeout 1500 bash "$root/bench/colocated.sh" "$build" > "$out/bench.log" 2>&1
+    step "bench/colocated.sh" $?
+    cat "$out/bench/table.md" >> "$summary" 2>/dev/null
+fi
 
 gpu_test="$build/tests/gpu/check_accel_cuda"
-if command -v compute-sanitizer >/dev/null 2>&1; then
+if [ "${REFIT_GPU_MEMCHECK:-1}" = 0 ]; then
+    echo "compute-sanitizer: skipped (REFIT_GPU_MEMCHECK=0)" | tee -a "$summary"
+elif command -v compute-sanitizer >/dev/null 2>&1; then
     CK_FORK=no CK_DEFAULT_TIMEOUT=1200 REFIT_ACCEL_BENCH_MIB=${REFIT_SANITIZER_BENCH_MIB:-256} \
         timeout 420 compute-sanitizer --tool memcheck --error-exitcode 99 "$gpu_test" \
         > "$out/memcheck.log" 2>&1

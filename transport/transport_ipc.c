@@ -663,6 +663,38 @@ static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, con
     return RF_OK;
 }
 
+/* ACK of chunk seq, message slot b, to its stage sender src. */
+static rf_status_t send_ack(rf_xfer_t *x, const rf_xfer_config_t *cfg, int b, uint32_t seq,
+                            int src, rf_err_t *err)
+{
+    rf_ipc_state_t *s = x->ipc;
+    const int per = 2 * x->nranks;
+    unsigned char *ab = s->ack_sbuf + (size_t)b * RF_IPC_ACK_BYTES;
+    RF_CHECK(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, err));
+    rf_chunk_header_write(ab, cfg->update, seq, 0);
+    RF_CHECK(x->tp->ops->isend(x->tp, ab, RF_IPC_ACK_BYTES, src, RF_IPC_TAG_ACK(cfg->update),
+                               &x->sreqs[b * per], err));
+    x->stats.peers[src].chunks_sent++;
+    x->stats.peers[src].bytes_sent += RF_IPC_ACK_BYTES;
+    x->stats.chunks_sent++;
+    return RF_OK;
+}
+
+/* Waits for chunk c's copies (ic->complete), then ACKs it. c's index in the plan gives its
+ * message slot. */
+static rf_status_t ack_pending(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
+                               rf_err_t *err)
+{
+    double t0 = rf_time_now();
+    rf_status_t st = cfg->ipc->complete(cfg->ipc->apply_ctx, c, err);
+    x->stats.unpack_s += rf_time_now() - t0;
+    if (st != RF_OK)
+        return st;
+    size_t k = (size_t)(c - cfg->plan->chunks);
+    return send_ack(x, cfg, (int)(k % (size_t)x->buffers), c->seq,
+                    cfg->stage_senders[c->stage], err);
+}
+
 rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err)
 {
     rf_ipc_state_t *s = x->ipc;
@@ -679,6 +711,7 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
     uint32_t seq = 0;
     int stage = -1, src = -1;
     recv_done_t d;
+    const rf_chunk_t *pending = NULL; /* applied, ACK not sent yet (ic->complete) */
 
     if (ic == NULL || ic->staged == NULL || ic->pieces == NULL || ic->apply == NULL ||
         cfg->items == NULL || ic->pair < 0 || ic->pair >= x->nranks)
@@ -822,17 +855,17 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
         if (st != RF_OK)
             goto fail;
         x->stats.chunks_received++;
-        /* ACK: the chunk is applied (device: ic->apply returns after the rollout's stream
-         * synchronized, so the slot's bytes were read) */
-        RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st, fail);
-        rf_chunk_header_write(s->ack_sbuf + (size_t)b * RF_IPC_ACK_BYTES, cfg->update, c->seq, 0);
-        RF_CHECK_GOTO(x->tp->ops->isend(x->tp, s->ack_sbuf + (size_t)b * RF_IPC_ACK_BYTES,
-                                        RF_IPC_ACK_BYTES, src, RF_IPC_TAG_ACK(cfg->update),
-                                        &x->sreqs[b * per], &e),
-                      st, fail);
-        x->stats.peers[src].chunks_sent++;
-        x->stats.peers[src].bytes_sent += RF_IPC_ACK_BYTES;
-        x->stats.chunks_sent++;
+        /* ACK: the chunk is applied (without ic->complete, apply returned after the copies
+         * completed; with it, the previous chunk's ACK goes now that this one is queued) */
+        if (ic->complete == NULL) {
+            RF_CHECK_GOTO(send_ack(x, cfg, b, c->seq, src, &e), st, fail);
+        } else if (B < 2) { /* one slot: the sender needs this ACK before the next chunk */
+            RF_CHECK_GOTO(ack_pending(x, cfg, c, &e), st, fail);
+        } else {
+            if (pending != NULL)
+                RF_CHECK_GOTO(ack_pending(x, cfg, pending, &e), st, fail);
+            pending = c;
+        }
         if (posted < n) {
             const rf_chunk_t *pc = &plan->chunks[posted];
             RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->buf_bytes,
@@ -842,6 +875,8 @@ rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err
             posted++;
         }
     }
+    if (pending != NULL)
+        RF_CHECK_GOTO(ack_pending(x, cfg, pending, &e), st, fail);
     for (int b = 0; b < B; b++)
         RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st, fail_end);
     int extra = 0;

@@ -103,6 +103,23 @@ typedef struct rf_accel_rows {
     int64_t cols;
 } rf_accel_rows_t;
 
+/*
+ * A block of generator values (DESIGN.md section 12, include/refit/generator.h): element (i, j),
+ * i in [row_begin, row_end), j in [col_begin, col_end), of the unsharded tensor whose name
+ * hashes to name_hash, at update `step`, in dtype (BF16, F16, F32), goes to
+ * dst + (i - row_begin) dst_pitch + (j - col_begin) esize. ncols: elements per row of the
+ * whole tensor (the element's index is i ncols + j).
+ */
+typedef struct rf_accel_gen {
+    uint64_t name_hash;
+    uint64_t step;
+    rf_dtype_t dtype;
+    uint64_t ncols;
+    uint64_t row_begin, row_end, col_begin, col_end;
+    void *dst;        /* device memory */
+    size_t dst_pitch; /* bytes */
+} rf_accel_gen_t;
+
 struct rf_accel_ops {
     const char *name;       /* "host", "cuda" */
     rf_mem_type_t mem_type; /* what alloc() returns */
@@ -155,6 +172,12 @@ struct rf_accel_ops {
      * conversion is needed). */
     rf_status_t (*copy_rows)(rf_accel_t *accel, const rf_accel_rows_t *rows,
                              rf_accel_stream_t *stream);
+    /* n row copies with the result of n copy_rows calls, in as few launches as the
+     * implementation can (CUDA: one kernel for all of them; host: a loop). The destinations
+     * must not overlap each other or any source. rows[] is consumed before the call returns
+     * (the caller may reuse it at once); the copies themselves are enqueued on the stream. */
+    rf_status_t (*copy_rows_batch)(rf_accel_t *accel, const rf_accel_rows_t *rows, size_t n,
+                                   rf_accel_stream_t *stream);
     /* Vocab padding: zero-fills destination rows [row_begin, row_begin + nrows), columns
      * [0, cols) of expert 0 (rf_load_vocab_pad's rows). */
     rf_status_t (*zero_rows)(rf_accel_t *accel, const rf_accel_dst_t *dst, int64_t row_begin,
@@ -182,6 +205,9 @@ struct rf_accel_ops {
                                   uint32_t *packed, int64_t packed_pitch, void *scale,
                                   rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
                                   rf_accel_stream_t *stream);
+    /* The generator's values (rf_gen_fill_block) into device memory; bit-exact with the host
+     * generator (both use include/refit/generator_bits.h). RF_ERR_INVALID as rf_gen_fill_block. */
+    rf_status_t (*gen_fill)(rf_accel_t *accel, const rf_accel_gen_t *g, rf_accel_stream_t *stream);
     /* rf_accel_checksum() of bytes [0, bytes) of device memory. Synchronizes the stream. */
     rf_status_t (*checksum)(rf_accel_t *accel, const void *buf, size_t bytes, uint64_t *sum_p,
                             rf_accel_stream_t *stream);
@@ -237,6 +263,15 @@ static inline uint64_t rf_accel_sum_final(uint64_t S, uint64_t bytes)
 {
     return rf_accel_fmix64(S ^ (bytes * 0xC2B2AE3D27D4EB4Full));
 }
+
+/*
+ * The device copy ceiling (benchmarks): best and median of `reps` device-to-device copies of
+ * one buffer of `bytes` into another (cudaMemcpyAsync d2d on CUDA, memcpy on the host), each
+ * timed with events (wall clock on the host). Allocates and frees both buffers.
+ * RF_ERR_NOMEM when they do not fit. Not collective.
+ */
+rf_status_t rf_accel_copy_ceiling(rf_accel_t *accel, size_t bytes, int reps, double *best_s,
+                                  double *median_s);
 
 /* Validates a row-copy descriptor the same way for every implementation: RF_ERR_INVALID for
  * negative sizes, src_pitch < cols, esize not 1 / 2 / 4 / 8, or a source dtype that is neither

@@ -53,6 +53,15 @@ rf_status_t rf_gen_fill(const rf_tensor_t *t, uint64_t step, uint64_t row_begin,
                         uint64_t row_end, uint64_t col_begin, uint64_t col_end, void *dst,
                         size_t dst_pitch_bytes);
 
+/*
+ * rf_gen_fill on a block given by the tensor's name hash, dtype and column count (ncols: the
+ * elements per row of the unsharded tensor). The host twin of the accelerator op gen_fill.
+ * Errors as rf_gen_fill (col_end > ncols is out of range).
+ */
+rf_status_t rf_gen_fill_block(uint64_t name_hash, uint64_t step, rf_dtype_t dt, uint64_t ncols,
+                              uint64_t row_begin, uint64_t row_end, uint64_t col_begin,
+                              uint64_t col_end, void *dst, size_t dst_pitch_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -64,6 +64,11 @@ typedef struct rf_job_opts {
     bool help;
     bool integrity;           /* per-chunk checksums (or transfer.integrity in the topology) */
     rf_job_fault_t fault;     /* kind RF_FAULT_NONE normally */
+    bool verify_last;         /* only the last update goes through the oracle (benchmarks of
+                                 large models: the host oracle is slower than the updates) */
+    const char *bench_json;   /* NULL, or rank 0 writes the update times (update begin to
+                                 verdict, slowest rank), the payload and the device copy
+                                 ceiling measured after the updates there (docs/benchmarks.md) */
     /* NULL, or called on every rank after each update (1-based), with whether this rank saw
      * it commit and verify; for the soak program's per-update probes. ctx is borrowed. */
     void (*after_update)(void *ctx, int update, bool ok);

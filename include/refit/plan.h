@@ -57,6 +57,11 @@ typedef struct rf_plan_stats {
     double layerwise_s, deferred_s, verify_s;
 } rf_plan_stats_t;
 
+typedef struct shape_pending {
+    uint64_t app;   /* index in apps */
+    uint32_t chunk; /* chunk seq whose copies carry it */
+} shape_pending_t;
+
 typedef struct rf_app {
     int tensor;
     int sender;          /* trainer world rank in p2p, -1 in broadcast */
@@ -120,6 +125,16 @@ typedef struct rf_plan {
     const char *stage_host; /* host payload staged into stage_buf[stage_cur] */
     size_t stage_bytes;
     uint64_t stage_h2d, stage_h2d_bytes; /* h2d copies / bytes this update */
+    /* device sources (rf_plan_apply_device): row copies collected and launched together by
+     * rf_plan_flush (copy_rows_batch) */
+    rf_accel_rows_t *batch;
+    size_t nbatch, batch_cap;
+    uint64_t batch_launches, batch_rows; /* this update: launches, row copies in them */
+    /* device-resident wna16 weight_shape: 16 bytes each copied into pinned host memory with the
+     * batch, checked by rf_plan_check once their chunk's copies completed (FIFO) */
+    unsigned char *shape_host;
+    struct shape_pending *shape_q;
+    size_t shape_head, shape_n, shape_cap;
 } rf_plan_t;
 
 /*
@@ -187,12 +202,23 @@ rf_status_t rf_plan_apply_rect(rf_plan_t *p, int tensor, int sender, uint64_t ro
  */
 rf_status_t rf_plan_stage(rf_plan_t *p, const void *payload, size_t bytes, rf_err_t *err);
 
+/* Checks what rf_plan_apply_device deferred for chunk `chunk` (wna16 weight_shape values),
+ * after the caller saw that chunk's copies complete. RF_ERR_MISMATCH naming the tensor. */
+rf_status_t rf_plan_check(rf_plan_t *p, uint32_t chunk, rf_err_t *err);
+
+/* Launches the row copies collected by rf_plan_apply_device (one copy_rows_batch on the
+ * storage accelerator's stream); enqueued, not waited for. No-op when none are pending. */
+rf_status_t rf_plan_flush(rf_plan_t *p, rf_err_t *err);
+
 /*
  * rf_plan_apply with src in device memory of the storage's device (or mapped into it: a CUDA
- * IPC arena of the colocated pair, a staging slot): the piece goes device to device through
- * copy_rows on the accelerator's stream, with no staging. Enqueued, not waited for: the caller
- * synchronizes the stream (rf_accel_sync) before the source may change (the ipc ACK).
- * RF_ERR_UNSUPPORTED on host storage. Not collective.
+ * IPC arena of the colocated pair, a staging slot): the piece goes device to device, with no
+ * staging. The bookkeeping (expected applications, cursors, layer completion) happens at once;
+ * the row copy is only collected: rf_plan_flush launches every collected copy in one
+ * copy_rows_batch (a LAYERWISE layer's completion flushes before processing). The caller
+ * flushes at the end of each chunk and then synchronizes the stream (rf_accel_sync, or an
+ * event) before the source may change (the ipc ACK). RF_ERR_UNSUPPORTED on host storage.
+ * Not collective.
  */
 rf_status_t rf_plan_apply_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
                                  uint64_t row_end, const void *src, uint32_t chunk,

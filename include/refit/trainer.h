@@ -124,6 +124,18 @@ rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *e
  * bytes (pread of its rows / columns only). Not collective. */
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err);
 
+/*
+ * rf_trainer_produce from the generator, on a device: the same bytes, written by the
+ * accelerator's gen_fill (and its fp8 / wna16 quantizers for quantized linears) into device
+ * memory. The shard buffers given to rf_trainer_use_arena start at host_base; each entry's
+ * bytes go to the same offset from dev_base (the two may be equal: buffers that are device
+ * pointers). Synchronizes the accelerator before returning. Errors: the accelerator's, with the
+ * tensor named. Not collective.
+ */
+struct rf_accel;
+rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, struct rf_accel *ax,
+                                      void *dev_base, const void *host_base, rf_err_t *err);
+
 /* Stage sender: packs chunk `c` into payload, gathering other copies of record's parts
  * (waits under the deadline, polling ABORT through ctl). With tr->gathered, only the pieces
  * it marks (the other pieces' bytes in payload are left as they were). */

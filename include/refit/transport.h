@@ -236,6 +236,10 @@ typedef rf_status_t (*rf_xfer_apply_fn)(void *ctx, const rf_chunk_t *chunk,
                                         const rf_xfer_segment_t *segs, size_t nsegs,
                                         rf_err_t *err);
 
+/* Waits until everything apply enqueued for `chunk` has completed (its source bytes were
+ * read): a device receiver's stream event. */
+typedef rf_status_t (*rf_xfer_complete_fn)(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
+
 /* The ipc part of an update's config (NULL on mpi). Borrowed. */
 typedef struct rf_xfer_ipc_config {
     const uint8_t *staged;        /* [plan->n_chunks] 1: the stage sender stages the chunk */
@@ -243,6 +247,11 @@ typedef struct rf_xfer_ipc_config {
     int pair;                     /* receiver: world rank of its pair (READY comes from it) */
     rf_xfer_apply_fn apply;       /* receiver */
     void *apply_ctx;
+    /* receiver, optional. NULL: apply returns with the chunk's copies complete and the ACK
+     * follows at once. Set: apply only enqueues; the ACK of chunk k is sent after chunk k + 1
+     * was applied (enqueued) and complete(k) returned, so the device copies of k + 1 queue
+     * behind those of k while the host waits (one chunk of lookahead, never more). */
+    rf_xfer_complete_fn complete;
 } rf_xfer_ipc_config_t;
 
 /*

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "refit/accel.h"
+#include "refit/generator.h"
 #include "refit/quant.h"
 
 static rf_accel_t *H, *G; /* host reference, cuda */
@@ -135,27 +136,129 @@ static void run_rows(const struct rows_case *k)
     free(hs);
 }
 
+static const struct rows_case rows_cases[] = {
+    /* name, es, ddt, sdt, rs, cs, xs, E, e, row, col, rows, cols, pitch */
+    {"row-major bf16 TP slice (2-D copy)", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4099, 1, 0, 1, 0,
+     3, 17, 1001, 2047, 4093},
+    {"moe w13 up shard, expert 2", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 768, 1, 768 * 512, 4, 2,
+     256, 0, 256, 768, 768},
+    {"k-first int32 wna16 rows", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 1536, 1536 * 96, 3, 1,
+     768, 0, 768, 96, 96},
+    {"k-first odd", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 1001, 0, 1, 0, 5, 3, 997, 33, 40},
+    {"bf16 -> f32 scales", 4, RF_DTYPE_F32, RF_DTYPE_BF16, 37, 1, 0, 1, 0, 2, 1, 301, 35, 36},
+    {"f16 -> f32 scales, k-first", 4, RF_DTYPE_F32, RF_DTYPE_F16, 1, 513, 0, 1, 0, 7, 0, 500,
+     1000, 1003},
+    {"u8 col stride 3", 1, RF_DTYPE_U8, RF_DTYPE_U8, 3001, 3, 0, 1, 0, 1, 2, 333, 999, 1000},
+    {"u64 strided", 8, RF_DTYPE_U64, RF_DTYPE_U64, 70, 2, 0, 1, 0, 1, 1, 129, 33, 35},
+    {"vocab rows, many blocks", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4096, 1, 0, 1, 0, 0, 0, 8000,
+     4096, 4096},
+};
+
 START_TEST(test_copy_rows)
 {
-    static const struct rows_case cases[] = {
-        /* name, es, ddt, sdt, rs, cs, xs, E, e, row, col, rows, cols, pitch */
-        {"row-major bf16 TP slice (2-D copy)", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4099, 1, 0, 1, 0,
-         3, 17, 1001, 2047, 4093},
-        {"moe w13 up shard, expert 2", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 768, 1, 768 * 512, 4, 2,
-         256, 0, 256, 768, 768},
-        {"k-first int32 wna16 rows", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 1536, 1536 * 96, 3, 1,
-         768, 0, 768, 96, 96},
-        {"k-first odd", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 1001, 0, 1, 0, 5, 3, 997, 33, 40},
-        {"bf16 -> f32 scales", 4, RF_DTYPE_F32, RF_DTYPE_BF16, 37, 1, 0, 1, 0, 2, 1, 301, 35, 36},
-        {"f16 -> f32 scales, k-first", 4, RF_DTYPE_F32, RF_DTYPE_F16, 1, 513, 0, 1, 0, 7, 0, 500,
-         1000, 1003},
-        {"u8 col stride 3", 1, RF_DTYPE_U8, RF_DTYPE_U8, 3001, 3, 0, 1, 0, 1, 2, 333, 999, 1000},
-        {"u64 strided", 8, RF_DTYPE_U64, RF_DTYPE_U64, 70, 2, 0, 1, 0, 1, 1, 129, 33, 35},
-        {"vocab rows, many blocks", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4096, 1, 0, 1, 0, 0, 0, 8000,
-         4096, 4096},
+    for (size_t i = 0; i < sizeof(rows_cases) / sizeof(rows_cases[0]); i++)
+        run_rows(&rows_cases[i]);
+}
+END_TEST
+
+/* copy_rows_batch: every case above plus unaligned and long contiguous byte copies in ONE
+ * batch (each into its own buffer), against the host's one-by-one copies. */
+START_TEST(test_copy_rows_batch)
+{
+    enum { NC = sizeof(rows_cases) / sizeof(rows_cases[0]), NX = 4, N = NC + NX };
+    rf_accel_rows_t hr[N], gr[N];
+    char *hd[N], *hs[N];
+    void *dd[N], *ds[N];
+    size_t dbytes[N];
+    for (int i = 0; i < N; i++) {
+        struct rows_case k;
+        if (i < NC) {
+            k = rows_cases[i];
+        } else { /* bytes: odd offsets (1-byte path), 4-aligned, 16-aligned long rows, 1-D */
+            static const struct rows_case x[NX] = {
+                {"u8 unaligned rows", 1, RF_DTYPE_U8, RF_DTYPE_U8, 70001, 1, 0, 1, 0, 3, 5, 7,
+                 69001, 69003},
+                {"u32 rows", 4, RF_DTYPE_U32, RF_DTYPE_U32, 9000, 1, 0, 1, 0, 1, 1, 33, 8191,
+                 8192},
+                {"bf16 long rows", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 65536, 1, 0, 1, 0, 0, 0, 64,
+                 65536, 65536},
+                {"bf16 contiguous 48 MiB", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4096, 1, 0, 1, 0, 0,
+                 0, 6144, 4096, 4096},
+            };
+            k = x[i - NC];
+        }
+        int64_t ext = (k.experts - 1) * k.expert_stride + (k.dst_row + k.rows - 1) * k.row_stride +
+                      (k.dst_col + k.cols - 1) * k.col_stride + 1;
+        if (k.experts * k.expert_stride > ext)
+            ext = k.experts * k.expert_stride;
+        size_t ses = rf_dtype_size(k.sdt);
+        size_t sbytes = (size_t)((k.rows - 1) * k.src_pitch + k.cols) * ses;
+        dbytes[i] = (size_t)ext * k.esize;
+        hd[i] = malloc(dbytes[i]);
+        hs[i] = malloc(sbytes);
+        fill_random(hd[i], dbytes[i]);
+        fill_random(hs[i], sbytes);
+        dd[i] = dev_upload(hd[i], dbytes[i]);
+        ds[i] = dev_upload(hs[i], sbytes);
+        rf_accel_rows_t r = {
+            .dst = {hd[i], k.esize, k.ddt, k.row_stride, k.col_stride, k.expert_stride},
+            .expert = k.expert, .dst_row = k.dst_row, .dst_col = k.dst_col,
+            .src = hs[i], .src_dtype = k.sdt, .src_pitch = k.src_pitch, .rows = k.rows,
+            .cols = k.cols,
+        };
+        hr[i] = r;
+        r.dst.data = dd[i];
+        r.src = ds[i];
+        gr[i] = r;
+    }
+    ck_assert_int_eq(H->ops->copy_rows_batch(H, hr, N, NULL), RF_OK);
+    ck_assert_int_eq(G->ops->copy_rows_batch(G, gr, N, NULL), RF_OK);
+    /* the ring reuses its descriptor buffers: a second batch on the same buffers, repeated
+     * more often than the ring is long, must give the same bytes again */
+    for (int rep = 0; rep < 10; rep++)
+        ck_assert_int_eq(G->ops->copy_rows_batch(G, gr, N, NULL), RF_OK);
+    for (int i = 0; i < N; i++) {
+        expect_same(hd[i], dd[i], dbytes[i], i < NC ? rows_cases[i].name : "batch extra");
+        G->ops->free(G, dd[i]);
+        G->ops->free(G, ds[i]);
+        free(hd[i]);
+        free(hs[i]);
+    }
+}
+END_TEST
+
+/* gen_fill: the device generator against the host one, bf16 / f16 / f32, offset blocks. */
+START_TEST(test_gen_fill)
+{
+    static const struct {
+        rf_dtype_t dt;
+        uint64_t ncols, r0, r1, c0, c1, pitch_pad;
+    } cases[] = {
+        {RF_DTYPE_BF16, 4096, 0, 300, 0, 4096, 0},
+        {RF_DTYPE_BF16, 1001, 17, 99, 3, 700, 6},
+        {RF_DTYPE_F16, 333, 5, 400, 100, 333, 2},
+        {RF_DTYPE_F32, 1, 0, 10000, 0, 1, 0},
+        {RF_DTYPE_F32, 2048, 1000, 1100, 1024, 2048, 4},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        run_rows(&cases[i]);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t es = rf_dtype_size(cases[i].dt), cols = cases[i].c1 - cases[i].c0;
+        size_t rows = cases[i].r1 - cases[i].r0, pitch = cols * es + cases[i].pitch_pad;
+        size_t bytes = rows * pitch;
+        char *h = calloc(1, bytes);
+        void *d = NULL;
+        ck_assert_int_eq(G->ops->alloc(G, bytes, &d), RF_OK);
+        ck_assert_int_eq(G->ops->memset(G, d, 0, bytes, NULL), RF_OK);
+        uint64_t nh = rf_gen_name_hash("model.layers.7.mlp.experts.3.up_proj.weight");
+        ck_assert_int_eq(rf_gen_fill_block(nh, 5 + i, cases[i].dt, cases[i].ncols, cases[i].r0,
+                                           cases[i].r1, cases[i].c0, cases[i].c1, h, pitch),
+                         RF_OK);
+        rf_accel_gen_t g = {nh, 5 + i, cases[i].dt, cases[i].ncols, cases[i].r0, cases[i].r1,
+                            cases[i].c0, cases[i].c1, d, pitch};
+        ck_assert_int_eq(G->ops->gen_fill(G, &g, NULL), RF_OK);
+        expect_same(h, d, bytes, "gen_fill");
+        G->ops->free(G, d);
+        free(h);
+    }
 }
 END_TEST
 
@@ -423,6 +526,8 @@ static Suite *cuda_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_copies_events);
     tcase_add_test(tc, test_copy_rows);
+    tcase_add_test(tc, test_copy_rows_batch);
+    tcase_add_test(tc, test_gen_fill);
     tcase_add_test(tc, test_zero_rows);
     tcase_add_test(tc, test_fnuz);
     tcase_add_test(tc, test_repack);

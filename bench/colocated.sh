@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench/colocated.sh: the colocated refit benchmark of issue #4 on one GPU (docs/benchmarks.md).
+#
+# For each shape (Llama-3.1-8B bf16; Qwen3-30B-A3B with 24 of 48 layers in bf16, wna16 and
+# fp8-block), runs refit-run on its jobs/topologies/gpu/bench/ topology: trainer and rollout
+# ranks share GPU 0 through CUDA IPC, the trainer's weights are resident on the GPU, STEPS
+# updates (the first is the warm-up), the oracle on the last one (--verify last), and the copy
+# ceiling measured after the updates in the same process (best of 5 device-to-device copies of
+# max(payload, 4 GiB)). Then, one after another so memory suffices, the two PyTorch baselines
+# (bench/colocated_baselines.py: (a) one CUDA IPC handle per tensor, (b) two reused 1 GiB IPC
+# buffers) on the same shapes, and a combined table (bench/colocated_report.py).
+#
+#   OUT=bench-out bash bench/colocated.sh [BUILD_DIR]     # BUILD_DIR default build-gpu
+#
+# Env: OUT (folder for logs and JSON, default bench-out), STEPS (default 6), SHAPES (refit
+# topologies to run, default all four), BASELINES=0 skips the PyTorch baselines.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$root/build-gpu}
+out=${OUT:-bench-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+steps=${STEPS:-6}
+shapes=${SHAPES:-"llama-3.1-8b qwen3-30b-a3b-24l-bf16 qwen3-30b-a3b-24l-wna16 qwen3-30b-a3b-24l-fp8"}
+mpirun=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+status=0
+cd "$root" || exit 1
+for s in $shapes; do
+    topo=jobs/topologies/gpu/bench/colocated-$s.yaml
+    echo "== refit $s ($topo, $steps updates)"
+    timeout 900 "${mpirun[@]}" "$build/refit-run" --topology "$topo" --steps "$steps" \
+        --verify last --bench-json "$out/refit-$s.json" --profile-dir "$out/profile-$s" \
+        > "$out/refit-$s.log" 2>&1
+    rc=$?
+    grep -E '^refit: (bench|COMMITTED|FAILED)|^refit: [0-9]+ of' "$out/refit-$s.log"
+    [ $rc -eq 0 ] || { echo "refit $s: exit $rc (see $out/refit-$s.log)"; status=1; }
+done
+if [ "${BASELINES:-1}" != 0 ]; then
+    echo "== PyTorch baselines"
+    if python3 -c 'import torch, mpi4py' 2>/dev/null; then
+        timeout 1200 "${mpirun[@]}" python3 bench/colocated_baselines.py \
+            --shape llama8b,qwen3moe24 --updates 5 --json "$out/baselines.json" \
+            > "$out/baselines.log" 2>&1
+        rc=$?
+        tail -20 "$out/baselines.log"
+        [ $rc -eq 0 ] || { echo "baselines: exit $rc (see $out/baselines.log)"; status=1; }
+    else
+        echo "baselines: python3 with torch and mpi4py not found; skipped" | tee "$out/baselines.log"
+        status=1
+    fi
+fi
+python3 bench/colocated_report.py "$out" | tee "$out/table.md"
+exit $status
