@@ -27,10 +27,15 @@ status=0
 cd "$root" || exit 1
 for s in $shapes; do
     topo=jobs/topologies/gpu/bench/colocated-$s.yaml
-    echo "== refit $s ($topo, $steps updates)"
-    timeout 900 "${mpirun[@]}" "$build/refit-run" --topology "$topo" --steps "$steps" \
-        --verify last --bench-json "$out/refit-$s.json" --profile-dir "$out/profile-$s" \
-        > "$out/refit-$s.log" 2>&1
+    # bf16: the host oracle checks the last update; quantized shapes: the host oracle re-runs
+    # the reference quantizer over ~15 G elements (minutes), so it is skipped here; the GPU
+    # tests compare every device kernel and the colocated CUDA IPC runs with the host reference
+    verify=last
+    case $s in *wna16* | *fp8*) verify=${VERIFY_QUANT:-none} ;; esac
+    echo "== refit $s ($topo, $steps updates, --verify $verify)"
+    timeout "${SHAPE_TIMEOUT:-300}" "${mpirun[@]}" "$build/refit-run" --topology "$topo" \
+        --steps "$steps" --verify "$verify" --bench-json "$out/refit-$s.json" \
+        --profile-dir "${TMPDIR:-/tmp}/refit-bench-profile-$s" > "$out/refit-$s.log" 2>&1
     rc=$?
     grep -E '^refit: (bench|COMMITTED|FAILED)|^refit: [0-9]+ of' "$out/refit-$s.log"
     [ $rc -eq 0 ] || { echo "refit $s: exit $rc (see $out/refit-$s.log)"; status=1; }

@@ -68,7 +68,8 @@ static void usage(FILE *f)
             "                        to the host), equal for a GPU and a CPU run of the same job\n"
             "  --profile-dir DIR     write profile-rank<R>.json there (default: refit-profile)\n"
             "  --verify WHICH        all (default): the oracle checks every committed update;\n"
-            "                        last: only the last one (benchmarks of large models)\n"
+            "                        last: only the last one (benchmarks of large models);\n"
+            "                        none: no oracle (benchmarks only; the last line says so)\n"
             "  --bench-json FILE     rank 0 writes update times, payload GB/s and the device copy\n"
             "                        ceiling (best of 5 d2d copies of max(payload, 4 GiB), measured\n"
             "                        after the updates on rank 0's GPU, or the host) to FILE\n"
@@ -177,8 +178,10 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
                 o->verify_last = false;
             else if (strcmp(optarg, "last") == 0)
                 o->verify_last = true;
+            else if (strcmp(optarg, "none") == 0)
+                o->verify_none = true;
             else {
-                snprintf(msg, cap, "--verify: '%s' is not all or last", optarg);
+                snprintf(msg, cap, "--verify: '%s' is not all, last or none", optarg);
                 return -1;
             }
             break;

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1776,8 +1777,9 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
         printf("  %-10s rank %d: %s: %s\n", "verdict", v->rank, rf_status_name(v->code),
                v->reason);
     else if (all[j->T].verify_skipped)
-        printf("  %-10s not verified (--verify last: the oracle checks the last update)\n",
-               "verify");
+        printf("  %-10s not verified (--verify %s)\n", "verify",
+               j->o->verify_none ? "none: no oracle in this run"
+                                 : "last: the oracle checks the last update");
     else if (j->o->reference && strcmp(j->source, "checkpoint") == 0)
         printf("  %-10s reassembly + sha256 vs --reference: %" PRIu64
                " tensors equal%s%s%s\n",
@@ -1927,6 +1929,29 @@ static rf_status_t produce_resident(job_t *j, uint32_t v, bool from_ckpt, rf_err
     return st;
 }
 
+/* Colocated GPU pairs: the update begins on every rank once every trainer has written its
+ * resident weights (the end of the training step), so no rank's update time counts the
+ * production. Bounded by timeout_s: a rank that never arrives (it died) stops the job with
+ * MPI_Abort rather than hanging it. */
+static void update_fence(job_t *j, uint32_t v)
+{
+    MPI_Request req;
+    int done = 0;
+    double limit = rf_time_now() + (j->topo.timeout_s > 0 ? j->topo.timeout_s : 300.0);
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    while (!done) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done && rf_time_now() > limit) {
+            rf_error("rank %d: update %u: not every rank reached the start of the update within "
+                     "%.0f s (transfer.timeout_s): aborting the job", j->rank, v,
+                     j->topo.timeout_s);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        if (!done)
+            sched_yield();
+    }
+}
+
 static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, size_t cap)
 {
     rf_err_t err, e2;
@@ -1962,6 +1987,15 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     rf_err_clear(&pre_err);
     if (!is_rollout(j) && j->ipc_dev)
         pre = produce_resident(j, v, from_ckpt, &pre_err);
+    /* the diff rule compares with the previous update only when it committed: after a FAILED
+     * one the storage holds whatever the failure left, and the source may repeat */
+    bool verify_this =
+        !j->o->verify_none && (!j->o->verify_last || v == (uint32_t)j->o->steps);
+    bool diff = v > 1 && j->last_committed == v - 1 && verify_this;
+    if (is_rollout(j) && diff)
+        snapshot(j); /* the oracle's copy for the diff rule, outside the timed path */
+    if (j->ipc_dev)
+        update_fence(j, v); /* every rank starts the update when the training step ended */
     double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(j->ctl, v, &e2);
     rf_xfer_begin(j->xfer, v);
@@ -1970,12 +2004,6 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     double deadline = rf_deadline_for_update(j->topo.timeout_s, j->topo.slack_s,
                                              j->man.payload_bytes, j->topo.min_bandwidth);
     j->deadline = deadline;
-    /* the diff rule compares with the previous update only when it committed: after a FAILED
-     * one the storage holds whatever the failure left, and the source may repeat */
-    bool verify_this = !j->o->verify_last || v == (uint32_t)j->o->steps;
-    bool diff = v > 1 && j->last_committed == v - 1 && verify_this;
-    if (is_rollout(j) && diff)
-        snapshot(j); /* the oracle's copy for the diff rule, outside the timed path */
     t = rf_time_now();
     if (is_rollout(j)) {
         uint64_t rebuilds = j->plan.stats.rebuilds;
@@ -2479,8 +2507,8 @@ int rf_job_run(const rf_job_opts_t *opts)
     }
     if (j.rank == 0) {
         if (rc == 0)
-            printf("refit: COMMITTED %d update(s), verified %" PRIu64 " tensors\n", committed,
-                   verified);
+            printf("refit: COMMITTED %d update(s), verified %" PRIu64 " tensors%s\n", committed,
+                   verified, opts->verify_none ? " (--verify none: no oracle ran)" : "");
         else
             printf("refit: %d of %d update(s) committed and verified (failed:%s)\n"
                    "refit: FAILED: %s\n",

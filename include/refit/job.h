@@ -66,6 +66,8 @@ typedef struct rf_job_opts {
     rf_job_fault_t fault;     /* kind RF_FAULT_NONE normally */
     bool verify_last;         /* only the last update goes through the oracle (benchmarks of
                                  large models: the host oracle is slower than the updates) */
+    bool verify_none;         /* no oracle at all (benchmarks whose bytes the GPU tests check
+                                 against the host reference); the last line says so */
     const char *bench_json;   /* NULL, or rank 0 writes the update times (update begin to
                                  verdict, slowest rank), the payload and the device copy
                                  ceiling measured after the updates there (docs/benchmarks.md) */
