@@ -301,28 +301,38 @@ rf_status_t rf_xfer_nccl_setup(rf_xfer_t *x, const rf_nccl_layout_t *layout, int
     s->unpack_ev = calloc((size_t)s->B, sizeof(rf_accel_event_t *));
     s->unpack_busy = calloc((size_t)s->B, sizeof(int));
     if (!s->comms || !s->dsend || !s->drecv || !s->hsend || !s->hrecv || !s->h2d_ev ||
-        !s->comm_ev || !s->unpack_ev || !s->unpack_busy) {
+        !s->comm_ev || !s->unpack_ev || !s->unpack_busy)
         st = rf_err_set(err, RF_ERR_NOMEM, "transport nccl: out of memory");
-        goto out; /* the splits below are collective: every rank still runs them */
+    if (s->comms != NULL) {
+        s->ncomms = layout->n;
+        for (int k = 0; k < layout->n; k++)
+            s->comms[k].mpi = MPI_COMM_NULL; /* calloc's zero is not MPI_COMM_NULL */
     }
-    s->ncomms = layout->n;
+    /* the splits are collective over world: every rank runs all of them, failed or not */
     for (int k = 0; k < layout->n; k++) {
         const rf_nccl_comm_layout_t *lc = &layout->comms[k];
+        int me = rf_nccl_comm_rank(lc, x->rank);
+        MPI_Comm m = MPI_COMM_NULL;
+        int rc = MPI_Comm_split(x->ctl->comm, me >= 0 ? 0 : MPI_UNDEFINED, me >= 0 ? me : 0,
+                                &m);
+        if (rc != MPI_SUCCESS && st == RF_OK)
+            st = rf_err_set(err, RF_ERR_MPI, "transport nccl: MPI_Comm_split for the stage %d "
+                            "communicator failed", lc->stage);
+        if (s->comms == NULL) {
+            if (m != MPI_COMM_NULL)
+                MPI_Comm_free(&m);
+            continue;
+        }
         nccl_comm_t *c = &s->comms[k];
-        c->mpi = MPI_COMM_NULL;
+        c->mpi = rc == MPI_SUCCESS ? m : MPI_COMM_NULL;
         c->stage = lc->stage;
         c->size = lc->n;
-        c->rank = rf_nccl_comm_rank(lc, x->rank);
+        c->rank = me;
         c->ranks = malloc(((size_t)lc->n + 1) * sizeof(int));
         if (c->ranks == NULL && st == RF_OK)
             st = rf_err_set(err, RF_ERR_NOMEM, "transport nccl: out of memory");
         else if (c->ranks != NULL)
             memcpy(c->ranks, lc->ranks, (size_t)lc->n * sizeof(int));
-        int rc = MPI_Comm_split(x->ctl->comm, c->rank >= 0 ? 0 : MPI_UNDEFINED,
-                                c->rank >= 0 ? c->rank : 0, &c->mpi);
-        if (rc != MPI_SUCCESS && st == RF_OK)
-            st = rf_err_set(err, RF_ERR_MPI, "transport nccl: MPI_Comm_split for the stage %d "
-                            "communicator failed", c->stage);
         if (c->rank >= 0)
             s->nmine++;
     }
