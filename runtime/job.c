@@ -39,6 +39,7 @@
 #include "refit/topology.h"
 #include "refit/trainer.h"
 #include "refit/transport.h"
+#include "refit/transport_nccl.h"
 #include "refit/verify.h"
 
 /* Per-rank figures of one update, gathered to rank 0 for the table. */
@@ -138,6 +139,9 @@ typedef struct job {
     /* p2p mode: every trainer rank sends each rollout rank the rectangles it needs */
     bool p2p;
     rf_p2p_schedule_t p2p_s;
+    /* nccl transport: device chunk buffers on every rank's GPU (transport/transport_nccl.c) */
+    bool nccl;
+    rf_nccl_layout_t nccl_layout;
 } job_t;
 
 /* ---- fault injection (refit-run --inject-fault; docs/faults.md) ---------------------- */
@@ -698,7 +702,7 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
 static rf_status_t setup_accel(job_t *j, rf_err_t *err)
 {
     const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
-    if ((is_rollout(j) || j->ipc) && j->place.device < 0 && emu != NULL &&
+    if ((is_rollout(j) || j->ipc) && !j->nccl && j->place.device < 0 && emu != NULL &&
         strcmp(emu, "host-device") == 0) {
         /* tests only: the device branches on host memory (CPU CI covers the GPU data path) */
         rf_status_t s = rf_accel_open("host-device", 0, &j->accel);
@@ -706,7 +710,7 @@ static rf_status_t setup_accel(job_t *j, rf_err_t *err)
             return rf_err_set(err, s, "rank %d: cannot open the host-device accelerator", j->rank);
         return RF_OK;
     }
-    if ((!is_rollout(j) && !j->ipc) || j->place.device < 0)
+    if ((!is_rollout(j) && !j->ipc && !j->nccl) || j->place.device < 0)
         return RF_OK;
     int n = 0;
     const rf_accel_ops_t *cu = rf_accel_lookup("cuda");
@@ -722,7 +726,8 @@ static rf_status_t setup_accel(job_t *j, rf_err_t *err)
                           j->topo.file, j->rank, j->place.device,
                           is_rollout(j) ? "rollout" : "trainer");
     rf_info("rank %d: %s on GPU %d (%s)", j->rank,
-            is_rollout(j) ? "rollout storage" : "ipc weights arena", j->place.device,
+            is_rollout(j) ? "rollout storage" : j->nccl ? "nccl chunk buffers" : "ipc weights arena",
+            j->place.device,
             j->place.device_id);
     return RF_OK;
 }
@@ -741,10 +746,22 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
      * topologies: host shared memory on CPU, CUDA IPC when trainer.gpus == rollout.gpus
      * (each pair shares its GPU) */
     j->ipc = j->topo.transport == RF_TRANSPORT_IPC && j->topo.colocated;
+    j->nccl = j->topo.transport == RF_TRANSPORT_NCCL;
+    if (j->nccl && (!rf_xfer_nccl_built() || j->topo.t_ngpus == 0 || j->topo.r_ngpus == 0)) {
+        /* every rank of an NCCL communicator needs its own GPU (two on one GPU were refused
+         * by rf_topology_place, naming them) */
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: transfer.transport: nccl %s", j->topo.file,
+                        !rf_xfer_nccl_built()
+                            ? "is not available in this build (refit built without CUDA and NCCL)"
+                            : "needs trainer.gpus and rollout.gpus (every rank of an NCCL "
+                              "communicator on its own GPU)");
+        return agree_status(j, MPI_COMM_WORLD, st, err);
+    }
     bool same_gpus = j->topo.t_ngpus == j->topo.r_ngpus &&
                      memcmp(j->topo.t_gpus, j->topo.r_gpus,
                             sizeof(int) * (size_t)j->topo.t_ngpus) == 0;
-    if ((j->topo.transport != RF_TRANSPORT_MPI && !j->ipc) ||
+    if ((j->topo.transport != RF_TRANSPORT_MPI && !j->ipc && !j->nccl) ||
         (j->ipc && (j->topo.t_ngpus > 0 || j->topo.r_ngpus > 0) && !same_gpus)) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: transfer.transport: %s%s%s is not available in this build (mpi, "
@@ -768,7 +785,7 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     /* gpus on the mpi transport: rollout storage on the GPU, chunks through host memory;
      * trainers stay on the host there. Trainers on GPUs only on colocated ipc (the CUDA IPC
      * arenas); rf_topology_place refused two ranks on one GPU other than such a pair. */
-    if (j->topo.t_ngpus > 0 && !j->ipc) {
+    if (j->topo.t_ngpus > 0 && !j->ipc && !j->nccl) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: trainer.gpus: trainers run on the host in this build except on "
                         "colocated ipc with trainer.gpus == rollout.gpus (only rollout.gpus "
@@ -779,7 +796,7 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     st = setup_accel(j, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
     j->p2p = j->topo.mode == RF_MODE_P2P;
-    if (j->p2p && (j->ipc || j->topo.r_ngpus > 0)) {
+    if (j->p2p && (j->ipc || (j->topo.r_ngpus > 0 && !j->nccl))) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: transfer.mode: p2p runs on the mpi transport with host storage in "
                         "this build (not %s%s)",
@@ -917,6 +934,15 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     RF_CHECK(rf_ctl_create(MPI_COMM_WORLD, &j->ctl, err));
     RF_CHECK(rf_xfer_create(j->ctl, rf_transport_name(j->topo.transport), j->topo.chunk_bytes,
                             j->topo.buffers, &j->xfer, err));
+    if (j->nccl) {
+        /* DESIGN.md section 9: one communicator per stage (broadcast: its sender + every
+         * rollout rank; p2p: its trainer ranks + every rollout rank), created at the first
+         * update's begin and re-created after a FAILED one */
+        st = rf_nccl_layout_build(&j->topo, &j->nccl_layout, err);
+        if (st == RF_OK)
+            st = rf_xfer_nccl_setup(j->xfer, &j->nccl_layout, j->place.device, j->accel, err);
+        RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+    }
     if (j->ipc) {
         /* the arena backend: cuda when this rank has a GPU (a pair shares it), host-device
          * with the tests' host-device accelerator, else host shared memory */
@@ -1014,6 +1040,9 @@ static rf_status_t cold_keep(job_t *j, const rf_chunk_t *chunk, char *copy, rf_e
 }
 
 static rf_status_t chunk_hooks(job_t *j, const rf_chunk_t *chunk, rf_err_t *err);
+static rf_status_t apply_pieces_at(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
+                                   const rf_chunk_piece_t *pieces, const void *payload, bool dev,
+                                   rf_err_t *err);
 
 /* Applies one chunk's pieces to plan p: the global plan's (broadcast, sender -1) or this
  * rank's p2p plan's rectangles (sender-keyed). */
@@ -1021,19 +1050,28 @@ static rf_status_t apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
                                 const rf_chunk_piece_t *pieces, const void *payload,
                                 rf_err_t *err)
 {
+    return apply_pieces_at(j, p, chunk, pieces, payload, false, err);
+}
+
+/* dev: payload is device memory of the storage's device (nccl's chunk buffer). */
+static rf_status_t apply_pieces_at(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
+                                   const rf_chunk_piece_t *pieces, const void *payload, bool dev,
+                                   rf_err_t *err)
+{
     const rf_p2p_recv_t *me = j->p2p ? &j->p2p_s.recv[j->rank - j->T] : NULL;
     for (size_t k = 0; k < chunk->piece_count; k++) {
         const rf_chunk_piece_t *pc = &pieces[k];
         const char *src = (const char *)payload + pc->offset;
         if (me != NULL) {
             const rf_p2p_rect_t *q = &me->rects[pc->item];
-            RF_CHECK(rf_plan_apply_rect(p, q->tensor, q->sender,
-                                        (uint64_t)q->reg.r0 + pc->row_begin,
-                                        (uint64_t)q->reg.r0 + pc->row_end, q->reg.c0, q->reg.c1,
-                                        q->reg.c1 - q->reg.c0, src, chunk->seq, err));
+            RF_CHECK((dev ? rf_plan_apply_rect_device : rf_plan_apply_rect)(
+                p, q->tensor, q->sender, (uint64_t)q->reg.r0 + pc->row_begin,
+                (uint64_t)q->reg.r0 + pc->row_end, q->reg.c0, q->reg.c1, q->reg.c1 - q->reg.c0,
+                src, chunk->seq, err));
         } else {
-            RF_CHECK(rf_plan_apply(p, j->man.entries[pc->item].tensor, -1, pc->row_begin,
-                                   pc->row_end, src, chunk->seq, err));
+            RF_CHECK((dev ? rf_plan_apply_device : rf_plan_apply)(
+                p, j->man.entries[pc->item].tensor, -1, pc->row_begin, pc->row_end, src,
+                chunk->seq, err));
         }
     }
     return RF_OK;
@@ -1050,6 +1088,33 @@ static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk
         if (copy == NULL)
             return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
         memcpy(copy, payload, chunk->payload_bytes);
+        RF_CHECK(cold_keep(j, chunk, copy, err));
+    }
+    return chunk_hooks(j, chunk, err);
+}
+
+/* nccl: the payload is the device chunk buffer on this rank's GPU: pieces go device to
+ * device on the accelerator's stream (the transport records an event after them before it
+ * receives into the buffer again); the cold-check copy comes back d2h. */
+static rf_status_t job_unpack_nccl(void *ctx, const rf_chunk_t *chunk,
+                                   const rf_chunk_piece_t *pieces, const void *payload,
+                                   rf_err_t *err)
+{
+    job_t *j = ctx;
+    RF_CHECK(apply_pieces_at(j, &j->plan, chunk, pieces, payload, true, err));
+    if (j->o->cold_check) {
+        char *copy = malloc(chunk->payload_bytes + 1);
+        rf_status_t cs = copy == NULL ? RF_ERR_NOMEM
+                                      : j->accel->ops->copy(j->accel, copy, payload,
+                                                            (size_t)chunk->payload_bytes,
+                                                            RF_COPY_D2H, NULL);
+        if (cs == RF_OK)
+            cs = rf_accel_sync(j->accel);
+        if (cs != RF_OK) {
+            free(copy);
+            return rf_err_set(err, cs, "rank %d: chunk %u: copying the payload d2h for the cold "
+                              "check failed", j->rank, chunk->seq);
+        }
         RF_CHECK(cold_keep(j, chunk, copy, err));
     }
     return chunk_hooks(j, chunk, err);
@@ -2004,6 +2069,13 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     double deadline = rf_deadline_for_update(j->topo.timeout_s, j->topo.slack_s,
                                              j->man.payload_bytes, j->topo.min_bandwidth);
     j->deadline = deadline;
+    /* nccl: (re)create the communicators when missing (first update, after a FAILED one),
+     * under this update's deadline and ABORT; a failure fails the begin agreement */
+    rf_status_t nst = RF_OK;
+    rf_err_t nerr;
+    rf_err_clear(&nerr);
+    if (j->nccl)
+        nst = rf_xfer_nccl_begin(j->xfer, deadline, &nerr);
     t = rf_time_now();
     if (is_rollout(j)) {
         uint64_t rebuilds = j->plan.stats.rebuilds;
@@ -2027,6 +2099,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             rf_err_set(&err, pre, "%s", pre_err.msg);
         }
     }
+    if (st == RF_OK && nst != RF_OK)
+        st = rf_err_set(&err, nst, "%s", nerr.msg);
     rf_err_clear(&e2);
     rf_status_t ag = rf_ctl_agree(j->ctl, v, st, err.msg, deadline, &e2);
     if (st == RF_OK && ag != RF_OK) {
@@ -2075,7 +2149,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             }
         }
         if (is_rollout(j)) {
-            st = rf_xfer_recv(j->xfer, &cfg, job_unpack, j, &err);
+            st = rf_xfer_recv(j->xfer, &cfg, j->nccl ? job_unpack_nccl : job_unpack, j, &err);
             j->js.receive_s = rf_time_now() - t;
             if (st == RF_OK) {
                 t = rf_time_now();
@@ -2148,6 +2222,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             rf_warn("rank %d: update %u: %s", j->rank, v, de.msg);
         if (is_rollout(j) && j->plan.in_update)
             rf_plan_abort(&j->plan);
+        if (j->nccl) /* ncclCommAbort on every rank; re-created at the next update's begin */
+            rf_xfer_nccl_fail(j->xfer);
     } else if (is_rollout(j)) {
         j->paused = false; /* serve version v */
     }
@@ -2335,6 +2411,7 @@ static void teardown(job_t *j)
         rf_ckpt_close(j->ck);
     rf_chunk_plan_destroy(j->cplan);
     rf_p2p_schedule_free(&j->p2p_s);
+    rf_nccl_layout_free(&j->nccl_layout);
     free(j->items);
     free(j->senders);
     free(j->receivers);

@@ -1070,3 +1070,18 @@ rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype,
             p->apps[i].src_dtype = dtype;
     return RF_OK;
 }
+
+/* p2p over nccl: a rectangle's rows straight from the device chunk buffer (appended here,
+ * apart from the other apply paths, to keep merges small). */
+rf_status_t rf_plan_apply_rect_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                                      uint64_t row_end, int64_t col_begin, int64_t col_end,
+                                      int64_t src_pitch, const void *src, uint32_t chunk,
+                                      rf_err_t *err)
+{
+    if (!p->dev)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "chunk %u: a device-memory source needs runtime storage on a device",
+                          chunk);
+    return plan_apply(p, tensor, sender, row_begin, row_end, true, col_begin, col_end, src_pitch,
+                      src, true, chunk, err);
+}

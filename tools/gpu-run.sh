@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu-run.sh: the one script run on the GPU host (shared/device/README.md). It
 # configures a CUDA build, builds the GPU test programs and refit-run, runs `ctest -L gpu`
+# (with the one-GPU nccl transport tests, tests/gpu/check_nccl.c, label nccl too)
 # (the accelerator kernels vs the host reference, refit-run end to end with rollout storage on
 # GPU 0 on every jobs/topologies/gpu/ topology, colocated CUDA IPC pairs sharing GPU 0, GPU vs
 # CPU storage digests) and
@@ -61,13 +62,16 @@ rc=$?
 if [ $rc -eq 0 ] && ! grep -q 'refit: CUDA ON' "$out/configure.log"; then
     echo "configure: CUDA not found" >> "$out/configure.log"
     rc=2
+elif [ $rc -eq 0 ] && ! grep -q 'refit: NCCL ON' "$out/configure.log"; then
+    echo "configure: NCCL not found (the nccl tests would be skipped)" >> "$out/configure.log"
+    rc=2
 fi
 step configure $rc
 grep 'refit:' "$out/configure.log" >> "$summary"
 [ $rc -eq 0 ] || { echo "see $out/configure.log"; exit 1; }
 
 cmake --build "$build" -j "$(nproc)" --target check_accel_cuda check_accel refit-run gpu_probe \
-    make_nan_fp8 > "$out/build.log" 2>&1
+    make_nan_fp8 check_nccl > "$out/build.log" 2>&1
 rc=$?
 step build $rc
 [ $rc -eq 0 ] || { tail -40 "$out/build.log"; exit 1; }

@@ -748,12 +748,17 @@ static rf_status_t check_file_rules(parse_ctx_t *cx, rf_topology_t *t)
                     t->chunk_bytes, RF_MPI_CHUNK_MAX);
     if (t->colocated) {
         bool cpu = t->t_ngpus == 0 && t->r_ngpus == 0;
-        if (!(t->transport == RF_TRANSPORT_IPC || (t->transport == RF_TRANSPORT_MPI && cpu)))
+        /* nccl with gpus passes here so that the placement check refuses it naming the ranks
+         * and the GPU they would share (topology/topology_mpi.c) */
+        if (!(t->transport == RF_TRANSPORT_IPC || (t->transport == RF_TRANSPORT_MPI && cpu) ||
+              (t->transport == RF_TRANSPORT_NCCL && !cpu)))
             return perr(cx, "colocated",
                         "true requires transfer.transport ipc, or mpi on CPU (no gpus); got "
                         "transport %s%s",
                         rf_transport_name(t->transport),
-                        t->transport == RF_TRANSPORT_MPI ? " with gpus" : "");
+                        t->transport == RF_TRANSPORT_MPI ? " with gpus"
+                        : t->transport == RF_TRANSPORT_NCCL ? " without gpus"
+                                                             : "");
         if (T != R)
             return perr(cx, "colocated",
                         "true requires as many trainer ranks (%lld) as rollout "

@@ -269,6 +269,34 @@ rf_status_t rf_placement_resolve(const rf_topology_t *topo, const rf_rank_record
     if (rank < 0 || rank >= n)
         return rf_err_set(err, RF_ERR_INVALID, "placement: rank %d outside [0, %d)", rank, n);
 
+    /* nccl: NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU
+     * detected"); say which communicator before any CUDA or NCCL call */
+    rf_nccl_layout_t nl;
+    memset(&nl, 0, sizeof(nl));
+    if (t->transport == RF_TRANSPORT_NCCL && rf_nccl_layout_build(t, &nl, err) != RF_OK)
+        return RF_ERR_NOMEM;
+    for (int w = 0; w < n; w++) {
+        const rf_rank_record_t *a = &recs[w];
+        for (int v = 0; v < w && nl.n > 0; v++) {
+            const rf_rank_record_t *b = &recs[v];
+            int k;
+            if (b->node_leader != a->node_leader || a->device < 0 || b->device != a->device ||
+                (k = rf_nccl_layout_find(&nl, v, w)) < 0)
+                continue;
+            char what[160];
+            rf_nccl_layout_describe(&nl, k, what, sizeof(what));
+            rf_nccl_layout_free(&nl);
+            return rf_err_set(err, RF_ERR_TOPOLOGY,
+                              "%s: transport nccl: ranks %d (%s) and %d (%s) would both use GPU %d "
+                              "on host %s in the %s; NCCL refuses two ranks of one communicator "
+                              "on one GPU: give every rank its own GPU (colocated pairs sharing a "
+                              "GPU need transport ipc)",
+                              t->file, v, role_name(b->info.role), w, role_name(a->info.role),
+                              a->device, a->host, what);
+        }
+    }
+    rf_nccl_layout_free(&nl);
+
     for (int w = 0; w < n; w++) {
         const rf_rank_record_t *a = &recs[w];
         rf_rank_info_t expect;

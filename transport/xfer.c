@@ -20,6 +20,7 @@
 #include "control_int.h"
 #include "refit/log.h"
 #include "refit/transport.h"
+#include "refit/transport_nccl.h"
 #include "xfer_int.h"
 
 void rf_xfer_write_u64le(unsigned char *p, uint64_t v)
@@ -84,9 +85,15 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
     x->rank = rf_ctl_rank(ctl);
     x->nranks = rf_ctl_size(ctl);
     bool ipc = transport != NULL && strcmp(transport, "ipc") == 0;
+    /* nccl: chunks go through NCCL on device buffers (transport_nccl.c); the MPI transport
+     * stays for scratch and drains only */
+    bool nccl = transport != NULL && strcmp(transport, "nccl") == 0;
+    x->on_nccl = nccl;
     /* ipc: payloads live in shared arenas; the messages are small and go over MPI */
-    x->buf_bytes = ipc ? RF_IPC_SEQ_BYTES + RF_CHUNK_TRAILER_BYTES : chunk_bytes;
-    rf_status_t st = rf_transport_create(ipc ? "mpi" : transport, ctl->comm, &x->tp, err);
+    x->buf_bytes = ipc ? RF_IPC_SEQ_BYTES + RF_CHUNK_TRAILER_BYTES
+                 : nccl ? RF_CHUNK_HEADER_BYTES + RF_CHUNK_TRAILER_BYTES
+                        : chunk_bytes;
+    rf_status_t st = rf_transport_create(ipc || nccl ? "mpi" : transport, ctl->comm, &x->tp, err);
     if (st != RF_OK) {
         free(x);
         return st;
@@ -141,6 +148,8 @@ void rf_xfer_destroy(rf_xfer_t *x)
         rf_ctl_cancel_recvs(x->rreqs, x->buffers + 1);
     if (x->ipc != NULL)
         rf_ipc_state_destroy(x);
+    if (x->nccl != NULL)
+        rf_nccl_state_destroy(x);
     rf_transport_destroy(x->tp);
     if (x->bufs != NULL)
         for (int b = 0; b < x->buffers; b++)
@@ -217,6 +226,8 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
     RF_CHECK(check_config(x, cfg, err));
     if (x->ipc != NULL)
         return rf_ipc_send(x, cfg, pack, ctx, err);
+    if (x->on_nccl)
+        return rf_xfer_nccl_run(x, cfg, pack, ctx, NULL, NULL, err);
     const rf_chunk_plan_t *plan = cfg->plan;
     const int per = 2 * x->nranks;
     const rf_xfer_fault_t *f = &cfg->fault;
@@ -376,6 +387,8 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
     RF_CHECK(check_config(x, cfg, err));
     if (x->ipc != NULL)
         return rf_ipc_recv(x, cfg, err);
+    if (x->on_nccl)
+        return rf_xfer_nccl_run(x, cfg, NULL, NULL, unpack, ctx, err);
     const rf_chunk_plan_t *plan = cfg->plan;
     const size_t n = plan->n_chunks;
     const int B = x->buffers;
@@ -534,6 +547,13 @@ rf_status_t rf_xfer_drain(rf_xfer_t *x, const uint64_t *posted_from, double dead
     rf_err_t e;
     rf_err_clear(&e);
     rf_xfer_cancel_posted(x); /* normally none: rf_xfer_recv cancels on error */
+    if (x->on_nccl) {
+        /* no chunk message travels over MPI: the communicators are aborted and re-created
+         * instead (rf_xfer_nccl_fail, rf_xfer_nccl_begin) */
+        (void)posted_from;
+        (void)deadline;
+        return RF_OK;
+    }
     if (x->ipc != NULL)
         rf_ipc_cancel_acks(x);
     uint64_t drained = 0;

@@ -8,6 +8,7 @@
 #include "refit/transport.h"
 
 typedef struct rf_ipc_state rf_ipc_state_t;
+typedef struct rf_nccl_state rf_nccl_state_t;
 
 struct rf_xfer {
     rf_ctl_t *ctl; /* borrowed */
@@ -24,6 +25,8 @@ struct rf_xfer {
     int *slot_busy;     /* [buffers] sender: posted, completion not yet seen */
     rf_xfer_stats_t stats;
     rf_ipc_state_t *ipc; /* NULL on mpi */
+    int on_nccl;         /* created with transport "nccl" (transport_nccl.c) */
+    rf_nccl_state_t *nccl; /* set by rf_xfer_nccl_setup */
 };
 
 static inline int rf_xfer_sreq_count(const rf_xfer_t *x)
@@ -54,5 +57,8 @@ void rf_ipc_cancel_acks(rf_xfer_t *x);
 rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack, void *ctx,
                         rf_err_t *err);
 rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err);
+
+/* nccl (transport_nccl.c, or the stub transport_nccl_none.c) */
+void rf_nccl_state_destroy(rf_xfer_t *x);
 
 #endif /* REFIT_XFER_INT_H */

@@ -224,6 +224,14 @@ rf_status_t rf_plan_apply_device(rf_plan_t *p, int tensor, int sender, uint64_t 
                                  uint64_t row_end, const void *src, uint32_t chunk,
                                  rf_err_t *err);
 
+/* rf_plan_apply_rect with src in device memory of the storage's device (p2p over nccl: the
+ * received chunk buffer); enqueued like rf_plan_apply_device. RF_ERR_UNSUPPORTED on host
+ * storage. Not collective. */
+rf_status_t rf_plan_apply_rect_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
+                                      uint64_t row_end, int64_t col_begin, int64_t col_end,
+                                      int64_t src_pitch, const void *src, uint32_t chunk,
+                                      rf_err_t *err);
+
 /* Finalize: missing applications (RF_ERR_MISSING), the deferred stage, signature
  * re-verification (RF_ERR_MOVED naming the slot). */
 rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err);

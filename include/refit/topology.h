@@ -230,6 +230,40 @@ rf_status_t rf_topology_place(const rf_topology_t *topo, MPI_Comm comm, rf_place
 /* The compiled-in copy of jobs/topologies/default.yaml. */
 extern const char rf_default_topology_yaml[];
 
+/* ---- NCCL communicators (topology/topology_nccl.c; DESIGN.md section 9, "nccl") ---------- */
+
+/*
+ * One NCCL communicator of the nccl transport: communicator rank i is world rank ranks[i].
+ * Broadcast mode: one per trainer pipeline stage p = the stage sender (t=0, c=0, d=0, p) as
+ * rank 0 (the ncclBroadcast root) + every rollout rank in world order. p2p mode: one per stage
+ * p = every trainer rank of stage p in world order + every rollout rank. (Trainer-only gathers
+ * stay on MPI: trainers produce on the host.)
+ */
+typedef struct rf_nccl_comm_layout {
+    int stage;  /* trainer pipeline stage it serves */
+    int n;      /* ranks */
+    int *ranks; /* [n] world ranks, owned by the layout */
+} rf_nccl_comm_layout_t;
+
+typedef struct rf_nccl_layout {
+    int p2p;                      /* 0: broadcast (ncclBroadcast from rank 0); 1: p2p */
+    int n;                        /* communicators: one per trainer pipeline stage */
+    rf_nccl_comm_layout_t *comms; /* [n], owned */
+} rf_nccl_layout_t;
+
+/* The communicators of DESIGN.md section 9 for topo (borrowed; its transfer.mode picks
+ * broadcast or p2p). Pure, the same on every rank. *l: free with rf_nccl_layout_free.
+ * RF_OK or RF_ERR_NOMEM. */
+rf_status_t rf_nccl_layout_build(const rf_topology_t *topo, rf_nccl_layout_t *l, rf_err_t *err);
+/* NULL and a zeroed layout are fine. */
+void rf_nccl_layout_free(rf_nccl_layout_t *l);
+/* Communicator rank of world rank w in c, -1 when w is not a member. Pure. */
+int rf_nccl_comm_rank(const rf_nccl_comm_layout_t *c, int w);
+/* Index of the first communicator holding both world ranks a and b, -1 when none. Pure. */
+int rf_nccl_layout_find(const rf_nccl_layout_t *l, int a, int b);
+/* "stage 0 broadcast communicator (world ranks 0, 2, 3)" for messages. Pure. */
+void rf_nccl_layout_describe(const rf_nccl_layout_t *l, int k, char *out, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -421,7 +421,7 @@ static const bad_case_t k_bad[] = {
     {M "transfer: { slack_s: -1 }\n", {"transfer.slack_s: -1 is out of range"}},
     {M "transfer: { buffers: 0 }\n", {"transfer.buffers: 0 is out of range"}},
     {M "colocated: true\ntransfer: { transport: nccl }\n",
-     {"colocated: true requires transfer.transport ipc", "nccl"}},
+     {"colocated: true requires transfer.transport ipc", "got transport nccl without gpus"}},
     {M "colocated: true\ntrainer: { gpus: [0] }\nrollout: { gpus: [0] }\n",
      {"colocated: true requires", "mpi with gpus"}},
     {M "colocated: true\ntrainer: { tp: 2 }\ntransfer: { transport: mpi }\n",
@@ -971,6 +971,119 @@ START_TEST(test_placement_resolve)
 }
 END_TEST
 
+/* transport nccl: the communicators of DESIGN.md section 9, and the placement refusal of two
+ * ranks of one communicator on one GPU (CPU-testable: no CUDA, no NCCL) */
+START_TEST(test_nccl_layout)
+{
+    rf_err_t err;
+    rf_nccl_layout_t l;
+    char what[160];
+    /* broadcast, tp2 pp2 -> 1 engine tp2: stage p = its sender (t0 c0 d0 p) + rollout 4, 5 */
+    rf_topology_t b = parse_ok("model: { config: c.json }\ntrainer: { tp: 2, pp: 2 }\n"
+                               "rollout: { tp: 2 }\ntransfer: { transport: nccl }\n",
+                               "b.yaml");
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_nccl_layout_build(&b, &l, &err), RF_OK);
+    ck_assert_int_eq(l.p2p, 0);
+    ck_assert_int_eq(l.n, 2);
+    for (int p = 0; p < 2; p++) {
+        ck_assert_int_eq(l.comms[p].stage, p);
+        ck_assert_int_eq(l.comms[p].n, 3);
+        ck_assert_int_eq(l.comms[p].ranks[0], rf_topology_trainer_rank(&b, 0, 0, 0, p));
+        ck_assert_int_eq(l.comms[p].ranks[1], 4);
+        ck_assert_int_eq(l.comms[p].ranks[2], 5);
+    }
+    ck_assert_int_eq(rf_nccl_comm_rank(&l.comms[1], 2), 0);
+    ck_assert_int_eq(rf_nccl_comm_rank(&l.comms[1], 5), 2);
+    ck_assert_int_eq(rf_nccl_comm_rank(&l.comms[1], 0), -1);
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 0, 5), 0);
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 2, 4), 1);
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 4, 5), 0);
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 1, 4), -1); /* not a stage sender */
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 0, 2), -1); /* two stages' senders */
+    rf_nccl_layout_describe(&l, 1, what, sizeof(what));
+    ck_assert_str_eq(what, "stage 1 broadcast communicator (world ranks 2, 4, 5)");
+    rf_nccl_layout_free(&l);
+    ck_assert_int_eq(l.n, 0);
+
+    /* p2p: stage p = every trainer rank of stage p + every rollout rank */
+    rf_topology_t q = parse_ok("model: { config: c.json }\ntrainer: { tp: 2, pp: 2 }\n"
+                               "rollout: { tp: 2 }\ntransfer: { transport: nccl, mode: p2p }\n",
+                               "q.yaml");
+    ck_assert_int_eq(rf_nccl_layout_build(&q, &l, &err), RF_OK);
+    ck_assert_int_eq(l.p2p, 1);
+    ck_assert_int_eq(l.n, 2);
+    ck_assert_int_eq(l.comms[0].n, 4);
+    ck_assert_int_eq(l.comms[0].ranks[0], 0);
+    ck_assert_int_eq(l.comms[0].ranks[1], 1);
+    ck_assert_int_eq(l.comms[0].ranks[2], 4);
+    ck_assert_int_eq(l.comms[1].ranks[0], 2);
+    ck_assert_int_eq(l.comms[1].ranks[1], 3);
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 0, 1), 0);
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 3, 5), 1);
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 1, 2), -1);
+    rf_nccl_layout_describe(&l, 0, what, sizeof(what));
+    ck_assert_str_eq(what, "stage 0 p2p communicator (world ranks 0, 1, 4, 5)");
+    rf_nccl_layout_free(&l);
+}
+END_TEST
+
+START_TEST(test_nccl_placement)
+{
+    rf_placement_t pl;
+    rf_err_t err;
+    /* one node, each rank its own GPU: fine */
+    rf_topology_t t = parse_ok("model: { config: c.json }\ntrainer: { tp: 1, gpus: [0] }\n"
+                               "rollout: { gpus: [1] }\ntransfer: { transport: nccl }\n",
+                               "n.yaml");
+    rf_rank_record_t r[2] = {rec(&t, 0, "a", 0, 0, 0), rec(&t, 1, "a", 0, 0, 1)};
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_placement_resolve(&t, r, 2, 1, &pl, &err), RF_OK);
+    ck_assert_int_eq(pl.device, 1);
+    /* colocated nccl parses (so that placement can name the ranks) and is refused there */
+    rf_topology_t c = parse_ok("model: { config: c.json }\ncolocated: true\n"
+                               "trainer: { gpus: [0] }\nrollout: { gpus: [0] }\n"
+                               "transfer: { transport: nccl }\n",
+                               "c.yaml");
+    rf_rank_record_t v[2] = {rec(&c, 0, "a", 0, 0, 0), rec(&c, 1, "a", 0, 0, 0)};
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_placement_resolve(&c, v, 2, 0, &pl, &err), RF_ERR_TOPOLOGY);
+    ck_assert_msg(strstr(err.msg, "c.yaml: transport nccl: ranks 0 (trainer) and 1 (rollout) "
+                                  "would both use GPU 0 on host a in the stage 0 broadcast "
+                                  "communicator (world ranks 0, 1); NCCL refuses two ranks of "
+                                  "one communicator on one GPU") != NULL,
+                  "%s", err.msg);
+    /* the same GPU number on two nodes is two GPUs */
+    v[1] = rec(&c, 1, "b", 1, 0, 0);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_placement_resolve(&c, v, 2, 1, &pl, &err), RF_ERR_TOPOLOGY);
+    ck_assert_ptr_nonnull(strstr(err.msg, "with the same index on its node"));
+    /* broadcast: a non-sender trainer is in no communicator with the rollout ranks, so
+     * sharing with one is the general "not colocated" refusal, not the NCCL one */
+    rf_topology_t d = parse_ok("model: { config: c.json }\ntrainer: { tp: 2, gpus: [0, 1] }\n"
+                               "rollout: { gpus: [1] }\ntransfer: { transport: nccl }\n",
+                               "d.yaml");
+    rf_rank_record_t u[3] = {rec(&d, 0, "a", 0, 0, 0), rec(&d, 1, "a", 0, 1, 1),
+                             rec(&d, 2, "a", 0, 0, 1)};
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_placement_resolve(&d, u, 3, 0, &pl, &err), RF_ERR_TOPOLOGY);
+    ck_assert_ptr_nonnull(strstr(err.msg, "ranks 1 (trainer) and 2 (rollout) share gpu1"));
+    ck_assert_ptr_null(strstr(err.msg, "transport nccl"));
+    /* ... but in p2p every trainer rank of the stage is in the communicator */
+    rf_topology_t e = parse_ok("model: { config: c.json }\ntrainer: { tp: 2, gpus: [0, 1] }\n"
+                               "rollout: { gpus: [1] }\n"
+                               "transfer: { transport: nccl, mode: p2p }\n",
+                               "e.yaml");
+    rf_rank_record_t w[3] = {rec(&e, 0, "a", 0, 0, 0), rec(&e, 1, "a", 0, 1, 1),
+                             rec(&e, 2, "a", 0, 0, 1)};
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_placement_resolve(&e, w, 3, 0, &pl, &err), RF_ERR_TOPOLOGY);
+    ck_assert_ptr_nonnull(strstr(err.msg, "transport nccl: ranks 1 (trainer) and 2 (rollout) "
+                                          "would both use GPU 1 on host a in the stage 0 p2p "
+                                          "communicator (world ranks 0, 1, 2)"));
+}
+END_TEST
+
 static Suite *topology_suite(void)
 {
     Suite *s = suite_create("topology");
@@ -997,6 +1110,8 @@ static Suite *topology_suite(void)
     ADD("placement_dense", test_placement_dense);
     ADD("placement_experts", test_placement_experts);
     ADD("placement_resolve", test_placement_resolve);
+    ADD("nccl_layout", test_nccl_layout);
+    ADD("nccl_placement", test_nccl_placement);
     return s;
 }
 

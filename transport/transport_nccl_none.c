@@ -1,0 +1,67 @@
+/*
+ * refit: the nccl transport compiled out (refit built without CUDA or without NCCL). Every
+ * entry point says so; rf_xfer_nccl_built() is false, so refit-run refuses transport nccl at
+ * startup with a message naming the build (runtime/job.c). NCCL's stub-file shape.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "refit/transport_nccl.h"
+#include "xfer_int.h"
+
+bool rf_xfer_nccl_built(void)
+{
+    return false;
+}
+
+static rf_status_t not_built(rf_err_t *err)
+{
+    return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                      "transport nccl: refit was built without CUDA and NCCL");
+}
+
+rf_status_t rf_xfer_nccl_setup(rf_xfer_t *x, const rf_nccl_layout_t *layout, int device,
+                               rf_accel_t *accel, rf_err_t *err)
+{
+    (void)x;
+    (void)layout;
+    (void)device;
+    (void)accel;
+    return not_built(err);
+}
+
+rf_status_t rf_xfer_nccl_begin(rf_xfer_t *x, double deadline, rf_err_t *err)
+{
+    (void)x;
+    (void)deadline;
+    return not_built(err);
+}
+
+void rf_xfer_nccl_fail(rf_xfer_t *x)
+{
+    (void)x;
+}
+
+rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
+                             void *pack_ctx, rf_xfer_unpack_fn unpack, void *unpack_ctx,
+                             rf_err_t *err)
+{
+    (void)x;
+    (void)cfg;
+    (void)pack;
+    (void)pack_ctx;
+    (void)unpack;
+    (void)unpack_ctx;
+    return not_built(err);
+}
+
+void rf_xfer_nccl_counters(const rf_xfer_t *x, rf_xfer_nccl_counters_t *c)
+{
+    (void)x;
+    memset(c, 0, sizeof(*c));
+}
+
+void rf_nccl_state_destroy(rf_xfer_t *x)
+{
+    (void)x;
+}
