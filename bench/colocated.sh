@@ -13,7 +13,9 @@
 #   OUT=bench-out bash bench/colocated.sh [BUILD_DIR]     # BUILD_DIR default build-gpu
 #
 # Env: OUT (folder for logs and JSON, default bench-out), STEPS (default 6), SHAPES (refit
-# topologies to run, default all four), BASELINES=0 skips the PyTorch baselines.
+# topologies to run, default all four), BASELINES=0 skips the PyTorch baselines, VERIFY (bf16
+# shapes: last, the default, or none), VERIFY_QUANT (quantized shapes: none, the default, or
+# last), SHAPE_TIMEOUT (seconds per refit run, default 300).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build-gpu}
@@ -30,7 +32,7 @@ for s in $shapes; do
     # bf16: the host oracle checks the last update; quantized shapes: the host oracle re-runs
     # the reference quantizer over ~15 G elements (minutes), so it is skipped here; the GPU
     # tests compare every device kernel and the colocated CUDA IPC runs with the host reference
-    verify=last
+    verify=${VERIFY:-last}
     case $s in *wna16* | *fp8*) verify=${VERIFY_QUANT:-none} ;; esac
     echo "== refit $s ($topo, $steps updates, --verify $verify)"
     timeout "${SHAPE_TIMEOUT:-300}" "${mpirun[@]}" "$build/refit-run" --topology "$topo" \
@@ -38,6 +40,9 @@ for s in $shapes; do
         --profile-dir "${TMPDIR:-/tmp}/refit-bench-profile-$s" > "$out/refit-$s.log" 2>&1
     rc=$?
     grep -E '^refit: (bench|COMMITTED|FAILED)|^refit: [0-9]+ of' "$out/refit-$s.log"
+    # the last update's table: where the time went
+    awk '/^refit update/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$out/refit-$s.log" |
+        grep -E '^refit update|^  (payload|layers|time|device|gate) '
     [ $rc -eq 0 ] || { echo "refit $s: exit $rc (see $out/refit-$s.log)"; status=1; }
 done
 if [ "${BASELINES:-1}" != 0 ]; then
