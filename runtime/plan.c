@@ -371,14 +371,61 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
     return RF_OK;
 }
 
+/* Device LAYERWISE scratch comes from a pool kept for the plan's life: cudaMalloc / cudaFree in
+ * the update path would cost an allocation and a device-wide synchronization (cudaFree) per
+ * LAYERWISE layer. A buffer handed back is reused by a later layer; the reuse is ordered after
+ * its previous readers because every scratch write and read is on the accelerator's stream. */
 static void scratch_free(rf_plan_t *p, void *buf)
 {
     if (buf == NULL)
         return;
-    if (p->dev)
-        p->st->accel->ops->free(p->st->accel, buf);
-    else
+    if (!p->dev) {
         free(buf);
+        return;
+    }
+    for (size_t i = 0; i < p->npool; i++)
+        if (p->pool[i].ptr == buf) {
+            p->pool[i].busy = false;
+            return;
+        }
+    p->st->accel->ops->free(p->st->accel, buf); /* not from the pool */
+}
+
+/* A device scratch buffer of at least b bytes: the smallest free pooled one, else a new one. */
+static rf_status_t scratch_get(rf_plan_t *p, size_t b, void **out)
+{
+    rf_accel_t *ax = p->st->accel;
+    size_t best = p->npool;
+    for (size_t i = 0; i < p->npool; i++)
+        if (!p->pool[i].busy && p->pool[i].bytes >= b &&
+            (best == p->npool || p->pool[i].bytes < p->pool[best].bytes))
+            best = i;
+    if (best == p->npool) {
+        if (p->npool == p->pool_cap) {
+            size_t cap = p->pool_cap ? 2 * p->pool_cap : 16;
+            rf_scratch_buf_t *g = realloc(p->pool, cap * sizeof(*g));
+            if (g == NULL)
+                return RF_ERR_NOMEM;
+            p->pool = g;
+            p->pool_cap = cap;
+        }
+        void *ptr = NULL;
+        RF_CHECK(ax->ops->alloc(ax, b, &ptr));
+        p->pool[p->npool++] = (rf_scratch_buf_t){ptr, b, false};
+    }
+    p->pool[best].busy = true;
+    *out = p->pool[best].ptr;
+    return RF_OK;
+}
+
+/* Frees every pooled buffer (plan free; the caller synchronized the stream). */
+static void scratch_pool_free(rf_plan_t *p)
+{
+    for (size_t i = 0; i < p->npool; i++)
+        p->st->accel->ops->free(p->st->accel, p->pool[i].ptr);
+    free(p->pool);
+    p->pool = NULL;
+    p->npool = p->pool_cap = 0;
 }
 
 static void plan_free_scratch(rf_plan_t *p)
@@ -412,8 +459,11 @@ void rf_plan_free(rf_plan_t *p)
         return;
     if (p->layers)
         plan_free_scratch(p);
-    if (p->dev)
+    if (p->dev) {
+        (void)rf_accel_sync(p->st->accel);
+        scratch_pool_free(p);
         stage_free(p);
+    }
     free(p->layers);
     free(p->apps);
     free(p->sigs);
@@ -578,9 +628,9 @@ static rf_status_t layer_scratch(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
         size_t b = rf_slot_shape_bytes(&L->model[i]) + 1;
         if (p->dev) { /* model-layout scratch on the device, zeroed as calloc would */
             rf_accel_t *ax = p->st->accel;
-            rf_status_t as = ax->ops->alloc(ax, b, &L->scratch[i]);
+            rf_status_t as = scratch_get(p, b, &L->scratch[i]);
             if (as == RF_OK && (as = ax->ops->memset(ax, L->scratch[i], 0, b, NULL)) != RF_OK) {
-                ax->ops->free(ax, L->scratch[i]);
+                scratch_free(p, L->scratch[i]);
                 L->scratch[i] = NULL;
             }
             if (as != RF_OK)

@@ -57,6 +57,12 @@ typedef struct rf_plan_stats {
     double layerwise_s, deferred_s, verify_s;
 } rf_plan_stats_t;
 
+typedef struct rf_scratch_buf {
+    void *ptr;
+    size_t bytes;
+    bool busy;
+} rf_scratch_buf_t;
+
 typedef struct shape_pending {
     uint64_t app;   /* index in apps */
     uint32_t chunk; /* chunk seq whose copies carry it */
@@ -135,6 +141,9 @@ typedef struct rf_plan {
     unsigned char *shape_host;
     struct shape_pending *shape_q;
     size_t shape_head, shape_n, shape_cap;
+    /* device LAYERWISE scratch pool (kept for the plan's life; see plan.c scratch_get) */
+    rf_scratch_buf_t *pool;
+    size_t npool, pool_cap;
 } rf_plan_t;
 
 /*
