@@ -92,6 +92,7 @@ static const expect_file_t k_files[] = {
     {"llama-tiny-tp2-to-tp2-colocated-ipc.yaml", "llama-tiny-tp2-to-tp2-colocated-ipc", 2, 2, 2, 1, 1, 2, 3},
     {"llama-tiny-tp2-to-2xtp1-colocated-ipc.yaml", "llama-tiny-tp2-to-2xtp1-colocated-ipc", 2, 2, 2, 1, 2, 1, 3},
     {"qwen3-tiny-tied-tp1-to-tp1-colocated-ipc.yaml", "qwen3-tiny-tied-tp1-to-tp1-colocated-ipc", 1, 1, 1, 1, 1, 1, 2},
+    {"qwen3-moe-tiny-wna16-tp1-to-tp1-colocated-ipc.yaml", "qwen3-moe-tiny-wna16-tp1-to-tp1-colocated-ipc", 1, 1, 1, 1, 1, 1, 2},
 };
 #define N_FILES (sizeof(k_files) / sizeof(k_files[0]))
 
