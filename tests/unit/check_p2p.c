@@ -67,6 +67,20 @@ static void check_scale_rect(const rf_inventory_t *inv, const rf_p2p_recv_t *rv,
                       (long long)want.r1, (long long)want.c0, (long long)want.c1);
     }
     ck_assert_msg(found == 1, "%s: %d rectangles from sender %d", sib, found, q->sender);
+    if (fp8)
+        return;
+    /* wna16: the rank also gets the whole weight_shape [2] of the linear, once */
+    snprintf(sib, sizeof(sib), "%.*s.weight_shape", (int)(dot - t->name), t->name);
+    si = rf_inventory_find(inv, sib);
+    ck_assert_msg(si >= 0, "%s", sib);
+    found = 0;
+    for (size_t k = 0; k < rv->n; k++)
+        if (rv->rects[k].tensor == si) {
+            found++;
+            ck_assert(rv->rects[k].reg.r0 == 0 && rv->rects[k].reg.r1 == 2 &&
+                      rv->rects[k].reg.c0 == 0 && rv->rects[k].reg.c1 == 1);
+        }
+    ck_assert_msg(found == 1, "%s: %d rectangles to rank %d", sib, found, rv->rank);
 }
 
 /* Returns false when the topology does not fit the model (skipped). */
