@@ -804,12 +804,11 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
                         j->topo.r_ngpus > 0 ? " with rollout.gpus" : "");
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
-    if (j->p2p && j->topo.quantization != RF_QUANT_NONE) {
-        /* a trainer quantizes its own slice only when aligned; p2p rectangles of quantized
-         * tensors (block scales, packed words) are not scheduled yet */
+    if (j->p2p && j->nccl && j->topo.quantization != RF_QUANT_NONE) {
+        /* p2p rectangles of quantized tensors have run on the mpi transport only */
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: transfer.mode: p2p supports unquantized models only in this build "
-                        "(quantization: %s); use mode: broadcast",
+                        "%s: transfer.mode: p2p of a quantized model (%s) runs on the mpi "
+                        "transport only in this build; use mode: broadcast on nccl",
                         j->topo.file, rf_quant_name(j->topo.quantization));
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }

@@ -7,6 +7,23 @@
 #include "refit/loader.h"
 #include "refit/p2p.h"
 
+bool rf_p2p_need(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                 int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1)
+{
+    const rf_tensor_t *t = &inv->tensors[tensor];
+    if (t->param != RF_PARAM_WEIGHT_SHAPE)
+        return rf_load_need(inv, rc, tensor, r0, r1, c0, c1);
+    /* wna16 weight_shape: never stored; the planner checks it whole where the rank loads its
+     * linear (a local expert's, or a dense one's) */
+    if (t->expert >= 0 && rf_moe_local_index(inv->cfg.num_experts, rc, t->expert) < 0)
+        return false;
+    *r0 = 0;
+    *r1 = (int64_t)rf_tensor_rows(t);
+    *c0 = 0;
+    *c1 = *r1 ? (int64_t)(t->numel / (uint64_t)*r1) : 1;
+    return *r1 > 0;
+}
+
 int rf_p2p_rects(const rf_topology_t *topo, const rf_inventory_t *inv, int receiver, int tensor,
                  rf_owner_t out[RF_MAX_OWNERS])
 {
@@ -15,7 +32,7 @@ int rf_p2p_rects(const rf_topology_t *topo, const rf_inventory_t *inv, int recei
     int64_t r0, r1, c0, c1;
     if (rf_topology_rank_info(topo, receiver, &ri) != RF_OK || ri.role != RF_ROLE_ROLLOUT)
         return 0;
-    if (!rf_load_need(inv, &ri.rc, tensor, &r0, &r1, &c0, &c1))
+    if (!rf_p2p_need(inv, &ri.rc, tensor, &r0, &r1, &c0, &c1))
         return 0;
     int T = rf_topology_trainer_size(topo);
     int edp = T / (topo->t_etp * topo->t_ep * topo->t_pp);
@@ -60,11 +77,6 @@ rf_status_t rf_p2p_schedule_build(const rf_topology_t *topo, const rf_inventory_
                                   rf_p2p_schedule_t *s, rf_err_t *err)
 {
     memset(s, 0, sizeof(*s));
-    if (inv->quant != RF_QUANT_NONE)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                          "transfer.mode: p2p supports unquantized models only (quantization: "
-                          "%s); use mode broadcast",
-                          rf_quant_name(inv->quant));
     s->T = rf_topology_trainer_size(topo);
     s->R = rf_topology_rollout_size(topo);
     s->senders = calloc((size_t)s->T + 1, sizeof(int));

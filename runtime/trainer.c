@@ -126,6 +126,32 @@ int rf_trainer_owners_replica(const rf_topology_t *topo, const rf_inventory_t *i
     return n;
 }
 
+rf_status_t rf_trainer_check_slice(const rf_topology_t *topo, const rf_inventory_t *inv,
+                                   const rf_tensor_t *t, const rf_rank_info_t *me,
+                                   const rf_region_t *r, rf_err_t *err)
+{
+    /* a quantized slice must start on a block (FP8) / group (WNA16) boundary */
+    const rf_module_t *mod = &inv->modules[t->module];
+    const char *dim = t->expert >= 0 ? "etp" : "tp";
+    int tp = t->expert >= 0 ? topo->t_etp : topo->t_tp;
+    if (mod->quant == RF_QUANT_FP8_BLOCK && t->param == RF_PARAM_WEIGHT &&
+        (r->r0 % 128 != 0 || r->c0 % 128 != 0))
+        return rf_err_set(err, RF_ERR_TOPOLOGY,
+                          "trainer rank %d: its slice of %s starts at row %lld, column %lld, "
+                          "inside a 128 x 128 fp8 block (trainer.%s %d); gathering "
+                          "unquantized slices to quantize them is not implemented",
+                          me->world_rank, t->name, (long long)r->r0, (long long)r->c0, dim, tp);
+    if (mod->quant == RF_QUANT_WNA16 && t->param == RF_PARAM_WEIGHT_PACKED &&
+        (r->c0 * 8) % inv->group_size != 0)
+        return rf_err_set(err, RF_ERR_TOPOLOGY,
+                          "trainer rank %d: its slice of %s starts at column %lld, inside a "
+                          "wna16 group of %lld (trainer.%s %d); gathering unquantized slices "
+                          "is not implemented",
+                          me->world_rank, t->name, (long long)r->c0 * 8,
+                          (long long)inv->group_size, dim, tp);
+    return RF_OK;
+}
+
 rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
                             const rf_inventory_t *inv, const rf_manifest_t *man,
                             const rf_chunk_plan_t *plan, const rf_rank_info_t *me, MPI_Comm comm,
@@ -157,27 +183,10 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
             continue;
         const rf_region_t *r = &tr->reg[i];
         size_t bytes = (size_t)(r->r1 - r->r0) * (size_t)(r->c1 - r->c0) * entry_es(tr, i);
-        /* a quantized slice must start on a block (FP8) / group (WNA16) boundary */
-        const rf_module_t *mod = &inv->modules[t->module];
-        if (mod->quant == RF_QUANT_FP8_BLOCK && t->param == RF_PARAM_WEIGHT &&
-            (r->r0 % 128 != 0 || r->c0 % 128 != 0)) {
+        rf_status_t cs = rf_trainer_check_slice(topo, inv, t, me, r, err);
+        if (cs != RF_OK) {
             rf_trainer_free(tr);
-            return rf_err_set(err, RF_ERR_TOPOLOGY,
-                              "trainer rank %d: its slice of %s starts at row %lld, column %lld, "
-                              "inside a 128 x 128 fp8 block (trainer.tp %d); gathering "
-                              "unquantized slices to quantize them is not implemented",
-                              me->world_rank, t->name, (long long)r->r0, (long long)r->c0,
-                              topo->t_tp);
-        }
-        if (mod->quant == RF_QUANT_WNA16 && t->param == RF_PARAM_WEIGHT_PACKED &&
-            (r->c0 * 8) % inv->group_size != 0) {
-            rf_trainer_free(tr);
-            return rf_err_set(err, RF_ERR_TOPOLOGY,
-                              "trainer rank %d: its slice of %s starts at column %lld, inside a "
-                              "wna16 group of %lld (trainer.tp %d); gathering unquantized slices "
-                              "is not implemented",
-                              me->world_rank, t->name, (long long)r->c0 * 8,
-                              (long long)inv->group_size, topo->t_tp);
+            return cs;
         }
         tr->buf[i] = malloc(bytes + 1);
         if (tr->buf[i] == NULL) {

@@ -47,6 +47,13 @@ typedef struct rf_owner {
 /* This trainer rank's shard of tensor t; false when it holds none (other stage / expert). */
 bool rf_trainer_shard(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
                       const rf_rank_info_t *me, rf_region_t *reg_p);
+/* A trainer quantizes its own slice of a quantized linear (broadcast and p2p alike): the slice
+ * `reg` of tensor t held by rank `me` must start on a 128 x 128 block (fp8-block weight) or a
+ * group boundary (wna16 weight_packed); otherwise RF_ERR_TOPOLOGY naming the tensor
+ * (gathering unquantized slices to quantize them is not implemented). Pure. */
+rf_status_t rf_trainer_check_slice(const rf_topology_t *topo, const rf_inventory_t *inv,
+                                   const rf_tensor_t *t, const rf_rank_info_t *me,
+                                   const rf_region_t *reg, rf_err_t *err);
 /* The copies of record that tile tensor t (empty regions dropped). Returns the count. */
 int rf_trainer_owners(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
                       rf_owner_t out[RF_MAX_OWNERS]);

@@ -43,7 +43,63 @@ fault_test(p2p_corrupt_chunk 4 ${P2P_FTOPO}
            "rollout paused: yes; storage unchanged: yes" ${RECOVERED}
            ARGS --integrity --inject-fault corrupt-chunk)
 
-# refused with a clear message: quantized models (rectangles of block scales / packed words
-# are not scheduled) and the ipc transport
-refit_run_test(p2p_quantized_refused 2 fail "refit: FAILED: .*transfer.mode: p2p supports unquantized models only"
-               --topology ${TTOPO}/qwen3-fp8-tiny-tp1-to-tp1-p2p.yaml --checkpoint ${DATA}/qwen3-fp8-tiny)
+# quantized models (DESIGN.md section 9): each trainer rank quantizes its own (aligned) slice
+# and sends the rectangles of it, each tensor in its own units (fp8 weight + weight_scale_inv
+# blocks, wna16 weight_packed words + weight_scale groups + weight_shape). Verified by the
+# oracle and --cold-check, and the same storage bytes as broadcast on the same topology (the
+# twin: the p2p file with mode broadcast, written to the build tree).
+set(P2P_TWINS ${CMAKE_CURRENT_BINARY_DIR}/p2p-twins)
+function(p2p_twin p2p out)
+  get_filename_component(n ${p2p} NAME)
+  file(READ ${p2p} y)
+  string(REPLACE "mode: p2p" "mode: broadcast" y "${y}")
+  string(REPLACE "../../../jobs/" "${CMAKE_SOURCE_DIR}/jobs/" y "${y}")
+  file(WRITE ${P2P_TWINS}/${n} "${y}")
+  set(${out} ${P2P_TWINS}/${n} PARENT_SCOPE)
+endfunction()
+# "topology;np;checkpoint (- none);tensors the oracle verifies (- not printed);layer modes"
+foreach(case "qwen3-fp8-tiny-tp1-to-tp1-p2p;2;qwen3-fp8-tiny;39;LAYERWISE 0"
+             "qwen3-fp8-tiny-fnuz-p2p;2;qwen3-fp8-tiny;39;LAYERWISE 8"
+             "qwen3-moe-tiny-wna16-triton-tp1-to-tp2ep2-p2p;3;qwen3-moe-tiny;181;RUNTIME_VIEW 2"
+             "qwen3-moe-tiny-wna16-marlin-tp1-to-tp2ep2-p2p;3;qwen3-moe-tiny;181;LAYERWISE 6"
+             "qwen3-moe-tiny-wna16-triton-tp2ep2-to-tp2ep2-p2p;4;qwen3-moe-tiny;181;RUNTIME_VIEW 2"
+             "qwen3-moe-tiny-wna16-marlin-tp2-to-tp2ep2-p2p;4;qwen3-moe-tiny;181;LAYERWISE 6"
+             "qwen3-moe-tiny-wna16g16-triton-tp2-to-tp2ep1-p2p;4;-;181;RUNTIME_VIEW 2"
+             "qwen3-moe-tiny-wna16g16-marlin-tp2-to-tp2ep1-p2p;4;-;181;LAYERWISE 6"
+             "qwen3-30b-a3b-1l-fp8-block-triton-tp2-to-tp2ep2-p2p;4;-;-;LAYERWISE 0")
+  list(GET case 0 topo)
+  list(GET case 1 np)
+  list(GET case 2 ck)
+  list(GET case 3 nver)
+  list(GET case 4 modes)
+  set(ckargs)
+  if(NOT ck STREQUAL "-")
+    set(ckargs --checkpoint ${DATA}/${ck})
+    if(ck STREQUAL "qwen3-fp8-tiny") # as stored: reassembly + sha256 against the reference
+      list(APPEND ckargs --reference ${DATA}/${ck}/tensors.reference.json)
+    endif()
+  endif()
+  p2p_twin(${TTOPO}/${topo}.yaml twin)
+  set(want "refit: COMMITTED 2 update\\(s\\)")
+  if(NOT nver STREQUAL "-")
+    set(want "${want}, verified ${nver} tensors")
+  endif()
+  refit_run_test(p2p_${topo} ${np} ok "${want};${modes};cold load == load then refit"
+                 --topology ${TTOPO}/${topo}.yaml ${ckargs} --cold-check --steps 2)
+  add_test(NAME p2p_same_bytes_${topo}
+           COMMAND ${P2P_SAME} ${TTOPO}/${topo}.yaml ${twin} --
+                   ${REFIT_RUN} -np ${np} $<TARGET_FILE:refit-run> ${ckargs} --steps 2
+                   --profile-dir ${CMAKE_BINARY_DIR}/profiles/p2p_same_bytes_${topo}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(p2p_same_bytes_${topo} PROPERTIES LABELS mpi TIMEOUT 600)
+  if(topo MATCHES "^qwen3-30b")
+    set_tests_properties(p2p_${topo} p2p_same_bytes_${topo} PROPERTIES LABELS "mpi;slow")
+  endif()
+endforeach()
+
+# refused at startup naming the tensor: a trainer slice of a quantized linear that does not
+# start on a block / group boundary (gathering unquantized slices to quantize is not built)
+refit_run_test(p2p_fp8_unaligned_refused 3 fail "refit: FAILED: trainer rank 1: its slice of model\\.layers\\.0\\.self_attn\\.k_proj\\.weight starts at row 64, column 0, inside a 128 x 128 fp8 block \\(trainer\\.tp 2\\)"
+               --topology ${TTOPO}/qwen3-fp8-tiny-tp2-to-tp1-p2p.yaml --checkpoint ${DATA}/qwen3-fp8-tiny)
+refit_run_test(p2p_wna16_unaligned_refused 4 fail "refit: FAILED: trainer rank 1: its slice of model\\.layers\\.0\\.mlp\\.experts\\.0\\.down_proj\\.weight_packed starts at column 16, inside a wna16 group of 32 \\(trainer\\.etp 2\\)"
+               --topology ${TTOPO}/qwen3-moe-tiny-wna16-tp2-to-tp2ep2-p2p.yaml)

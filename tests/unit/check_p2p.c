@@ -4,7 +4,10 @@
  * every tensor, the rectangles it receives tile exactly what its loaders read (rf_load_need),
  * without overlap; each lies inside its sender's own shard; dense tensors come from DP replica
  * engine mod DP and experts from expert-DP replica engine mod EDP; the per-receiver chunk plans
- * carry exactly the rectangles' bytes.
+ * carry exactly the rectangles' bytes. Quantized inventories (fp8-block, wna16) too, each
+ * checkpoint tensor in its own element units, on the topologies whose trainer slices are
+ * aligned (rf_trainer_check_slice): a sender's scale rectangle covers exactly the blocks
+ * (fp8) / groups (wna16) of the weight rectangle it sends the same rank.
  */
 #include <check.h>
 #include <stdio.h>
@@ -21,7 +24,64 @@ typedef struct tcase {
     const char *model;   /* config under jobs/models */
     const char *trainer; /* YAML flow mapping body */
     const char *rollout;
+    const char *quant;   /* model mapping entries after config (NULL: none) */
 } tcase_t;
+
+/* fp8-block weight / wna16 weight_packed rectangle q against its scale's rectangle from the
+ * same sender to the same rank (rects[0..n) of that rank). */
+static void check_scale_rect(const rf_inventory_t *inv, const rf_p2p_recv_t *rv,
+                             const rf_p2p_rect_t *q)
+{
+    const rf_tensor_t *t = &inv->tensors[q->tensor];
+    bool fp8 = t->param == RF_PARAM_WEIGHT && inv->modules[t->module].quant == RF_QUANT_FP8_BLOCK;
+    if (!fp8 && t->param != RF_PARAM_WEIGHT_PACKED)
+        return;
+    char sib[RF_NAME_MAX + 32];
+    const char *dot = strrchr(t->name, '.');
+    snprintf(sib, sizeof(sib), "%.*s.%s", (int)(dot - t->name), t->name,
+             fp8 ? "weight_scale_inv" : "weight_scale");
+    int si = rf_inventory_find(inv, sib);
+    ck_assert_msg(si >= 0, "%s", sib);
+    rf_region_t want = q->reg;
+    if (fp8) {
+        want.r0 = q->reg.r0 / 128;
+        want.r1 = (q->reg.r1 + 127) / 128;
+        want.c0 = q->reg.c0 / 128;
+        want.c1 = (q->reg.c1 + 127) / 128;
+    } else {
+        want.c0 = q->reg.c0 * 8 / inv->group_size;
+        want.c1 = q->reg.c1 * 8 / inv->group_size;
+    }
+    int found = 0;
+    for (size_t k = 0; k < rv->n; k++) {
+        const rf_p2p_rect_t *x = &rv->rects[k];
+        if (x->tensor != si || x->sender != q->sender)
+            continue;
+        found++;
+        ck_assert_msg(x->reg.r0 == want.r0 && x->reg.r1 == want.r1 && x->reg.c0 == want.c0 &&
+                          x->reg.c1 == want.c1,
+                      "%s from %d: [%lld, %lld) x [%lld, %lld), its weight's blocks are "
+                      "[%lld, %lld) x [%lld, %lld)",
+                      sib, q->sender, (long long)x->reg.r0, (long long)x->reg.r1,
+                      (long long)x->reg.c0, (long long)x->reg.c1, (long long)want.r0,
+                      (long long)want.r1, (long long)want.c0, (long long)want.c1);
+    }
+    ck_assert_msg(found == 1, "%s: %d rectangles from sender %d", sib, found, q->sender);
+    if (fp8)
+        return;
+    /* wna16: the rank also gets the whole weight_shape [2] of the linear, once */
+    snprintf(sib, sizeof(sib), "%.*s.weight_shape", (int)(dot - t->name), t->name);
+    si = rf_inventory_find(inv, sib);
+    ck_assert_msg(si >= 0, "%s", sib);
+    found = 0;
+    for (size_t k = 0; k < rv->n; k++)
+        if (rv->rects[k].tensor == si) {
+            found++;
+            ck_assert(rv->rects[k].reg.r0 == 0 && rv->rects[k].reg.r1 == 2 &&
+                      rv->rects[k].reg.c0 == 0 && rv->rects[k].reg.c1 == 1);
+        }
+    ck_assert_msg(found == 1, "%s: %d rectangles to rank %d", sib, found, rv->rank);
+}
 
 /* Returns false when the topology does not fit the model (skipped). */
 static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
@@ -34,9 +94,9 @@ static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
     rf_p2p_schedule_t s;
     rf_err_t err;
     snprintf(yaml, sizeof(yaml),
-             "name: p2p-case\nmodel: { config: ../models/%s.config.json }\n"
+             "name: p2p-case\nmodel: { config: ../models/%s.config.json%s%s }\n"
              "trainer: { %s }\nrollout: { %s }\ntransfer: { mode: p2p }\n",
-             c->model, c->trainer, c->rollout);
+             c->model, c->quant ? ", " : "", c->quant ? c->quant : "", c->trainer, c->rollout);
     snprintf(path, sizeof(path), "%s/topologies/p2p-case.yaml", REFIT_JOBS_DIR);
     rf_err_clear(&err);
     ck_assert_msg(rf_topology_parse(yaml, strlen(yaml), path, &topo, &err) == RF_OK, "%s\n%s",
@@ -52,6 +112,26 @@ static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
     ck_assert_msg(rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) ==
                       RF_OK,
                   "%s", err.msg);
+    /* a trainer refuses an unaligned slice of a quantized linear at startup: skipped */
+    bool aligned = true;
+    for (int w = 0; w < T && aligned; w++) {
+        rf_rank_info_t wi;
+        ck_assert_int_eq(rf_topology_rank_info(&topo, w, &wi), RF_OK);
+        for (int ti = 0; ti < inv.ntensors && aligned; ti++) {
+            rf_region_t sh;
+            if (rf_trainer_shard(&topo, &inv, &inv.tensors[ti], &wi, &sh))
+                aligned = rf_trainer_check_slice(&topo, &inv, &inv.tensors[ti], &wi, &sh,
+                                                 &err) == RF_OK;
+        }
+    }
+    if (!aligned) {
+        ck_assert_int_eq(err.status, RF_ERR_TOPOLOGY);
+        ck_assert_ptr_nonnull(strstr(err.msg, "gathering unquantized slices"));
+        rf_inventory_free(&inv);
+        rf_model_config_free(&cfg);
+        rf_model_config_free(&raw);
+        return false;
+    }
     ck_assert_msg(rf_manifest_build(&inv, &topo, NULL, NULL, &man, &err) == RF_OK, "%s", err.msg);
     ck_assert_msg(rf_p2p_schedule_build(&topo, &inv, &man, chunk_bytes, &s, &err) == RF_OK,
                   "%s: %s", yaml, err.msg);
@@ -80,7 +160,7 @@ static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
         for (int ti = 0; ti < inv.ntensors; ti++) {
             const rf_tensor_t *t = &inv.tensors[ti];
             int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
-            bool need = rf_load_need(&inv, &ri.rc, ti, &r0, &r1, &c0, &c1);
+            bool need = rf_p2p_need(&inv, &ri.rc, ti, &r0, &r1, &c0, &c1);
             int64_t nr = need ? r1 - r0 : 0, nc = need ? c1 - c0 : 0;
             unsigned char *cover = calloc((size_t)(nr * nc) + 1, 1);
             ck_assert_ptr_nonnull(cover);
@@ -90,6 +170,7 @@ static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
                 if (q->tensor != ti)
                     continue;
                 nrect++;
+                check_scale_rect(&inv, rv, q);
                 ck_assert_msg(need, "rank %d gets %s but stores none of it", T + j, t->name);
                 ck_assert(q->reg.r0 >= r0 && q->reg.r1 <= r1 && q->reg.c0 >= c0 &&
                           q->reg.c1 <= c1 && q->reg.r0 < q->reg.r1 && q->reg.c0 < q->reg.c1);
@@ -161,7 +242,7 @@ START_TEST(test_p2p_schedule_llama)
     int ran = 0, rects = 0;
     for (size_t a = 0; a < sizeof(llama_trainers) / sizeof(*llama_trainers); a++)
         for (size_t b = 0; b < sizeof(llama_rollouts) / sizeof(*llama_rollouts); b++) {
-            tcase_t c = {"llama-tiny", llama_trainers[a], llama_rollouts[b]};
+            tcase_t c = {"llama-tiny", llama_trainers[a], llama_rollouts[b], NULL};
             ran += check_case(&c, 64 << 10, &rects);
             ran += check_case(&c, 1 << 20, &rects);
         }
@@ -175,7 +256,7 @@ START_TEST(test_p2p_schedule_moe)
     int ran = 0, rects = 0;
     for (size_t a = 0; a < sizeof(moe_trainers) / sizeof(*moe_trainers); a++)
         for (size_t b = 0; b < sizeof(moe_rollouts) / sizeof(*moe_rollouts); b++) {
-            tcase_t c = {"qwen3-moe-tiny", moe_trainers[a], moe_rollouts[b]};
+            tcase_t c = {"qwen3-moe-tiny", moe_trainers[a], moe_rollouts[b], NULL};
             ran += check_case(&c, 16 << 10, &rects);
         }
     ck_assert_int_ge(ran, 40);
@@ -183,10 +264,70 @@ START_TEST(test_p2p_schedule_moe)
 }
 END_TEST
 
+/* Quantized: each (model, quantization) over the MoE trainers x rollouts x backends; the
+ * topologies the validator or the trainer's alignment rule refuse are skipped. */
+typedef struct qmodel {
+    const char *model, *quant;
+    const char *const *backends;
+    int min_ran;
+} qmodel_t;
+
+static const char *const wna16_backends[] = {"triton", "marlin", NULL};
+static const char *const fp8_backends[] = {"triton", "rocm-fnuz", NULL};
+#define SMALL_30B "overrides: { num_hidden_layers: 1, num_experts: 8, vocab_size: 512 }"
+
+static void run_quant(const qmodel_t *q, int *rects_p)
+{
+    int ran = 0;
+    char rollout[256];
+    for (size_t a = 0; a < sizeof(moe_trainers) / sizeof(*moe_trainers); a++)
+        for (size_t b = 0; b < sizeof(moe_rollouts) / sizeof(*moe_rollouts); b++)
+            for (int k = 0; q->backends[k] != NULL; k++) {
+                snprintf(rollout, sizeof(rollout), "%s, backend: %s", moe_rollouts[b],
+                         q->backends[k]);
+                tcase_t c = {q->model, moe_trainers[a], rollout, q->quant};
+                ran += check_case(&c, 16 << 10, rects_p);
+            }
+    ck_assert_msg(ran >= q->min_ran, "%s (%s): %d topologies ran", q->model, q->quant, ran);
+}
+
+START_TEST(test_p2p_schedule_wna16)
+{
+    int rects = 0;
+    const qmodel_t g32 = {"qwen3-moe-tiny", "quantization: wna16, group_size: 32",
+                          wna16_backends, 60};
+    const qmodel_t g16 = {"qwen3-moe-tiny", "quantization: wna16, group_size: 16",
+                          wna16_backends, 100};
+    const qmodel_t big = {"qwen3-30b-a3b", "quantization: wna16, group_size: 128, " SMALL_30B,
+                          wna16_backends, 90};
+    run_quant(&g32, &rects);
+    run_quant(&g16, &rects);
+    run_quant(&big, &rects);
+    ck_assert_int_gt(rects, 0);
+}
+END_TEST
+
+START_TEST(test_p2p_schedule_fp8)
+{
+    int rects = 0;
+    const qmodel_t big = {"qwen3-30b-a3b", "quantization: fp8-block, " SMALL_30B, fp8_backends,
+                          90};
+    run_quant(&big, &rects);
+    /* qwen3-fp8-tiny (dense): k_proj has 128 rows, so only TP 1 on both sides is aligned */
+    const tcase_t tiny = {"qwen3-fp8-tiny", "tp: 1", "engines: 2, tp: 1, backend: triton",
+                          "quantization: fp8-block"};
+    const tcase_t tiny2 = {"qwen3-fp8-tiny", "tp: 2", "engines: 1, tp: 1, backend: triton",
+                           "quantization: fp8-block"};
+    ck_assert(check_case(&tiny, 4 << 10, &rects));
+    ck_assert(!check_case(&tiny2, 4 << 10, &rects)); /* k_proj rows [64, 128): mid block */
+    ck_assert_int_gt(rects, 0);
+}
+END_TEST
+
 /* DP2 -> 2 engines: each engine is fed only by its own replica; TP2 -> TP1: both ranks send */
 START_TEST(test_p2p_replicas_and_spread)
 {
-    const tcase_t c = {"llama-tiny", "tp: 1, dp: 2", "engines: 2, tp: 1"};
+    const tcase_t c = {"llama-tiny", "tp: 1, dp: 2", "engines: 2, tp: 1", NULL};
     int rects = 0;
     ck_assert(check_case(&c, 1 << 20, &rects));
     char yaml[512], path[1024];
@@ -235,6 +376,8 @@ int main(void)
     tcase_add_test(tc, test_p2p_schedule_llama);
     tcase_add_test(tc, test_p2p_schedule_moe);
     tcase_add_test(tc, test_p2p_replicas_and_spread);
+    tcase_add_test(tc, test_p2p_schedule_wna16);
+    tcase_add_test(tc, test_p2p_schedule_fp8);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
