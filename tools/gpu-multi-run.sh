@@ -9,7 +9,7 @@
 #
 # 2+ GPUs: jobs/topologies/gpu/nccl-llama-tiny-{broadcast,p2p}.yaml (trainer GPU 0 -> rollout
 # GPU 1). 8 GPUs: jobs/topologies/gpu/multi/h200x8-*.yaml (Qwen3-30B-A3B wna16 TP1 PP4 ->
-# 2 x TP2; fp8-block PP6 -> TP2 EP2), broadcast only until quantized p2p exists.
+# 2 x TP2; fp8-block PP6 -> TP2 EP2), broadcast only: p2p of quantized models runs on the mpi transport only so far.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-gpu-multi-out}
