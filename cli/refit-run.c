@@ -45,8 +45,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: mpirun -np N refit-run [options]\n"
             "\n"
-            "Moves trainer weights into rollout ranks' runtime storage over MPI, through per-layer\n"
-            "reload plans and a completion gate, and verifies every update.\n"
+            "Moves trainer weights into rollout ranks' runtime storage (transport mpi, nccl or\n"
+            "ipc), through per-layer reload plans and a completion gate, and verifies every\n"
+            "update.\n"
             "\n"
             "options:\n"
             "  --topology FILE       topology YAML (default: the compiled-in jobs/topologies/default.yaml,\n"
@@ -70,9 +71,10 @@ static void usage(FILE *f)
             "  --verify WHICH        all (default): the oracle checks every committed update;\n"
             "                        last: only the last one (benchmarks of large models);\n"
             "                        none: no oracle (benchmarks only; the last line says so)\n"
-            "  --bench-json FILE     rank 0 writes update times, payload GB/s and the device copy\n"
-            "                        ceiling (best of 5 d2d copies of max(payload, 4 GiB), measured\n"
-            "                        after the updates on rank 0's GPU, or the host) to FILE\n"
+            "  --bench-json FILE     rank 0 writes update times, payload GB/s and the copy ceiling to\n"
+            "                        FILE: best of 5 copies of max(payload, 4 GiB) on rank 0's GPU\n"
+            "                        (of the payload, at least 64 MiB, on the host), measured after\n"
+            "                        the updates; FILE is checked for writing at startup\n"
             "  --integrity           XXH3-64 checksum trailer per chunk, verified before unpacking\n"
             "                        (also transfer.integrity: true in the topology)\n"
             "  --inject-fault KIND[:RANK][@UPDATE]\n"
@@ -114,7 +116,7 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
     opterr = 0;
     optind = 1;
     for (;;) {
-        int c = getopt_long(argc, argv, "h", longopts, NULL);
+        int c = getopt_long(argc, argv, ":h", longopts, NULL);
         char *end;
         if (c == -1)
             break;
@@ -191,6 +193,9 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         case 'h':
             o->help = true;
             break;
+        case ':':
+            snprintf(msg, cap, "option '%s' needs a value (see --help)", argv[optind - 1]);
+            return -1;
         default:
             snprintf(msg, cap, "unknown option '%s' (see --help)", argv[optind - 1]);
             return -1;
@@ -226,6 +231,28 @@ int main(int argc, char **argv)
             usage(stdout);
         MPI_Finalize();
         return 0;
+    }
+    if (opts.bench_json) {
+        /* fail before the job, not after it: rank 0 creates the file now */
+        char bmsg[RF_ERR_MSG_MAX] = "";
+        int ok = 1;
+        if (rank == 0) {
+            FILE *f = fopen(opts.bench_json, "w");
+            if (f == NULL) {
+                ok = 0;
+                snprintf(bmsg, sizeof(bmsg), "--bench-json: cannot write %s: %s", opts.bench_json,
+                         strerror(errno));
+            } else {
+                fclose(f);
+            }
+        }
+        MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (!ok) {
+            if (rank == 0)
+                fprintf(stderr, "refit-run: %s\nrefit: FAILED: %s\n", bmsg, bmsg);
+            MPI_Finalize();
+            return 2;
+        }
     }
     rc = rf_job_run(&opts);
     MPI_Finalize();

@@ -2495,10 +2495,11 @@ static int bench_write(const rf_job_opts_t *o, const bench_info_t *bi, const dou
     if (m > 0) {
         qsort(t, (size_t)m, sizeof(double), cmp_double_job);
         json_object_set_new(root, "best_s", json_real(t[0]));
-        json_object_set_new(root, "median_s", json_real(t[m / 2]));
+        double med = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
+        json_object_set_new(root, "median_s", json_real(med));
         json_object_set_new(root, "payload_GBps_best", json_real((double)bi->payload / t[0] / 1e9));
         json_object_set_new(root, "payload_GBps_median",
-                            json_real((double)bi->payload / t[m / 2] / 1e9));
+                            json_real((double)bi->payload / med / 1e9));
     }
     if (st == RF_OK) {
         json_t *c = json_object();
@@ -2520,7 +2521,8 @@ static int bench_write(const rf_job_opts_t *o, const bench_info_t *bi, const dou
         printf("refit: bench: payload %.2f GB, update best %.3f ms median %.3f ms (%d timed) = "
                "%.1f GB/s; copy ceiling (%s, %.2f GB, best of 5) %.3f ms = %.1f GB/s; %.1f%% of "
                "the ceiling\n",
-               (double)bi->payload / 1e9, t[0] * 1e3, t[m / 2] * 1e3, m,
+               (double)bi->payload / 1e9, t[0] * 1e3,
+               (m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2])) * 1e3, m,
                (double)bi->payload / t[0] / 1e9, where, (double)bytes / 1e9, cbest * 1e3,
                (double)bytes / cbest / 1e9,
                100.0 * ((double)bi->payload / t[0]) / ((double)bytes / cbest));
