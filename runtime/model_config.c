@@ -53,7 +53,10 @@ static rf_status_t cfg_int(json_t *root, const char *key, const char *path, int6
     }
     if (json_is_integer(v)) {
         *out = (int64_t)json_integer_value(v);
-    } else if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v)) {
+    } else if (json_is_real(v) && json_real_value(v) >= -0x1p62 && json_real_value(v) <= 0x1p62 &&
+               json_real_value(v) == (double)(int64_t)json_real_value(v)) {
+        /* a whole-number real ("2.0"); the range check first: converting a double outside
+         * int64_t's range (or NaN) is undefined behaviour */
         *out = (int64_t)json_real_value(v);
     } else {
         return rf_err_set(err, RF_ERR_CONFIG, "%s: key '%s' must be an integer", path, key);

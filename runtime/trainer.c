@@ -337,6 +337,15 @@ static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, rf
     return st;
 }
 
+/* The per-update counters a production leaves: nothing gathered or packed yet, its time. */
+static void produce_done(rf_trainer_t *tr, double t0)
+{
+    tr->stats.bytes_gathered = 0;
+    tr->stats.gather_msgs = 0;
+    tr->stats.gather_s = tr->stats.pack_s = 0;
+    tr->stats.produce_s = rf_time_now() - t0;
+}
+
 rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *err)
 {
     if (ck == NULL)
@@ -429,10 +438,7 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
     } else {
         tr->stats.bytes_read = 0;
     }
-    tr->stats.bytes_gathered = 0;
-    tr->stats.gather_msgs = 0;
-    tr->stats.gather_s = tr->stats.pack_s = 0;
-    tr->stats.produce_s = rf_time_now() - t0;
+    produce_done(tr, t0);
     return RF_OK;
 }
 
@@ -550,10 +556,7 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
         ax->ops->free(ax, scratch);
     tr->stats.bytes_read = 0;
     tr->stats.header_bytes_read = 0;
-    tr->stats.bytes_gathered = 0;
-    tr->stats.gather_msgs = 0;
-    tr->stats.gather_s = tr->stats.pack_s = 0;
-    tr->stats.produce_s = rf_time_now() - t0;
+    produce_done(tr, t0);
     return st;
 }
 
