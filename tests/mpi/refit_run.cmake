@@ -59,6 +59,10 @@ refit_run_test(refit_run_wrong_checkpoint 2 fail "refit: FAILED: .*tensor model.
                --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --checkpoint ${DATA}/qwen3-tiny-tied)
 refit_run_test(refit_run_bad_steps 2 fail "--steps: 'zero' is not a positive integer"
                --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --steps zero)
+refit_run_test(refit_run_bad_verify 2 fail "--verify: 'bogus' is not all, last or none"
+               --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --verify bogus)
+refit_run_test(refit_run_missing_value 2 fail "option '--bench-json' needs a value"
+               --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --bench-json)
 refit_run_test(refit_run_help 1 ok "usage: mpirun -np N refit-run" --help)
 
 # counters: bytes_produced / bytes_read / bytes_gathered against hand-computed values
