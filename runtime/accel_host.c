@@ -9,6 +9,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "refit/accel.h"
 #include "refit/generator.h"
@@ -88,16 +89,31 @@ static rf_status_t host_stream_sync(rf_accel_stream_t *stream)
     return RF_OK;
 }
 
+/* A host event: every host op has completed when it returns, so recording an event stamps
+ * the monotonic clock and elapsed times are wall times between records. */
+typedef struct host_event {
+    rf_accel_event_t e; /* first: the rf_accel_event_t * is the host_event_t * */
+    double t;           /* seconds, CLOCK_MONOTONIC, at the last record (0: never recorded) */
+} host_event_t;
+
+static double host_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static rf_status_t host_event_create(rf_accel_t *accel, rf_accel_event_t **event_p)
 {
     if (!accel || !event_p)
         return RF_ERR_INVALID;
-    rf_accel_event_t *e = calloc(1, sizeof(*e));
-    if (!e)
+    host_event_t *h = calloc(1, sizeof(*h));
+    if (!h)
         return RF_ERR_NOMEM;
-    e->ops = &rf_accel_host_ops;
-    e->accel = accel;
-    *event_p = e;
+    h->e.ops = &rf_accel_host_ops;
+    h->e.accel = accel;
+    h->e.impl = h;
+    *event_p = &h->e;
     return RF_OK;
 }
 
@@ -106,7 +122,10 @@ static void host_event_destroy(rf_accel_event_t *event) { free(event); }
 static rf_status_t host_event_record(rf_accel_event_t *event, rf_accel_stream_t *stream)
 {
     (void)stream;
-    return event ? RF_OK : RF_ERR_INVALID;
+    if (!event)
+        return RF_ERR_INVALID;
+    ((host_event_t *)event->impl)->t = host_now();
+    return RF_OK;
 }
 
 static rf_status_t host_event_sync(rf_accel_event_t *event)
@@ -127,7 +146,10 @@ static rf_status_t host_event_elapsed_ms(rf_accel_event_t *start, rf_accel_event
 {
     if (!start || !end || !ms_p)
         return RF_ERR_INVALID;
-    *ms_p = 0.0f;
+    const host_event_t *a = start->impl, *b = end->impl;
+    if (a->t == 0 || b->t == 0) /* as cudaEventElapsedTime: both must have been recorded */
+        return RF_ERR_INVALID;
+    *ms_p = (float)((b->t - a->t) * 1e3);
     return RF_OK;
 }
 

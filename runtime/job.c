@@ -66,9 +66,12 @@ typedef struct job_stats {
     int verify_skipped; /* committed, not verified (--verify last) */
     uint64_t ipc_in_place, ipc_staged; /* rollout on ipc: bytes read in place / from staging */
     double ipc_h2d_s;       /* trainer on a device ipc arena: host mirror -> arena copy */
-    double resident_s;      /* trainer on a device ipc arena: writing its resident weights
+    double resident_s;      /* trainer on an ipc arena (device or host): writing its weights
                                before the update began (not part of the update's time) */
     uint64_t batch_launches, batch_rows; /* rollout, device sources: copy launches, row copies */
+    int dev_timeline;                    /* rollout: REFIT_DEVICE_TIMELINE=1 (rf_plan_stats_t) */
+    uint64_t dev_spans, dev_copy_bytes;
+    double dev_copy_ms, dev_layerwise_ms, dev_other_ms, dev_span_ms, dev_idle_ms;
     uint64_t ipc_h2d_bytes;
 } job_stats_t;
 
@@ -1709,6 +1712,14 @@ static void write_profile(job_t *j, uint32_t update)
         if (s->storage_unchanged >= 0)
             json_object_set_new(u, "storage_unchanged", json_boolean(s->storage_unchanged));
         json_object_set_new(u, "integrity", json_boolean(j->integrity));
+        if (s->dev_timeline)
+            json_object_set_new(u, "device_timeline",
+                                json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "spans",
+                                          (json_int_t)s->dev_spans, "copy_bytes",
+                                          (json_int_t)s->dev_copy_bytes, "copy_ms", s->dev_copy_ms,
+                                          "layerwise_ms", s->dev_layerwise_ms, "other_ms",
+                                          s->dev_other_ms, "span_ms", s->dev_span_ms, "idle_ms",
+                                          s->dev_idle_ms));
         if (j->ipc && is_rollout(j)) {
             json_object_set_new(u, "ipc_bytes_in_place", json_integer((json_int_t)s->ipc_in_place));
             json_object_set_new(u, "ipc_bytes_staged", json_integer((json_int_t)s->ipc_staged));
@@ -1716,6 +1727,8 @@ static void write_profile(job_t *j, uint32_t update)
         if (j->ipc)
             json_object_set_new(u, "ipc_backend",
                                 json_string(rf_xfer_ipc_backend(j->xfer)->name));
+        if (j->ipc && !j->ipc_dev && !is_rollout(j))
+            json_object_set_new(u, "resident_s", json_real(s->resident_s));
         if (j->ipc_dev && !is_rollout(j)) {
             /* production stays on the host (the trainer's produce time); this is the
              * copy of the produced shards into the device arena */
@@ -1806,15 +1819,26 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                "staging slots\n",
                "ipc", human_bytes((double)inpl, b1, sizeof(b1)),
                human_bytes((double)stg, b2, sizeof(b2)));
+        double res = 0;
+        for (int r = 0; r < j->T; r++)
+            res = all[r].resident_s > res ? all[r].resident_s : res;
+        if (!j->ipc_dev)
+            printf("  %-10s trainer weights written into the shared-memory arenas %.3f s before "
+                   "the update began\n", "host", res);
         if (j->ipc_dev) {
-            double res = 0;
-            for (int r = 0; r < j->T; r++)
-                res = all[r].resident_s > res ? all[r].resident_s : res;
             printf("  %-10s trainer weights resident on the GPU (written %.3f s before the "
                    "update began); rank %d: %" PRIu64 " row copies in %" PRIu64
                    " device launches\n",
                    "device", res, j->T, r0->batch_rows, r0->batch_launches);
         }
+    }
+    if (r0->dev_timeline) { /* REFIT_DEVICE_TIMELINE=1: the first rollout rank's GPU time */
+        double gbs = r0->dev_copy_ms > 0 ? (double)r0->dev_copy_bytes / r0->dev_copy_ms / 1e6 : 0;
+        printf("  %-10s rank %d GPU: row copies of %s in %.3f ms (%.1f GB/s), LAYERWISE %.3f ms, "
+               "other %.3f ms; first to last %.3f ms, idle between %.3f ms (%" PRIu64 " spans)\n",
+               "timeline", j->T, human_bytes((double)r0->dev_copy_bytes, b1, sizeof(b1)),
+               r0->dev_copy_ms, gbs, r0->dev_layerwise_ms, r0->dev_other_ms, r0->dev_span_ms,
+               r0->dev_idle_ms, r0->dev_spans);
     }
     double verdict_s = 0;
     int unchanged = -1, paused = 0, rollouts = 0, rebuilt = 0;
@@ -1993,9 +2017,23 @@ static rf_status_t produce_resident(job_t *j, uint32_t v, bool from_ckpt, rf_err
     return st;
 }
 
-/* Colocated GPU pairs: the update begins on every rank once every trainer has written its
- * resident weights (the end of the training step), so no rank's update time counts the
- * production. Bounded by timeout_s: a rank that never arrives (it died) stops the job with
+/* Trainer of a colocated pair on the host ipc backend: writes update v into its POSIX
+ * shared-memory weights arena, writable only meanwhile (the host twin of produce_resident). */
+static rf_status_t produce_host_arena(job_t *j, uint32_t v, bool from_ckpt, rf_err_t *err)
+{
+    double t0 = rf_time_now();
+    rf_status_t st = rf_xfer_ipc_protect(j->xfer, 0, err);
+    if (st == RF_OK)
+        st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, err);
+    if (st == RF_OK)
+        st = rf_xfer_ipc_protect(j->xfer, 1, err);
+    j->js.resident_s = rf_time_now() - t0;
+    return st;
+}
+
+/* Colocated pairs (ipc, device or host arenas): the update begins on every rank once every
+ * trainer has written its weights (the end of the training step), so no rank's update time
+ * or deadline counts the production. Bounded by timeout_s: a rank that never arrives (it died) stops the job with
  * MPI_Abort rather than hanging it. */
 static void update_fence(job_t *j, uint32_t v)
 {
@@ -2051,6 +2089,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     rf_err_clear(&pre_err);
     if (!is_rollout(j) && j->ipc_dev)
         pre = produce_resident(j, v, from_ckpt, &pre_err);
+    else if (!is_rollout(j) && j->ipc)
+        pre = produce_host_arena(j, v, from_ckpt, &pre_err);
     /* the diff rule compares with the previous update only when it committed: after a FAILED
      * one the storage holds whatever the failure left, and the source may repeat */
     bool verify_this =
@@ -2058,7 +2098,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     bool diff = v > 1 && j->last_committed == v - 1 && verify_this;
     if (is_rollout(j) && diff)
         snapshot(j); /* the oracle's copy for the diff rule, outside the timed path */
-    if (j->ipc_dev)
+    if (j->ipc)
         update_fence(j, v); /* every rank starts the update when the training step ended */
     double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(j->ctl, v, &e2);
@@ -2109,14 +2149,10 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     j->js.begin_s = rf_time_now() - t;
 
     if (st == RF_OK && !is_rollout(j)) {
-        /* ipc: the weights arena is writable only while this rank produces (resident device
-         * weights were written before the update began) */
-        if (j->ipc && !j->ipc_dev)
-            st = rf_xfer_ipc_protect(j->xfer, 0, &err);
-        if (st == RF_OK && !j->ipc_dev)
+        /* ipc: the weights arena was written before the update began (produce_resident,
+         * produce_host_arena) and is read-only until the verdict */
+        if (!j->ipc)
             st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
-        if (st == RF_OK && j->ipc)
-            st = rf_xfer_ipc_protect(j->xfer, 1, &err);
         if (st == RF_OK && j->ipc)
             st = rf_xfer_ipc_ready(j->xfer, v, j->pair_of[j->rank], &err);
         if (st != RF_OK)
@@ -2262,6 +2298,14 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.batch_launches = j->plan.batch_launches;
         j->js.batch_rows = j->plan.batch_rows;
         j->js.stage_h2d_bytes = j->plan.stage_h2d_bytes;
+        j->js.dev_timeline = ps->dev_timeline;
+        j->js.dev_spans = ps->dev_spans;
+        j->js.dev_copy_bytes = ps->dev_copy_bytes;
+        j->js.dev_copy_ms = ps->dev_copy_ms;
+        j->js.dev_layerwise_ms = ps->dev_layerwise_ms;
+        j->js.dev_other_ms = ps->dev_other_ms;
+        j->js.dev_span_ms = ps->dev_span_ms;
+        j->js.dev_idle_ms = ps->dev_idle_ms;
     } else {
         j->js.bytes_produced = j->tr.stats.bytes_produced;
         j->js.bytes_read = j->tr.stats.bytes_read;

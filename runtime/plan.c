@@ -288,6 +288,8 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
     p->policy = policy;
     p->host_ax.ops = &rf_accel_host_ops;
     p->dev = rf_storage_on_device(st);
+    const char *tl = getenv("REFIT_DEVICE_TIMELINE");
+    p->tl.on = p->dev && tl != NULL && strcmp(tl, "1") == 0;
     if (p->dev && rf_format_device(fmt) != st->accel)
         return rf_err_set(err, RF_ERR_INVALID,
                           "plan: runtime storage is on %s device %d but format owner %s is not "
@@ -437,6 +439,8 @@ static void plan_free_scratch(rf_plan_t *p)
         }
 }
 
+static void tl_free(rf_plan_t *p);
+
 static void stage_free(rf_plan_t *p)
 {
     for (int k = 0; k < 2; k++) {
@@ -463,6 +467,7 @@ void rf_plan_free(rf_plan_t *p)
         (void)rf_accel_sync(p->st->accel);
         scratch_pool_free(p);
         stage_free(p);
+        tl_free(p);
     }
     free(p->layers);
     free(p->apps);
@@ -551,9 +556,99 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
     p->shape_head = p->shape_n = 0;
     p->batch_launches = 0;
     p->batch_rows = 0;
+    p->tl.n = 0;
     p->update = update;
     p->in_update = true;
     return RF_OK;
+}
+
+/* ---- device timeline (REFIT_DEVICE_TIMELINE=1) ------------------------------------------ */
+
+/* Records the start of a span of kind on the accelerator's stream; returns its index, or -1
+ * (timeline off, or no event: the timeline is a diagnostic and never fails an update). */
+static long tl_begin(rf_plan_t *p, int kind)
+{
+    rf_plan_timeline_t *t = &p->tl;
+    if (!t->on)
+        return -1;
+    rf_accel_t *ax = p->st->accel;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 128;
+        rf_accel_event_t **ev = realloc(t->ev, 2 * cap * sizeof(*ev));
+        if (ev != NULL)
+            t->ev = ev;
+        int *kind_p = ev ? realloc(t->kind, cap * sizeof(int)) : NULL;
+        if (kind_p != NULL)
+            t->kind = kind_p;
+        uint64_t *bytes = kind_p ? realloc(t->bytes, cap * sizeof(uint64_t)) : NULL;
+        if (bytes == NULL)
+            return -1;
+        t->bytes = bytes;
+        t->cap = cap;
+    }
+    while (t->nev < 2 * (t->n + 1)) {
+        if (ax->ops->event_create(ax, &t->ev[t->nev]) != RF_OK)
+            return -1;
+        t->nev++;
+    }
+    if (ax->ops->event_record(t->ev[2 * t->n], NULL) != RF_OK)
+        return -1;
+    t->kind[t->n] = kind;
+    t->bytes[t->n] = 0;
+    return (long)t->n++;
+}
+
+static void tl_end(rf_plan_t *p, long i, uint64_t bytes)
+{
+    if (i < 0)
+        return;
+    rf_plan_timeline_t *t = &p->tl;
+    t->bytes[i] = bytes;
+    if (p->st->accel->ops->event_record(t->ev[2 * i + 1], NULL) != RF_OK)
+        t->n = (size_t)i; /* drop it */
+}
+
+/* Sums the spans of the update (the stream has drained). */
+static void tl_sum(rf_plan_t *p)
+{
+    rf_plan_timeline_t *t = &p->tl;
+    rf_plan_stats_t *s = &p->stats;
+    const rf_accel_ops_t *o = p->st->accel->ops;
+    s->dev_timeline = t->on;
+    s->dev_spans = t->n;
+    s->dev_copy_bytes = 0;
+    s->dev_copy_ms = s->dev_layerwise_ms = s->dev_other_ms = s->dev_span_ms = s->dev_idle_ms = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        float ms = 0, gap = 0;
+        if (o->event_elapsed_ms(t->ev[2 * i], t->ev[2 * i + 1], &ms) != RF_OK)
+            continue;
+        if (t->kind[i] == 0) {
+            s->dev_copy_ms += ms;
+            s->dev_copy_bytes += t->bytes[i];
+        } else if (t->kind[i] == 1) {
+            s->dev_layerwise_ms += ms;
+        } else {
+            s->dev_other_ms += ms;
+        }
+        if (i > 0 && o->event_elapsed_ms(t->ev[2 * i - 1], t->ev[2 * i], &gap) == RF_OK &&
+            gap > 0)
+            s->dev_idle_ms += gap;
+    }
+    float span = 0;
+    if (t->n > 0 && o->event_elapsed_ms(t->ev[0], t->ev[2 * t->n - 1], &span) == RF_OK)
+        s->dev_span_ms = span;
+    t->n = 0;
+}
+
+static void tl_free(rf_plan_t *p)
+{
+    rf_plan_timeline_t *t = &p->tl;
+    for (size_t i = 0; i < t->nev; i++)
+        p->st->accel->ops->event_destroy(t->ev[i]);
+    free(t->ev);
+    free(t->kind);
+    free(t->bytes);
+    memset(t, 0, sizeof(*t));
 }
 
 rf_status_t rf_plan_flush(rf_plan_t *p, rf_err_t *err)
@@ -563,7 +658,14 @@ rf_status_t rf_plan_flush(rf_plan_t *p, rf_err_t *err)
     rf_accel_t *ax = plan_ax(p);
     size_t n = p->nbatch;
     p->nbatch = 0;
+    long ti = tl_begin(p, 0);
     rf_status_t st = ax->ops->copy_rows_batch(ax, p->batch, n, NULL);
+    if (ti >= 0) {
+        uint64_t b = 0;
+        for (size_t i = 0; i < n; i++)
+            b += (uint64_t)(p->batch[i].rows * p->batch[i].cols) * p->batch[i].dst.esize;
+        tl_end(p, ti, b);
+    }
     if (st != RF_OK)
         return rf_err_set(err, st, "plan: update %u: launching %zu device row copies on %s "
                           "device %d failed", p->update, n, ax->ops->name, ax->device);
@@ -598,7 +700,9 @@ static rf_status_t layer_complete(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
         uint64_t n = rf_load_vocab_pad_rows(p->inv, &p->rc, L->module, &first, &cols);
         rf_accel_t *ax = plan_ax(p);
         rf_accel_dst_t d = rf_accel_dst_from(&L->dst[0]);
+        long ti = n ? tl_begin(p, 2) : -1;
         rf_status_t zs = n ? ax->ops->zero_rows(ax, &d, first, (int64_t)n, cols, NULL) : RF_OK;
+        tl_end(p, ti, 0);
         if (zs != RF_OK)
             return rf_err_set(err, zs, "plan: vocab padding of %s on %s device %d failed",
                               mod->name, ax->ops->name, ax->device);
@@ -607,8 +711,10 @@ static rf_status_t layer_complete(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
         rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
         double t0 = cpu_now();
         int nrt = layer_runtime(p, L->module, rt);
+        long ti = p->dev ? tl_begin(p, 1) : -1;
         rf_status_t st = p->fmt->ops->process_after_loading(p->fmt, p->inv, L->module, L->model,
                                                             L->scratch, L->nmodel, rt, nrt, err);
+        tl_end(p, ti, 0);
         for (int i = 0; i < L->nmodel; i++) {
             scratch_free(p, L->scratch[i]);
             L->scratch[i] = NULL;
@@ -629,10 +735,12 @@ static rf_status_t layer_scratch(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
         if (p->dev) { /* model-layout scratch on the device, zeroed as calloc would */
             rf_accel_t *ax = p->st->accel;
             rf_status_t as = scratch_get(p, b, &L->scratch[i]);
+            long ti = as == RF_OK ? tl_begin(p, 2) : -1;
             if (as == RF_OK && (as = ax->ops->memset(ax, L->scratch[i], 0, b, NULL)) != RF_OK) {
                 scratch_free(p, L->scratch[i]);
                 L->scratch[i] = NULL;
             }
+            tl_end(p, ti, 0);
             if (as != RF_OK)
                 return rf_err_set(err, as == RF_ERR_NOMEM ? RF_ERR_NOMEM : as,
                                   "plan: no device scratch for %s on device %d",
@@ -996,6 +1104,8 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
         rf_status_t ds = rf_accel_sync(p->st->accel);
         p->stage_host = NULL;
         p->stage_bytes = 0;
+        if (ds == RF_OK)
+            tl_sum(p);
         if (ds != RF_OK) {
             rf_err_set(err, ds, "update %u: device %d failed while writing runtime storage",
                        p->update, p->st->accel->device);

@@ -55,7 +55,25 @@ typedef struct rf_plan_stats {
     uint64_t rebuilds;              /* plan rebuilds (signature changed before an update) */
     double loader_s;                /* CPU time in loader calls */
     double layerwise_s, deferred_s, verify_s;
+    /* device timeline (device storage with REFIT_DEVICE_TIMELINE=1; see rf_plan_timeline_t):
+     * GPU milliseconds of this update's row-copy launches, LAYERWISE processing and other
+     * writes (scratch zeroing, vocab padding), the span from the first to the last, and the
+     * device idle time between them (the host did not keep the stream fed) */
+    bool dev_timeline;
+    uint64_t dev_spans, dev_copy_bytes;
+    double dev_copy_ms, dev_layerwise_ms, dev_other_ms, dev_span_ms, dev_idle_ms;
 } rf_plan_stats_t;
+
+/* Device timeline: an event pair around every device write the plan enqueues, summed by
+ * rf_plan_finalize once the stream drained. Off unless REFIT_DEVICE_TIMELINE=1 (events with
+ * timing cost a few microseconds each). */
+typedef struct rf_plan_timeline {
+    bool on;
+    rf_accel_event_t **ev;      /* 2 per span: start, end (kept across updates) */
+    int *kind;                  /* 0 row copies, 1 LAYERWISE processing, 2 other */
+    uint64_t *bytes;            /* row copies: bytes they move */
+    size_t n, cap, nev;         /* spans this update, capacity, events created */
+} rf_plan_timeline_t;
 
 typedef struct rf_scratch_buf {
     void *ptr;
@@ -144,6 +162,7 @@ typedef struct rf_plan {
     /* device LAYERWISE scratch pool (kept for the plan's life; see plan.c scratch_get) */
     rf_scratch_buf_t *pool;
     size_t npool, pool_cap;
+    rf_plan_timeline_t tl;
 } rf_plan_t;
 
 /*
