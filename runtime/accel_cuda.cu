@@ -48,9 +48,9 @@ typedef struct cuda_stream {
 typedef struct batch_seg batch_seg_t;
 
 typedef struct batch_buf {
-    batch_seg_t *h; /* pinned */
-    batch_seg_t *d;
-    size_t cap;     /* segments */
+    char *h;        /* pinned: the descriptors, then the tile map */
+    char *d;
+    size_t cap;     /* bytes */
     cudaEvent_t done;
     bool used;
 } batch_buf_t;
@@ -564,7 +564,10 @@ static rf_status_t cu_copy_rows(rf_accel_t *a, const rf_accel_rows_t *r, rf_acce
  * `height` rows of `width` bytes, pitches in bytes, cut into tiles of BATCH_TILE bytes per
  * row. ELEM: the strided element copy of k_copy_rows (with the bf16 / f16 -> f32 conversion
  * when conv), cut into tiles of BATCH_ETILE elements. tile0 is the descriptor's first tile in
- * the launch; the kernel finds a tile's descriptor by binary search over tile0.
+ * the launch; a tile finds its descriptor in the tile map (uint32 per tile, built by the host;
+ * a batch of more than BATCH_MAP_MAX tiles is launched in parts). Copies of at most 16 bytes
+ * (wna16 weight_shape) take no tile: they follow the other descriptors and are done one per
+ * thread by the last blocks.
  */
 enum { SEG_BYTES = 0, SEG_ELEM = 1 };
 #define BATCH_TILE (32u * 1024u)
@@ -604,8 +607,17 @@ __device__ static void tile_bytes(char *d, const char *s, uint64_t len)
             for (int u = 0; u < 8; u++)
                 dv[k + u * T] = r[u];
         }
-        for (; k < n; k += T)
-            dv[k] = __ldg(&sv[k]);
+        if (k < n) { /* a partial tile (a 24 KiB scale): the same, predicated, one round trip */
+            uint4 r[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (k + u * T < n)
+                    r[u] = __ldg(&sv[k + u * T]);
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (k + u * T < n)
+                    dv[k + u * T] = r[u];
+        }
         return;
     }
     if ((((uintptr_t)d | (uintptr_t)s | len) & 3u) == 0) {
@@ -639,21 +651,35 @@ __device__ static void tile_conv(const batch_seg_t &g, uint64_t t0, uint64_t t1)
     }
 }
 
-__global__ void k_copy_batch(const batch_seg_t *segs, unsigned nseg, uint64_t ntiles)
+__global__ void k_copy_batch(const batch_seg_t *segs, unsigned nmain, const uint32_t *tmap,
+                             uint64_t ntiles, unsigned ntiny)
 {
     __shared__ unsigned sidx;
-    for (uint64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        if (threadIdx.x == 0) {
-            unsigned lo = 0, hi = nseg - 1; /* last descriptor with tile0 <= tile */
-            while (lo < hi) {
-                unsigned mid = (lo + hi + 1) / 2;
-                if (segs[mid].tile0 <= tile)
-                    lo = mid;
+    uint64_t all = ntiles + (ntiny + blockDim.x - 1) / blockDim.x;
+    for (uint64_t tile = blockIdx.x; tile < all; tile += gridDim.x) {
+        if (tile >= ntiles) { /* copies of at most 16 bytes, one per thread */
+            uint64_t i = (tile - ntiles) * blockDim.x + threadIdx.x;
+            if (i < ntiny) { /* widest aligned accesses: one store for a weight_shape */
+                const batch_seg_t &g = segs[nmain + i];
+                uintptr_t al = (uintptr_t)g.dst | (uintptr_t)g.src;
+                if (g.width == 16 && (al & 15u) == 0)
+                    *reinterpret_cast<uint4 *>(g.dst) = *reinterpret_cast<const uint4 *>(g.src);
+                else if ((g.width & 7u) == 0 && (al & 7u) == 0)
+                    for (uint64_t b = 0; b < g.width; b += 8)
+                        *reinterpret_cast<uint64_t *>(g.dst + b) =
+                            *reinterpret_cast<const uint64_t *>(g.src + b);
+                else if ((g.width & 3u) == 0 && (al & 3u) == 0)
+                    for (uint64_t b = 0; b < g.width; b += 4)
+                        *reinterpret_cast<uint32_t *>(g.dst + b) =
+                            *reinterpret_cast<const uint32_t *>(g.src + b);
                 else
-                    hi = mid - 1;
+                    for (uint64_t b = 0; b < g.width; b++)
+                        g.dst[b] = g.src[b];
             }
-            sidx = lo;
+            continue;
         }
+        if (threadIdx.x == 0)
+            sidx = tmap[tile];
         __syncthreads();
         const batch_seg_t g = segs[sidx];
         __syncthreads();
@@ -715,6 +741,34 @@ static uint64_t batch_describe(const rf_accel_rows_t *r, batch_seg_t *g, uint64_
     return (g->width * g->height + BATCH_ETILE - 1) / BATCH_ETILE;
 }
 
+/* A copy of at most 16 contiguous bytes, no conversion (done one per thread, no tile). */
+static bool batch_tiny(const rf_accel_rows_t *r)
+{
+    const rf_accel_dst_t *d = &r->dst;
+    if (r->rows <= 0 || r->cols <= 0 || rf_accel_rows_convert(r) || d->col_stride != 1)
+        return false;
+    uint64_t w = (uint64_t)r->cols * d->esize;
+    return w * (uint64_t)r->rows <= 16 &&
+           (r->rows == 1 || (d->row_stride == r->cols && r->src_pitch == r->cols));
+}
+
+/* batch_describe's tile count, without the descriptor. */
+static uint64_t batch_tiles(const rf_accel_rows_t *r)
+{
+    const rf_accel_dst_t *d = &r->dst;
+    uint64_t es = d->esize, w = (uint64_t)r->cols * es, h = (uint64_t)r->rows;
+    if (rf_accel_rows_convert(r) || d->col_stride != 1)
+        return (w / es * h + BATCH_ETILE - 1) / BATCH_ETILE;
+    if (h > 1 && d->row_stride * (int64_t)es == (int64_t)w && r->src_pitch * (int64_t)es == (int64_t)w) {
+        w *= h;
+        h = 1;
+    }
+    return (w + BATCH_TILE - 1) / BATCH_TILE * h;
+}
+
+/* Tiles of one launch at most (its map: 4 bytes a tile); a larger batch goes in parts. */
+#define BATCH_MAP_MAX (1ull << 24)
+
 static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows, size_t n,
                                       rf_accel_stream_t *s)
 {
@@ -727,6 +781,21 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
     }
     if (m == 0)
         return RF_OK;
+    /* descriptors: tiled ones first (tile0 in order), tiny ones (<= 16 contiguous bytes) after */
+    size_t ntiny = 0;
+    for (size_t i = 0; i < n; i++)
+        ntiny += batch_tiny(&rows[i]);
+    size_t nmain = m - ntiny;
+    uint64_t tiles = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].rows > 0 && rows[i].cols > 0 && !batch_tiny(&rows[i]))
+            tiles += batch_tiles(&rows[i]);
+    if (tiles > BATCH_MAP_MAX) { /* 512 GiB of byte tiles: halves, each with its own map */
+        if (n == 1)
+            return RF_ERR_INVALID;
+        RF_CHECK(cu_copy_rows_batch(a, rows, n / 2, s));
+        return cu_copy_rows_batch(a, rows + n / 2, n - n / 2, s);
+    }
     cuda_accel_t *c = (cuda_accel_t *)a->impl;
     batch_buf_t *b = &c->ring[c->next++ % BATCH_RING];
     if (b->used)
@@ -734,8 +803,9 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
     b->used = false;
     if (!b->done)
         RF_CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
-    if (b->cap < m) {
-        size_t cap = m < 256 ? 256 : m * 2;
+    size_t segb = m * sizeof(batch_seg_t), need = segb + tiles * sizeof(uint32_t);
+    if (b->cap < need) {
+        size_t cap = need < 65536 ? 65536 : need * 2;
         if (b->h)
             cudaFreeHost(b->h);
         if (b->d)
@@ -743,19 +813,36 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
         b->h = NULL;
         b->d = NULL;
         b->cap = 0;
-        RF_CUDA_CHECK(cudaMallocHost((void **)&b->h, cap * sizeof(batch_seg_t)));
-        RF_CUDA_CHECK(cudaMalloc((void **)&b->d, cap * sizeof(batch_seg_t)));
+        RF_CUDA_CHECK(cudaMallocHost((void **)&b->h, cap));
+        RF_CUDA_CHECK(cudaMalloc((void **)&b->d, cap));
         b->cap = cap;
     }
-    uint64_t tiles = 0;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (rows[i].rows > 0 && rows[i].cols > 0)
-            tiles += batch_describe(&rows[i], &b->h[k++], tiles);
+    batch_seg_t *hs = (batch_seg_t *)b->h;
+    uint32_t *map = (uint32_t *)(b->h + segb);
+    uint64_t t = 0;
+    size_t k = 0, q = nmain;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].rows <= 0 || rows[i].cols <= 0)
+            continue;
+        if (batch_tiny(&rows[i])) {
+            batch_describe(&rows[i], &hs[q++], 0);
+            continue;
+        }
+        uint64_t nt = batch_describe(&rows[i], &hs[k], t);
+        for (uint64_t u = 0; u < nt; u++)
+            map[t + u] = (uint32_t)k;
+        t += nt;
+        k++;
+    }
+    if (t != tiles || k != nmain || q != m)
+        return RF_ERR_INTERNAL;
     cudaStream_t st = cs(a, s);
-    RF_CUDA_CHECK(cudaMemcpyAsync(b->d, b->h, m * sizeof(batch_seg_t), cudaMemcpyHostToDevice, st));
-    unsigned grid = tiles > (1u << 30) ? (1u << 30) : (unsigned)tiles;
-    k_copy_batch<<<grid, THREADS, 0, st>>>(b->d, (unsigned)m, tiles);
+    RF_CUDA_CHECK(cudaMemcpyAsync(b->d, b->h, need, cudaMemcpyHostToDevice, st));
+    uint64_t all = tiles + (ntiny + THREADS - 1) / THREADS;
+    unsigned grid = all > (1u << 30) ? (1u << 30) : (unsigned)all;
+    k_copy_batch<<<grid, THREADS, 0, st>>>((const batch_seg_t *)b->d, (unsigned)nmain,
+                                           (const uint32_t *)(b->d + segb), tiles,
+                                           (unsigned)ntiny);
     RF_CUDA_LAUNCH_CHECK();
     RF_CUDA_CHECK(cudaEventRecord(b->done, st));
     b->used = true;
@@ -853,28 +940,60 @@ static rf_status_t cu_fp8_to_fnuz(rf_accel_t *a, uint8_t *w, size_t nw, float *s
 
 /* ---- wna16 tile repack (rf_wna16_repack_index: tiles of 16 rows x 64 columns) -------------- */
 
-__device__ static inline int64_t d_repack_index(int64_t R, int64_t C, int64_t r, int64_t c)
+/*
+ * One block per tile of 16 rows x 64 columns (th x tw at the edges). The tile's runtime bytes
+ * are contiguous: rf_wna16_repack_index puts element (r0 + i, c0 + j) at
+ * r0 C + c0 th + q, q = j th + (i + j) % th. The block reads the tile's rows (coalesced) into
+ * shared memory and writes its q range (coalesced), or the reverse for the inverse. The
+ * shared pitch of 65 keeps the column-wise reads free of bank conflicts.
+ */
+template <typename T>
+__global__ void k_repack(T *dst, const T *src, uint64_t batch, uint64_t R, uint64_t C,
+                         bool inverse)
 {
-    int64_t r0 = r / 16 * 16, c0 = c / 64 * 64;
-    int64_t i = r - r0, j = c - c0;
-    int64_t th = R - r0 < 16 ? R - r0 : 16;
-    return r0 * C + c0 * th + j * th + (i + j) % th;
+    __shared__ T sm[16 * 65];
+    uint64_t tr = (R + 15) / 16, tc = (C + 63) / 64, ntile = batch * tr * tc;
+    for (uint64_t tile = blockIdx.x; tile < ntile; tile += gridDim.x) {
+        uint64_t b = tile / (tr * tc), rem = tile % (tr * tc);
+        uint64_t r0 = rem / tc * 16, c0 = rem % tc * 64;
+        unsigned th = (unsigned)(R - r0 < 16 ? R - r0 : 16);
+        unsigned tw = (unsigned)(C - c0 < 64 ? C - c0 : 64), n = th * tw;
+        const T *S = src + b * R * C;
+        T *D = dst + b * R * C;
+        uint64_t base = r0 * C + c0 * th; /* the tile's runtime range */
+        if (!inverse) {
+            for (unsigned e = threadIdx.x; e < n; e += blockDim.x) {
+                unsigned i = e / tw, j = e % tw;
+                sm[i * 65 + j] = S[(r0 + i) * C + c0 + j];
+            }
+            __syncthreads();
+            for (unsigned q = threadIdx.x; q < n; q += blockDim.x) {
+                unsigned j = q / th, k = q % th, i = (k + th - j % th) % th;
+                D[base + q] = sm[i * 65 + j];
+            }
+        } else {
+            for (unsigned q = threadIdx.x; q < n; q += blockDim.x) {
+                unsigned j = q / th, k = q % th, i = (k + th - j % th) % th;
+                sm[i * 65 + j] = S[base + q];
+            }
+            __syncthreads();
+            for (unsigned e = threadIdx.x; e < n; e += blockDim.x) {
+                unsigned i = e / tw, j = e % tw;
+                D[(r0 + i) * C + c0 + j] = sm[i * 65 + j];
+            }
+        }
+        __syncthreads(); /* sm is reused by the next tile */
+    }
 }
 
 template <typename T>
-__global__ void k_repack(T *dst, const T *src, int64_t batch, int64_t R, int64_t C, bool inverse)
+static void launch_repack(void *dst, const void *src, int64_t batch, int64_t R, int64_t C,
+                          bool inverse, cudaStream_t st)
 {
-    uint64_t mat = (uint64_t)R * (uint64_t)C, n = mat * (uint64_t)batch;
-    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
-         t += (uint64_t)gridDim.x * blockDim.x) {
-        uint64_t b = t / mat, m = t % mat;
-        int64_t r = (int64_t)(m / (uint64_t)C), c = (int64_t)(m % (uint64_t)C);
-        uint64_t rt = b * mat + (uint64_t)d_repack_index(R, C, r, c);
-        if (inverse)
-            dst[t] = src[rt];
-        else
-            dst[rt] = src[t];
-    }
+    uint64_t tiles = (uint64_t)batch * (uint64_t)((R + 15) / 16) * (uint64_t)((C + 63) / 64);
+    unsigned g = tiles > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)tiles;
+    k_repack<T><<<g, THREADS, 0, st>>>((T *)dst, (const T *)src, (uint64_t)batch, (uint64_t)R,
+                                       (uint64_t)C, inverse);
 }
 
 static rf_status_t cu_wna16_repack(rf_accel_t *a, void *dst, const void *src, int64_t batch,
@@ -888,20 +1007,15 @@ static rf_status_t cu_wna16_repack(rf_accel_t *a, void *dst, const void *src, in
         return RF_OK;
     if (!dst || !src)
         return RF_ERR_INVALID;
-    unsigned g = grid_for((uint64_t)batch * (uint64_t)R * (uint64_t)C);
     cudaStream_t st = cs(a, s);
     if (esize == 1)
-        k_repack<uint8_t><<<g, THREADS, 0, st>>>((uint8_t *)dst, (const uint8_t *)src, batch, R,
-                                                 C, inverse);
+        launch_repack<uint8_t>(dst, src, batch, R, C, inverse, st);
     else if (esize == 2)
-        k_repack<uint16_t><<<g, THREADS, 0, st>>>((uint16_t *)dst, (const uint16_t *)src, batch,
-                                                  R, C, inverse);
+        launch_repack<uint16_t>(dst, src, batch, R, C, inverse, st);
     else if (esize == 4)
-        k_repack<uint32_t><<<g, THREADS, 0, st>>>((uint32_t *)dst, (const uint32_t *)src, batch,
-                                                  R, C, inverse);
+        launch_repack<uint32_t>(dst, src, batch, R, C, inverse, st);
     else
-        k_repack<uint64_t><<<g, THREADS, 0, st>>>((uint64_t *)dst, (const uint64_t *)src, batch,
-                                                  R, C, inverse);
+        launch_repack<uint64_t>(dst, src, batch, R, C, inverse, st);
     RF_CUDA_LAUNCH_CHECK();
     return RF_OK;
 }

@@ -165,7 +165,7 @@ END_TEST
  * batch (each into its own buffer), against the host's one-by-one copies. */
 START_TEST(test_copy_rows_batch)
 {
-    enum { NC = sizeof(rows_cases) / sizeof(rows_cases[0]), NX = 4, N = NC + NX };
+    enum { NC = sizeof(rows_cases) / sizeof(rows_cases[0]), NX = 10, N = NC + NX };
     rf_accel_rows_t hr[N], gr[N];
     char *hd[N], *hs[N];
     void *dd[N], *ds[N];
@@ -184,6 +184,19 @@ START_TEST(test_copy_rows_batch)
                  65536, 65536},
                 {"bf16 contiguous 48 MiB", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4096, 1, 0, 1, 0, 0,
                  0, 6144, 4096, 4096},
+                /* at most 16 contiguous bytes: no tile, one thread each (wna16 weight_shape) */
+                {"i32 [2] weight_shape, tiny", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 1, 0, 1, 0, 0, 0, 2,
+                 1, 1},
+                {"i64 [2] at row 2 (16-byte store), tiny", 8, RF_DTYPE_I64, RF_DTYPE_I64, 1, 1, 0,
+                 1, 0, 2, 0, 2, 1, 1},
+                {"u8 12 bytes at offset 4 (4-byte stores), tiny", 1, RF_DTYPE_U8, RF_DTYPE_U8, 100,
+                 1, 0, 1, 0, 0, 4, 1, 12, 12},
+                {"u8 15 bytes at odd offsets, tiny", 1, RF_DTYPE_U8, RF_DTYPE_U8, 100, 1, 0, 1, 0, 1,
+                 7, 1, 15, 15},
+                {"u8 17 bytes, one tile", 1, RF_DTYPE_U8, RF_DTYPE_U8, 100, 1, 0, 1, 0, 0, 3, 1, 17,
+                 17},
+                {"bf16 2 strided rows of 8 bytes, tiled", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 10, 1, 0,
+                 1, 0, 0, 0, 2, 4, 6},
             };
             k = x[i - NC];
         }
