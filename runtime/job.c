@@ -129,6 +129,8 @@ typedef struct job {
     uint8_t *ipc_staged;       /* [n_chunks] the stage sender stages (part of) the chunk */
     uint8_t *ipc_piece_staged; /* [n_pieces] some rollout rank reads the piece staged */
     rf_ipc_piece_t *ipc_pieces; /* rollout: [n_pieces] where this rank reads each piece */
+    int *item_tensor;           /* [man.n]: the inventory tensor of each manifest entry (the
+                                   per-piece hot path reads this, not the large entries) */
     rf_xfer_ipc_config_t ipc_cfg;
     bool ipc_dev;          /* the arena backend is device memory (cuda, or host-device in tests) */
     void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
@@ -163,6 +165,7 @@ static const char *const fault_names[] = {
     [RF_FAULT_MOVE_STORAGE] = "move-storage",
     [RF_FAULT_MOVE_STORAGE_BETWEEN] = "move-storage-between",
     [RF_FAULT_GATHER_DROP] = "gather-drop",
+    [RF_FAULT_BAD_WEIGHT_SHAPE] = "bad-weight-shape",
 };
 #define FAULT_KINDS ((int)(sizeof(fault_names) / sizeof(fault_names[0])))
 
@@ -174,7 +177,8 @@ const char *rf_fault_kind_name(rf_fault_kind_t k)
 const char *rf_fault_kind_names(void)
 {
     return "exit, stall, corrupt-chunk, drop-chunk, duplicate-chunk, wrong-dtype, wrong-shape, "
-           "missing-tensor, extra-tensor, move-storage, move-storage-between, gather-drop";
+           "missing-tensor, extra-tensor, move-storage, move-storage-between, gather-drop, "
+           "bad-weight-shape";
 }
 
 int rf_job_fault_parse(const char *spec, rf_job_fault_t *f, char *msg, size_t cap)
@@ -248,6 +252,7 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
         case RF_FAULT_WRONG_SHAPE:
         case RF_FAULT_MISSING_TENSOR:
         case RF_FAULT_EXTRA_TENSOR:
+        case RF_FAULT_BAD_WEIGHT_SHAPE:
             f->rank = j->T - 1; /* the last trainer rank: not the one that decides GO */
             break;
         default:
@@ -287,6 +292,10 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
     case RF_FAULT_MOVE_STORAGE_BETWEEN:
         if (info.role != RF_ROLE_ROLLOUT)
             need = "a rollout rank";
+        break;
+    case RF_FAULT_BAD_WEIGHT_SHAPE:
+        if (info.role != RF_ROLE_TRAINER || j->inv.quant != RF_QUANT_WNA16)
+            need = "a trainer rank of a wna16 model (only wna16 has weight_shape tensors)";
         break;
     default:
         break;
@@ -841,10 +850,12 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
 
     /* chunk plan (every rank computes the same one) */
     j->items = calloc((size_t)j->man.n + 1, sizeof(rf_chunk_item_t));
-    if (j->items == NULL)
+    j->item_tensor = calloc((size_t)j->man.n + 1, sizeof(int));
+    if (j->items == NULL || j->item_tensor == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
     for (int i = 0; i < j->man.n; i++) {
         const rf_tensor_t *t = &j->inv.tensors[j->man.entries[i].tensor];
+        j->item_tensor[i] = j->man.entries[i].tensor;
         j->items[i].stage = j->man.entries[i].stage;
         j->items[i].rows = rf_tensor_rows(t);
         j->items[i].bytes = j->man.entries[i].nbytes; /* the manifest's dtype */
@@ -1133,7 +1144,7 @@ static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_s
     job_t *j = ctx;
     for (size_t k = 0; k < nsegs; k++) {
         const rf_xfer_segment_t *sg = &segs[k];
-        int tensor = j->man.entries[sg->piece->item].tensor;
+        int tensor = j->item_tensor[sg->piece->item];
         /* device arenas: every segment is device memory on this rank's GPU (the pair's
          * weights arena or a staging slot, both mapped by CUDA IPC): device to device */
         if (j->ipc_dev)
@@ -1976,6 +1987,8 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
     return st;
 }
 
+static rf_status_t fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err);
+
 /* Runs update v; returns 0 if committed and verified. */
 /* Trainer of a colocated GPU pair: writes update v into its resident device weights arena
  * (generator on the device; a checkpoint update is read into the pinned mirror and copied h2d),
@@ -2012,9 +2025,65 @@ static rf_status_t produce_resident(job_t *j, uint32_t v, bool from_ckpt, rf_err
         j->js.ipc_h2d_bytes = j->ipc_wbytes;
     }
     if (st == RF_OK)
+        st = fault_bad_weight_shape(j, v, err);
+    if (st == RF_OK)
         st = rf_xfer_ipc_protect(j->xfer, 1, err);
     j->js.resident_s = rf_time_now() - t0;
     return st;
+}
+
+/* The bad-weight-shape fault: after production, this trainer's first wna16 weight_shape
+ * carries N + 1 (in its host buffers, its device arena and its pinned mirror alike), so the
+ * rollout ranks that load it must refuse the update naming the tensor. */
+static rf_status_t fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err)
+{
+    if (!fault_here(j, v, RF_FAULT_BAD_WEIGHT_SHAPE))
+        return RF_OK;
+    for (int i = 0; i < j->man.n; i++) {
+        const rf_tensor_t *t = &j->inv.tensors[j->man.entries[i].tensor];
+        if (t->param != RF_PARAM_WEIGHT_SHAPE || !j->tr.has[i] || j->tr.buf[i] == NULL)
+            continue;
+        size_t es = rf_dtype_size(j->man.entries[i].dtype);
+        unsigned char b[8];
+        rf_status_t st = RF_OK;
+        char *dev = NULL;
+        if (j->ipc_dev) { /* tr.buf points into the mirror, or into the device arena itself */
+            const char *hb = j->ipc_mirror ? (const char *)j->ipc_mirror
+                                           : (const char *)j->ipc_wdev;
+            dev = (char *)j->ipc_wdev + ((const char *)j->tr.buf[i] - hb);
+            st = j->accel->ops->copy(j->accel, b, dev, es, RF_COPY_D2H, NULL);
+            if (st == RF_OK)
+                st = rf_accel_sync(j->accel);
+        } else {
+            memcpy(b, j->tr.buf[i], es);
+        }
+        if (es == 4) {
+            int32_t n;
+            memcpy(&n, b, 4);
+            n++;
+            memcpy(b, &n, 4);
+        } else {
+            int64_t n;
+            memcpy(&n, b, 8);
+            n++;
+            memcpy(b, &n, 8);
+        }
+        if (st == RF_OK && dev != NULL) {
+            st = j->accel->ops->copy(j->accel, dev, b, es, RF_COPY_H2D, NULL);
+            if (st == RF_OK)
+                st = rf_accel_sync(j->accel);
+        }
+        if (st != RF_OK)
+            return rf_err_set(err, st, "trainer rank %d: fault bad-weight-shape: device copy "
+                              "failed", j->rank);
+        if (!j->ipc_dev || j->ipc_mirror != NULL)
+            memcpy(j->tr.buf[i], b, es);
+        rf_warn("fault: trainer rank %d: %s carries N + 1 in update %u", j->rank,
+                j->man.entries[i].name, v);
+        return RF_OK;
+    }
+    return rf_err_set(err, RF_ERR_INVALID, "trainer rank %d: fault bad-weight-shape: it holds "
+                      "no weight_shape tensor", j->rank);
 }
 
 /* Trainer of a colocated pair on the host ipc backend: writes update v into its POSIX
@@ -2025,6 +2094,8 @@ static rf_status_t produce_host_arena(job_t *j, uint32_t v, bool from_ckpt, rf_e
     rf_status_t st = rf_xfer_ipc_protect(j->xfer, 0, err);
     if (st == RF_OK)
         st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, err);
+    if (st == RF_OK)
+        st = fault_bad_weight_shape(j, v, err);
     if (st == RF_OK)
         st = rf_xfer_ipc_protect(j->xfer, 1, err);
     j->js.resident_s = rf_time_now() - t0;
@@ -2153,6 +2224,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
          * produce_host_arena) and is read-only until the verdict */
         if (!j->ipc)
             st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
+        if (st == RF_OK && !j->ipc)
+            st = fault_bad_weight_shape(j, v, &err);
         if (st == RF_OK && j->ipc)
             st = rf_xfer_ipc_ready(j->xfer, v, j->pair_of[j->rank], &err);
         if (st != RF_OK)
@@ -2456,6 +2529,7 @@ static void teardown(job_t *j)
     rf_p2p_schedule_free(&j->p2p_s);
     rf_nccl_layout_free(&j->nccl_layout);
     free(j->items);
+    free(j->item_tensor);
     free(j->senders);
     free(j->receivers);
     free(j->pair_of);

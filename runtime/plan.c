@@ -257,6 +257,7 @@ static rf_status_t plan_record_sigs(rf_plan_t *p, rf_err_t *err)
 
 static rf_status_t plan_layers(rf_plan_t *p, rf_err_t *err)
 {
+    p->epoch++; /* every row-copy template made against the old layers is stale */
     memset(p->stats.layers, 0, sizeof(p->stats.layers));
     for (int m = 0; m < p->nlayers; m++) {
         RF_CHECK(plan_layer(p, m, err));
@@ -365,6 +366,16 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
         }
         p->layers[m].napps = p->napps - p->layers[m].app_first;
     }
+    p->app_of_tensor = malloc(((size_t)inv->ntensors + 1) * sizeof(int32_t));
+    if (p->app_of_tensor == NULL) {
+        rf_plan_free(p);
+        return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+    }
+    for (int i = 0; i < inv->ntensors; i++)
+        p->app_of_tensor[i] = -1;
+    for (int i = 0; i < p->napps; i++)
+        if (p->apps[i].sender == -1)
+            p->app_of_tensor[p->apps[i].tensor] = i;
     rf_status_t s = plan_layers(p, err);
     if (s != RF_OK) {
         rf_plan_free(p);
@@ -394,8 +405,9 @@ static void scratch_free(rf_plan_t *p, void *buf)
 }
 
 /* A device scratch buffer of at least b bytes: the smallest free pooled one, else a new one. */
-static rf_status_t scratch_get(rf_plan_t *p, size_t b, void **out)
+static rf_status_t scratch_get(rf_plan_t *p, size_t b, void **out, bool *fresh)
 {
+    *fresh = false;
     rf_accel_t *ax = p->st->accel;
     size_t best = p->npool;
     for (size_t i = 0; i < p->npool; i++)
@@ -414,6 +426,7 @@ static rf_status_t scratch_get(rf_plan_t *p, size_t b, void **out)
         void *ptr = NULL;
         RF_CHECK(ax->ops->alloc(ax, b, &ptr));
         p->pool[p->npool++] = (rf_scratch_buf_t){ptr, b, false};
+        *fresh = true;
     }
     p->pool[best].busy = true;
     *out = p->pool[best].ptr;
@@ -471,8 +484,10 @@ void rf_plan_free(rf_plan_t *p)
     }
     free(p->layers);
     free(p->apps);
+    free(p->app_of_tensor);
     free(p->sigs);
     free(p->batch);
+    free(p->lw_q);
     free(p->shape_q);
     if (p->shape_host)
         p->st->accel->ops->free_host(p->st->accel, p->shape_host);
@@ -551,8 +566,10 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
     p->stage_bytes = 0;
     p->stats.loader_s = p->stats.layerwise_s = p->stats.deferred_s = 0;
     p->probes_base = ((rf_map_t *)p->app_index)->probes;
+    p->direct_probes = 0;
     p->stats.bookkeeping_probes = 0;
     p->nbatch = 0;
+    p->nlw = 0;
     p->shape_head = p->shape_n = 0;
     p->batch_launches = 0;
     p->batch_rows = 0;
@@ -651,6 +668,8 @@ static void tl_free(rf_plan_t *p)
     memset(t, 0, sizeof(*t));
 }
 
+static rf_status_t layer_process(rf_plan_t *p, rf_layer_t *L, rf_err_t *err);
+
 rf_status_t rf_plan_flush(rf_plan_t *p, rf_err_t *err)
 {
     if (p->nbatch == 0)
@@ -671,6 +690,11 @@ rf_status_t rf_plan_flush(rf_plan_t *p, rf_err_t *err)
                           "device %d failed", p->update, n, ax->ops->name, ax->device);
     p->batch_launches++;
     p->batch_rows += n;
+    /* the LAYERWISE layers completed by these copies, in completion order */
+    size_t nlw = p->nlw;
+    p->nlw = 0;
+    for (size_t i = 0; i < nlw; i++)
+        RF_CHECK(layer_process(p, &p->layers[p->lw_q[i]], err));
     return RF_OK;
 }
 
@@ -689,12 +713,30 @@ static rf_status_t batch_add(rf_plan_t *p, const rf_accel_rows_t *rows, rf_err_t
     return RF_OK;
 }
 
+/* process_after_loading of a LAYERWISE layer whose model-layout scratch is complete (every
+ * copy into it enqueued ahead on the stream), then its scratch back to the pool. */
+static rf_status_t layer_process(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
+{
+    rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
+    double t0 = cpu_now();
+    int nrt = layer_runtime(p, L->module, rt);
+    long ti = p->dev ? tl_begin(p, 1) : -1;
+    rf_status_t st = p->fmt->ops->process_after_loading(p->fmt, p->inv, L->module, L->model,
+                                                        L->scratch, L->nmodel, rt, nrt, err);
+    tl_end(p, ti, 0);
+    for (int i = 0; i < L->nmodel; i++) {
+        scratch_free(p, L->scratch[i]);
+        L->scratch[i] = NULL;
+    }
+    p->stats.layerwise_runs++;
+    p->stats.layerwise_s += cpu_now() - t0;
+    return st;
+}
+
 static rf_status_t layer_complete(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
 {
     const rf_module_t *mod = &p->inv->modules[L->module];
     L->complete = true;
-    if (L->mode == RF_PLAN_LAYERWISE)
-        RF_CHECK(rf_plan_flush(p, err)); /* processing reads what the copies write */
     if (mod->kind == RF_MOD_VOCAB) {
         int64_t first, cols;
         uint64_t n = rf_load_vocab_pad_rows(p->inv, &p->rc, L->module, &first, &cols);
@@ -707,22 +749,14 @@ static rf_status_t layer_complete(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
             return rf_err_set(err, zs, "plan: vocab padding of %s on %s device %d failed",
                               mod->name, ax->ops->name, ax->device);
     }
-    if (L->mode == RF_PLAN_LAYERWISE) {
-        rf_slot_t *rt[RF_MODULE_MAX_SLOTS];
-        double t0 = cpu_now();
-        int nrt = layer_runtime(p, L->module, rt);
-        long ti = p->dev ? tl_begin(p, 1) : -1;
-        rf_status_t st = p->fmt->ops->process_after_loading(p->fmt, p->inv, L->module, L->model,
-                                                            L->scratch, L->nmodel, rt, nrt, err);
-        tl_end(p, ti, 0);
-        for (int i = 0; i < L->nmodel; i++) {
-            scratch_free(p, L->scratch[i]);
-            L->scratch[i] = NULL;
-        }
-        p->stats.layerwise_runs++;
-        p->stats.layerwise_s += cpu_now() - t0;
-        return st;
-    }
+    if (L->mode != RF_PLAN_LAYERWISE)
+        return RF_OK;
+    if (p->nbatch == 0) /* its copies are enqueued already (or ran: host storage, staging) */
+        return layer_process(p, L, err);
+    /* processing reads what the batched copies write: it runs after the chunk's launch */
+    if (p->lw_q == NULL && (p->lw_q = malloc((size_t)p->nlayers * sizeof(int))) == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+    p->lw_q[p->nlw++] = (int)(L - p->layers);
     return RF_OK;
 }
 
@@ -732,11 +766,16 @@ static rf_status_t layer_scratch(rf_plan_t *p, rf_layer_t *L, rf_err_t *err)
         if (L->scratch[i] != NULL)
             continue;
         size_t b = rf_slot_shape_bytes(&L->model[i]) + 1;
-        if (p->dev) { /* model-layout scratch on the device, zeroed as calloc would */
+        if (p->dev) { /* model-layout scratch on the device, from the pool */
             rf_accel_t *ax = p->st->accel;
-            rf_status_t as = scratch_get(p, b, &L->scratch[i]);
-            long ti = as == RF_OK ? tl_begin(p, 2) : -1;
-            if (as == RF_OK && (as = ax->ops->memset(ax, L->scratch[i], 0, b, NULL)) != RF_OK) {
+            /* A new buffer is zeroed once, as calloc would. A pooled one is not: the layer's
+             * applications cover its model layout (every row of every slot, or the layer never
+             * completes), which the device-emu digest tests checked with reused scratch filled
+             * with 0xAB instead. */
+            bool fresh = false;
+            rf_status_t as = scratch_get(p, b, &L->scratch[i], &fresh);
+            long ti = as == RF_OK && fresh ? tl_begin(p, 2) : -1;
+            if (as == RF_OK && fresh && (as = ax->ops->memset(ax, L->scratch[i], 0, b, NULL)) != RF_OK) {
                 scratch_free(p, L->scratch[i]);
                 L->scratch[i] = NULL;
             }
@@ -924,7 +963,7 @@ static rf_status_t shape_defer(rf_plan_t *p, uint64_t app, const void *src, size
     p->shape_q[k] = (shape_pending_t){app, chunk};
     rf_accel_rows_t r;
     memset(&r, 0, sizeof(r));
-    r.dst.data = p->shape_host + k * 16;
+    r.dst.data = p->shape_host + k * 16; /* the kernel stores it straight into pinned memory */
     r.dst.esize = 1;
     r.dst.dtype = RF_DTYPE_U8;
     r.dst.row_stride = (int64_t)nb;
@@ -953,13 +992,22 @@ static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row
                               int64_t src_pitch, const void *src, bool src_dev, uint32_t chunk,
                               rf_err_t *err)
 {
-    uint64_t idx;
+    uint64_t idx = 0;
     rf_map_t *map = p->app_index;
-    bool found = rf_map_get(map, app_key(tensor, sender), &idx);
+    bool found;
+    if (sender == -1 && tensor >= 0 && tensor < p->inv->ntensors) {
+        /* broadcast: one app per tensor, a direct index (counted as one probe) */
+        int32_t k = p->app_of_tensor[tensor];
+        found = k >= 0;
+        idx = (uint64_t)(found ? k : 0);
+        p->direct_probes++;
+    } else {
+        found = rf_map_get(map, app_key(tensor, sender), &idx);
+    }
     const char *tname = (tensor >= 0 && tensor < p->inv->ntensors)
                             ? p->inv->tensors[tensor].name
                             : "(unknown tensor)";
-    p->stats.bookkeeping_probes = map->probes - p->probes_base;
+    p->stats.bookkeeping_probes = map->probes - p->probes_base + p->direct_probes;
     if (!p->in_update)
         return rf_err_set(err, RF_ERR_STATE, "chunk %u: %s arrived outside an update", chunk,
                           tname);
@@ -1015,16 +1063,33 @@ static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row
     } else if (!a->declined) {
         double t0 = cpu_now();
         rf_accel_rows_t rows;
+        bool any;
         if (L->mode == RF_PLAN_LAYERWISE && L->scratch[0] == NULL)
             RF_CHECK(layer_scratch(p, L, err));
-        bool any = rect ? rf_load_rect_rows(p->inv, &p->rc, tensor, a->local_expert,
-                                            &L->dst[a->slot], src, a->src_dtype,
-                                            row_begin + (uint64_t)a->row0,
-                                            row_end + (uint64_t)a->row0, col_begin, col_end,
-                                            src_pitch, &rows)
-                        : rf_load_piece_rows(p->inv, &p->rc, tensor, a->local_expert,
-                                             &L->dst[a->slot], src, a->src_dtype, row_begin,
-                                             row_end, &rows);
+        if (src_dev && !rect && a->tmpl_epoch == p->epoch && a->tmpl_rb == row_begin &&
+            a->tmpl_re == row_end && a->tmpl_dst == L->dst[a->slot].data) {
+            any = a->tmpl_any; /* the same piece into the same destination as before */
+            rows = a->tmpl;
+            rows.src = (const char *)src + a->tmpl_src_off;
+        } else {
+            any = rect ? rf_load_rect_rows(p->inv, &p->rc, tensor, a->local_expert,
+                                           &L->dst[a->slot], src, a->src_dtype,
+                                           row_begin + (uint64_t)a->row0,
+                                           row_end + (uint64_t)a->row0, col_begin, col_end,
+                                           src_pitch, &rows)
+                       : rf_load_piece_rows(p->inv, &p->rc, tensor, a->local_expert,
+                                            &L->dst[a->slot], src, a->src_dtype, row_begin,
+                                            row_end, &rows);
+            if (src_dev && !rect) {
+                a->tmpl_epoch = p->epoch;
+                a->tmpl_rb = row_begin;
+                a->tmpl_re = row_end;
+                a->tmpl_dst = L->dst[a->slot].data;
+                a->tmpl_any = any;
+                a->tmpl = rows;
+                a->tmpl_src_off = any ? (const char *)rows.src - (const char *)src : 0;
+            }
+        }
         if (any) {
             rf_accel_t *ax = plan_ax(p);
             if (p->dev && !src_dev) /* a device source is copied device to device as it is */
@@ -1129,7 +1194,8 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
         p->stats.derived_runs++;
     }
     p->stats.deferred_s = cpu_now() - t0;
-    p->stats.bookkeeping_probes = ((rf_map_t *)p->app_index)->probes - p->probes_base;
+    p->stats.bookkeeping_probes =
+        ((rf_map_t *)p->app_index)->probes - p->probes_base + p->direct_probes;
     p->in_update = false;
     return RF_OK;
 }
@@ -1137,6 +1203,7 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
 void rf_plan_abort(rf_plan_t *p)
 {
     p->nbatch = 0; /* collected copies of a failed update are never launched */
+    p->nlw = 0;    /* nor the LAYERWISE processing that waited for them */
     p->shape_head = p->shape_n = 0;
     if (p->dev) { /* nothing may still read scratch or staging */
         (void)rf_accel_sync(p->st->accel);

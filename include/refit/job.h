@@ -29,6 +29,7 @@ typedef enum {
     RF_FAULT_MOVE_STORAGE,   /* rollout moves a slot mid-transfer: RF_ERR_MOVED */
     RF_FAULT_MOVE_STORAGE_BETWEEN, /* rollout moves a slot before update begin: replan */
     RF_FAULT_GATHER_DROP,    /* stage-gather contributor skips its part of a chunk */
+    RF_FAULT_BAD_WEIGHT_SHAPE, /* trainer: its first wna16 weight_shape carries N + 1 */
 } rf_fault_kind_t;
 
 typedef struct rf_job_fault {

@@ -119,3 +119,30 @@ refit_run_test(faults_bad_kind 2 fail "refit: FAILED: --inject-fault: unknown ki
                --inject-fault melt)
 refit_run_test(faults_bad_rank 4 fail "refit: FAILED: --inject-fault move-storage: rank 0 is not a rollout rank"
                --topology ${FTOPO4} --inject-fault move-storage:0)
+
+# bad-weight-shape: the trainer's first wna16 weight_shape carries N + 1. Over mpi the rollout
+# ranks check it on arrival; over ipc from device memory (device-emu, tests/gpu) after the
+# chunk's copies completed. Either way the verdict names the tensor and both values, the
+# rollout ranks stay paused, and update 3 commits. Refused on a model without weight_shape.
+set(WSHAPE "weight_shape carries \\[33, 64\\], the model says \\[32, 64\\]" "rollout paused: yes"
+           ${RECOVERED})
+add_test(NAME faults_bad_weight_shape_mpi
+         COMMAND ${EXPECT} fail ${WSHAPE} -- ${REFIT_RUN} -np 3 $<TARGET_FILE:refit-run>
+                 --profile-dir ${CMAKE_BINARY_DIR}/profiles/faults_bad_weight_shape_mpi
+                 --topology ${TTOPO}/qwen3-moe-tiny-wna16-triton-tp2ep2.yaml --steps 3
+                 --inject-fault bad-weight-shape
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+add_test(NAME faults_bad_weight_shape_ipc
+         COMMAND ${EXPECT} fail ${WSHAPE} -- ${REFIT_RUN} -np 2 $<TARGET_FILE:refit-run>
+                 --profile-dir ${CMAKE_BINARY_DIR}/profiles/faults_bad_weight_shape_ipc
+                 --topology ${CMAKE_SOURCE_DIR}/jobs/topologies/qwen3-moe-tiny-wna16-tp1-to-tp1-colocated-ipc.yaml
+                 --steps 3 --inject-fault bad-weight-shape
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+add_test(NAME faults_bad_weight_shape_refused
+         COMMAND ${EXPECT} fail "--inject-fault bad-weight-shape: rank 1 is not a trainer rank of a wna16 model"
+                 -- ${REFIT_RUN} -np 4 $<TARGET_FILE:refit-run>
+                 --profile-dir ${CMAKE_BINARY_DIR}/profiles/faults_bad_weight_shape_refused
+                 --topology ${FTOPO4} --steps 3 --inject-fault bad-weight-shape
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(faults_bad_weight_shape_mpi faults_bad_weight_shape_ipc
+                     faults_bad_weight_shape_refused PROPERTIES LABELS mpi TIMEOUT 120)
