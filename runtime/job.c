@@ -69,9 +69,7 @@ typedef struct job_stats {
     double resident_s;      /* trainer on an ipc arena (device or host): writing its weights
                                before the update began (not part of the update's time) */
     uint64_t batch_launches, batch_rows; /* rollout, device sources: copy launches, row copies */
-    int dev_timeline;                    /* rollout: REFIT_DEVICE_TIMELINE=1 (rf_plan_stats_t) */
-    uint64_t dev_spans, dev_copy_bytes;
-    double dev_copy_ms, dev_layerwise_ms, dev_other_ms, dev_span_ms, dev_idle_ms;
+    rf_plan_dev_stats_t dev;             /* rollout: REFIT_DEVICE_TIMELINE=1 */
     uint64_t ipc_h2d_bytes;
 } job_stats_t;
 
@@ -1723,14 +1721,14 @@ static void write_profile(job_t *j, uint32_t update)
         if (s->storage_unchanged >= 0)
             json_object_set_new(u, "storage_unchanged", json_boolean(s->storage_unchanged));
         json_object_set_new(u, "integrity", json_boolean(j->integrity));
-        if (s->dev_timeline)
+        if (s->dev.timeline)
             json_object_set_new(u, "device_timeline",
                                 json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "spans",
-                                          (json_int_t)s->dev_spans, "copy_bytes",
-                                          (json_int_t)s->dev_copy_bytes, "copy_ms", s->dev_copy_ms,
-                                          "layerwise_ms", s->dev_layerwise_ms, "other_ms",
-                                          s->dev_other_ms, "span_ms", s->dev_span_ms, "idle_ms",
-                                          s->dev_idle_ms));
+                                          (json_int_t)s->dev.spans, "copy_bytes",
+                                          (json_int_t)s->dev.copy_bytes, "copy_ms", s->dev.copy_ms,
+                                          "layerwise_ms", s->dev.layerwise_ms, "other_ms",
+                                          s->dev.other_ms, "span_ms", s->dev.span_ms, "idle_ms",
+                                          s->dev.idle_ms));
         if (j->ipc && is_rollout(j)) {
             json_object_set_new(u, "ipc_bytes_in_place", json_integer((json_int_t)s->ipc_in_place));
             json_object_set_new(u, "ipc_bytes_staged", json_integer((json_int_t)s->ipc_staged));
@@ -1843,13 +1841,13 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                    "device", res, j->T, r0->batch_rows, r0->batch_launches);
         }
     }
-    if (r0->dev_timeline) { /* REFIT_DEVICE_TIMELINE=1: the first rollout rank's GPU time */
-        double gbs = r0->dev_copy_ms > 0 ? (double)r0->dev_copy_bytes / r0->dev_copy_ms / 1e6 : 0;
+    if (r0->dev.timeline) { /* REFIT_DEVICE_TIMELINE=1: the first rollout rank's GPU time */
+        double gbs = r0->dev.copy_ms > 0 ? (double)r0->dev.copy_bytes / r0->dev.copy_ms / 1e6 : 0;
         printf("  %-10s rank %d GPU: row copies of %s in %.3f ms (%.1f GB/s), LAYERWISE %.3f ms, "
                "other %.3f ms; first to last %.3f ms, idle between %.3f ms (%" PRIu64 " spans)\n",
-               "timeline", j->T, human_bytes((double)r0->dev_copy_bytes, b1, sizeof(b1)),
-               r0->dev_copy_ms, gbs, r0->dev_layerwise_ms, r0->dev_other_ms, r0->dev_span_ms,
-               r0->dev_idle_ms, r0->dev_spans);
+               "timeline", j->T, human_bytes((double)r0->dev.copy_bytes, b1, sizeof(b1)),
+               r0->dev.copy_ms, gbs, r0->dev.layerwise_ms, r0->dev.other_ms, r0->dev.span_ms,
+               r0->dev.idle_ms, r0->dev.spans);
     }
     double verdict_s = 0;
     int unchanged = -1, paused = 0, rollouts = 0, rebuilt = 0;
@@ -2371,14 +2369,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.batch_launches = j->plan.batch_launches;
         j->js.batch_rows = j->plan.batch_rows;
         j->js.stage_h2d_bytes = j->plan.stage_h2d_bytes;
-        j->js.dev_timeline = ps->dev_timeline;
-        j->js.dev_spans = ps->dev_spans;
-        j->js.dev_copy_bytes = ps->dev_copy_bytes;
-        j->js.dev_copy_ms = ps->dev_copy_ms;
-        j->js.dev_layerwise_ms = ps->dev_layerwise_ms;
-        j->js.dev_other_ms = ps->dev_other_ms;
-        j->js.dev_span_ms = ps->dev_span_ms;
-        j->js.dev_idle_ms = ps->dev_idle_ms;
+        j->js.dev = ps->dev;
     } else {
         j->js.bytes_produced = j->tr.stats.bytes_produced;
         j->js.bytes_read = j->tr.stats.bytes_read;

@@ -629,31 +629,30 @@ static void tl_end(rf_plan_t *p, long i, uint64_t bytes)
 static void tl_sum(rf_plan_t *p)
 {
     rf_plan_timeline_t *t = &p->tl;
-    rf_plan_stats_t *s = &p->stats;
+    rf_plan_dev_stats_t *s = &p->stats.dev;
     const rf_accel_ops_t *o = p->st->accel->ops;
-    s->dev_timeline = t->on;
-    s->dev_spans = t->n;
-    s->dev_copy_bytes = 0;
-    s->dev_copy_ms = s->dev_layerwise_ms = s->dev_other_ms = s->dev_span_ms = s->dev_idle_ms = 0;
+    memset(s, 0, sizeof(*s));
+    s->timeline = t->on;
+    s->spans = t->n;
     for (size_t i = 0; i < t->n; i++) {
         float ms = 0, gap = 0;
         if (o->event_elapsed_ms(t->ev[2 * i], t->ev[2 * i + 1], &ms) != RF_OK)
             continue;
         if (t->kind[i] == 0) {
-            s->dev_copy_ms += ms;
-            s->dev_copy_bytes += t->bytes[i];
+            s->copy_ms += ms;
+            s->copy_bytes += t->bytes[i];
         } else if (t->kind[i] == 1) {
-            s->dev_layerwise_ms += ms;
+            s->layerwise_ms += ms;
         } else {
-            s->dev_other_ms += ms;
+            s->other_ms += ms;
         }
         if (i > 0 && o->event_elapsed_ms(t->ev[2 * i - 1], t->ev[2 * i], &gap) == RF_OK &&
             gap > 0)
-            s->dev_idle_ms += gap;
+            s->idle_ms += gap;
     }
     float span = 0;
     if (t->n > 0 && o->event_elapsed_ms(t->ev[0], t->ev[2 * t->n - 1], &span) == RF_OK)
-        s->dev_span_ms = span;
+        s->span_ms = span;
     t->n = 0;
 }
 

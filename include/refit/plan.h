@@ -43,6 +43,16 @@ typedef enum {
     RF_POLICY_LAYERWISE = 1 /* every layer LAYERWISE, for comparison */
 } rf_reload_policy_t;
 
+/* Device timeline of one update (device storage with REFIT_DEVICE_TIMELINE=1; see
+ * rf_plan_timeline_t): GPU milliseconds of the row-copy launches, the LAYERWISE processing and
+ * the other writes (scratch zeroing, vocab padding), the span from the first to the last, and
+ * the device idle time between them (the host did not keep the stream fed). */
+typedef struct rf_plan_dev_stats {
+    bool timeline; /* false: not recorded */
+    uint64_t spans, copy_bytes;
+    double copy_ms, layerwise_ms, other_ms, span_ms, idle_ms;
+} rf_plan_dev_stats_t;
+
 typedef struct rf_plan_stats {
     uint64_t layers[RF_PLAN_MODES]; /* layers per mode (plan time) */
     uint64_t applications;          /* completed keys this update */
@@ -56,13 +66,7 @@ typedef struct rf_plan_stats {
     uint64_t rebuilds;              /* plan rebuilds (signature changed before an update) */
     double loader_s;                /* CPU time in loader calls */
     double layerwise_s, deferred_s, verify_s;
-    /* device timeline (device storage with REFIT_DEVICE_TIMELINE=1; see rf_plan_timeline_t):
-     * GPU milliseconds of this update's row-copy launches, LAYERWISE processing and other
-     * writes (scratch zeroing, vocab padding), the span from the first to the last, and the
-     * device idle time between them (the host did not keep the stream fed) */
-    bool dev_timeline;
-    uint64_t dev_spans, dev_copy_bytes;
-    double dev_copy_ms, dev_layerwise_ms, dev_other_ms, dev_span_ms, dev_idle_ms;
+    rf_plan_dev_stats_t dev;
 } rf_plan_stats_t;
 
 /* Device timeline: an event pair around every device write the plan enqueues, summed by
