@@ -634,7 +634,7 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
             /* device arena: the trainer's weights are resident there. Generator updates are
              * produced on the device (gen_fill, device quantizers); checkpoint updates are read
              * on the host into a pinned mirror with the arena's layout and copied h2d
-             * (produce_resident) */
+             * (produce_arena) */
             j->ipc_wdev = base;
             j->ipc_wbytes = bytes ? bytes : 1;
             rf_status_t hs = RF_OK;
@@ -1987,15 +1987,17 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
 
 static rf_status_t fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err);
 
-/* Runs update v; returns 0 if committed and verified. */
-/* Trainer of a colocated GPU pair: writes update v into its resident device weights arena
- * (generator on the device; a checkpoint update is read into the pinned mirror and copied h2d),
- * with the arena writable only meanwhile. */
-static rf_status_t produce_resident(job_t *j, uint32_t v, bool from_ckpt, rf_err_t *err)
+/* Trainer of a colocated pair: writes update v into its weights arena, writable only
+ * meanwhile. A device arena (CUDA IPC): the generator and quantizers on the device; a
+ * checkpoint update is read into the pinned mirror and copied h2d. A host arena (POSIX shared
+ * memory): produced in place. */
+static rf_status_t produce_arena(job_t *j, uint32_t v, bool from_ckpt, rf_err_t *err)
 {
     double t0 = rf_time_now();
     rf_status_t st = rf_xfer_ipc_protect(j->xfer, 0, err);
-    if (st == RF_OK && !from_ckpt) {
+    if (st == RF_OK && !j->ipc_dev) { /* host arenas: POSIX shared memory, written in place */
+        st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, err);
+    } else if (st == RF_OK && !from_ckpt) {
         st = rf_trainer_produce_device(&j->tr, v, j->accel, j->ipc_wdev,
                                        j->ipc_mirror ? j->ipc_mirror : j->ipc_wdev, err);
         if (st == RF_OK && j->ipc_mirror != NULL) {
@@ -2084,22 +2086,6 @@ static rf_status_t fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err)
                       "no weight_shape tensor", j->rank);
 }
 
-/* Trainer of a colocated pair on the host ipc backend: writes update v into its POSIX
- * shared-memory weights arena, writable only meanwhile (the host twin of produce_resident). */
-static rf_status_t produce_host_arena(job_t *j, uint32_t v, bool from_ckpt, rf_err_t *err)
-{
-    double t0 = rf_time_now();
-    rf_status_t st = rf_xfer_ipc_protect(j->xfer, 0, err);
-    if (st == RF_OK)
-        st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, err);
-    if (st == RF_OK)
-        st = fault_bad_weight_shape(j, v, err);
-    if (st == RF_OK)
-        st = rf_xfer_ipc_protect(j->xfer, 1, err);
-    j->js.resident_s = rf_time_now() - t0;
-    return st;
-}
-
 /* Colocated pairs (ipc, device or host arenas): the update begins on every rank once every
  * trainer has written its weights (the end of the training step), so no rank's update time
  * or deadline counts the production. Bounded by timeout_s: a rank that never arrives (it died) stops the job with
@@ -2156,10 +2142,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     rf_status_t pre = RF_OK;
     rf_err_t pre_err;
     rf_err_clear(&pre_err);
-    if (!is_rollout(j) && j->ipc_dev)
-        pre = produce_resident(j, v, from_ckpt, &pre_err);
-    else if (!is_rollout(j) && j->ipc)
-        pre = produce_host_arena(j, v, from_ckpt, &pre_err);
+    if (!is_rollout(j) && j->ipc)
+        pre = produce_arena(j, v, from_ckpt, &pre_err);
     /* the diff rule compares with the previous update only when it committed: after a FAILED
      * one the storage holds whatever the failure left, and the source may repeat */
     bool verify_this =
@@ -2218,8 +2202,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     j->js.begin_s = rf_time_now() - t;
 
     if (st == RF_OK && !is_rollout(j)) {
-        /* ipc: the weights arena was written before the update began (produce_resident,
-         * produce_host_arena) and is read-only until the verdict */
+        /* ipc: the weights arena was written before the update began (produce_arena) and is
+         * read-only until the verdict */
         if (!j->ipc)
             st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
         if (st == RF_OK && !j->ipc)
