@@ -84,7 +84,10 @@ static void usage(FILE *f)
             "  --help                this text\n"
             "\n"
             "environment: REFIT_LOG_LEVEL=error|warn|info|debug\n"
-            "example: mpirun --oversubscribe -np 4 refit-run --steps 2\n",
+            "             REFIT_DEVICE_TIMELINE=1 (rollout ranks with GPU storage: per update,\n"
+            "             the GPU time of row copies, LAYERWISE processing and idle gaps)\n"
+            "example: mpirun --oversubscribe -np 4 refit-run --steps 2\n"
+            "         (as root add --allow-run-as-root; tools/mpirun.sh adds both flags)\n",
             rf_format_names(), rf_fault_kind_names());
 }
 

@@ -261,6 +261,11 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
     if (f->rank >= j->size)
         return rf_err_set(err, RF_ERR_INVALID, "--inject-fault %s: rank %d is not in a world of %d",
                           rf_fault_kind_name(f->kind), f->rank, j->size);
+    if (f->update > j->o->steps)
+        return rf_err_set(err, RF_ERR_INVALID,
+                          "--inject-fault %s@%d: the job runs %d update(s) (--steps), so the "
+                          "fault would never fire",
+                          rf_fault_kind_name(f->kind), f->update, j->o->steps);
     RF_CHECK(rf_topology_rank_info(&j->topo, f->rank, &info));
     bool sender = false;
     for (int p = 0; p < j->topo.t_pp; p++)
@@ -292,8 +297,13 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
             need = "a rollout rank";
         break;
     case RF_FAULT_BAD_WEIGHT_SHAPE:
-        if (info.role != RF_ROLE_TRAINER || j->inv.quant != RF_QUANT_WNA16)
-            need = "a trainer rank of a wna16 model (only wna16 has weight_shape tensors)";
+        if (j->inv.quant != RF_QUANT_WNA16)
+            return rf_err_set(err, RF_ERR_INVALID,
+                              "--inject-fault bad-weight-shape: the model's quantization is %s; "
+                              "only wna16 models have weight_shape tensors",
+                              rf_quant_name(j->inv.quant));
+        if (info.role != RF_ROLE_TRAINER)
+            need = "a trainer rank";
         break;
     default:
         break;

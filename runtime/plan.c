@@ -291,6 +291,9 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
     p->dev = rf_storage_on_device(st);
     const char *tl = getenv("REFIT_DEVICE_TIMELINE");
     p->tl.on = p->dev && tl != NULL && strcmp(tl, "1") == 0;
+    if (!p->dev && tl != NULL && strcmp(tl, "1") == 0)
+        rf_warn("REFIT_DEVICE_TIMELINE=1: this rank's runtime storage is on the host; the "
+                "device timeline covers device storage only");
     if (p->dev && rf_format_device(fmt) != st->accel)
         return rf_err_set(err, RF_ERR_INVALID,
                           "plan: runtime storage is on %s device %d but format owner %s is not "

@@ -139,10 +139,19 @@ add_test(NAME faults_bad_weight_shape_ipc
                  --steps 3 --inject-fault bad-weight-shape
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 add_test(NAME faults_bad_weight_shape_refused
-         COMMAND ${EXPECT} fail "--inject-fault bad-weight-shape: rank 1 is not a trainer rank of a wna16 model"
+         COMMAND ${EXPECT} fail "--inject-fault bad-weight-shape: the model's quantization is none; only wna16 models have weight_shape tensors"
                  -- ${REFIT_RUN} -np 4 $<TARGET_FILE:refit-run>
                  --profile-dir ${CMAKE_BINARY_DIR}/profiles/faults_bad_weight_shape_refused
                  --topology ${FTOPO4} --steps 3 --inject-fault bad-weight-shape
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(faults_bad_weight_shape_mpi faults_bad_weight_shape_ipc
                      faults_bad_weight_shape_refused PROPERTIES LABELS mpi TIMEOUT 120)
+
+# a fault scheduled past the last update would never fire: refused at startup
+add_test(NAME faults_past_last_update_refused
+         COMMAND ${EXPECT} fail "--inject-fault drop-chunk@4: the job runs 3 update\\(s\\) \\(--steps\\), so the fault would never fire"
+                 -- ${REFIT_RUN} -np 4 $<TARGET_FILE:refit-run>
+                 --profile-dir ${CMAKE_BINARY_DIR}/profiles/faults_past_last_update_refused
+                 --topology ${FTOPO4} --steps 3 --inject-fault drop-chunk@4
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(faults_past_last_update_refused PROPERTIES LABELS mpi TIMEOUT 120)
