@@ -1123,6 +1123,10 @@ static rf_status_t job_unpack_nccl(void *ctx, const rf_chunk_t *chunk,
 {
     job_t *j = ctx;
     RF_CHECK(apply_pieces_at(j, &j->plan, chunk, pieces, payload, true, err));
+    /* rf_plan_apply_device only collects the row copies: launch them now, on the stream the
+     * transport records its unpack event on, before the chunk buffer may be received into
+     * again (and before any LAYERWISE layer they complete is processed) */
+    RF_CHECK(rf_plan_flush(&j->plan, err));
     if (j->o->cold_check) {
         char *copy = malloc(chunk->payload_bytes + 1);
         rf_status_t cs = copy == NULL ? RF_ERR_NOMEM
