@@ -706,6 +706,22 @@ __global__ void k_copy_batch(const batch_seg_t *segs, unsigned nmain, const uint
 }
 
 /* The descriptor of one row copy; returns its tile count. */
+/* A byte copy (no conversion, unit column stride): height rows of width bytes, one long row
+ * when contiguous on both sides. False: an element copy. */
+static bool bytes_rows(const rf_accel_rows_t *r, uint64_t *width, uint64_t *height)
+{
+    const rf_accel_dst_t *d = &r->dst;
+    if (rf_accel_rows_convert(r) || d->col_stride != 1)
+        return false;
+    *width = (uint64_t)r->cols * d->esize;
+    *height = (uint64_t)r->rows;
+    if (*height > 1 && d->row_stride == r->cols && r->src_pitch == r->cols) {
+        *width *= *height;
+        *height = 1;
+    }
+    return true;
+}
+
 static uint64_t batch_describe(const rf_accel_rows_t *r, batch_seg_t *g, uint64_t tile0)
 {
     const rf_accel_dst_t *d = &r->dst;
@@ -716,16 +732,10 @@ static uint64_t batch_describe(const rf_accel_rows_t *r, batch_seg_t *g, uint64_
                                         r->dst_col * d->col_stride) * es;
     g->src = (const char *)r->src;
     g->tile0 = tile0;
-    if (!conv && d->col_stride == 1) {
+    if (bytes_rows(r, &g->width, &g->height)) {
         g->kind = SEG_BYTES;
-        g->width = (uint64_t)r->cols * es;
-        g->height = (uint64_t)r->rows;
         g->dpitch = d->row_stride * (int64_t)es;
         g->spitch = r->src_pitch * (int64_t)es;
-        if (g->height > 1 && g->dpitch == (int64_t)g->width && g->spitch == (int64_t)g->width) {
-            g->width *= g->height; /* contiguous on both sides: one long row */
-            g->height = 1;
-        }
         g->tpr = (g->width + BATCH_TILE - 1) / BATCH_TILE;
         return g->tpr * g->height;
     }
@@ -744,26 +754,17 @@ static uint64_t batch_describe(const rf_accel_rows_t *r, batch_seg_t *g, uint64_
 /* A copy of at most 16 contiguous bytes, no conversion (done one per thread, no tile). */
 static bool batch_tiny(const rf_accel_rows_t *r)
 {
-    const rf_accel_dst_t *d = &r->dst;
-    if (r->rows <= 0 || r->cols <= 0 || rf_accel_rows_convert(r) || d->col_stride != 1)
-        return false;
-    uint64_t w = (uint64_t)r->cols * d->esize;
-    return w * (uint64_t)r->rows <= 16 &&
-           (r->rows == 1 || (d->row_stride == r->cols && r->src_pitch == r->cols));
+    uint64_t w, h;
+    return r->rows > 0 && r->cols > 0 && bytes_rows(r, &w, &h) && h == 1 && w <= 16;
 }
 
 /* batch_describe's tile count, without the descriptor. */
 static uint64_t batch_tiles(const rf_accel_rows_t *r)
 {
-    const rf_accel_dst_t *d = &r->dst;
-    uint64_t es = d->esize, w = (uint64_t)r->cols * es, h = (uint64_t)r->rows;
-    if (rf_accel_rows_convert(r) || d->col_stride != 1)
-        return (w / es * h + BATCH_ETILE - 1) / BATCH_ETILE;
-    if (h > 1 && d->row_stride * (int64_t)es == (int64_t)w && r->src_pitch * (int64_t)es == (int64_t)w) {
-        w *= h;
-        h = 1;
-    }
-    return (w + BATCH_TILE - 1) / BATCH_TILE * h;
+    uint64_t w, h;
+    if (bytes_rows(r, &w, &h))
+        return (w + BATCH_TILE - 1) / BATCH_TILE * h;
+    return ((uint64_t)r->cols * (uint64_t)r->rows + BATCH_ETILE - 1) / BATCH_ETILE;
 }
 
 /* Tiles of one launch at most (its map: 4 bytes a tile); a larger batch goes in parts. */
@@ -774,22 +775,22 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
 {
     if (!a || (n && !rows) || n > UINT32_MAX)
         return RF_ERR_INVALID;
-    size_t m = 0;
+    /* descriptors: tiled ones first (tile0 in order), tiny ones (<= 16 contiguous bytes) after */
+    size_t m = 0, ntiny = 0;
+    uint64_t tiles = 0;
     for (size_t i = 0; i < n; i++) {
         RF_CHECK(rf_accel_rows_check(&rows[i]));
-        m += rows[i].rows > 0 && rows[i].cols > 0;
+        if (rows[i].rows <= 0 || rows[i].cols <= 0)
+            continue;
+        m++;
+        if (batch_tiny(&rows[i]))
+            ntiny++;
+        else
+            tiles += batch_tiles(&rows[i]);
     }
     if (m == 0)
         return RF_OK;
-    /* descriptors: tiled ones first (tile0 in order), tiny ones (<= 16 contiguous bytes) after */
-    size_t ntiny = 0;
-    for (size_t i = 0; i < n; i++)
-        ntiny += batch_tiny(&rows[i]);
     size_t nmain = m - ntiny;
-    uint64_t tiles = 0;
-    for (size_t i = 0; i < n; i++)
-        if (rows[i].rows > 0 && rows[i].cols > 0 && !batch_tiny(&rows[i]))
-            tiles += batch_tiles(&rows[i]);
     if (tiles > BATCH_MAP_MAX) { /* 512 GiB of byte tiles: halves, each with its own map */
         if (n == 1)
             return RF_ERR_INVALID;

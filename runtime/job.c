@@ -1750,14 +1750,13 @@ static void write_profile(job_t *j, uint32_t update)
         if (j->ipc)
             json_object_set_new(u, "ipc_backend",
                                 json_string(rf_xfer_ipc_backend(j->xfer)->name));
-        if (j->ipc && !j->ipc_dev && !is_rollout(j))
+        if (j->ipc && !is_rollout(j))
             json_object_set_new(u, "resident_s", json_real(s->resident_s));
         if (j->ipc_dev && !is_rollout(j)) {
             /* production stays on the host (the trainer's produce time); this is the
              * copy of the produced shards into the device arena */
             json_object_set_new(u, "ipc_h2d_s", json_real(s->ipc_h2d_s));
             json_object_set_new(u, "ipc_h2d_bytes", json_integer((json_int_t)s->ipc_h2d_bytes));
-            json_object_set_new(u, "resident_s", json_real(s->resident_s));
             json_object_set_new(u, "device_launches", json_integer((json_int_t)s->batch_launches));
             json_object_set_new(u, "device_row_copies", json_integer((json_int_t)s->batch_rows));
         }
@@ -1845,10 +1844,10 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
         double res = 0;
         for (int r = 0; r < j->T; r++)
             res = all[r].resident_s > res ? all[r].resident_s : res;
-        if (!j->ipc_dev)
+        if (!j->ipc_dev) {
             printf("  %-10s trainer weights written into the shared-memory arenas %.3f s before "
                    "the update began\n", "host", res);
-        if (j->ipc_dev) {
+        } else {
             printf("  %-10s trainer weights resident on the GPU (written %.3f s before the "
                    "update began); rank %d: %" PRIu64 " row copies in %" PRIu64
                    " device launches\n",
@@ -2102,8 +2101,8 @@ static rf_status_t fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err)
 
 /* Colocated pairs (ipc, device or host arenas): the update begins on every rank once every
  * trainer has written its weights (the end of the training step), so no rank's update time
- * or deadline counts the production. Bounded by timeout_s: a rank that never arrives (it died) stops the job with
- * MPI_Abort rather than hanging it. */
+ * or deadline counts the production. Bounded by timeout_s: a rank that never arrives (it
+ * died) stops the job with MPI_Abort rather than hanging it. */
 static void update_fence(job_t *j, uint32_t v)
 {
     MPI_Request req;

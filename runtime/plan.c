@@ -290,8 +290,9 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
     p->host_ax.ops = &rf_accel_host_ops;
     p->dev = rf_storage_on_device(st);
     const char *tl = getenv("REFIT_DEVICE_TIMELINE");
-    p->tl.on = p->dev && tl != NULL && strcmp(tl, "1") == 0;
-    if (!p->dev && tl != NULL && strcmp(tl, "1") == 0)
+    bool tl_asked = tl != NULL && strcmp(tl, "1") == 0;
+    p->tl.on = p->dev && tl_asked;
+    if (!p->dev && tl_asked)
         rf_warn("REFIT_DEVICE_TIMELINE=1: this rank's runtime storage is on the host; the "
                 "device timeline covers device storage only");
     if (p->dev && rf_format_device(fmt) != st->accel)
@@ -594,27 +595,21 @@ static long tl_begin(rf_plan_t *p, int kind)
     rf_accel_t *ax = p->st->accel;
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 128;
-        rf_accel_event_t **ev = realloc(t->ev, 2 * cap * sizeof(*ev));
-        if (ev != NULL)
-            t->ev = ev;
-        int *kind_p = ev ? realloc(t->kind, cap * sizeof(int)) : NULL;
-        if (kind_p != NULL)
-            t->kind = kind_p;
-        uint64_t *bytes = kind_p ? realloc(t->bytes, cap * sizeof(uint64_t)) : NULL;
-        if (bytes == NULL)
+        rf_plan_span_t *g = realloc(t->span, cap * sizeof(*g));
+        if (g == NULL)
             return -1;
-        t->bytes = bytes;
+        memset(g + t->cap, 0, (cap - t->cap) * sizeof(*g));
+        t->span = g;
         t->cap = cap;
     }
-    while (t->nev < 2 * (t->n + 1)) {
-        if (ax->ops->event_create(ax, &t->ev[t->nev]) != RF_OK)
+    rf_plan_span_t *g = &t->span[t->n];
+    for (int k = 0; k < 2; k++)
+        if (g->ev[k] == NULL && ax->ops->event_create(ax, &g->ev[k]) != RF_OK)
             return -1;
-        t->nev++;
-    }
-    if (ax->ops->event_record(t->ev[2 * t->n], NULL) != RF_OK)
+    if (ax->ops->event_record(g->ev[0], NULL) != RF_OK)
         return -1;
-    t->kind[t->n] = kind;
-    t->bytes[t->n] = 0;
+    g->kind = kind;
+    g->bytes = 0;
     return (long)t->n++;
 }
 
@@ -623,8 +618,8 @@ static void tl_end(rf_plan_t *p, long i, uint64_t bytes)
     if (i < 0)
         return;
     rf_plan_timeline_t *t = &p->tl;
-    t->bytes[i] = bytes;
-    if (p->st->accel->ops->event_record(t->ev[2 * i + 1], NULL) != RF_OK)
+    t->span[i].bytes = bytes;
+    if (p->st->accel->ops->event_record(t->span[i].ev[1], NULL) != RF_OK)
         t->n = (size_t)i; /* drop it */
 }
 
@@ -638,23 +633,25 @@ static void tl_sum(rf_plan_t *p)
     s->timeline = t->on;
     s->spans = t->n;
     for (size_t i = 0; i < t->n; i++) {
+        const rf_plan_span_t *g = &t->span[i];
         float ms = 0, gap = 0;
-        if (o->event_elapsed_ms(t->ev[2 * i], t->ev[2 * i + 1], &ms) != RF_OK)
+        if (o->event_elapsed_ms(g->ev[0], g->ev[1], &ms) != RF_OK)
             continue;
-        if (t->kind[i] == 0) {
+        if (g->kind == 0) {
             s->copy_ms += ms;
-            s->copy_bytes += t->bytes[i];
-        } else if (t->kind[i] == 1) {
+            s->copy_bytes += g->bytes;
+        } else if (g->kind == 1) {
             s->layerwise_ms += ms;
         } else {
             s->other_ms += ms;
         }
-        if (i > 0 && o->event_elapsed_ms(t->ev[2 * i - 1], t->ev[2 * i], &gap) == RF_OK &&
+        if (i > 0 && o->event_elapsed_ms(t->span[i - 1].ev[1], g->ev[0], &gap) == RF_OK &&
             gap > 0)
             s->idle_ms += gap;
     }
     float span = 0;
-    if (t->n > 0 && o->event_elapsed_ms(t->ev[0], t->ev[2 * t->n - 1], &span) == RF_OK)
+    if (t->n > 0 &&
+        o->event_elapsed_ms(t->span[0].ev[0], t->span[t->n - 1].ev[1], &span) == RF_OK)
         s->span_ms = span;
     t->n = 0;
 }
@@ -662,11 +659,11 @@ static void tl_sum(rf_plan_t *p)
 static void tl_free(rf_plan_t *p)
 {
     rf_plan_timeline_t *t = &p->tl;
-    for (size_t i = 0; i < t->nev; i++)
-        p->st->accel->ops->event_destroy(t->ev[i]);
-    free(t->ev);
-    free(t->kind);
-    free(t->bytes);
+    for (size_t i = 0; i < t->cap; i++)
+        for (int k = 0; k < 2; k++)
+            if (t->span[i].ev[k] != NULL)
+                p->st->accel->ops->event_destroy(t->span[i].ev[k]);
+    free(t->span);
     memset(t, 0, sizeof(*t));
 }
 

@@ -72,12 +72,16 @@ typedef struct rf_plan_stats {
 /* Device timeline: an event pair around every device write the plan enqueues, summed by
  * rf_plan_finalize once the stream drained. Off unless REFIT_DEVICE_TIMELINE=1 (events with
  * timing cost a few microseconds each). */
+typedef struct rf_plan_span {
+    rf_accel_event_t *ev[2]; /* start, end (created once, kept across updates) */
+    int kind;                /* 0 row copies, 1 LAYERWISE processing, 2 other */
+    uint64_t bytes;          /* row copies: bytes they move */
+} rf_plan_span_t;
+
 typedef struct rf_plan_timeline {
     bool on;
-    rf_accel_event_t **ev;      /* 2 per span: start, end (kept across updates) */
-    int *kind;                  /* 0 row copies, 1 LAYERWISE processing, 2 other */
-    uint64_t *bytes;            /* row copies: bytes they move */
-    size_t n, cap, nev;         /* spans this update, capacity, events created */
+    rf_plan_span_t *span;
+    size_t n, cap; /* spans this update, allocated */
 } rf_plan_timeline_t;
 
 typedef struct rf_scratch_buf {
