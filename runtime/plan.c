@@ -292,6 +292,9 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
     const char *tl = getenv("REFIT_DEVICE_TIMELINE");
     bool tl_asked = tl != NULL && strcmp(tl, "1") == 0;
     p->tl.on = p->dev && tl_asked;
+    if (tl != NULL && !tl_asked && strcmp(tl, "0") != 0)
+        rf_warn("REFIT_DEVICE_TIMELINE=%s: expected 1 (on) or 0 (off); the device timeline is "
+                "off", tl);
     if (!p->dev && tl_asked)
         rf_warn("REFIT_DEVICE_TIMELINE=1: this rank's runtime storage is on the host; the "
                 "device timeline covers device storage only");
