@@ -236,18 +236,21 @@ extern const char rf_default_topology_yaml[];
  * One NCCL communicator of the nccl transport: communicator rank i is world rank ranks[i].
  * Broadcast mode: one per trainer pipeline stage p = the stage sender (t=0, c=0, d=0, p) as
  * rank 0 (the ncclBroadcast root) + every rollout rank in world order. p2p mode: one per stage
- * p = every trainer rank of stage p in world order + every rollout rank. (Trainer-only gathers
- * stay on MPI: trainers produce on the host.)
+ * p = every trainer rank of stage p in world order + every rollout rank. Broadcast mode also
+ * has, after those, one trainer-only gather communicator per stage with more than one trainer
+ * rank: the stage sender as rank 0 + the stage's other trainer ranks in world order (the stage
+ * gather of include/refit/trainer.h; p2p has no gather).
  */
 typedef struct rf_nccl_comm_layout {
     int stage;  /* trainer pipeline stage it serves */
+    int gather; /* 1: the stage's trainer-only gather communicator; 0: a data communicator */
     int n;      /* ranks */
     int *ranks; /* [n] world ranks, owned by the layout */
 } rf_nccl_comm_layout_t;
 
 typedef struct rf_nccl_layout {
     int p2p;                      /* 0: broadcast (ncclBroadcast from rank 0); 1: p2p */
-    int n;                        /* communicators: one per trainer pipeline stage */
+    int n;                        /* communicators: [0, pp) data, one per stage; then gathers */
     rf_nccl_comm_layout_t *comms; /* [n], owned */
 } rf_nccl_layout_t;
 
@@ -261,7 +264,8 @@ void rf_nccl_layout_free(rf_nccl_layout_t *l);
 int rf_nccl_comm_rank(const rf_nccl_comm_layout_t *c, int w);
 /* Index of the first communicator holding both world ranks a and b, -1 when none. Pure. */
 int rf_nccl_layout_find(const rf_nccl_layout_t *l, int a, int b);
-/* "stage 0 broadcast communicator (world ranks 0, 2, 3)" for messages. Pure. */
+/* "stage 0 broadcast communicator (world ranks 0, 2, 3)" (or "stage 0 gather communicator
+ * (...)") for messages. Pure. */
 void rf_nccl_layout_describe(const rf_nccl_layout_t *l, int k, char *out, size_t cap);
 
 #ifdef __cplusplus

@@ -986,9 +986,16 @@ START_TEST(test_nccl_layout)
     rf_err_clear(&err);
     ck_assert_int_eq(rf_nccl_layout_build(&b, &l, &err), RF_OK);
     ck_assert_int_eq(l.p2p, 0);
-    ck_assert_int_eq(l.n, 2);
+    ck_assert_int_eq(l.n, 4); /* 2 broadcast + 2 trainer-only gather communicators */
     for (int p = 0; p < 2; p++) {
         ck_assert_int_eq(l.comms[p].stage, p);
+        ck_assert_int_eq(l.comms[p].gather, 0);
+        /* gather p: the stage sender as rank 0, then the stage's other trainer rank */
+        ck_assert_int_eq(l.comms[2 + p].stage, p);
+        ck_assert_int_eq(l.comms[2 + p].gather, 1);
+        ck_assert_int_eq(l.comms[2 + p].n, 2);
+        ck_assert_int_eq(l.comms[2 + p].ranks[0], rf_topology_trainer_rank(&b, 0, 0, 0, p));
+        ck_assert_int_eq(l.comms[2 + p].ranks[1], rf_topology_trainer_rank(&b, 1, 0, 0, p));
         ck_assert_int_eq(l.comms[p].n, 3);
         ck_assert_int_eq(l.comms[p].ranks[0], rf_topology_trainer_rank(&b, 0, 0, 0, p));
         ck_assert_int_eq(l.comms[p].ranks[1], 4);
@@ -1002,10 +1009,23 @@ START_TEST(test_nccl_layout)
     ck_assert_int_eq(rf_nccl_layout_find(&l, 4, 5), 0);
     ck_assert_int_eq(rf_nccl_layout_find(&l, 1, 4), -1); /* not a stage sender */
     ck_assert_int_eq(rf_nccl_layout_find(&l, 0, 2), -1); /* two stages' senders */
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 0, 1), 2);  /* stage 0's gather */
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 3, 2), 3);
+    ck_assert_int_eq(rf_nccl_layout_find(&l, 1, 3), -1); /* contributors of two stages */
     rf_nccl_layout_describe(&l, 1, what, sizeof(what));
     ck_assert_str_eq(what, "stage 1 broadcast communicator (world ranks 2, 4, 5)");
+    rf_nccl_layout_describe(&l, 3, what, sizeof(what));
+    ck_assert_str_eq(what, "stage 1 gather communicator (world ranks 2, 3)");
     rf_nccl_layout_free(&l);
     ck_assert_int_eq(l.n, 0);
+
+    /* one trainer rank per stage: nothing to gather, no gather communicator */
+    rf_topology_t o = parse_ok("model: { config: c.json }\ntrainer: { pp: 2 }\n"
+                               "rollout: { tp: 2 }\ntransfer: { transport: nccl }\n",
+                               "o.yaml");
+    ck_assert_int_eq(rf_nccl_layout_build(&o, &l, &err), RF_OK);
+    ck_assert_int_eq(l.n, 2);
+    rf_nccl_layout_free(&l);
 
     /* p2p: stage p = every trainer rank of stage p + every rollout rank */
     rf_topology_t q = parse_ok("model: { config: c.json }\ntrainer: { tp: 2, pp: 2 }\n"
