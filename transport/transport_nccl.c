@@ -47,6 +47,7 @@ typedef struct nccl_comm {
     int rank;        /* this rank's communicator rank, -1 when not a member */
     int size;
     int stage;
+    int gather;      /* the stage's trainer-only gather communicator */
     int *ranks;      /* [size] world ranks, owned */
 } nccl_comm_t;
 
@@ -65,6 +66,8 @@ struct rf_nccl_state {
     cudaEvent_t *h2d_ev, *comm_ev;   /* [B] */
     rf_accel_event_t **unpack_ev;    /* [B] on accel's default stream */
     int *unpack_busy;                /* [B] an unpack event is recorded and not yet seen done */
+    void *dgather;                   /* stage gather: device staging (slot_bytes, on first use) */
+    cudaEvent_t gather_ev;           /* stage gather: its last d2h / send completed */
     int ready;                       /* communicators initialized and not aborted */
     int wedged;                      /* the streams did not drain after an abort */
     char why[RF_ERR_MSG_MAX];        /* why the communicators are not ready */
@@ -232,6 +235,10 @@ void rf_nccl_state_destroy(rf_xfer_t *x)
     }
     if (live > 0)
         abort_all(x, NULL); /* whatever is left */
+    if (s->dgather)
+        cudaFree(s->dgather);
+    if (s->gather_ev)
+        cudaEventDestroy(s->gather_ev);
     for (int b = 0; b < s->B; b++) {
         if (s->dsend && s->dsend[b])
             cudaFree(s->dsend[b]);
@@ -326,6 +333,7 @@ rf_status_t rf_xfer_nccl_setup(rf_xfer_t *x, const rf_nccl_layout_t *layout, int
         nccl_comm_t *c = &s->comms[k];
         c->mpi = rc == MPI_SUCCESS ? m : MPI_COMM_NULL;
         c->stage = lc->stage;
+        c->gather = lc->gather;
         c->size = lc->n;
         c->rank = me;
         c->ranks = malloc(((size_t)lc->n + 1) * sizeof(int));
@@ -352,6 +360,9 @@ rf_status_t rf_xfer_nccl_setup(rf_xfer_t *x, const rf_nccl_layout_t *layout, int
                       out);
         CU_CHECK_GOTO(cudaEventCreateWithFlags(&s->comm_ev[b], cudaEventDisableTiming), err, st,
                       out);
+        if (b == 0)
+            CU_CHECK_GOTO(cudaEventCreateWithFlags(&s->gather_ev, cudaEventDisableTiming), err,
+                          st, out);
         if (accel != NULL && (st = accel->ops->event_create(accel, &s->unpack_ev[b])) != RF_OK) {
             rf_err_set(err, st, "transport nccl: no unpack event on %s device %d",
                        accel->ops->name, accel->device);
@@ -609,7 +620,7 @@ static rf_status_t build_ops(rf_xfer_t *x, const rf_xfer_config_t *cfg, bool pac
         int ci = -1;
         for (int q = 0; q < s->ncomms && ci < 0; q++) {
             const nccl_comm_t *nc = &s->comms[q];
-            if (nc->rank < 0)
+            if (nc->rank < 0 || nc->gather)
                 continue;
             for (int i = 0; i < nc->size; i++)
                 if (nc->ranks[i] == other)
@@ -688,6 +699,11 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
         st = rf_err_set(&e, RF_ERR_NCCL, "communicators not initialized (%s)", s->why);
         goto fail;
     }
+    if (cfg->pack_device && cfg->integrity) {
+        st = rf_err_set(&e, RF_ERR_INVALID, "pack_device has no integrity trailer (the payload "
+                        "is not on the host to hash)");
+        goto fail;
+    }
     RF_CHECK_GOTO(build_ops(x, cfg, pack != NULL, unpack != NULL, &ops, &nops, &e), st, fail);
     CU_CHECK_GOTO(cudaSetDevice(s->device), &e, st, fail);
     for (size_t i = 0; i < nops; i++) {
@@ -736,7 +752,9 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                 unsigned char *h = s->hsend[b];
                 rf_chunk_header_write(h, cfg->update, c->seq, c->payload_bytes);
                 double t0 = rf_time_now();
-                st = pack(pack_ctx, c, &plan->pieces[c->piece_begin], h + RF_CHUNK_HEADER_BYTES,
+                st = pack(pack_ctx, c, &plan->pieces[c->piece_begin],
+                          cfg->pack_device ? (unsigned char *)s->dsend[b] + RF_CHUNK_HEADER_BYTES
+                                           : h + RF_CHUNK_HEADER_BYTES,
                           &e);
                 x->stats.pack_s += rf_time_now() - t0;
                 if (st != RF_OK)
@@ -760,8 +778,11 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                     rf_warn("fault: rank %d repeats chunk %u's header in the next message "
                             "(update %u, nccl)", x->rank, c->seq, cfg->update);
                 }
-                CU_CHECK_GOTO(cudaMemcpyAsync(s->dsend[b], h, o->bytes, cudaMemcpyHostToDevice,
-                                              s->copy_stream),
+                /* pack_device: the payload was written in place on the device; only the
+                 * header travels h2d */
+                CU_CHECK_GOTO(cudaMemcpyAsync(s->dsend[b], h,
+                                              cfg->pack_device ? RF_CHUNK_HEADER_BYTES : o->bytes,
+                                              cudaMemcpyHostToDevice, s->copy_stream),
                               &e, st, fail);
                 CU_CHECK_GOTO(cudaEventRecord(s->h2d_ev[b], s->copy_stream), &e, st, fail);
                 CU_CHECK_GOTO(cudaStreamWaitEvent(s->comm_stream, s->h2d_ev[b], 0), &e, st, fail);
@@ -930,5 +951,134 @@ fail:
     }
     if (st != RF_ERR_PEER)
         rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
+    return st;
+}
+
+/* ---- the stage gather over the trainer-only communicator -------------------------------- */
+
+/* Index of this rank's gather communicator of `stage`, -1 when it is in none. */
+static int gather_comm(const rf_nccl_state_t *s, int stage)
+{
+    for (int k = 0; s != NULL && k < s->ncomms; k++)
+        if (s->comms[k].gather && s->comms[k].stage == stage && s->comms[k].rank >= 0)
+            return k;
+    return -1;
+}
+
+bool rf_xfer_nccl_has_gather(const rf_xfer_t *x, int stage)
+{
+    return x != NULL && x->nccl != NULL && gather_comm(x->nccl, stage) >= 0;
+}
+
+/* Communicator rank of world rank w in c, -1 when not a member. */
+static int comm_rank_of(const nccl_comm_t *c, int w)
+{
+    for (int i = 0; i < c->size; i++)
+        if (c->ranks[i] == w)
+            return i;
+    return -1;
+}
+
+/*
+ * One gather step on `stage`'s gather communicator: send (src, bytes[0] to world rank peers[0])
+ * or receive (n messages from peers[q] of bytes[q], back to back into dst). Host bytes are staged
+ * through s->dgather on the copy stream; every wait polled (ABORT, deadline). On error the
+ * caller's failure path aborts the communicators (rf_xfer_nccl_run's, or rf_xfer_nccl_fail
+ * after the verdict).
+ */
+static rf_status_t gather_step(rf_xfer_t *x, int stage, int send, const int *peers,
+                               const uint64_t *bytes, int n, const void *src, void *dst,
+                               double deadline, rf_err_t *err)
+{
+    rf_nccl_state_t *s = x->nccl;
+    int k = gather_comm(s, stage);
+    uint64_t total = 0;
+    if (k < 0 || !s->ready)
+        return rf_err_set(err, RF_ERR_STATE, "transport nccl: rank %d has no ready stage %d "
+                          "gather communicator", x->rank, stage);
+    nccl_comm_t *nc = &s->comms[k];
+    for (int q = 0; q < n; q++) {
+        if (comm_rank_of(nc, peers[q]) < 0)
+            return rf_err_set(err, RF_ERR_TOPOLOGY, "transport nccl: rank %d is not in the stage "
+                              "%d gather communicator", peers[q], stage);
+        total += bytes[q];
+    }
+    if (total > s->slot_bytes)
+        return rf_err_set(err, RF_ERR_INVALID, "transport nccl: a stage %d gather of %" PRIu64
+                          " bytes exceeds the %zu-byte buffer", stage, total, s->slot_bytes);
+    if (total == 0)
+        return RF_OK;
+    if (s->dgather == NULL)
+        CU_CHECK(cudaMalloc(&s->dgather, s->slot_bytes), err);
+    if (send)
+        CU_CHECK(cudaMemcpyAsync(s->dgather, src, (size_t)total, cudaMemcpyHostToDevice,
+                                 s->copy_stream),
+                 err);
+    rf_status_t st = RF_OK;
+    NC_CHECK_GOTO(ncclGroupStart(), nc->comm, err, st, out);
+    {
+        uint64_t off = 0;
+        for (int q = 0; q < n; q++) {
+            int cr = comm_rank_of(nc, peers[q]);
+            char *d = (char *)s->dgather + off;
+            if (send)
+                NC_CHECK_GOTO(ncclSend(d, (size_t)bytes[q], ncclUint8, cr, nc->comm,
+                                       s->copy_stream),
+                              nc->comm, err, st, group_out);
+            else
+                NC_CHECK_GOTO(ncclRecv(d, (size_t)bytes[q], ncclUint8, cr, nc->comm,
+                                       s->copy_stream),
+                              nc->comm, err, st, group_out);
+            off += bytes[q];
+        }
+    }
+group_out:
+    {
+        ncclResult_t rc = ncclGroupEnd();
+        if (st == RF_OK && rc != ncclSuccess && rc != ncclInProgress)
+            st = nccl_fail(rc, nc->comm, "ncclGroupEnd", __LINE__, err);
+    }
+    if (st != RF_OK)
+        goto out;
+    {
+        wait_ctx_t w = {.comm = nc->comm};
+        RF_CHECK_GOTO(wait_on(x, &w, deadline, "the stage gather's ncclGroupEnd", err), st, out);
+    }
+    if (!send)
+        CU_CHECK_GOTO(cudaMemcpyAsync(dst, s->dgather, (size_t)total, cudaMemcpyDeviceToHost,
+                                      s->copy_stream),
+                      err, st, out);
+    CU_CHECK_GOTO(cudaEventRecord(s->gather_ev, s->copy_stream), err, st, out);
+    {
+        wait_ctx_t w = {.ev = s->gather_ev, .comm = nc->comm};
+        st = wait_on(x, &w, deadline, send ? "the stage gather's send" : "the stage gather's "
+                     "receives", err);
+    }
+out:
+    return st;
+}
+
+rf_status_t rf_xfer_nccl_gather_recv(rf_xfer_t *x, int stage, const int *peers,
+                                     const uint64_t *bytes, int n, void *dst, double deadline,
+                                     rf_err_t *err)
+{
+    rf_err_t e;
+    rf_err_clear(&e);
+    rf_status_t st = gather_step(x, stage, 0, peers, bytes, n, NULL, dst, deadline, &e);
+    if (st != RF_OK)
+        rf_err_set(err, st, "receiving the stage %d gather from %d rank(s) (nccl): %s", stage, n,
+                   e.msg);
+    return st;
+}
+
+rf_status_t rf_xfer_nccl_gather_send(rf_xfer_t *x, int stage, int sender, const void *src,
+                                     uint64_t bytes, double deadline, rf_err_t *err)
+{
+    rf_err_t e;
+    rf_err_clear(&e);
+    rf_status_t st = gather_step(x, stage, 1, &sender, &bytes, 1, src, NULL, deadline, &e);
+    if (st != RF_OK)
+        rf_err_set(err, st, "sending the stage %d gather part to rank %d (nccl): %s", stage,
+                   sender, e.msg);
     return st;
 }

@@ -65,3 +65,36 @@ void rf_nccl_state_destroy(rf_xfer_t *x)
 {
     (void)x;
 }
+
+bool rf_xfer_nccl_has_gather(const rf_xfer_t *x, int stage)
+{
+    (void)x;
+    (void)stage;
+    return false;
+}
+
+rf_status_t rf_xfer_nccl_gather_recv(rf_xfer_t *x, int stage, const int *peers,
+                                     const uint64_t *bytes, int n, void *dst, double deadline,
+                                     rf_err_t *err)
+{
+    (void)x;
+    (void)stage;
+    (void)peers;
+    (void)bytes;
+    (void)n;
+    (void)dst;
+    (void)deadline;
+    return not_built(err);
+}
+
+rf_status_t rf_xfer_nccl_gather_send(rf_xfer_t *x, int stage, int sender, const void *src,
+                                     uint64_t bytes, double deadline, rf_err_t *err)
+{
+    (void)x;
+    (void)stage;
+    (void)sender;
+    (void)src;
+    (void)bytes;
+    (void)deadline;
+    return not_built(err);
+}

@@ -300,6 +300,10 @@ typedef struct rf_xfer_config {
     const rf_chunk_item_t *items; /* optional: the plan's items, to name tensors in errors
                                      (required on ipc: row bytes) */
     const rf_xfer_ipc_config_t *ipc; /* ipc transport only */
+    int pack_device;              /* nccl only, integrity 0: the pack callback gets the DEVICE
+                                     chunk buffer's payload (sources resident on the GPU) and
+                                     returns with its writes complete; only the header goes
+                                     h2d (bench/nccl-bw.c). 0: pack into pinned host memory */
 } rf_xfer_config_t;
 
 /* Counters of the current update (reset by rf_xfer_begin). */

@@ -94,6 +94,31 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                              void *pack_ctx, rf_xfer_unpack_fn unpack, void *unpack_ctx,
                              rf_err_t *err);
 
+/*
+ * The stage gather (DESIGN.md section 9: "trainer-only ... communicators for gathers") on the
+ * stage's trainer-only gather communicator (rf_nccl_layout_t entries with gather = 1; broadcast
+ * mode, stages with more than one trainer rank). Trainers produce on the host, so host bytes
+ * are staged through one device buffer of chunk_bytes on the copy stream:
+ *   rf_xfer_nccl_gather_recv (the stage sender, from its pack callback): receives n messages,
+ *     bytes[q] from world rank peers[q] (grouped ncclRecv), back to back into host dst;
+ *   rf_xfer_nccl_gather_send (a contributor): one message of `bytes` from host src to the stage
+ *     sender (ncclSend).
+ * Both return when the bytes are in place (dst written / src reusable); each side posts its
+ * messages in chunk order, so NCCL matches them pairwise in order. Every wait polls ABORT and
+ * the deadline. Errors: RF_ERR_STATE (no ready gather communicator of that stage on this rank),
+ * RF_ERR_TOPOLOGY (a peer outside it), RF_ERR_INVALID (more than chunk_bytes), RF_ERR_NCCL,
+ * RF_ERR_CUDA, RF_ERR_TIMEOUT, RF_ERR_PEER; the communicators are left for the caller's failure
+ * path (rf_xfer_nccl_run's abort, or rf_xfer_nccl_fail after the verdict). Not collective
+ * beyond the matched pairs. rf_xfer_nccl_has_gather: whether this rank is in `stage`'s gather
+ * communicator.
+ */
+bool rf_xfer_nccl_has_gather(const rf_xfer_t *x, int stage);
+rf_status_t rf_xfer_nccl_gather_recv(rf_xfer_t *x, int stage, const int *peers,
+                                     const uint64_t *bytes, int n, void *dst, double deadline,
+                                     rf_err_t *err);
+rf_status_t rf_xfer_nccl_gather_send(rf_xfer_t *x, int stage, int sender, const void *src,
+                                     uint64_t bytes, double deadline, rf_err_t *err);
+
 /* Counters of the communicators' lives (since setup). */
 typedef struct rf_xfer_nccl_counters {
     uint64_t inits;    /* successful creations of this rank's communicator set */
