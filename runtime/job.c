@@ -752,6 +752,21 @@ static rf_status_t setup_accel(job_t *j, rf_err_t *err)
     return RF_OK;
 }
 
+/* The trainer's gather wire on the nccl transport (rf_trainer_t.wire_recv / wire_send). */
+static rf_status_t nccl_gather_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
+                                    void *dst, double deadline, rf_err_t *err)
+{
+    job_t *j = ctx;
+    return rf_xfer_nccl_gather_recv(j->xfer, j->me.p, peers, bytes, n, dst, deadline, err);
+}
+
+static rf_status_t nccl_gather_send(void *ctx, int sender, const void *src, uint64_t bytes,
+                                    double deadline, rf_err_t *err)
+{
+    job_t *j = ctx;
+    return rf_xfer_nccl_gather_send(j->xfer, j->me.p, sender, src, bytes, deadline, err);
+}
+
 static rf_status_t setup(job_t *j, rf_err_t *err)
 {
     rf_status_t st;
@@ -822,14 +837,6 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
                         "this build (not %s%s)",
                         j->topo.file, rf_transport_name(j->topo.transport),
                         j->topo.r_ngpus > 0 ? " with rollout.gpus" : "");
-        return agree_status(j, MPI_COMM_WORLD, st, err);
-    }
-    if (j->p2p && j->nccl && j->topo.quantization != RF_QUANT_NONE) {
-        /* p2p rectangles of quantized tensors have run on the mpi transport only */
-        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: transfer.mode: p2p of a quantized model (%s) runs on the mpi "
-                        "transport only in this build; use mode: broadcast on nccl",
-                        j->topo.file, rf_quant_name(j->topo.quantization));
         return agree_status(j, MPI_COMM_WORLD, st, err);
     }
     MPI_Comm_split(MPI_COMM_WORLD, (int)j->me.role, j->rank, &j->role_comm);
@@ -963,6 +970,12 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         if (st == RF_OK)
             st = rf_xfer_nccl_setup(j->xfer, &j->nccl_layout, j->place.device, j->accel, err);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+        /* broadcast: the stage gather on the stage's trainer-only communicator */
+        if (!is_rollout(j) && !j->p2p && rf_xfer_nccl_has_gather(j->xfer, j->me.p)) {
+            j->tr.wire_recv = nccl_gather_recv;
+            j->tr.wire_send = nccl_gather_send;
+            j->tr.wire_ctx = j;
+        }
     }
     if (j->ipc) {
         /* the arena backend: cuda when this rank has a GPU (a pair shares it), host-device
@@ -2230,7 +2243,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         rf_xfer_config_t cfg = {v,         j->cplan,           j->senders,
                                 j->receivers, j->R,          deadline,
                                 RF_XFER_FAULT_NONE, j->integrity, j->items,
-                                j->ipc ? &j->ipc_cfg : NULL};
+                                j->ipc ? &j->ipc_cfg : NULL, 0};
         if (fault_here(j, v, RF_FAULT_DROP_CHUNK))
             cfg.fault.drop_seq = j->fault.seq;
         if (fault_here(j, v, RF_FAULT_DUPLICATE_CHUNK))

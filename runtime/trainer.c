@@ -660,17 +660,22 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
                 peers[npeers++] = own[o].rank;
         }
     }
+    uint64_t sizes[RF_MAX_OWNERS * 4];
+    const bool wire = tr->wire_recv != NULL;
     for (int q = 0; q < npeers; q++) {
         uint64_t b = contribution_bytes(tr, c, peers[q]);
         if (off + b > tr->gather_cap || peers[q] < 0 || peers[q] >= T) {
-            gather_cancel(tr, reqs, peers, q);
+            if (!wire)
+                gather_cancel(tr, reqs, peers, q);
             return rf_err_set(err, RF_ERR_INTERNAL,
                               "trainer: gather of chunk %u: bad owner rank %d or overflow",
                               c->seq, peers[q]);
         }
         offs[q] = off;
-        MPI_Irecv(tr->gather_buf + off, (int)b, MPI_BYTE, peers[q], gather_tag(update, c->seq),
-                  tr->comm, &reqs[q]);
+        sizes[q] = b;
+        if (!wire)
+            MPI_Irecv(tr->gather_buf + off, (int)b, MPI_BYTE, peers[q],
+                      gather_tag(update, c->seq), tr->comm, &reqs[q]);
         off += b;
     }
     /* own parts while the peers' parts travel */
@@ -690,15 +695,18 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
         double tw = rf_time_now();
         rf_err_t e;
         rf_err_clear(&e);
-        rf_status_t st = rf_ctl_wait(ctl, reqs, npeers, deadline, &e);
+        rf_status_t st = wire ? tr->wire_recv(tr->wire_ctx, peers, sizes, npeers,
+                                                tr->gather_buf, deadline, &e)
+                              : rf_ctl_wait(ctl, reqs, npeers, deadline, &e);
         tr->stats.gather_s += rf_time_now() - tw;
         if (st != RF_OK) {
             /* parts still missing: cancel (a receive that matched counts for the drain) */
-            gather_cancel(tr, reqs, peers, npeers);
+            if (!wire)
+                gather_cancel(tr, reqs, peers, npeers);
             return rf_err_set(err, st, "trainer rank %d: gathering chunk %u from %d rank(s): %s",
                               tr->me.world_rank, c->seq, npeers, e.msg);
         }
-        for (int q = 0; q < npeers; q++)
+        for (int q = 0; q < npeers && !wire; q++)
             tr->gather_recv[peers[q]]++;
         tr->stats.bytes_gathered += off;
         tr->stats.gather_msgs += (uint64_t)npeers;
@@ -823,6 +831,16 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
             size_t nb = (size_t)(part.r1 - part.r0) * pitch;
             memcpy(w, tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, nb);
             w += nb;
+        }
+        if (tr->wire_send != NULL) {
+            /* the gather wire (nccl): returns once the message is on its way, msg reusable */
+            rf_err_t e;
+            rf_err_clear(&e);
+            st = tr->wire_send(tr->wire_ctx, sender, msg, b, deadline, &e);
+            free(msg);
+            if (st != RF_OK)
+                return rf_err_set(err, st, "trainer rank %d: %s", tr->me.world_rank, e.msg);
+            continue;
         }
         tr->out_bufs[tr->n_out] = msg;
         MPI_Isend(msg, (int)b, MPI_BYTE, sender, gather_tag(update, c->seq), tr->comm,

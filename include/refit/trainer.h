@@ -97,6 +97,17 @@ typedef struct rf_trainer {
     const uint8_t *gathered;     /* optional [plan->n_pieces]: 0 = nobody reads this piece
                                     from the packed chunk (ipc: read in place), so it is not
                                     gathered nor packed; borrowed */
+    /* Optional gather wire (nccl transport: the stage's trainer-only NCCL communicator,
+     * rf_xfer_nccl_gather_recv / _send); NULL: MPI point-to-point on comm. recv: the n
+     * messages of one chunk, bytes[q] from world rank peers[q], back to back into dst; send:
+     * one message to the stage sender. Both return once the bytes are in place. The MPI drain
+     * has nothing to do for them (the nccl transport aborts and re-creates its communicators
+     * after a FAILED update). */
+    rf_status_t (*wire_recv)(void *ctx, const int *peers, const uint64_t *bytes, int n,
+                               void *dst, double deadline, rf_err_t *err);
+    rf_status_t (*wire_send)(void *ctx, int sender, const void *src, uint64_t bytes,
+                               double deadline, rf_err_t *err);
+    void *wire_ctx;
 } rf_trainer_t;
 
 /*
