@@ -7,8 +7,10 @@
  *             GPU before: cudaSetDevice through its accelerator) + cudaIpcGetMemHandle; the
  *             handle carries the device's UUID (cudaGetDeviceProperties().uuid, printed
  *             "GPU-xxxxxxxx-xxxx-..." as nvidia-smi does) and the cudaIpcMemHandle_t.
- *   import  = the UUID must be the importer's current device's (a colocated pair shares one
- *             GPU); cudaIpcOpenMemHandle(cudaIpcMemLazyEnablePeerAccess) once; the xfer caches
+ *   import  = the UUID is the importer's current device's (a colocated pair shares one GPU)
+ *             or, for the stage sender's staging slots read by rollout ranks on other GPUs of
+ *             the host, a GPU the current device can access as a peer (check_peer);
+ *             cudaIpcOpenMemHandle(cudaIpcMemLazyEnablePeerAccess) once; the xfer caches
  *             the mapping for the job. The mapping is writable in CUDA's eyes: read-only is the
  *             protocol's promise (the rollout only reads), not enforced by the hardware.
  *   unlink  = no-op (a CUDA IPC handle has no name; it dies with the allocation).
@@ -36,14 +38,11 @@ static rf_status_t cuda_fail(rf_err_t *err, const char *what, const char *arena,
                       cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* The UUID of the current device, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
-static rf_status_t current_uuid(char *out, size_t cap, int *dev_p, rf_err_t *err)
+/* The UUID of device dev, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+static rf_status_t device_uuid(int dev, char *out, size_t cap, rf_err_t *err)
 {
-    int dev = -1;
     cudaDeviceProp prop;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaGetDeviceProperties(&prop, dev);
+    cudaError_t e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess)
         return cuda_fail(err, "cudaGetDeviceProperties", "", e);
     const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
@@ -51,8 +50,50 @@ static rf_status_t current_uuid(char *out, size_t cap, int *dev_p, rf_err_t *err
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
              u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
              u[14], u[15]);
-    *dev_p = dev;
     return RF_OK;
+}
+
+/* The UUID of the current device. */
+static rf_status_t current_uuid(char *out, size_t cap, int *dev_p, rf_err_t *err)
+{
+    int dev = -1;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return cuda_fail(err, "cudaGetDevice", "", e);
+    *dev_p = dev;
+    return device_uuid(dev, out, cap, err);
+}
+
+/*
+ * An arena on another GPU of this host (the stage sender's staging slots, read by every
+ * rollout rank of a multi-GPU colocated topology): allowed when the current device can access
+ * that GPU's memory as a peer (NVLink or PCIe P2P); cudaIpcMemLazyEnablePeerAccess then maps
+ * it. RF_ERR_TOPOLOGY naming both GPUs when the GPU is not visible or not a peer.
+ */
+static rf_status_t check_peer(const rf_ipc_handle_t *h, int dev, const char *mine, rf_err_t *err)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess)
+        n = 0;
+    for (int d = 0; d < n; d++) {
+        char uuid[64];
+        if (d == dev || device_uuid(d, uuid, sizeof(uuid), err) != RF_OK ||
+            strcmp(uuid, h->device) != 0)
+            continue;
+        int ok = 0;
+        if (cudaDeviceCanAccessPeer(&ok, dev, d) != cudaSuccess || !ok)
+            return rf_err_set(err, RF_ERR_TOPOLOGY,
+                              "ipc(cuda): arena %s lives on device %d (%s), which this rank's "
+                              "device %d (%s) cannot access as a peer",
+                              h->name, d, h->device, dev, mine);
+        rf_debug("ipc(cuda): %s on peer device %d, read from device %d", h->name, d, dev);
+        return RF_OK;
+    }
+    return rf_err_set(err, RF_ERR_TOPOLOGY,
+                      "ipc(cuda): arena %s lives on %s, which is not visible to this rank "
+                      "(device %d is %s; a colocated pair must share its GPU, and other arenas "
+                      "must be on a peer GPU of this host)",
+                      h->name, h->device, dev, mine);
 }
 
 static rf_status_t cuda_export(const char *name, uint64_t bytes, rf_ipc_arena_t *a,
@@ -97,10 +138,7 @@ static rf_status_t cuda_import(const rf_ipc_handle_t *h, rf_ipc_arena_t *a, rf_e
     int dev = -1;
     RF_CHECK(current_uuid(mine, sizeof(mine), &dev, err));
     if (strcmp(mine, h->device) != 0)
-        return rf_err_set(err, RF_ERR_TOPOLOGY,
-                          "ipc(cuda): arena %s lives on %s but this rank's device %d is %s "
-                          "(a colocated pair must share its GPU)",
-                          h->name, h->device, dev, mine);
+        RF_CHECK(check_peer(h, dev, mine, err));
     cudaIpcMemHandle_t ch;
     memcpy(&ch, h->opaque, sizeof(ch));
     void *p = NULL;
