@@ -22,3 +22,14 @@ refit_run_test(nccl_shared_gpu_pp2_refused 6 fail
 refit_run_test(nccl_no_gpus_refused 2 fail
                "refit: FAILED: .*transfer.transport: nccl (needs trainer.gpus and rollout.gpus|is not available in this build)"
                --topology ${TTOPO}/nccl-llama-tiny-no-gpus.yaml)
+
+# the multi-GPU topologies (tools/gpu-multi-run.sh; run only on 2- and 8-GPU hosts) parse and
+# plan on the CPU, so a broken one shows up in CI and not first on a multi-GPU host
+file(GLOB MULTI_TOPOLOGIES CONFIGURE_DEPENDS ${GTOPO}/multi/*.yaml)
+foreach(topo ${MULTI_TOPOLOGIES})
+  get_filename_component(n ${topo} NAME_WE)
+  add_test(NAME plan_multi_${n}
+           COMMAND ${EXPECT} ok "refit-plan: ${n}: .* rollout ranks" -- $<TARGET_FILE:refit-plan>
+                   --topology ${topo})
+  set_tests_properties(plan_multi_${n} PROPERTIES LABELS plan TIMEOUT 120)
+endforeach()
