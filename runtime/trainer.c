@@ -980,19 +980,27 @@ rf_status_t rf_trainer_drain(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, d
     return RF_OK;
 }
 
-rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
-                                 void *dst, rf_err_t *err)
+/* rect inside this rank's shard of entry, else RF_ERR_INVALID naming it. */
+static rf_status_t rect_check(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
+                              rf_err_t *err)
 {
-    const rf_region_t *reg = &tr->reg[entry];
-    if (entry < 0 || entry >= tr->man->n || !tr->has[entry] || rect->r0 < reg->r0 ||
-        rect->r1 > reg->r1 || rect->c0 < reg->c0 || rect->c1 > reg->c1 || rect->r1 < rect->r0 ||
-        rect->c1 < rect->c0)
+    const rf_region_t *reg = entry >= 0 && entry < tr->man->n ? &tr->reg[entry] : NULL;
+    if (reg == NULL || !tr->has[entry] || rect->r0 < reg->r0 || rect->r1 > reg->r1 ||
+        rect->c0 < reg->c0 || rect->c1 > reg->c1 || rect->r1 < rect->r0 || rect->c1 < rect->c0)
         return rf_err_set(err, RF_ERR_INVALID,
-                          "trainer rank %d: p2p rectangle rows [%lld, %lld) x columns [%lld, "
+                          "trainer rank %d: rectangle rows [%lld, %lld) x columns [%lld, "
                           "%lld) of %s is not inside its shard",
                           tr->me.world_rank, (long long)rect->r0, (long long)rect->r1,
                           (long long)rect->c0, (long long)rect->c1,
-                          entry >= 0 && entry < tr->man->n ? tr->man->entries[entry].name : "?");
+                          reg != NULL ? tr->man->entries[entry].name : "?");
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
+                                 void *dst, rf_err_t *err)
+{
+    RF_CHECK(rect_check(tr, entry, rect, err));
+    const rf_region_t *reg = &tr->reg[entry];
     size_t es = entry_es(tr, entry);
     size_t pitch = (size_t)(reg->c1 - reg->c0) * es;
     size_t run = (size_t)(rect->c1 - rect->c0) * es;
@@ -1000,5 +1008,46 @@ rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_reg
         memcpy((char *)dst + (size_t)(r - rect->r0) * run,
                tr->buf[entry] + (size_t)(r - reg->r0) * pitch + (size_t)(rect->c0 - reg->c0) * es,
                run);
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_rect_rows(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
+                                 void *dst, rf_accel_rows_t *out, rf_err_t *err)
+{
+    RF_CHECK(rect_check(tr, entry, rect, err));
+    const rf_region_t *reg = &tr->reg[entry];
+    int64_t es = (int64_t)entry_es(tr, entry);
+    int64_t pitch = (reg->c1 - reg->c0) * es, run = (rect->c1 - rect->c0) * es;
+    memset(out, 0, sizeof(*out));
+    out->dst.data = dst;
+    out->dst.esize = 1;
+    out->dst.dtype = RF_DTYPE_U8;
+    out->dst.row_stride = run;
+    out->dst.col_stride = 1;
+    out->src = tr->buf[entry] + (rect->r0 - reg->r0) * pitch + (rect->c0 - reg->c0) * es;
+    out->src_dtype = RF_DTYPE_U8;
+    out->src_pitch = pitch;
+    out->rows = rect->r1 - rect->r0;
+    out->cols = run;
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_pack_rows(const rf_trainer_t *tr, const rf_chunk_t *c, void *payload,
+                                 rf_accel_rows_t *out, rf_err_t *err)
+{
+    for (size_t k = 0; k < c->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
+        int ei = (int)pc->item;
+        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+        rf_region_t rect = {(int64_t)pc->row_begin, (int64_t)pc->row_end, 0,
+                            (int64_t)tensor_cols(t)};
+        if (!tr->has[ei] || tr->reg[ei].c0 != 0 || tr->reg[ei].c1 != rect.c1)
+            return rf_err_set(err, RF_ERR_INTERNAL,
+                              "trainer rank %d: chunk %u: %s is not whole rows in its own shard "
+                              "(a stage gather is needed: pack on the host)",
+                              tr->me.world_rank, c->seq, tr->man->entries[ei].name);
+        RF_CHECK(rf_trainer_rect_rows(tr, ei, &rect, (char *)payload + pc->offset, &out[k],
+                                      err));
+    }
     return RF_OK;
 }

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "refit/accel.h"
 #include "refit/chunk.h"
 #include "refit/control.h"
 #include "refit/manifest.h"
@@ -170,6 +171,22 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
  * shard. Local. */
 rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
                                  void *dst, rf_err_t *err);
+
+/*
+ * Device-resident shards (buf[] given to rf_trainer_use_arena are device memory): the copies
+ * that pack onto a device payload, as byte rows for the accelerator's copy_rows_batch (the
+ * caller launches them and waits before the payload is sent).
+ *   rf_trainer_rect_rows: rectangle `rect` of entry (inside this rank's shard, else
+ *     RF_ERR_INVALID) to dst, rows packed contiguously, as rf_trainer_copy_rect does on the host.
+ *   rf_trainer_pack_rows: every piece of chunk c (broadcast) at its payload offset, out[k] for
+ *     piece k (c->piece_count entries, caller-owned); each piece's rows must be whole rows of
+ *     this rank's own shard (a stage that needs a gather packs on the host): RF_ERR_INTERNAL
+ *     naming the tensor otherwise.
+ * Pure (no device access). */
+rf_status_t rf_trainer_rect_rows(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
+                                 void *dst, rf_accel_rows_t *out, rf_err_t *err);
+rf_status_t rf_trainer_pack_rows(const rf_trainer_t *tr, const rf_chunk_t *c, void *payload,
+                                 rf_accel_rows_t *out, rf_err_t *err);
 
 /* Starts an update's gather bookkeeping (every trainer rank, before rf_ctl_agree). Local. */
 void rf_trainer_begin(rf_trainer_t *tr);
