@@ -145,6 +145,13 @@ typedef struct job {
     /* nccl transport: device chunk buffers on every rank's GPU (transport/transport_nccl.c) */
     bool nccl;
     rf_nccl_layout_t nccl_layout;
+    /* nccl trainer with its weights resident on its GPU (nccl_resident_eligible): produced on
+     * the device before the update begins, packed device to device into the chunk buffer */
+    bool nccl_resident;
+    void *nccl_wdev;             /* its weights arena (device), rf_trainer_arena_layout bytes */
+    rf_accel_rows_t *pack_rows;  /* device pack descriptors, grown as needed */
+    size_t pack_cap;
+    bool fence;                  /* some trainer produces before the update: update_fence */
 } job_t;
 
 /* ---- fault injection (refit-run --inject-fault; docs/faults.md) ---------------------- */
@@ -230,6 +237,8 @@ static bool fault_here(const job_t *j, uint32_t v, rf_fault_kind_t k)
 }
 
 /* Default ranks, and refusal of a rank that cannot inject the kind. Every rank agrees. */
+static const char *human_bytes(double b, char *buf, size_t cap);
+
 static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
 {
     rf_job_fault_t *f = &j->fault;
@@ -317,6 +326,18 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
      * stage (a rollout rank's hooks fire after chunk 0) */
     int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
     f->seq = p < j->cplan->n_stages ? j->cplan->stages[p].chunk_begin : 0;
+    if (j->nccl && f->kind == RF_FAULT_DUPLICATE_CHUNK && p < j->cplan->n_stages &&
+        j->cplan->stages[p].chunk_count < 2) {
+        /* nccl: a collective cannot carry an extra message; the duplicate is the next
+         * message repeating this chunk's header, so the stage needs a next chunk */
+        char cb[32];
+        return rf_err_set(err, RF_ERR_INVALID,
+                          "--inject-fault duplicate-chunk: on the nccl transport the duplicate is "
+                          "the next message repeating the header, and stage %d has %u chunk(s) "
+                          "at transfer.chunk_bytes %s: use a smaller chunk_bytes",
+                          p, j->cplan->stages[p].chunk_count,
+                          human_bytes((double)j->cplan->chunk_bytes, cb, sizeof(cb)));
+    }
     if (j->ipc && f->kind == RF_FAULT_CORRUPT_CHUNK && p < j->cplan->n_stages) {
         /* ipc: only staged bytes can be corrupted in flight: the stage's first staged chunk */
         const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
@@ -767,6 +788,76 @@ static rf_status_t nccl_gather_send(void *ctx, int sender, const void *src, uint
     return rf_xfer_nccl_gather_send(j->xfer, j->me.p, sender, src, bytes, deadline, err);
 }
 
+/*
+ * nccl trainers whose chunks come from their own shard alone (p2p: every trainer rank; broadcast:
+ * a stage sender with no stage gather) keep their weights on their GPU, as a trainer's weights
+ * are: generated (and quantized) there by the training step before the update begins, and packed
+ * device to device into the chunk buffer (rf_xfer_config_t.pack_device), so no byte crosses
+ * PCIe. The host path stays for checkpoint sources (read on the host), integrity trailers
+ * (hashed on the host), injected faults (which edit host bytes) and stages with a gather.
+ */
+static bool nccl_resident_eligible(const job_t *j)
+{
+    return j->nccl && !is_rollout(j) && j->accel != NULL && j->place.device >= 0 &&
+           j->ck == NULL && !j->integrity && j->fault.kind == RF_FAULT_NONE &&
+           (j->p2p || (j->tr.sender && j->tr.wire_recv == NULL));
+}
+
+static rf_status_t setup_nccl_resident(job_t *j, rf_err_t *err)
+{
+    if (!nccl_resident_eligible(j))
+        return RF_OK;
+    uint64_t *offs = malloc(((size_t)j->man.n + 1) * sizeof(uint64_t));
+    if (offs == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    uint64_t bytes = rf_trainer_arena_layout(&j->topo, &j->inv, &j->man, &j->me, offs);
+    rf_status_t st = j->accel->ops->alloc(j->accel, (size_t)(bytes ? bytes : 1), &j->nccl_wdev);
+    if (st == RF_OK) {
+        rf_trainer_use_arena(&j->tr, j->nccl_wdev, offs);
+        j->nccl_resident = true;
+    } else {
+        rf_err_set(err, st, "trainer rank %d: no %" PRIu64 "-byte weights arena on GPU %d",
+                   j->rank, bytes, j->place.device);
+    }
+    free(offs);
+    return st;
+}
+
+/* The training step of a resident nccl trainer: its shards for update v on its GPU. */
+static rf_status_t produce_nccl_resident(job_t *j, uint32_t v, rf_err_t *err)
+{
+    double t0 = rf_time_now();
+    rf_status_t st =
+        rf_trainer_produce_device(&j->tr, v, j->accel, j->nccl_wdev, j->nccl_wdev, err);
+    j->js.resident_s = rf_time_now() - t0;
+    return st;
+}
+
+/* Launches n device pack copies (j->pack_rows) and waits for them: the chunk buffer is sent
+ * right after the pack callback returns. */
+static rf_status_t pack_rows_run(job_t *j, size_t n, uint32_t seq, rf_err_t *err)
+{
+    rf_status_t st = n ? j->accel->ops->copy_rows_batch(j->accel, j->pack_rows, n, NULL) : RF_OK;
+    if (st == RF_OK)
+        st = rf_accel_sync(j->accel);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "trainer rank %d: packing chunk %u on GPU %d failed", j->rank,
+                          seq, j->place.device);
+    return RF_OK;
+}
+
+static rf_status_t pack_rows_reserve(job_t *j, size_t n, rf_err_t *err)
+{
+    if (n <= j->pack_cap)
+        return RF_OK;
+    rf_accel_rows_t *r = realloc(j->pack_rows, n * sizeof(*r));
+    if (r == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    j->pack_rows = r;
+    j->pack_cap = n;
+    return RF_OK;
+}
+
 static rf_status_t setup(job_t *j, rf_err_t *err)
 {
     rf_status_t st;
@@ -976,6 +1067,11 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
             j->tr.wire_send = nccl_gather_send;
             j->tr.wire_ctx = j;
         }
+        st = setup_nccl_resident(j, err);
+        RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+        int mine = j->nccl_resident, any = 0;
+        MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        j->fence = any != 0;
     }
     if (j->ipc) {
         /* the arena backend: cuda when this rank has a GPU (a pair shares it), host-device
@@ -1024,6 +1120,11 @@ static rf_status_t job_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_p
         fault_exit_now(c->j, "stage sender, packing");
     if ((int64_t)chunk->seq == c->j->fault.seq && fault_here(c->j, c->update, RF_FAULT_STALL))
         fault_stall_now(c->j, c->deadline, "stage sender, packing");
+    if (c->j->nccl_resident) { /* payload is the device chunk buffer */
+        RF_CHECK(pack_rows_reserve(c->j, chunk->piece_count, err));
+        RF_CHECK(rf_trainer_pack_rows(&c->j->tr, chunk, payload, c->j->pack_rows, err));
+        return pack_rows_run(c->j, chunk->piece_count, chunk->seq, err);
+    }
     return rf_trainer_pack(&c->j->tr, c->j->ctl, c->update, chunk, payload, c->deadline, err);
 }
 
@@ -1044,16 +1145,21 @@ static rf_status_t p2p_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_p
         fault_exit_now(c->j, "p2p sender, packing");
     if ((int64_t)chunk->seq == c->j->fault.seq && fault_here(c->j, c->update, RF_FAULT_STALL))
         fault_stall_now(c->j, c->deadline, "p2p sender, packing");
+    bool dev = c->j->nccl_resident; /* payload is the device chunk buffer */
+    if (dev)
+        RF_CHECK(pack_rows_reserve(c->j, chunk->piece_count, err));
     for (size_t k = 0; k < chunk->piece_count; k++) {
         const rf_chunk_piece_t *pc = &pieces[k];
         const rf_p2p_rect_t *q = &c->recv->rects[pc->item];
         rf_region_t part = q->reg;
         part.r0 = q->reg.r0 + (int64_t)pc->row_begin;
         part.r1 = q->reg.r0 + (int64_t)pc->row_end;
-        RF_CHECK(rf_trainer_copy_rect(&c->j->tr, q->entry, &part, (char *)payload + pc->offset,
-                                      err));
+        char *dst = (char *)payload + pc->offset;
+        RF_CHECK(dev ? rf_trainer_rect_rows(&c->j->tr, q->entry, &part, dst, &c->j->pack_rows[k],
+                                            err)
+                     : rf_trainer_copy_rect(&c->j->tr, q->entry, &part, dst, err));
     }
-    return RF_OK;
+    return dev ? pack_rows_run(c->j, chunk->piece_count, chunk->seq, err) : RF_OK;
 }
 
 /* Keeps a copy of a chunk's payload for --cold-check (copy: owned, passed on). */
@@ -1844,6 +1950,13 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     printf("  %-10s produced %s, read %s, gathered %s; max %d chunks in flight\n", "trainer",
            human_bytes((double)produced, b1, sizeof(b1)), human_bytes((double)read, b2, sizeof(b2)),
            human_bytes((double)gathered, b3, sizeof(b3)), inflight);
+    if (j->fence && !j->ipc) { /* nccl trainers with resident weights */
+        double res = 0;
+        for (int r = 0; r < j->T; r++)
+            res = all[r].resident_s > res ? all[r].resident_s : res;
+        printf("  %-10s trainer weights resident on the GPU (written %.3f s before the update "
+               "began), chunks packed device to device\n", "device", res);
+    }
     if (j->ipc) {
         uint64_t inpl = 0, stg = 0;
         for (int r = 0; r < j->size; r++) {
@@ -2170,6 +2283,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     rf_err_clear(&pre_err);
     if (!is_rollout(j) && j->ipc)
         pre = produce_arena(j, v, from_ckpt, &pre_err);
+    if (j->nccl_resident)
+        pre = produce_nccl_resident(j, v, &pre_err);
     /* the diff rule compares with the previous update only when it committed: after a FAILED
      * one the storage holds whatever the failure left, and the source may repeat */
     bool verify_this =
@@ -2177,7 +2292,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     bool diff = v > 1 && j->last_committed == v - 1 && verify_this;
     if (is_rollout(j) && diff)
         snapshot(j); /* the oracle's copy for the diff rule, outside the timed path */
-    if (j->ipc)
+    if (j->ipc || j->fence)
         update_fence(j, v); /* every rank starts the update when the training step ended */
     double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(j->ctl, v, &e2);
@@ -2230,7 +2345,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     if (st == RF_OK && !is_rollout(j)) {
         /* ipc: the weights arena was written before the update began (produce_arena) and is
          * read-only until the verdict */
-        if (!j->ipc)
+        if (!j->ipc && !j->nccl_resident)
             st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
         if (st == RF_OK && !j->ipc)
             st = fault_bad_weight_shape(j, v, &err);
@@ -2243,7 +2358,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         rf_xfer_config_t cfg = {v,         j->cplan,           j->senders,
                                 j->receivers, j->R,          deadline,
                                 RF_XFER_FAULT_NONE, j->integrity, j->items,
-                                j->ipc ? &j->ipc_cfg : NULL, 0};
+                                j->ipc ? &j->ipc_cfg : NULL, j->nccl_resident};
         if (fault_here(j, v, RF_FAULT_DROP_CHUNK))
             cfg.fault.drop_seq = j->fault.seq;
         if (fault_here(j, v, RF_FAULT_DUPLICATE_CHUNK))
@@ -2517,6 +2632,10 @@ static void teardown(job_t *j)
     if (j->ipc_mirror != NULL)
         j->accel->ops->free_host(j->accel, j->ipc_mirror);
     j->ipc_mirror = NULL;
+    if (j->nccl_wdev != NULL)
+        j->accel->ops->free(j->accel, j->nccl_wdev);
+    j->nccl_wdev = NULL;
+    free(j->pack_rows);
     for (int k = 0; k < 2; k++)
         if (j->ipc_ev[k] != NULL)
             j->accel->ops->event_destroy(j->ipc_ev[k]);
