@@ -96,14 +96,38 @@ if [ "$ngpu" -ge 2 ] && [ "${REFIT_MULTI_TINY:-1}" = 1 ]; then
     run h200x2-colocated-qwen3-moe-tiny-wna16-tp2ep2 4 \
         $m2/h200x2-colocated-qwen3-moe-tiny-wna16-tp2ep2.yaml --steps 3 --cold-check --storage-digest
 fi
+if [ "$ngpu" -ge 2 ] && [ "${REFIT_MULTI_FAULTS:-1}" = 1 ]; then
+    # faults over nccl between two GPUs (docs/faults.md): update 2 FAILED naming the cause,
+    # the communicators aborted and re-created, update 3 COMMITTED and verified. qwen3-fp8-tiny
+    # at 64 KiB chunks: 27 chunks, so a stall or a duplicate has later chunks to hit
+    for f in "broadcast drop-chunk" "broadcast duplicate-chunk" "broadcast corrupt-chunk" \
+             "broadcast stall" "p2p drop-chunk" "p2p stall"; do
+        set -- $f
+        n="nccl-fault-$1-$2"
+        (cd "$root" && timeout "${RUN_TIMEOUT:-900}" mpirun --allow-run-as-root --oversubscribe \
+            --bind-to none -np 2 "$build/refit-run" --topology \
+            $m2/h200x2-nccl-qwen3-fp8-tiny-$1.yaml --steps 3 --integrity \
+            --inject-fault "$2" --profile-dir "$out/profile-$n") > "$out/$n.log" 2>&1
+        rc=$?
+        if grep -q '^refit update 2/3: FAILED' "$out/$n.log" &&
+            grep -q '^refit update 3/3: COMMITTED' "$out/$n.log"; then
+            echo "$n: update 2 FAILED ($(grep -m1 -o 'verdict.*' "$out/$n.log" | cut -c1-160)), update 3 COMMITTED (exit $rc)" | tee -a "$summary"
+        else
+            echo "$n: UNEXPECTED (exit $rc; see $n.log)" | tee -a "$summary"
+            status=1
+        fi
+    done
+fi
 if [ "$ngpu" -ge 2 ] && [ "${REFIT_MULTI_LARGE:-1}" = 1 ]; then
     # the Qwen3-30B-A3B shape scaled to 8 layers, trainer GPU 0 -> rollout GPU 1
     for q in wna16 fp8; do
         for m in broadcast p2p; do
+            [ -n "${LARGE_ONLY:-}" ] && [ "$q-$m" != "$LARGE_ONLY" ] && continue
             n=h200x2-qwen3-30b-a3b-8l-$q-$m
             run "$n" 2 $m2/$n.yaml --steps "${STEPS:-3}" --verify "${VERIFY:-last}" \
-                --bench-json "$out/$n.json"
+                --storage-digest --bench-json "$out/$n.json"
         done
+        same "h200x2-qwen3-30b-a3b-8l-$q-broadcast" "h200x2-qwen3-30b-a3b-8l-$q-p2p"
     done
 fi
 if [ "$ngpu" -ge 8 ]; then
