@@ -19,7 +19,8 @@
  *             host and copies into its arena only during production (job.c), never later.
  *   release = importer: cudaIpcCloseMemHandle; exporter: cudaFree. The job orders teardown:
  *             every importer closes (rf_xfer_ipc_close_imports), a barrier, then exporters free.
- *   to_host / from_host = synchronous cudaMemcpy (integrity hashing, packed staging chunks).
+ *   to_host / from_host = synchronous cudaMemcpy (integrity hashing, packed staging chunks);
+ *             from_host then waits for the device (a pageable h2d may return before its DMA).
  */
 #include <cuda_runtime.h>
 
@@ -183,10 +184,16 @@ static rf_status_t cuda_to_host(void *dst, const void *src, uint64_t bytes, rf_e
     return e == cudaSuccess ? RF_OK : cuda_fail(err, "cudaMemcpy d2h from an arena", "", e);
 }
 
+/* The stage sender fills a staging slot from its (pageable) bounce buffer, then tells the
+ * rollout ranks over MPI that the chunk is there. cudaMemcpy from pageable memory may return
+ * before the DMA reached device memory (CUDA's "API synchronization behavior"), so another
+ * process could read the slot's old bytes: wait for the device before returning. */
 static rf_status_t cuda_from_host(void *dst, const void *src, uint64_t bytes, rf_err_t *err)
 {
     cudaError_t e = bytes ? cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyHostToDevice)
                           : cudaSuccess;
+    if (e == cudaSuccess && bytes)
+        e = cudaDeviceSynchronize();
     return e == cudaSuccess ? RF_OK : cuda_fail(err, "cudaMemcpy h2d into an arena", "", e);
 }
 
