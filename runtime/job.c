@@ -41,6 +41,7 @@
 #include "refit/transport.h"
 #include "refit/transport_nccl.h"
 #include "refit/verify.h"
+#include "control_int.h"
 
 /* Per-rank figures of one update, gathered to rank 0 for the table. */
 typedef struct job_stats {
@@ -152,6 +153,8 @@ typedef struct job {
     rf_accel_rows_t *pack_rows;  /* device pack descriptors, grown as needed */
     size_t pack_cap;
     bool fence;                  /* some trainer produces before the update: update_fence */
+    const char *wire;            /* the stage gather's wire when not MPI point-to-point: "nccl
+                                    gather communicators" or the tests' "test wire" */
 } job_t;
 
 /* ---- fault injection (refit-run --inject-fault; docs/faults.md) ---------------------- */
@@ -789,6 +792,43 @@ static rf_status_t nccl_gather_send(void *ctx, int sender, const void *src, uint
 }
 
 /*
+ * Tests: REFIT_TEST_GATHER_WIRE=mpi runs the stage gather through the trainer's gather wire
+ * (rf_trainer_t.wire_recv / wire_send, the hooks the nccl transport fills) with MPI messages on
+ * the trainer communicator, so that path's bookkeeping in runtime/trainer.c runs in CI without
+ * GPUs. One tag; MPI keeps one sender's messages in order, as NCCL does. Failure handling is
+ * the nccl transport's business (it aborts its communicators); here a failed wait cancels the
+ * receives and leaves a send to the job's end, which is enough for the tests' clean runs.
+ */
+#define RF_TEST_WIRE_TAG 0x7e57
+static rf_status_t test_wire_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
+                                  void *dst, double deadline, rf_err_t *err)
+{
+    job_t *j = ctx;
+    MPI_Request reqs[RF_MAX_OWNERS * 4];
+    uint64_t off = 0;
+    if (n > RF_MAX_OWNERS * 4)
+        return rf_err_set(err, RF_ERR_INTERNAL, "test wire: %d peers", n);
+    for (int q = 0; q < n; q++) {
+        MPI_Irecv((char *)dst + off, (int)bytes[q], MPI_BYTE, peers[q], RF_TEST_WIRE_TAG,
+                  j->tr.comm, &reqs[q]);
+        off += bytes[q];
+    }
+    rf_status_t st = rf_ctl_wait(j->ctl, reqs, n, deadline, err);
+    if (st != RF_OK)
+        rf_ctl_cancel_recvs(reqs, n);
+    return st;
+}
+
+static rf_status_t test_wire_send(void *ctx, int sender, const void *src, uint64_t bytes,
+                                  double deadline, rf_err_t *err)
+{
+    job_t *j = ctx;
+    MPI_Request req;
+    MPI_Isend(src, (int)bytes, MPI_BYTE, sender, RF_TEST_WIRE_TAG, j->tr.comm, &req);
+    return rf_ctl_wait(j->ctl, &req, 1, deadline, err);
+}
+
+/*
  * nccl trainers whose chunks come from their own shard alone (p2p: every trainer rank; broadcast:
  * a stage sender with no stage gather) keep their weights on their GPU, as a trainer's weights
  * are: generated (and quantized) there by the training step before the update begins, and packed
@@ -1067,11 +1107,26 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
             j->tr.wire_send = nccl_gather_send;
             j->tr.wire_ctx = j;
         }
+        if (!j->p2p && j->T / (j->topo.t_pp > 0 ? j->topo.t_pp : 1) > 1)
+            j->wire = "nccl gather communicators";
         st = setup_nccl_resident(j, err);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
         int mine = j->nccl_resident, any = 0;
         MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         j->fence = any != 0;
+    }
+    const char *tw = getenv("REFIT_TEST_GATHER_WIRE");
+    if (tw != NULL && tw[0] != '\0' && !j->nccl) {
+        if (strcmp(tw, "mpi") != 0)
+            return rf_err_set(err, RF_ERR_INVALID, "REFIT_TEST_GATHER_WIRE=%s: only 'mpi' "
+                              "(tests: the stage gather through the gather wire over MPI)", tw);
+        if (!is_rollout(j) && !j->p2p) {
+            j->tr.wire_recv = test_wire_recv;
+            j->tr.wire_send = test_wire_send;
+            j->tr.wire_ctx = j;
+        }
+        if (!j->p2p && j->T / (j->topo.t_pp > 0 ? j->topo.t_pp : 1) > 1)
+            j->wire = "test wire (REFIT_TEST_GATHER_WIRE=mpi)";
     }
     if (j->ipc) {
         /* the arena backend: cuda when this rank has a GPU (a pair shares it), host-device
@@ -1947,9 +2002,10 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
            "time", upd, crit_s, crit, c->begin_s, c->receive_s, c->wire_s, c->unpack_s,
            c->loader_s, c->finalize_s,
            crit_s > 0 ? (double)j->man.payload_bytes / crit_s / 1e9 : 0.0);
-    printf("  %-10s produced %s, read %s, gathered %s; max %d chunks in flight\n", "trainer",
-           human_bytes((double)produced, b1, sizeof(b1)), human_bytes((double)read, b2, sizeof(b2)),
-           human_bytes((double)gathered, b3, sizeof(b3)), inflight);
+    printf("  %-10s produced %s, read %s, gathered %s%s%s; max %d chunks in flight\n",
+           "trainer", human_bytes((double)produced, b1, sizeof(b1)),
+           human_bytes((double)read, b2, sizeof(b2)), human_bytes((double)gathered, b3, sizeof(b3)),
+           j->wire ? " over the " : "", j->wire ? j->wire : "", inflight);
     if (j->fence && !j->ipc) { /* nccl trainers with resident weights */
         double res = 0;
         for (int r = 0; r < j->T; r++)

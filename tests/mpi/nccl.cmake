@@ -33,3 +33,29 @@ foreach(topo ${MULTI_TOPOLOGIES})
                    --topology ${topo})
   set_tests_properties(plan_multi_${n} PROPERTIES LABELS plan TIMEOUT 120)
 endforeach()
+
+# the stage gather through the trainer's gather wire (the code path the nccl transport's
+# trainer-only communicators use, runtime/trainer.c), driven over MPI by the tests' wire
+# (REFIT_TEST_GATHER_WIRE=mpi): the same storage bytes as the MPI point-to-point gather, on a
+# TP2 trainer (checkpoint and generator updates), two stages with a gather each, colocated ipc
+# on host arenas (only staged pieces gathered), and MoE experts with 3 peers per gather
+set(WIRE_SAME ${CMAKE_CURRENT_SOURCE_DIR}/wire_same_bytes.sh)
+foreach(case "llama-tiny-tp2-to-2xtp1;${TOPO}/llama-tiny-tp2-to-2xtp1.yaml;4"
+             "llama-tiny-tp2pp2-to-tp2;${TOPO}/llama-tiny-tp2pp2-to-tp2.yaml;6"
+             "llama-tiny-tp2-to-tp2-colocated-ipc;${TOPO}/llama-tiny-tp2-to-tp2-colocated-ipc.yaml;4"
+             "qwen3-moe-tiny-tp2dp2ep2-to-tp2;${TTOPO}/qwen3-moe-tiny-tp2dp2ep2-to-tp2.yaml;6")
+  list(GET case 0 n)
+  list(GET case 1 topo)
+  list(GET case 2 np)
+  set(data llama-tiny)
+  if(n MATCHES "^qwen3-moe-tiny")
+    set(data qwen3-moe-tiny)
+  endif()
+  add_test(NAME gather_wire_same_bytes_${n}
+           COMMAND ${WIRE_SAME} -- ${REFIT_RUN} -np ${np} $<TARGET_FILE:refit-run>
+                   --topology ${topo} --checkpoint ${DATA}/${data}
+                   --reference ${DATA}/${data}/tensors.reference.json --steps 3 --cold-check
+                   --profile-dir ${CMAKE_BINARY_DIR}/profiles/gather_wire_${n}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(gather_wire_same_bytes_${n} PROPERTIES LABELS mpi TIMEOUT 300)
+endforeach()
