@@ -1117,9 +1117,11 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
     }
     const char *tw = getenv("REFIT_TEST_GATHER_WIRE");
     if (tw != NULL && tw[0] != '\0' && !j->nccl) {
-        if (strcmp(tw, "mpi") != 0)
-            return rf_err_set(err, RF_ERR_INVALID, "REFIT_TEST_GATHER_WIRE=%s: only 'mpi' "
-                              "(tests: the stage gather through the gather wire over MPI)", tw);
+        st = strcmp(tw, "mpi") == 0
+                 ? RF_OK
+                 : rf_err_set(err, RF_ERR_INVALID, "REFIT_TEST_GATHER_WIRE=%s: only 'mpi' (tests: "
+                              "the stage gather through the gather wire over MPI)", tw);
+        RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
         if (!is_rollout(j) && !j->p2p) {
             j->tr.wire_recv = test_wire_recv;
             j->tr.wire_send = test_wire_send;
