@@ -15,7 +15,7 @@
  * Times are the slowest rank's, best and median of --iters after one warm-up.
  *
  *   mpirun -np 2 --bind-to none build-gpu/nccl-bw [--chunk 256MiB] [--sizes 64MiB,1GiB,4GiB]
- *          [--iters 5] [--json FILE]
+ *          [--iters 5] [--json FILE]          (build-gpu: tools/gpu-run.sh's CUDA build)
  */
 #include <cuda_runtime.h>
 #include <jansson.h>
@@ -160,8 +160,20 @@ int main(int argc, char **argv)
             free(list);
         } else {
             if (rank == 0)
-                fprintf(stderr, "usage: mpirun -np N nccl-bw [--chunk SIZE] [--sizes S1,S2,...] "
-                                "[--iters K] [--json FILE]\n");
+                fprintf(stderr,
+                        "usage: mpirun -np N nccl-bw [--chunk SIZE] [--sizes S1,S2,...] "
+                        "[--iters K] [--json FILE]\n\n"
+                        "refit's chunked NCCL broadcast (rf_xfer_nccl_run, 2 buffers) against one\n"
+                        "plain ncclBroadcast of the same bytes, root rank 0, rank r on GPU r.\n"
+                        "Prints size, chunks, time (ms), algbw and busbw (GB/s, = algbw for a\n"
+                        "broadcast) and refit's %% of plain, for the device pack (payload written\n"
+                        "on the GPU) and the host pack (pinned slot + h2d); best of K after a\n"
+                        "warm-up, slowest rank.\n"
+                        "  --chunk SIZE   refit's chunk_bytes (default 256MiB)\n"
+                        "  --sizes LIST   payload sizes, B / KiB / MiB / GiB (default "
+                        "64MiB,1GiB,4GiB)\n"
+                        "  --iters K      timed repetitions (default 5)\n"
+                        "  --json FILE    rank 0 writes the rows there\n");
             MPI_Finalize();
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }

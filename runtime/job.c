@@ -1116,6 +1116,9 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         j->fence = any != 0;
     }
     const char *tw = getenv("REFIT_TEST_GATHER_WIRE");
+    if (tw != NULL && tw[0] != '\0' && j->nccl && j->rank == 0)
+        rf_warn("REFIT_TEST_GATHER_WIRE is ignored on the nccl transport (its stage gathers use "
+                "the trainer-only NCCL communicators)");
     if (tw != NULL && tw[0] != '\0' && !j->nccl) {
         st = strcmp(tw, "mpi") == 0
                  ? RF_OK

@@ -115,7 +115,9 @@ if [ "$ngpu" -ge 2 ] && [ "${REFIT_MULTI_FAULTS:-1}" = 1 ]; then
         rc=$?
         if grep -q '^refit update 2/3: FAILED' "$out/$n.log" &&
             grep -q '^refit update 3/3: COMMITTED' "$out/$n.log"; then
-            echo "$n: update 2 FAILED ($(grep -m1 -o 'verdict.*' "$out/$n.log" | cut -c1-160)), update 3 COMMITTED (exit $rc)" | tee -a "$summary"
+            why=$(awk '/^refit update 2\/3/{p=1} /^refit update 3\/3/{p=0} p' "$out/$n.log" |
+                grep -E 'verdict after|^  verdict ' | sed 's/^ *//' | tr '\n' ' ' | cut -c1-240)
+            echo "$n: update 2 FAILED ($why), update 3 COMMITTED (exit $rc)" | tee -a "$summary"
         else
             echo "$n: UNEXPECTED (exit $rc; see $n.log)" | tee -a "$summary"
             status=1
