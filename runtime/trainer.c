@@ -1041,7 +1041,8 @@ rf_status_t rf_trainer_pack_rows(const rf_trainer_t *tr, const rf_chunk_t *c, vo
         const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
         rf_region_t rect = {(int64_t)pc->row_begin, (int64_t)pc->row_end, 0,
                             (int64_t)tensor_cols(t)};
-        if (!tr->has[ei] || tr->reg[ei].c0 != 0 || tr->reg[ei].c1 != rect.c1)
+        if (!tr->has[ei] || tr->reg[ei].c0 != 0 || tr->reg[ei].c1 != rect.c1 ||
+            rect.r0 < tr->reg[ei].r0 || rect.r1 > tr->reg[ei].r1)
             return rf_err_set(err, RF_ERR_INTERNAL,
                               "trainer rank %d: chunk %u: %s is not whole rows in its own shard "
                               "(a stage gather is needed: pack on the host)",
