@@ -59,3 +59,9 @@ foreach(case "llama-tiny-tp2-to-2xtp1;${TOPO}/llama-tiny-tp2-to-2xtp1.yaml;4"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(gather_wire_same_bytes_${n} PROPERTIES LABELS mpi TIMEOUT 300)
 endforeach()
+# a bad value of the tests' gather wire is refused at startup by every rank, naming it
+refit_run_test(gather_wire_bad_value_refused 4 fail
+               "refit: FAILED: REFIT_TEST_GATHER_WIRE=bogus: only 'mpi'"
+               --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml --steps 1)
+set_tests_properties(gather_wire_bad_value_refused PROPERTIES ENVIRONMENT
+                     "REFIT_TEST_GATHER_WIRE=bogus" TIMEOUT 120)
