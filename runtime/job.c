@@ -776,6 +776,12 @@ static rf_status_t setup_accel(job_t *j, rf_err_t *err)
     return RF_OK;
 }
 
+/* Broadcast mode with more than one trainer rank per stage: the stage senders gather. */
+static bool stages_gather(const job_t *j)
+{
+    return !j->p2p && j->T / (j->topo.t_pp > 0 ? j->topo.t_pp : 1) > 1;
+}
+
 /* The trainer's gather wire on the nccl transport (rf_trainer_t.wire_recv / wire_send). */
 static rf_status_t nccl_gather_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
                                     void *dst, double deadline, rf_err_t *err)
@@ -1107,7 +1113,7 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
             j->tr.wire_send = nccl_gather_send;
             j->tr.wire_ctx = j;
         }
-        if (!j->p2p && j->T / (j->topo.t_pp > 0 ? j->topo.t_pp : 1) > 1)
+        if (stages_gather(j))
             j->wire = "nccl gather communicators";
         st = setup_nccl_resident(j, err);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
@@ -1130,7 +1136,7 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
             j->tr.wire_send = test_wire_send;
             j->tr.wire_ctx = j;
         }
-        if (!j->p2p && j->T / (j->topo.t_pp > 0 ? j->topo.t_pp : 1) > 1)
+        if (stages_gather(j))
             j->wire = "test wire (REFIT_TEST_GATHER_WIRE=mpi)";
     }
     if (j->ipc) {
