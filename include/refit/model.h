@@ -197,8 +197,9 @@ int rf_inventory_find(const rf_inventory_t *inv, const char *name);
 /* What to do with a checkpoint tensor the inventory does not know (DESIGN.md section 4). */
 typedef enum {
     RF_UNKNOWN_ERROR = 0, /* not on the skip list */
-    RF_UNKNOWN_SKIP,      /* lm_head.weight when tied, *.rotary_emb.inv_freq, mtp.* */
+    RF_UNKNOWN_SKIP,      /* *.rotary_emb.inv_freq, mtp.* */
     RF_UNKNOWN_CUT,       /* layer >= L or expert >= E after overrides */
+    RF_UNKNOWN_TIED,      /* lm_head.weight when tied: skipped only if it equals the embedding */
 } rf_unknown_t;
 rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char *name);
 
