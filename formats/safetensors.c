@@ -896,6 +896,50 @@ rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_beg
     return RF_OK;
 }
 
+rf_status_t rf_ckpt_compare(rf_ckpt_t *ck, const rf_st_entry_t *a, const rf_st_entry_t *b,
+                            size_t block_bytes, int64_t *first_row, rf_err_t *err)
+{
+    if (ck == NULL || a == NULL || b == NULL || first_row == NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "rf_ckpt_compare: NULL argument");
+    uint64_t rows = rf_st_entry_rows(a), rb = rf_st_entry_row_bytes(a);
+    if (rows != rf_st_entry_rows(b) || rb != rf_st_entry_row_bytes(b) || rb == UINT64_MAX)
+        return rf_err_set(err, RF_ERR_INVALID,
+                          "rf_ckpt_compare: tensors " NAME_FMT " and " NAME_FMT
+                          " differ in rows or row bytes",
+                          a->name, b->name);
+    *first_row = -1;
+    if (block_bytes == 0)
+        block_bytes = (size_t)4 << 20;
+    /* whole rows per block where a row fits, else one row in column slices: never more
+     * than two blocks in memory, whatever the tensor's size (an embedding may be GBs) */
+    uint64_t step_rows = rb == 0 ? rows : (rb <= block_bytes ? block_bytes / rb : 1);
+    uint64_t step_cols = rb <= block_bytes ? rb : block_bytes;
+    size_t cap = (size_t)(rb <= block_bytes ? step_rows * rb : step_cols);
+    char *x = malloc(cap + 1), *y = malloc(cap + 1);
+    rf_status_t st = x && y ? RF_OK : rf_err_set(err, RF_ERR_NOMEM, "rf_ckpt_compare: out of "
+                                                                    "memory");
+    for (uint64_t r = 0; st == RF_OK && *first_row < 0 && r < rows; r += step_rows) {
+        uint64_t re = r + step_rows < rows ? r + step_rows : rows;
+        for (uint64_t c = 0; st == RF_OK && c < rb; c += step_cols) {
+            uint64_t ce = c + step_cols < rb ? c + step_cols : rb, w = ce - c;
+            st = rf_ckpt_read(ck, a, r, re, c, ce, x, (size_t)w, err);
+            if (st == RF_OK)
+                st = rf_ckpt_read(ck, b, r, re, c, ce, y, (size_t)w, err);
+            if (st != RF_OK || memcmp(x, y, (size_t)((re - r) * w)) == 0)
+                continue;
+            for (uint64_t i = 0; i < re - r; i++)
+                if (memcmp(x + i * w, y + i * w, (size_t)w) != 0) {
+                    *first_row = (int64_t)(r + i);
+                    break;
+                }
+            break;
+        }
+    }
+    free(x);
+    free(y);
+    return st;
+}
+
 uint64_t rf_ckpt_bytes_read(const rf_ckpt_t *ck)
 {
     return atomic_load(&((rf_ckpt_t *)ck)->bytes_read);

@@ -449,8 +449,10 @@ rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char
     size_t n = strlen(name);
     const char *sfx = ".rotary_emb.inv_freq";
     int layer = -1, expert = -1, used = 0;
+    /* a stored head of a tied model is the caller's to compare (the engine serves the
+     * embedding in its place, so a different head must not be dropped unseen) */
     if (c->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
-        return RF_UNKNOWN_SKIP;
+        return RF_UNKNOWN_TIED;
     if (n >= strlen(sfx) && strcmp(name + n - strlen(sfx), sfx) == 0)
         return RF_UNKNOWN_SKIP;
     if (strncmp(name, "mtp.", 4) == 0)

@@ -110,7 +110,11 @@ typedef struct job {
     rf_plan_t plan;
     bool plan_ready;
     uint64_t plan_layers[RF_PLAN_MODES];
-    rf_ref_t *ref;
+    rf_ref_t *ref;          /* rollout ranks; rank 0 too, for ref_account() */
+    uint64_t ref_total;     /* rank 0: reference entries, when the last update was checked
+                               against them (0 otherwise) */
+    int ref_skipped;        /* ... of which skipped on purpose */
+    char ref_note[320];     /* ... and why ("1 cut by model.overrides, first ...") */
     char **snap;            /* per storage slot: bytes before the update (diff rule) */
     uint8_t *verified;      /* per inventory tensor: verified this update */
     /* per update */
@@ -988,10 +992,17 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         st = setup_rollout(j, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
 
-    /* manifest: trainer rank 0 builds it from the inventory and the checkpoint headers */
+    /* manifest: trainer rank 0 builds it from the inventory and the checkpoint headers, once
+     * the checkpoint's own config.json (if any) agrees with the topology's; rank 0 also keeps
+     * the reference, to count its entries against what the oracle checked */
     st = RF_OK;
-    if (j->rank == 0)
+    if (j->rank == 0 && j->ck != NULL)
+        st = rf_model_config_check_checkpoint(j->o->checkpoint, &j->cfg, j->topo.quantization,
+                                              j->topo.group_size, err);
+    if (j->rank == 0 && st == RF_OK)
         st = rf_manifest_build(&j->inv, &j->topo, j->ck, j->o->checkpoint, &j->man, err);
+    if (j->rank == 0 && st == RF_OK && j->ck != NULL && j->o->reference && j->ref == NULL)
+        st = rf_ref_load(j->o->reference, &j->ref, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
     RF_CHECK(rf_manifest_agree(&j->man, 0, &j->inv, &j->topo, MPI_COMM_WORLD, err));
     st = RF_OK;
@@ -2315,6 +2326,70 @@ static void update_fence(job_t *j, uint32_t v)
     }
 }
 
+/*
+ * Rank 0, after a committed update checked against --reference: every reference entry must
+ * have been verified or be skipped on purpose (layers / experts cut by model.overrides, a
+ * tied lm_head.weight found equal to the embedding at startup); any other entry fails the
+ * update naming it, so a reference is never "verified" with a tensor nobody looked at.
+ */
+static int ref_account(job_t *j, uint32_t v, const uint8_t *vsum, uint64_t *verified_p,
+                       char *fail, size_t cap)
+{
+    size_t n = rf_ref_count(j->ref);
+    uint64_t k = 0;
+    int cut = 0, tied = 0, unchecked = 0;
+    const char *first_cut = NULL, *first_bad = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = rf_ref_entry(j->ref, i)->name;
+        int ti = rf_inventory_find(&j->inv, name);
+        if (ti >= 0 && vsum[ti]) {
+            k++;
+            continue;
+        }
+        if (ti < 0) {
+            rf_unknown_t u = rf_inventory_classify_unknown(&j->inv, name);
+            if (u == RF_UNKNOWN_CUT) {
+                if (cut++ == 0)
+                    first_cut = name;
+                continue;
+            }
+            if (u == RF_UNKNOWN_TIED && j->man.tied_checked) {
+                tied++;
+                continue;
+            }
+        }
+        if (unchecked++ == 0)
+            first_bad = name;
+    }
+    *verified_p = k;
+    j->ref_total = n;
+    j->ref_skipped = cut + tied;
+    j->ref_note[0] = '\0';
+    /* listed, so a deliberate cut reads as one and nothing is skipped silently */
+    if (cut && tied)
+        snprintf(j->ref_note, sizeof(j->ref_note),
+                 "%d skipped: %d cut by model.overrides (first %s); lm_head.weight, the tied "
+                 "copy checked equal to model.embed_tokens.weight at startup",
+                 cut + tied, cut, first_cut);
+    else if (cut)
+        snprintf(j->ref_note, sizeof(j->ref_note),
+                 "%d skipped: cut by model.overrides (first %s)", cut, first_cut);
+    else if (tied)
+        snprintf(j->ref_note, sizeof(j->ref_note),
+                 "1 skipped: lm_head.weight, the tied copy checked equal to "
+                 "model.embed_tokens.weight at startup");
+    if (unchecked == 0)
+        return 0;
+    char more[32] = "";
+    if (unchecked > 1)
+        snprintf(more, sizeof(more), " (and %d more)", unchecked - 1);
+    snprintf(fail, cap,
+             "update %u: verification: %s: verified %" PRIu64 " of %zu tensors: %s was not "
+             "checked%s",
+             v, j->o->reference, k, n, first_bad, more);
+    return 1;
+}
+
 static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, size_t cap)
 {
     rf_err_t err, e2;
@@ -2662,6 +2737,10 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                     break;
                 }
         }
+        j->ref_total = 0;
+        if (rc == 0 && verdict.committed && !all[j->T].verify_skipped && j->ref != NULL &&
+            from_ckpt)
+            rc = ref_account(j, v, vsum, verified_p, fail, cap);
     }
     free(all);
     free(vsum);
@@ -2889,7 +2968,11 @@ int rf_job_run(const rf_job_opts_t *opts)
             opts->after_update(opts->after_update_ctx, v, urc == 0);
     }
     if (j.rank == 0) {
-        if (rc == 0)
+        if (rc == 0 && j.ref_total > 0 && j.ref_skipped > 0)
+            printf("refit: COMMITTED %d update(s), verified %" PRIu64 " of %" PRIu64
+                   " tensors (%s)\n",
+                   committed, verified, j.ref_total, j.ref_note);
+        else if (rc == 0)
             printf("refit: COMMITTED %d update(s), verified %" PRIu64 " tensors%s\n", committed,
                    verified, opts->verify_none ? " (--verify none: no oracle ran)" : "");
         else

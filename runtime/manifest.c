@@ -142,8 +142,39 @@ static rf_status_t manifest_check_ckpt(const rf_inventory_t *inv, const rf_tenso
                       ck_dir, t->name, rf_dtype_name(se->dtype), rf_dtype_name(t->dtype));
 }
 
+/* A tied model's stored lm_head.weight against the embedding the engine serves in its place
+ * (DESIGN.md section 4): skipping it is only right when it holds the same bytes. */
+static rf_status_t manifest_check_tied(rf_ckpt_t *ck, const char *ck_dir,
+                                       const rf_st_entry_t *head, rf_err_t *err)
+{
+    const char *emb_name = "model.embed_tokens.weight";
+    const rf_st_entry_t *emb = rf_ckpt_find(ck, emb_name);
+    int64_t row = -1;
+    bool same = emb != NULL && emb->dtype == head->dtype && emb->ndim == head->ndim;
+    for (int d = 0; same && d < head->ndim; d++)
+        same = emb->shape[d] == head->shape[d];
+    if (!same)
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "checkpoint %s: %s (%s) and %s (%s) differ in dtype or shape, but the "
+                          "model config says tie_word_embeddings true (the engine would serve "
+                          "the embedding as the head)",
+                          ck_dir, head->name, rf_dtype_name(head->dtype), emb_name,
+                          emb ? rf_dtype_name(emb->dtype) : "missing");
+    RF_CHECK(rf_ckpt_compare(ck, head, emb, 0, &row, err));
+    if (row >= 0)
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "checkpoint %s: %s differs from %s (first at row %lld), but the model "
+                          "config says tie_word_embeddings true (the engine would serve the "
+                          "embedding as the head)",
+                          ck_dir, head->name, emb_name, (long long)row);
+    rf_info("checkpoint %s: %s equals %s byte for byte (tie_word_embeddings): checked and "
+            "skipped",
+            ck_dir, head->name, emb_name);
+    return RF_OK;
+}
+
 rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *topo,
-                              const rf_ckpt_t *ck, const char *ck_dir, rf_manifest_t *man_p,
+                              rf_ckpt_t *ck, const char *ck_dir, rf_manifest_t *man_p,
                               rf_err_t *err)
 {
     rf_manifest_t man;
@@ -186,6 +217,15 @@ rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *to
                 if (man.cut++ == 0)
                     first_cut = se->name;
                 break;
+            case RF_UNKNOWN_TIED: {
+                rf_status_t st = manifest_check_tied(ck, ck_dir, se, err);
+                if (st != RF_OK) {
+                    rf_manifest_free(&man);
+                    return st;
+                }
+                man.tied_checked = true;
+                break;
+            }
             case RF_UNKNOWN_ERROR:
                 rf_manifest_free(&man);
                 return rf_err_set(err, RF_ERR_EXTRA,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "refit/log.h"
 #include "refit/model.h"
@@ -446,6 +447,103 @@ rf_status_t rf_model_config_copy(rf_model_config_t *dst, const rf_model_config_t
             dst->not_convert[i] = strdup(src->not_convert[i]);
     }
     return RF_OK;
+}
+
+/* "config.json says KEY A, the topology's model config says B" (the checkpoint named). */
+static rf_status_t cfg_differs(const char *ck_dir, const char *key, const char *a, const char *b,
+                               const char *whose, rf_err_t *err)
+{
+    return rf_err_set(err, RF_ERR_MISMATCH, "checkpoint %s: config.json says %s %s, %s says %s",
+                      ck_dir, key, a, whose, b);
+}
+
+rf_status_t rf_model_config_compare(const rf_model_config_t *ck, const rf_model_config_t *topo,
+                                    rf_quant_t q, int64_t group, const char *ck_dir,
+                                    rf_err_t *err)
+{
+    static const char *model = "the topology's model config";
+    /* the topology's side as written: overrides cut layers, experts and vocab deliberately */
+    const struct {
+        const char *key;
+        int64_t a, b;
+    } ints[] = {
+        {"hidden_size", ck->hidden_size, topo->hidden_size},
+        {"intermediate_size", ck->intermediate_size, topo->intermediate_size},
+        {"moe_intermediate_size", ck->moe_intermediate_size, topo->moe_intermediate_size},
+        {"num_hidden_layers", ck->num_hidden_layers, topo->orig_num_hidden_layers},
+        {"num_attention_heads", ck->num_attention_heads, topo->num_attention_heads},
+        {"num_key_value_heads", ck->num_key_value_heads, topo->num_key_value_heads},
+        {"head_dim", ck->head_dim, topo->head_dim},
+        {"vocab_size", ck->vocab_size, topo->orig_vocab_size},
+        {"num_experts", ck->num_experts, topo->orig_num_experts},
+    };
+    char a[48], b[48];
+    ck_dir = ck_dir ? ck_dir : "?";
+    if (strcmp(ck->model_type, topo->model_type) != 0)
+        return cfg_differs(ck_dir, "model_type", ck->model_type, topo->model_type, model, err);
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        if (ints[i].a == ints[i].b)
+            continue;
+        snprintf(a, sizeof(a), "%lld", (long long)ints[i].a);
+        snprintf(b, sizeof(b), "%lld", (long long)ints[i].b);
+        return cfg_differs(ck_dir, ints[i].key, a, b, model, err);
+    }
+    if (ck->tie_word_embeddings != topo->tie_word_embeddings)
+        return cfg_differs(ck_dir, "tie_word_embeddings", ck->tie_word_embeddings ? "true" : "false",
+                           topo->tie_word_embeddings ? "true" : "false", model, err);
+    /* no quantization_config in the checkpoint: a bf16 source, which the trainer quantizes
+     * when the topology asks for a format (its tensors are checked against the manifest) */
+    if (!ck->has_quant_config)
+        return RF_OK;
+    /* the topology's quantization is model.quantization or else its config's */
+    if (ck->quant != q)
+        return cfg_differs(ck_dir, "quantization_config.quant_method", rf_quant_name(ck->quant),
+                           rf_quant_name(q), "the topology", err);
+    if (q == RF_QUANT_FP8_BLOCK) {
+        int64_t tb0 = 128, tb1 = 128; /* model.quantization: fp8-block means 128 x 128 */
+        if (topo->has_quant_config && topo->quant == RF_QUANT_FP8_BLOCK) {
+            tb0 = topo->weight_block[0];
+            tb1 = topo->weight_block[1];
+        }
+        if (ck->weight_block[0] != tb0 || ck->weight_block[1] != tb1) {
+            snprintf(a, sizeof(a), "[%lld, %lld]", (long long)ck->weight_block[0],
+                     (long long)ck->weight_block[1]);
+            snprintf(b, sizeof(b), "[%lld, %lld]", (long long)tb0, (long long)tb1);
+            return cfg_differs(ck_dir, "quantization_config.weight_block_size", a, b,
+                               "the topology", err);
+        }
+    }
+    if (q == RF_QUANT_WNA16) {
+        int64_t g = ck->group_size > 0 ? ck->group_size : 128; /* the inventory's default */
+        int64_t tg = group > 0 ? group : 128;
+        if (g != tg) {
+            snprintf(a, sizeof(a), "%lld", (long long)g);
+            snprintf(b, sizeof(b), "%lld", (long long)tg);
+            return cfg_differs(ck_dir, "quantization_config group_size", a, b, "the topology",
+                               err);
+        }
+    }
+    return RF_OK;
+}
+
+rf_status_t rf_model_config_check_checkpoint(const char *ck_dir, const rf_model_config_t *topo,
+                                             rf_quant_t q, int64_t group, rf_err_t *err)
+{
+    char path[4096];
+    struct stat sb;
+    rf_model_config_t ck;
+    rf_status_t st;
+    if (ck_dir == NULL)
+        return RF_OK;
+    if ((size_t)snprintf(path, sizeof(path), "%s/config.json", ck_dir) >= sizeof(path))
+        return rf_err_set(err, RF_ERR_INVALID, "checkpoint %s: path too long", ck_dir);
+    /* optional: only a checkpoint that says what it is can disagree */
+    if (stat(path, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR))
+        return RF_OK;
+    RF_CHECK(rf_model_config_load(path, &ck, err));
+    st = rf_model_config_compare(&ck, topo, q, group, ck_dir, err);
+    rf_model_config_free(&ck);
+    return st;
 }
 
 bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer)

@@ -41,16 +41,21 @@ typedef struct rf_manifest {
     uint64_t digest;              /* XXH3 of the canonical serialization */
     int skipped;                  /* checkpoint tensors skipped (skip list) */
     int cut;                      /* checkpoint tensors cut away by overrides */
+    bool tied_checked;            /* the checkpoint's lm_head.weight of a tied model was read,
+                                     found equal to the embedding and skipped (root only) */
 } rf_manifest_t;
 
 /*
  * Builds the manifest from the inventory and, when ck is not NULL, the checkpoint headers:
  * every inventory tensor must be present with the inventory's shape and dtype; checkpoint
  * tensors the inventory does not know are skipped (skip list, overrides: one log line each
- * kind) or refused (RF_ERR_EXTRA naming the tensor). Not collective (trainer rank 0).
+ * kind) or refused (RF_ERR_EXTRA naming the tensor). The lm_head.weight of a tied model is
+ * read and compared with model.embed_tokens.weight: equal, it is skipped (one INFO line);
+ * different in dtype, shape or bytes, RF_ERR_MISMATCH naming both and tie_word_embeddings.
+ * Not collective (trainer rank 0).
  */
 rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *topo,
-                              const rf_ckpt_t *ck, const char *ck_dir, rf_manifest_t *man_p,
+                              rf_ckpt_t *ck, const char *ck_dir, rf_manifest_t *man_p,
                               rf_err_t *err);
 void rf_manifest_free(rf_manifest_t *man);
 

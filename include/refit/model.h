@@ -96,6 +96,24 @@ rf_status_t rf_model_config_load(const char *path, rf_model_config_t *cfg_p, rf_
 void rf_model_config_free(rf_model_config_t *cfg);
 /* Deep copy (dst is overwritten; free it with rf_model_config_free). */
 rf_status_t rf_model_config_copy(rf_model_config_t *dst, const rf_model_config_t *src);
+/*
+ * A checkpoint directory's own config.json (`ck`) against the topology's model config `topo`
+ * as written (the orig_* sizes, before model.overrides) and the topology's effective
+ * quantization q / wna16 group size `group`: model_type, hidden_size, intermediate_size,
+ * moe_intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+ * head_dim, vocab_size, num_experts, tie_word_embeddings, and when ck has a
+ * quantization_config its method, fp8 weight_block_size and wna16 group_size (a checkpoint
+ * without one is a bf16 source the trainer may quantize, DESIGN.md section 7). Both were
+ * parsed by rf_model_config_parse, so every key spelling is already normalized. Errors:
+ * RF_ERR_MISMATCH naming ck_dir, the first differing key and both values. Not collective.
+ */
+rf_status_t rf_model_config_compare(const rf_model_config_t *ck, const rf_model_config_t *topo,
+                                    rf_quant_t q, int64_t group, const char *ck_dir,
+                                    rf_err_t *err);
+/* rf_model_config_compare against `<ck_dir>/config.json` when that file exists (RF_OK when it
+ * does not); its parse errors name the file. Not collective. */
+rf_status_t rf_model_config_check_checkpoint(const char *ck_dir, const rf_model_config_t *topo,
+                                             rf_quant_t q, int64_t group, rf_err_t *err);
 /* True for a MoE layer (qwen3_moe: E > 0, not in mlp_only_layers, (i+1) % step == 0). */
 bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer);
 
@@ -197,8 +215,9 @@ int rf_inventory_find(const rf_inventory_t *inv, const char *name);
 /* What to do with a checkpoint tensor the inventory does not know (DESIGN.md section 4). */
 typedef enum {
     RF_UNKNOWN_ERROR = 0, /* not on the skip list */
-    RF_UNKNOWN_SKIP,      /* lm_head.weight when tied, *.rotary_emb.inv_freq, mtp.* */
+    RF_UNKNOWN_SKIP,      /* *.rotary_emb.inv_freq, mtp.* */
     RF_UNKNOWN_CUT,       /* layer >= L or expert >= E after overrides */
+    RF_UNKNOWN_TIED,      /* lm_head.weight when tied: skipped only if it equals the embedding */
 } rf_unknown_t;
 rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char *name);
 

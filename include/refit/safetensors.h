@@ -148,6 +148,15 @@ rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_beg
                          uint64_t row_end, uint64_t col_byte_begin, uint64_t col_byte_end,
                          void *dst, size_t dst_pitch, rf_err_t *err);
 
+/*
+ * Compares the bytes of entries a and b of ck (same rows and row bytes, else RF_ERR_INVALID):
+ * *first_row = -1 when equal, else the first row (dim 0) that differs. Reads block by block
+ * (at most block_bytes of each at a time; 0: 4 MiB), so a tensor of any size is compared in
+ * bounded memory; the bytes read count in bytes_read. Errors as rf_ckpt_read, RF_ERR_NOMEM.
+ */
+rf_status_t rf_ckpt_compare(rf_ckpt_t *ck, const rf_st_entry_t *a, const rf_st_entry_t *b,
+                            size_t block_bytes, int64_t *first_row, rf_err_t *err);
+
 /* Tensor data bytes read since open or the last reset. */
 uint64_t rf_ckpt_bytes_read(const rf_ckpt_t *ck);
 /* 8-byte prefixes + header bytes read since open or the last reset. */

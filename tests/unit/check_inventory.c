@@ -63,7 +63,8 @@ START_TEST(test_qwen2_biases_and_modules)
     ck_assert_str_eq(inv.modules[inv.tensors[k].module].name, "model.layers.3.self_attn.qkv_proj");
     ck_assert_str_eq(inv.modules[inv.tensors[k].module].slot_names[inv.tensors[k].slot], "bias");
     ck_assert_int_eq(rf_inventory_find(&inv, "lm_head.weight"), -1);
-    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "lm_head.weight"), RF_UNKNOWN_SKIP);
+    /* a stored head of a tied model is compared with the embedding, not skipped unseen */
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "lm_head.weight"), RF_UNKNOWN_TIED);
     ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.0.self_attn.rotary_emb.inv_freq"), RF_UNKNOWN_SKIP);
     ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.0.self_attn.foo.weight"), RF_UNKNOWN_ERROR);
     /* 1 embed + 24 x (2 norms + qkv + o + gate_up + down) + final norm = 146 modules */
@@ -278,6 +279,132 @@ START_TEST(test_quant_not_convert_and_refusals)
 }
 END_TEST
 
+static rf_model_config_t parse_cfg(const char *json)
+{
+    rf_model_config_t cfg;
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_msg(rf_model_config_parse(json, strlen(json), "t.json", &cfg, &err) == RF_OK, "%s",
+                  err.msg);
+    return cfg;
+}
+
+static rf_status_t cmp_cfg(const rf_model_config_t *ck, const rf_model_config_t *topo,
+                           rf_quant_t q, int64_t g, rf_err_t *err)
+{
+    rf_err_clear(err); /* the first error is kept: each call reports its own */
+    return rf_model_config_compare(ck, topo, q, g, "d", err);
+}
+
+static rf_status_t check_dir(const char *dir, const rf_model_config_t *topo, rf_quant_t q,
+                             int64_t g, rf_err_t *err)
+{
+    rf_err_clear(err);
+    return rf_model_config_check_checkpoint(dir, topo, q, g, err);
+}
+
+/* A checkpoint's config.json against the topology's: the keys that decide the inventory,
+ * after the parser's spelling normalization, the topology's sizes as written (overrides cut
+ * deliberately), quantization only when the checkpoint has a quantization_config. */
+START_TEST(test_config_compare_checkpoint)
+{
+    char path[512];
+    rf_err_t err;
+    rf_err_clear(&err);
+    snprintf(path, sizeof(path), "%s/llama-tiny/config.json", REFIT_TEST_DATA);
+    rf_model_config_t ck = load_cfg(path), topo = load_cfg(path);
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err), RF_OK);
+    /* model.overrides cut layers, experts, vocab: compared as written (orig_*) */
+    topo.num_hidden_layers = 2;
+    topo.vocab_size = 512;
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err), RF_OK);
+    topo.orig_num_hidden_layers = 4;
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_str_eq(err.msg, "checkpoint d: config.json says num_hidden_layers 3, the topology's "
+                              "model config says 4");
+    topo.orig_num_hidden_layers = 3;
+    topo.tie_word_embeddings = true;
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_str_eq(err.msg, "checkpoint d: config.json says tie_word_embeddings false, the "
+                              "topology's model config says true");
+    topo.tie_word_embeddings = false;
+    topo.num_key_value_heads = 6;
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "num_key_value_heads 2, the topology's model config says 6"));
+    rf_model_config_free(&topo);
+    snprintf(path, sizeof(path), "%s/qwen3-tiny-tied/config.json", REFIT_TEST_DATA);
+    topo = load_cfg(path);
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model_type llama, the topology's model config says qwen3"));
+    rf_model_config_free(&topo);
+    rf_model_config_free(&ck);
+
+    /* both spellings of a key (DESIGN.md section 4) are one key; head_dim null = H / nh */
+    const char *moe = "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, "
+                      "\"num_hidden_layers\": 2, \"vocab_size\": 100, \"num_attention_heads\": 4, "
+                      "\"moe_intermediate_size\": 32, \"tie_word_embeddings\": false, ";
+    char a[1024], b[1024];
+    snprintf(a, sizeof(a), "%s\"num_experts\": 8, \"torch_dtype\": \"bfloat16\", "
+                           "\"head_dim\": 16}", moe);
+    snprintf(b, sizeof(b), "%s\"num_local_experts\": 8, \"dtype\": \"bfloat16\", "
+                           "\"head_dim\": null}", moe);
+    ck = parse_cfg(a);
+    topo = parse_cfg(b);
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err), RF_OK);
+    topo.orig_num_experts = 6; /* a topology file whose config says 6 experts */
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "num_experts 8, the topology's model config says 6"));
+    topo.orig_num_experts = 8;
+    rf_model_config_free(&ck);
+
+    /* quantization: a checkpoint without quantization_config is a bf16 source (the trainer
+     * quantizes); with one, method and block / group size must be the topology's */
+    ck = parse_cfg(b);
+    ck_assert_int_eq(cmp_cfg(&ck, &ck, RF_QUANT_FP8_BLOCK, 128, &err), RF_OK);
+    rf_model_config_free(&ck);
+    snprintf(a, sizeof(a), "%s\"num_experts\": 8, \"quantization_config\": {\"quant_method\": "
+                           "\"fp8\", \"weight_block_size\": [128, 128]}}", moe);
+    ck = parse_cfg(a);
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_FP8_BLOCK, 128, &err), RF_OK);
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_NONE, 128, &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_str_eq(err.msg, "checkpoint d: config.json says quantization_config.quant_method "
+                              "fp8-block, the topology says none");
+    rf_model_config_free(&ck);
+    snprintf(a, sizeof(a), "%s\"num_experts\": 8, \"quantization_config\": {\"quant_method\": "
+                           "\"compressed-tensors\", \"config_groups\": {\"g\": {\"weights\": "
+                           "{\"num_bits\": 4, \"strategy\": \"group\", \"group_size\": 32, "
+                           "\"symmetric\": true}}}}}", moe);
+    ck = parse_cfg(a);
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_WNA16, 32, &err), RF_OK);
+    ck_assert_int_eq(cmp_cfg(&ck, &topo, RF_QUANT_WNA16, 128, &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "group_size 32, the topology says 128"));
+    rf_model_config_free(&ck);
+    rf_model_config_free(&topo);
+
+    /* a checkpoint directory without config.json has nothing to disagree with */
+    snprintf(path, sizeof(path), "%s/llama-tiny/config.json", REFIT_TEST_DATA);
+    topo = load_cfg(path);
+    ck_assert_int_eq(check_dir("/nonexistent-dir", &topo, RF_QUANT_NONE,
+                                                      128, &err),
+                     RF_OK);
+    snprintf(path, sizeof(path), "%s/llama-tiny", REFIT_TEST_DATA);
+    ck_assert_int_eq(check_dir(path, &topo, RF_QUANT_NONE, 128, &err),
+                     RF_OK);
+    topo.tie_word_embeddings = true;
+    ck_assert_int_eq(check_dir(path, &topo, RF_QUANT_NONE, 128, &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "llama-tiny: config.json says tie_word_embeddings false"));
+    rf_model_config_free(&topo);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("inventory");
@@ -295,6 +422,7 @@ int main(void)
     tcase_add_test(tc, test_config_aliases);
     tcase_add_test(tc, test_moe_placement);
     tcase_add_test(tc, test_quant_not_convert_and_refusals);
+    tcase_add_test(tc, test_config_compare_checkpoint);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -754,6 +754,51 @@ START_TEST(test_fp8_source_agrees)
 }
 END_TEST
 
+/* rf_ckpt_compare: equal tensors, the first differing row, blocks of whole rows and column
+ * slices of one row (block smaller than a row), and a shape mismatch refused. */
+START_TEST(test_ckpt_compare)
+{
+    char *dir = make_tmpdir();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, RF_ST_SINGLE_NAME);
+    uint16_t a[10][6], c[10][6], d[6][10];
+    for (int r = 0; r < 10; r++)
+        for (int k = 0; k < 6; k++)
+            a[r][k] = c[r][k] = d[k][r] = (uint16_t)(0x3f80 + r * 6 + k);
+    c[7][5] ^= 1; /* the last byte pair of row 7 */
+    const char *names[4] = {"a", "b", "c", "d"};
+    rf_dtype_t dts[4] = {RF_DTYPE_BF16, RF_DTYPE_BF16, RF_DTYPE_BF16, RF_DTYPE_BF16};
+    int nd[4] = {2, 2, 2, 2};
+    uint64_t sh[4][RF_ST_MAX_RANK] = {{10, 6}, {10, 6}, {10, 6}, {6, 10}};
+    const void *data[4] = {a, a, c, d};
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_msg(rf_st_write_file(path, 4, names, dts, nd, sh, data, NULL, &err) == RF_OK, "%s",
+                  err.msg);
+    rf_ckpt_t *ck = NULL;
+    ck_assert_msg(rf_ckpt_open(dir, &ck, &err) == RF_OK, "%s", err.msg);
+    const rf_st_entry_t *ea = rf_ckpt_find(ck, "a"), *eb = rf_ckpt_find(ck, "b");
+    const rf_st_entry_t *ec = rf_ckpt_find(ck, "c"), *ed = rf_ckpt_find(ck, "d");
+    /* 0: the default block; 24: two rows a block; 5: column slices of one 12-byte row */
+    size_t blocks[] = {0, 24, 5, 12, 1};
+    for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+        int64_t row = 42;
+        ck_assert_int_eq(rf_ckpt_compare(ck, ea, eb, blocks[i], &row, &err), RF_OK);
+        ck_assert_int_eq(row, -1);
+        ck_assert_int_eq(rf_ckpt_compare(ck, ea, ec, blocks[i], &row, &err), RF_OK);
+        ck_assert_int_eq(row, 7);
+        ck_assert_int_eq(rf_ckpt_compare(ck, ec, ea, blocks[i], &row, &err), RF_OK);
+        ck_assert_int_eq(row, 7);
+    }
+    int64_t row = 0;
+    ck_assert_int_eq(rf_ckpt_compare(ck, ea, ed, 0, &row, &err), RF_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "differ in rows or row bytes"));
+    rf_ckpt_close(ck);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
 static Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -788,6 +833,7 @@ static Suite *safetensors_suite(void)
     tc = tcase_create("writer");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_write_roundtrip);
+    tcase_add_test(tc, test_ckpt_compare);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("reference");
