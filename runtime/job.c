@@ -11,9 +11,12 @@
  * changed" rule of DESIGN.md section 2.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +162,15 @@ typedef struct job {
     bool fence;                  /* some trainer produces before the update: update_fence */
     const char *wire;            /* the stage gather's wire when not MPI point-to-point: "nccl
                                     gather communicators" or the tests' "test wire" */
+    /* --profile-dir (docs/design.md#profile): one line per update appended to the .jsonl with
+     * one write(), so a long run costs the same per update and a killed one leaves whole lines */
+    int prof_fd;                 /* profile-rank<R>.jsonl, O_APPEND; -1: no profile */
+    char *prof_line;             /* the line, reused across updates (grown once if too small) */
+    size_t prof_cap;
+    uint64_t prof_lines, prof_committed;
+    double prof_tsum[16], prof_tmin[16], prof_tmax[16]; /* per prof_timers[] entry */
+    uint64_t prof_csum[16];                             /* per prof_counters[] entry */
+    int prof_inflight_max;
 } job_t;
 
 /* ---- fault injection (refit-run --inject-fault; docs/faults.md) ---------------------- */
@@ -1879,9 +1891,55 @@ static rf_status_t verify_reference(job_t *j, rf_err_t *err)
     return st;
 }
 
-static void write_profile(job_t *j, uint32_t update)
+/* The timers and counters the summary keeps O(1) figures of (sum, min, max / total). */
+static const struct {
+    const char *key;
+    size_t off;
+} prof_timers[] = {
+    {"update_s", offsetof(job_stats_t, update_s)},
+    {"verdict_s", offsetof(job_stats_t, verdict_s)},
+    {"initialize_s", offsetof(job_stats_t, begin_s)},
+    {"receive_s", offsetof(job_stats_t, receive_s)},
+    {"wire_s", offsetof(job_stats_t, wire_s)},
+    {"unpack_s", offsetof(job_stats_t, unpack_s)},
+    {"loader_s", offsetof(job_stats_t, loader_s)},
+    {"finalize_s", offsetof(job_stats_t, finalize_s)},
+    {"layerwise_s", offsetof(job_stats_t, layerwise_s)},
+    {"deferred_s", offsetof(job_stats_t, deferred_s)},
+    {"gate_s", offsetof(job_stats_t, gate_s)},
+    {"verify_s", offsetof(job_stats_t, verify_s)},
+};
+static const struct {
+    const char *key;
+    size_t off;
+} prof_counters[] = {
+    {"applications", offsetof(job_stats_t, applications)},
+    {"declined", offsetof(job_stats_t, declined)},
+    {"loader_calls", offsetof(job_stats_t, loader_calls)},
+    {"chunks_sent", offsetof(job_stats_t, chunks_sent)},
+    {"bytes_sent", offsetof(job_stats_t, bytes_sent)},
+    {"chunks_received", offsetof(job_stats_t, chunks_recv)},
+    {"bytes_received", offsetof(job_stats_t, bytes_recv)},
+    {"bytes_produced", offsetof(job_stats_t, bytes_produced)},
+    {"bytes_read", offsetof(job_stats_t, bytes_read)},
+    {"bytes_gathered", offsetof(job_stats_t, bytes_gathered)},
+};
+_Static_assert(sizeof(prof_timers) / sizeof(prof_timers[0]) <= 16, "job_t.prof_t* too small");
+_Static_assert(sizeof(prof_counters) / sizeof(prof_counters[0]) <= 16, "job_t.prof_csum too small");
+#define PROF_NT (sizeof(prof_timers) / sizeof(prof_timers[0]))
+#define PROF_NC (sizeof(prof_counters) / sizeof(prof_counters[0]))
+
+static void profile_path(const job_t *j, char *path, size_t cap, const char *suffix)
+{
+    snprintf(path, cap, "%s/profile-rank%d.%s", j->o->profile_dir, j->rank, suffix);
+}
+
+/* After setup: creates the profile folder and opens this rank's .jsonl for the whole run. A
+ * profile that cannot be written warns once and leaves the job alone (it is not its result). */
+static void profile_open(job_t *j)
 {
     char path[RF_PATH_MAX + 64];
+    j->prof_fd = -1;
     if (j->o->profile_dir == NULL || j->o->profile_dir[0] == '\0')
         return;
     /* mkdir -p */
@@ -1893,22 +1951,124 @@ static void write_profile(job_t *j, uint32_t update)
             *q = '/';
         }
     mkdir(path, 0755);
-    snprintf(path, sizeof(path), "%s/profile-rank%d.json", j->o->profile_dir, j->rank);
-    json_t *root = NULL;
-    if (update > 1) {
-        json_error_t je;
-        root = json_load_file(path, 0, &je);
+    /* a summary left by an earlier run would describe another .jsonl: present only once this
+     * run's is complete */
+    profile_path(j, path, sizeof(path), "json");
+    unlink(path);
+    profile_path(j, path, sizeof(path), "jsonl");
+    j->prof_cap = 4096; /* one line is about 1.2 KB */
+    j->prof_line = malloc(j->prof_cap);
+    if (j->prof_line == NULL) {
+        rf_warn("rank %d: out of memory for the profile line; no profile", j->rank);
+        return;
     }
-    if (root == NULL || !json_is_object(root)) {
-        json_decref(root);
-        root = json_pack("{s:i, s:s, s:s, s:[]}", "rank", j->rank, "role",
-                         is_rollout(j) ? "rollout" : "trainer", "topology", j->topo.name,
-                         "updates");
+    j->prof_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (j->prof_fd < 0)
+        rf_warn("rank %d: cannot open profile %s: %s; no profile", j->rank, path,
+                strerror(errno));
+    for (size_t k = 0; k < PROF_NT; k++) {
+        j->prof_tmin[k] = INFINITY;
+        j->prof_tmax[k] = -INFINITY;
+    }
+}
+
+/* One line: the object, a newline, one write() on the O_APPEND fd. A failed or short write
+ * (disk full) stops the profile, so that a torn line can only be the last one. */
+static void profile_append(job_t *j, const json_t *u, uint32_t update)
+{
+    size_t n = json_dumpb(u, j->prof_line, j->prof_cap - 1, JSON_COMPACT);
+    if (n + 1 > j->prof_cap) {
+        size_t cap = n + 1 + 1024;
+        char *p = realloc(j->prof_line, cap);
+        if (p != NULL) {
+            j->prof_line = p;
+            j->prof_cap = cap;
+            n = json_dumpb(u, j->prof_line, j->prof_cap - 1, JSON_COMPACT);
+        }
+    }
+    if (n == 0 || n + 1 > j->prof_cap) {
+        rf_warn("rank %d: profile line of update %u not written (%zu bytes); profile stopped",
+                j->rank, update, n);
+        close(j->prof_fd);
+        j->prof_fd = -1;
+        return;
+    }
+    j->prof_line[n++] = '\n';
+    ssize_t w;
+    do
+        w = write(j->prof_fd, j->prof_line, n);
+    while (w < 0 && errno == EINTR);
+    if (w != (ssize_t)n) {
+        rf_warn("rank %d: profile %s/profile-rank%d.jsonl: wrote %zd of %zu bytes of update %u "
+                "(%s); profile stopped", j->rank, j->o->profile_dir, j->rank, w, n, update,
+                w < 0 ? strerror(errno) : "short write");
+        close(j->prof_fd);
+        j->prof_fd = -1;
+        return;
     }
     const job_stats_t *s = &j->js;
+    j->prof_lines++;
+    j->prof_committed += s->status == RF_OK;
+    for (size_t k = 0; k < PROF_NT; k++) {
+        double t = *(const double *)((const char *)s + prof_timers[k].off);
+        j->prof_tsum[k] += t;
+        j->prof_tmin[k] = t < j->prof_tmin[k] ? t : j->prof_tmin[k];
+        j->prof_tmax[k] = t > j->prof_tmax[k] ? t : j->prof_tmax[k];
+    }
+    for (size_t k = 0; k < PROF_NC; k++)
+        j->prof_csum[k] += *(const uint64_t *)((const char *)s + prof_counters[k].off);
+    j->prof_inflight_max = s->max_inflight > j->prof_inflight_max ? s->max_inflight
+                                                                  : j->prof_inflight_max;
+}
+
+/* Teardown: closes the .jsonl and writes the run's summary through a temporary file and a
+ * rename(), so that profile-rank<R>.json is either absent or whole. */
+static void profile_close(job_t *j)
+{
+    char path[RF_PATH_MAX + 64], tmp[RF_PATH_MAX + 64];
+    free(j->prof_line);
+    j->prof_line = NULL;
+    if (j->prof_fd < 0)
+        return;
+    close(j->prof_fd);
+    j->prof_fd = -1;
+    char hash[24], lines[64];
+    snprintf(hash, sizeof(hash), "%016" PRIx64, rf_topology_hash(&j->topo));
+    snprintf(lines, sizeof(lines), "profile-rank%d.jsonl", j->rank);
+    json_t *timers = json_object(), *counters = json_object();
+    for (size_t k = 0; k < PROF_NT && j->prof_lines > 0; k++)
+        json_object_set_new(timers, prof_timers[k].key,
+                            json_pack("{s:f, s:f, s:f}", "sum", j->prof_tsum[k], "min",
+                                      j->prof_tmin[k], "max", j->prof_tmax[k]));
+    for (size_t k = 0; k < PROF_NC; k++)
+        json_object_set_new(counters, prof_counters[k].key,
+                            json_integer((json_int_t)j->prof_csum[k]));
+    json_t *root = json_pack(
+        "{s:s, s:i, s:i, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:i}", "format",
+        "refit-profile", "version", 2, "rank", j->rank, "role",
+        is_rollout(j) ? "rollout" : "trainer", "topology", j->topo.name, "topology_hash", hash,
+        "lines", lines, "updates", (json_int_t)j->prof_lines, "committed",
+        (json_int_t)j->prof_committed, "failed", (json_int_t)(j->prof_lines - j->prof_committed),
+        "timers", timers, "counters", counters, "max_inflight_chunks", j->prof_inflight_max);
+    profile_path(j, path, sizeof(path), "json");
+    profile_path(j, tmp, sizeof(tmp), "json.tmp");
+    if (root == NULL || json_dump_file(root, tmp, JSON_INDENT(1)) != 0 || rename(tmp, path) != 0) {
+        rf_warn("rank %d: cannot write the profile summary %s: %s", j->rank, path,
+                strerror(errno));
+        unlink(tmp);
+    }
+    json_decref(root);
+}
+
+static void write_profile(job_t *j, uint32_t update)
+{
+    if (j->prof_fd < 0)
+        return;
+    const job_stats_t *s = &j->js;
     json_t *u = json_pack(
-        "{s:i, s:s, s:s, s:f, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, "
+        "{s:i, s:i, s:i, s:s, s:s, s:f, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, "
         "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
+        "v", 2, "rank", j->rank,
         "update", (int)update, "status", rf_status_name((rf_status_t)s->status), "source",
         j->source, "update_s", s->update_s, "receiver", "initialize_s", s->begin_s, "receive_s",
         s->receive_s, "wire_s", s->wire_s, "unpack_s", s->unpack_s, "loader_s", s->loader_s,
@@ -1958,9 +2118,8 @@ static void write_profile(job_t *j, uint32_t update)
         }
     }
     if (u != NULL)
-        json_array_append_new(json_object_get(root, "updates"), u);
-    json_dump_file(root, path, JSON_INDENT(1));
-    json_decref(root);
+        profile_append(j, u, update);
+    json_decref(u);
 }
 
 static const char *human_bytes(double b, char *buf, size_t cap)
@@ -2752,6 +2911,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
 
 static void teardown(job_t *j)
 {
+    profile_close(j);
     cold_free(j);
     free(j->cold);
     if (j->xfer && j->ipc_dev) {
@@ -2925,6 +3085,7 @@ int rf_job_run(const rf_job_opts_t *opts)
     char failed_list[256] = "";
     memset(&j, 0, sizeof(j));
     j.role_comm = j.engine_comm = j.stats_comm = MPI_COMM_NULL;
+    j.prof_fd = -1;
     j.o = opts;
     rf_err_clear(&err);
     MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
@@ -2937,6 +3098,7 @@ int rf_job_run(const rf_job_opts_t *opts)
         teardown(&j);
         return 1;
     }
+    profile_open(&j);
     if (j.rank == 0 && !opts->quiet) {
         printf("refit: topology %s (hash %016" PRIx64 "), model %s %s, trainer %d rank(s) (tp %d "
                "pp %d dp %d) -> %d engine(s) x tp %d dp %d ep %d, %s, %s transport, %s\n",

@@ -1,5 +1,6 @@
 /*
- * Checks the per-rank profile counters that refit-run wrote for llama-tiny on trainer TP2 ->
+ * Checks the per-rank profile counters (profile-rank<R>.jsonl, one line per update) and the
+ * run summaries (profile-rank<R>.json) that refit-run wrote for llama-tiny on trainer TP2 ->
  * 2 engines x TP1 (jobs/topologies/llama-tiny-tp2-to-2xtp1.yaml, --checkpoint, 2 updates:
  * update 1 carries the checkpoint, update 2 generator weights), against values computed by
  * hand from the model's sizes (DESIGN.md section 6):
@@ -18,20 +19,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "profile_lines.h"
+
 static const char *g_dir;
 
 static json_t *counters(int rank, int update)
 {
-    char path[1024];
-    json_error_t je;
-    snprintf(path, sizeof(path), "%s/profile-rank%d.json", g_dir, rank);
-    json_t *root = json_load_file(path, 0, &je);
-    ck_assert_msg(root != NULL, "%s: %s", path, je.text);
-    json_t *u = json_array_get(json_object_get(root, "updates"), (size_t)update - 1);
+    char path[1024], msg[2048];
+    profile_lines_t p;
+    snprintf(path, sizeof(path), "%s/profile-rank%d.jsonl", g_dir, rank);
+    ck_assert_msg(profile_lines_read(path, &p, msg, sizeof(msg)) == 0, "%s", msg);
+    ck_assert_msg(!p.torn, "%s: torn last line after a committed run", path);
+    json_t *u = profile_lines_update(&p, update);
     ck_assert_msg(u != NULL, "%s: no update %d", path, update);
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "v")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(u, "rank")), rank);
     ck_assert_str_eq(json_string_value(json_object_get(u, "status")), "RF_OK");
     json_t *c = json_incref(json_object_get(u, "counters"));
-    json_decref(root);
+    profile_lines_free(&p);
     return c;
 }
 
@@ -76,6 +81,37 @@ START_TEST(test_rollout_counters)
 }
 END_TEST
 
+/* the run's summary, written at the end: both updates, and totals equal to the lines' sums */
+START_TEST(test_summary)
+{
+    for (int r = 0; r <= 3; r++) {
+        char path[1024];
+        json_error_t je;
+        snprintf(path, sizeof(path), "%s/profile-rank%d.json", g_dir, r);
+        json_t *s = json_load_file(path, 0, &je);
+        ck_assert_msg(s != NULL, "%s: %s", path, je.text);
+        ck_assert_str_eq(json_string_value(json_object_get(s, "format")), "refit-profile");
+        ck_assert_int_eq(json_integer_value(json_object_get(s, "version")), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(s, "rank")), r);
+        ck_assert_str_eq(json_string_value(json_object_get(s, "role")), r < 2 ? "trainer" : "rollout");
+        ck_assert_int_eq(json_integer_value(json_object_get(s, "updates")), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(s, "committed")), 2);
+        json_t *c = json_object_get(s, "counters");
+        long long want = 0;
+        for (int u = 1; u <= 2; u++) {
+            json_t *lc = counters(r, u);
+            want += get(lc, r < 2 ? "bytes_produced" : "bytes_received");
+            json_decref(lc);
+        }
+        ck_assert_int_eq(get(c, r < 2 ? "bytes_produced" : "bytes_received"), want);
+        json_t *t = json_object_get(json_object_get(s, "timers"), "update_s");
+        ck_assert(json_real_value(json_object_get(t, "min")) > 0);
+        ck_assert(json_real_value(json_object_get(t, "min")) <= json_real_value(json_object_get(t, "max")));
+        json_decref(s);
+    }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -88,6 +124,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_trainer_counters);
     tcase_add_test(tc, test_rollout_counters);
+    tcase_add_test(tc, test_summary);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -113,6 +113,33 @@ foreach(case "exit_rollout;exit" "exit_sender;exit:0" "exit_gather;exit:1")
   set_tests_properties(faults_${name} PROPERTIES LABELS mpi TIMEOUT 30)
 endforeach()
 
+# a killed job leaves whole profile lines and no summary: a committed run leaves summaries in
+# the folder, then rollout rank 2 exits during update 5 of 8 in the same folder; every rank's
+# .jsonl then holds updates 1-4 (or 1-5, if a rank wrote update 5's line before Open MPI killed
+# it), and the old summaries are gone rather than describing another run
+set(EXIT_PROFILE ${CMAKE_BINARY_DIR}/profiles/faults_exit_profile)
+add_test(NAME faults_exit_profile_previous
+         COMMAND ${EXPECT} ok "refit: COMMITTED 2 update" -- ${REFIT_RUN} -np 4
+                 $<TARGET_FILE:refit-run> --topology ${FTOPO4} --steps 2 --verify none
+                 --profile-dir ${EXIT_PROFILE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+add_test(NAME faults_exit_profile
+         COMMAND ${EXPECT} fail "refit: fault: rank 2 exits during update 5"
+                 "refit update 4/8: COMMITTED"
+                 -- ${REFIT_RUN} -np 4 $<TARGET_FILE:refit-run> --topology ${FTOPO4}
+                 --checkpoint ${DATA}/llama-tiny --steps 8 --inject-fault exit:2@5
+                 --profile-dir ${EXIT_PROFILE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+add_test(NAME check_profile_after_exit
+         COMMAND ${EXPECT} ok "check_profile: ok: 4 rank" -- $<TARGET_FILE:check_profile>
+                 ${EXIT_PROFILE} 4 4 5 no-summary)
+set_tests_properties(faults_exit_profile_previous faults_exit_profile PROPERTIES
+                     FIXTURES_SETUP exit_profile)
+set_tests_properties(faults_exit_profile PROPERTIES DEPENDS faults_exit_profile_previous)
+set_tests_properties(check_profile_after_exit PROPERTIES FIXTURES_REQUIRED exit_profile)
+set_tests_properties(faults_exit_profile_previous faults_exit_profile check_profile_after_exit
+                     PROPERTIES LABELS mpi TIMEOUT 60)
+
 # bad fault specs are refused at startup
 refit_run_test(faults_bad_kind 2 fail "refit: FAILED: --inject-fault: unknown kind 'melt'"
                --topology ${CMAKE_SOURCE_DIR}/jobs/topologies/llama-tiny-tp1-to-tp1.yaml

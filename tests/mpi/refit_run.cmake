@@ -74,6 +74,23 @@ target_link_libraries(check_profile_counters PRIVATE PkgConfig::CHECK PkgConfig:
 add_test(NAME check_profile_counters
          COMMAND check_profile_counters ${CMAKE_BINARY_DIR}/profiles/refit_run_counters_llama_tiny_tp2)
 set_tests_properties(check_profile_counters PROPERTIES LABELS mpi FIXTURES_REQUIRED counters_profile)
+# check_profile DIR NRANKS MIN MAX summary|no-summary: the .jsonl lines and the summary's
+# presence (tests/mpi/check_profile.c; faults.cmake runs it after a killed job). Readers ignore
+# a torn last line and refuse a torn line followed by others: tests/data/profiles/torn-last has
+# 3 complete lines per rank and a torn last one (rank 0: no trailing newline; rank 1: a
+# newline after a cut object); torn-middle a cut line 2 followed by two complete lines.
+add_executable(check_profile ${CMAKE_CURRENT_SOURCE_DIR}/check_profile.c)
+target_link_libraries(check_profile PRIVATE PkgConfig::JANSSON)
+add_test(NAME check_profile_torn_last_ignored
+         COMMAND ${EXPECT} ok "check_profile: rank 0: 3 complete lines \\(a torn last line ignored\\)"
+                 "check_profile: rank 1: 3 complete lines \\(a torn last line ignored\\)"
+                 "check_profile: ok: 2 rank" -- $<TARGET_FILE:check_profile>
+                 ${DATA}/profiles/torn-last 2 3 3 no-summary)
+add_test(NAME check_profile_torn_middle_refused
+         COMMAND ${EXPECT} fail "check_profile: FAILED: .*profile-rank0.jsonl: line 2 of 4 is not a JSON object .*not the last line"
+                 -- $<TARGET_FILE:check_profile> ${DATA}/profiles/torn-middle 1 0 100 no-summary)
+set_tests_properties(check_profile_torn_last_ignored check_profile_torn_middle_refused PROPERTIES
+                     LABELS mpi TIMEOUT 30)
 
 # the main job on real input: full-size Qwen3-0.6B shape, generator weights
 refit_run_test(refit_run_default_qwen3_0_6b 4 ok "refit: COMMITTED 2 update\\(s\\), verified 310 tensors" --steps 2)
