@@ -2496,8 +2496,8 @@ static int ref_account(job_t *j, uint32_t v, const uint8_t *vsum, uint64_t *veri
 {
     size_t n = rf_ref_count(j->ref);
     uint64_t k = 0;
-    int cut = 0, tied = 0, unchecked = 0;
-    const char *first_cut = NULL, *first_bad = NULL;
+    int cut = 0, tied = 0, listed = 0, unchecked = 0;
+    const char *first_cut = NULL, *first_listed = NULL, *first_bad = NULL;
     for (size_t i = 0; i < n; i++) {
         const char *name = rf_ref_entry(j->ref, i)->name;
         int ti = rf_inventory_find(&j->inv, name);
@@ -2516,27 +2516,48 @@ static int ref_account(job_t *j, uint32_t v, const uint8_t *vsum, uint64_t *veri
                 tied++;
                 continue;
             }
+            if (u == RF_UNKNOWN_SKIP) { /* the documented skip list (inv_freq, mtp.*) */
+                if (listed++ == 0)
+                    first_listed = name;
+                continue;
+            }
         }
         if (unchecked++ == 0)
             first_bad = name;
     }
     *verified_p = k;
     j->ref_total = n;
-    j->ref_skipped = cut + tied;
+    j->ref_skipped = cut + tied + listed;
     j->ref_note[0] = '\0';
-    /* listed, so a deliberate cut reads as one and nothing is skipped silently */
-    if (cut && tied)
-        snprintf(j->ref_note, sizeof(j->ref_note),
-                 "%d skipped: %d cut by model.overrides (first %s); lm_head.weight, the tied "
-                 "copy checked equal to model.embed_tokens.weight at startup",
-                 cut + tied, cut, first_cut);
-    else if (cut)
-        snprintf(j->ref_note, sizeof(j->ref_note),
-                 "%d skipped: cut by model.overrides (first %s)", cut, first_cut);
-    else if (tied)
-        snprintf(j->ref_note, sizeof(j->ref_note),
-                 "1 skipped: lm_head.weight, the tied copy checked equal to "
-                 "model.embed_tokens.weight at startup");
+    /* listed, so a deliberate skip reads as one and nothing is skipped silently */
+    if (j->ref_skipped > 0) {
+        /* one kind: "9 skipped: cut by ..."; several: each with its own count */
+        bool several = (cut > 0) + (tied > 0) + (listed > 0) > 1;
+        char part[3][160];
+        int np = 0;
+        if (cut)
+            snprintf(part[np++], sizeof(part[0]), "%.0d%scut by model.overrides (first %.96s)",
+                     several ? cut : 0, several ? " " : "", first_cut);
+        if (tied)
+            snprintf(part[np++], sizeof(part[0]),
+                     "lm_head.weight, the tied copy checked equal to model.embed_tokens.weight "
+                     "at startup");
+        if (listed)
+            snprintf(part[np++], sizeof(part[0]), "%.0d%son the skip list (first %.96s)",
+                     several ? listed : 0, several ? " " : "", first_listed);
+        snprintf(j->ref_note, sizeof(j->ref_note), "%d skipped: ", j->ref_skipped);
+        for (int i = 0; i < np; i++) { /* appended, cut at the note's size */
+            size_t o = strlen(j->ref_note), room = sizeof(j->ref_note) - 1 - o;
+            const char *add[2] = {i > 0 ? "; " : "", part[i]};
+            for (int a = 0; a < 2; a++) {
+                size_t l = strlen(add[a]) < room ? strlen(add[a]) : room;
+                memcpy(j->ref_note + o, add[a], l);
+                o += l;
+                room -= l;
+            }
+            j->ref_note[o] = '\0';
+        }
+    }
     if (unchecked == 0)
         return 0;
     char more[32] = "";

@@ -71,12 +71,22 @@ refit_run_test(refit_run_overrides_cut_reference 2 ok
 
 # (e) a reference entry nothing checks fails the run naming it
 make_ckpt_variant_test(ref_extra ${DATA}/llama-tiny llama-tiny-ref-extra
-                       --ref-extra model.layers.0.self_attn.rotary_emb.inv_freq)
+                       --ref-extra model.layers.0.self_attn.extra_proj.weight)
 refit_run_test(refit_run_reference_unchecked_refused 2 fail
-               "refit: FAILED: update 1: verification: .*/llama-tiny-ref-extra/tensors.reference.json: verified 30 of 31 tensors: model.layers.0.self_attn.rotary_emb.inv_freq was not checked"
+               "refit: FAILED: update 1: verification: .*/llama-tiny-ref-extra/tensors.reference.json: verified 30 of 31 tensors: model.layers.0.self_attn.extra_proj.weight was not checked"
                --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --checkpoint ${DATA}/llama-tiny
                --reference ${CKV}/llama-tiny-ref-extra/tensors.reference.json --steps 1)
 set_tests_properties(refit_run_reference_unchecked_refused PROPERTIES FIXTURES_REQUIRED ckv_ref_extra)
+
+# a reference entry on the documented skip list (*.rotary_emb.inv_freq) is skipped on purpose
+# and listed, not failed
+make_ckpt_variant_test(ref_listed ${DATA}/llama-tiny llama-tiny-ref-listed
+                       --ref-extra model.layers.0.self_attn.rotary_emb.inv_freq)
+refit_run_test(refit_run_reference_skip_list_listed 2 ok
+               "refit: COMMITTED 1 update\\(s\\), verified 30 of 31 tensors \\(1 skipped: on the skip list \\(first model.layers.0.self_attn.rotary_emb.inv_freq\\)\\)"
+               --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --checkpoint ${DATA}/llama-tiny
+               --reference ${CKV}/llama-tiny-ref-listed/tensors.reference.json --steps 1)
+set_tests_properties(refit_run_reference_skip_list_listed PROPERTIES FIXTURES_REQUIRED ckv_ref_listed)
 
 # the shape check behind the config check: a checkpoint without config.json for another model
 make_ckpt_variant_test(tied_no_config ${DATA}/qwen3-tiny-tied qwen3-tiny-tied-no-config --no-config)
