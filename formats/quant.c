@@ -142,6 +142,35 @@ static void store_scale(void *p, rf_dtype_t dt, int64_t i, float s)
         ((uint16_t *)p)[i] = rf_f32_to_f16(s);
 }
 
+static int64_t first_bad(const void *p, rf_dtype_t dt, uint64_t n, bool scale, float *bad_p)
+{
+    if (!float_src(dt)) {
+        if (bad_p != NULL)
+            *bad_p = bits_f32(0x7fc00000u);
+        return 0;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        float v = rf_load_f32(p, dt, (int64_t)i);
+        /* !(v > 0) also catches NaN and both zeros */
+        if (!isfinite(v) || (scale && !(v > 0.0f))) {
+            if (bad_p != NULL)
+                *bad_p = v;
+            return (int64_t)i;
+        }
+    }
+    return -1;
+}
+
+int64_t rf_scale_first_bad(const void *p, rf_dtype_t dt, uint64_t n, float *bad_p)
+{
+    return first_bad(p, dt, n, true, bad_p);
+}
+
+int64_t rf_first_nonfinite(const void *p, rf_dtype_t dt, uint64_t n, float *bad_p)
+{
+    return first_bad(p, dt, n, false, bad_p);
+}
+
 /* ---- fp8-block --------------------------------------------------------------------------- */
 
 /* The value the rule sees: w itself, or (TRANSFORMERS) w cast to e4m3 without scaling. */

@@ -1470,7 +1470,10 @@ static rf_status_t check_source(job_t *j, bool from_ckpt, uint32_t v, rf_err_t *
             const rf_st_entry_t *se = rf_ckpt_find(j->ck, e->name);
             sv.present = se != NULL;
             if (se != NULL) {
-                sv.dtype = se->dtype;
+                /* a bf16 / f16 fp8 scale is widened to the manifest's fp32 on reading */
+                sv.dtype = rf_manifest_scale_widens(&j->inv.tensors[e->tensor], se->dtype)
+                               ? e->dtype
+                               : se->dtype;
                 sv.ndim = se->ndim;
                 for (int d = 0; d < se->ndim && d < RF_MAX_DIMS; d++)
                     sv.shape[d] = (int64_t)se->shape[d];
@@ -1699,10 +1702,20 @@ static const void *expect_bytes(void *ctx, int tensor)
     return b;
 }
 
+/* The dtype expect_bytes hands tensor out in, whether or not it has been fetched yet (the
+ * oracle may ask first): the header's for tensors compared as stored, else the inventory's. */
 static rf_dtype_t expect_dtype(void *ctx, int tensor)
 {
     expect_ctx_t *c = ctx;
-    return c->buf[tensor] != NULL ? c->dt[tensor] : RF_DTYPE_INVALID;
+    job_t *j = c->j;
+    const rf_tensor_t *t = &j->inv.tensors[tensor];
+    if (c->buf[tensor] != NULL)
+        return c->dt[tensor];
+    if (!c->from_ckpt || t->param == RF_PARAM_WEIGHT_SHAPE ||
+        rf_manifest_trainer_quantizes(&j->inv, t, j->ck))
+        return RF_DTYPE_INVALID;
+    const rf_st_entry_t *e = rf_ckpt_find(j->ck, t->name);
+    return e != NULL ? e->dtype : RF_DTYPE_INVALID;
 }
 
 static const void *expect_slot_bytes(void *ctx, int module, int slot)
@@ -1792,11 +1805,16 @@ static const void *reasm_slot_bytes(void *ctx, int module, int slot)
     return c->bufs[first + slot];
 }
 
-/* The checkpoint header's dtype of tensor t (reassembly gives the file's bytes back). */
+/* The checkpoint header's dtype of tensor t (reassembly gives the file's bytes back: fp32
+ * runtime scales narrow exactly to the bf16 / f16 they were widened from). A linear the
+ * trainer quantized has no file bytes to give back: its runtime dtype (reasm_done says so). */
 static rf_dtype_t reasm_target(void *ctx, int tensor)
 {
     reasm_ctx_t *c = ctx;
-    const rf_st_entry_t *e = rf_ckpt_find(c->j->ck, c->j->inv.tensors[tensor].name);
+    const rf_tensor_t *t = &c->j->inv.tensors[tensor];
+    if (rf_manifest_trainer_quantizes(&c->j->inv, t, c->j->ck))
+        return RF_DTYPE_INVALID;
+    const rf_st_entry_t *e = rf_ckpt_find(c->j->ck, t->name);
     return e != NULL ? e->dtype : RF_DTYPE_INVALID;
 }
 
@@ -1810,9 +1828,30 @@ static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
     char hex[65];
     if (c->st != RF_OK)
         return;
+    /* what was reassembled, for the messages: the file's bytes, or a linear the trainer
+     * quantized from the checkpoint's unquantized weight (no file bytes to compare) */
+    char what[RF_NAME_MAX + 96];
+    rf_dtype_t got = reasm_target(c, tensor);
+    got = got == RF_DTYPE_INVALID ? t->dtype : got;
+    if (rf_manifest_trainer_quantizes(&j->inv, t, j->ck)) {
+        const char *dot = strrchr(t->name, '.');
+        snprintf(what, sizeof(what),
+                 "%s quantized by the trainer from the checkpoint's %s %.*s.weight",
+                 rf_dtype_name(got), rf_dtype_name(j->inv.cfg.dtype), (int)(dot - t->name),
+                 t->name);
+    } else {
+        snprintf(what, sizeof(what), "%s as stored", rf_dtype_name(got));
+    }
     if (e == NULL) {
-        c->st = rf_err_set(c->err, RF_ERR_VERIFY, "%s: no reference entry for %s",
-                           j->o->reference, t->name);
+        c->st = rf_err_set(c->err, RF_ERR_VERIFY, "%s: no reference entry for %s (reassembled %s)",
+                           j->o->reference, t->name, what);
+        return;
+    }
+    if (e->dtype != got) {
+        c->st = rf_err_set(c->err, RF_ERR_VERIFY,
+                           "%s: %s is %s in the reference, the rollout holds it %s: nothing to "
+                           "compare (the reference describes a checkpoint's bytes as stored)",
+                           j->o->reference, t->name, rf_dtype_name(e->dtype), what);
         return;
     }
     if (t->dtype == RF_DTYPE_F8_E4M3 && strcmp(j->fmt.ops->name, "fp8-block-fnuz") == 0) {
@@ -1845,8 +1884,8 @@ static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
         if (memcmp(d, e->sha256, 32) != 0) {
             rf_sha256_hex(d, hex);
             c->st = rf_err_set(c->err, RF_ERR_VERIFY,
-                               "%s: reassembled %s has sha256 %s, the reference says %s",
-                               j->o->reference, t->name, hex, e->sha256_hex);
+                               "%s: reassembled %s (%s) has sha256 %s, the reference says %s",
+                               j->o->reference, t->name, what, hex, e->sha256_hex);
             return;
         }
     }

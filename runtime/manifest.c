@@ -44,34 +44,70 @@ static void manifest_digest(rf_manifest_t *man)
     free(buf);
 }
 
-/* The logical (unquantized) weight "<P>.weight" of a quantized linear whose checkpoint tensor
- * t belongs to it: its name, and whether the checkpoint holds it in the model dtype with the
- * logical shape (a bf16 source the trainer quantizes). */
-static bool logical_source(const rf_inventory_t *inv, const rf_tensor_t *t, const rf_ckpt_t *ck,
-                           char *name, size_t cap)
+/* The quantized linear (or expert projection) tensor t belongs to: its prefix "<P>" and its
+ * primary inventory tensor (fp8 "<P>.weight", wna16 "<P>.weight_packed"), which decides where
+ * the whole linear comes from. false for tensors of no quantized linear (and biases). */
+static bool quant_linear(const rf_inventory_t *inv, const rf_tensor_t *t, char *prefix,
+                         size_t cap, const rf_tensor_t **primary_p)
 {
     const char *dot = strrchr(t->name, '.');
-    const rf_module_t *m = &inv->modules[t->module];
-    if (m->quant == RF_QUANT_NONE || dot == NULL || t->param == RF_PARAM_BIAS)
+    rf_quant_t q = inv->modules[t->module].quant;
+    char name[RF_NAME_MAX + 16];
+    if (q == RF_QUANT_NONE || dot == NULL || t->param == RF_PARAM_BIAS)
         return false;
-    snprintf(name, cap, "%.*s.weight", (int)(dot - t->name), t->name);
-    const rf_st_entry_t *se = rf_ckpt_find(ck, name);
-    if (se == NULL || se->dtype != inv->cfg.dtype || se->ndim != 2)
+    snprintf(prefix, cap, "%.*s", (int)(dot - t->name), t->name);
+    snprintf(name, sizeof(name), "%s.%s", prefix,
+             q == RF_QUANT_FP8_BLOCK ? "weight" : "weight_packed");
+    int pi = rf_inventory_find(inv, name);
+    if (pi < 0)
         return false;
+    *primary_p = &inv->tensors[pi];
+    return true;
+}
+
+rf_qsource_t rf_manifest_quant_source(const rf_inventory_t *inv, const rf_tensor_t *t,
+                                      const rf_ckpt_t *ck, rf_err_t *why)
+{
+    char p[RF_NAME_MAX], lname[RF_NAME_MAX + 16];
+    const rf_tensor_t *pt;
+    if (!quant_linear(inv, t, p, sizeof(p), &pt))
+        return RF_QSOURCE_NONE;
+    if (ck == NULL)
+        return RF_QSOURCE_TRAINER; /* generator: the reference quantizer on its bf16 */
+    bool wna16 = inv->modules[t->module].quant == RF_QUANT_WNA16;
+    snprintf(lname, sizeof(lname), "%s.weight", p);
+    const rf_st_entry_t *q = rf_ckpt_find(ck, pt->name);       /* the primary as stored */
+    const rf_st_entry_t *w = wna16 ? rf_ckpt_find(ck, lname) : q; /* the logical weight */
     /* logical shape: fp8 weight (N, K); wna16 packed (N, K/8) -> (N, K) */
-    int64_t n = t->shape[0], k = t->shape[1];
-    int pi = t->param == RF_PARAM_WEIGHT ? rf_inventory_find(inv, t->name) : -1;
-    if (pi < 0) {
-        char sib[RF_NAME_MAX];
-        snprintf(sib, sizeof(sib), "%.*s.%s", (int)(dot - t->name), t->name,
-                 m->quant == RF_QUANT_FP8_BLOCK ? "weight" : "weight_packed");
-        int si = rf_inventory_find(inv, sib);
-        if (si < 0)
-            return false;
-        n = inv->tensors[si].shape[0];
-        k = inv->tensors[si].shape[1] * (m->quant == RF_QUANT_WNA16 ? 8 : 1);
+    int64_t n = pt->shape[0], k = pt->shape[1] * (wna16 ? 8 : 1);
+    bool logical = w != NULL && w->dtype == inv->cfg.dtype && w->ndim == 2 &&
+                   (int64_t)w->shape[0] == n && (int64_t)w->shape[1] == k;
+    if (wna16 && q != NULL && w != NULL) {
+        rf_err_set(why, RF_ERR_MISMATCH,
+                   "quantized linear %s stores both %s (%s) and %s (%s): one source per module, "
+                   "either the quantized tensors as stored or the unquantized weight that the "
+                   "trainer quantizes",
+                   p, pt->name, rf_dtype_name(q->dtype), lname, rf_dtype_name(w->dtype));
+        return RF_QSOURCE_INVALID;
     }
-    return (int64_t)se->shape[0] == n && (int64_t)se->shape[1] == k;
+    if (q != NULL && q->dtype == pt->dtype)
+        return RF_QSOURCE_STORED;
+    if (logical)
+        return RF_QSOURCE_TRAINER;
+    if (w == NULL && q == NULL)
+        rf_err_set(why, RF_ERR_MISSING,
+                   "quantized linear %s: tensor %s is missing (neither the %s %s nor the "
+                   "unquantized %s in the model dtype %s is stored)",
+                   p, pt->name, rf_dtype_name(pt->dtype), pt->name, lname,
+                   rf_dtype_name(inv->cfg.dtype));
+    else
+        rf_err_set(why, RF_ERR_MISMATCH,
+                   "quantized linear %s: %s is %s of rank %d, neither the %s %s nor the "
+                   "unquantized weight in the model dtype %s with shape [%lld, %lld]",
+                   p, q != NULL ? pt->name : lname, rf_dtype_name(q != NULL ? q->dtype : w->dtype),
+                   q != NULL ? q->ndim : w->ndim, rf_dtype_name(pt->dtype), pt->name,
+                   rf_dtype_name(inv->cfg.dtype), (long long)n, (long long)k);
+    return RF_QSOURCE_INVALID;
 }
 
 bool rf_manifest_is_bf16_source(const rf_inventory_t *inv, const char *name)
@@ -88,27 +124,39 @@ bool rf_manifest_is_bf16_source(const rf_inventory_t *inv, const char *name)
 bool rf_manifest_trainer_quantizes(const rf_inventory_t *inv, const rf_tensor_t *t,
                                    const rf_ckpt_t *ck)
 {
-    char name[RF_NAME_MAX];
-    const rf_st_entry_t *se;
-    if (inv->modules[t->module].quant == RF_QUANT_NONE || t->param == RF_PARAM_BIAS)
-        return false;
-    if (ck == NULL)
-        return true; /* generator: the reference quantizer on the generator's bf16 */
-    se = rf_ckpt_find(ck, t->name);
-    if (se != NULL && se->dtype != inv->cfg.dtype)
-        return false; /* stored quantized */
-    return logical_source(inv, t, ck, name, sizeof(name));
+    return rf_manifest_quant_source(inv, t, ck, NULL) == RF_QSOURCE_TRAINER;
 }
 
-/* One inventory tensor against the checkpoint headers; sets the entry's dtype from the header
- * where the format allows a difference (DESIGN.md section 7). */
+bool rf_manifest_scale_widens(const rf_tensor_t *t, rf_dtype_t stored)
+{
+    return t->param == RF_PARAM_WEIGHT_SCALE_INV && t->dtype == RF_DTYPE_F32 &&
+           (stored == RF_DTYPE_BF16 || stored == RF_DTYPE_F16);
+}
+
+/* One inventory tensor against the checkpoint headers, under its quantized linear's one
+ * source (rf_manifest_quant_source). The entry keeps the inventory's (runtime) dtype: a bf16 /
+ * f16 fp8 block scale is widened exactly to fp32 by the trainer that reads it, so a
+ * trainer-quantized update can never be narrowed to the file's dtype (DESIGN.md section 7). */
 static rf_status_t manifest_check_ckpt(const rf_inventory_t *inv, const rf_tensor_t *t,
                                        const rf_ckpt_t *ck, const char *ck_dir,
                                        rf_manifest_entry_t *e, rf_err_t *err)
 {
     const rf_st_entry_t *se = rf_ckpt_find(ck, t->name);
-    if (rf_manifest_trainer_quantizes(inv, t, ck))
-        return RF_OK; /* bf16 source quantized on the trainer: inventory dtypes */
+    rf_err_t why;
+    rf_err_clear(&why);
+    rf_qsource_t src = rf_manifest_quant_source(inv, t, ck, &why);
+    if (src == RF_QSOURCE_INVALID)
+        return rf_err_set(err, why.status, "checkpoint %s: %s", ck_dir, why.msg);
+    if (src == RF_QSOURCE_TRAINER)
+        return RF_OK; /* quantized on the trainer: inventory dtypes, stored scales ignored */
+    if (se == NULL && src == RF_QSOURCE_STORED) {
+        const char *dot = strrchr(t->name, '.');
+        return rf_err_set(err, RF_ERR_MISSING,
+                          "checkpoint %s: quantized linear %.*s stores its weight quantized but "
+                          "tensor %s is missing: a stored quantized weight is carried with its "
+                          "stored scale(s), never with scales from another source",
+                          ck_dir, (int)(dot - t->name), t->name, t->name);
+    }
     if (se == NULL)
         return rf_err_set(err, RF_ERR_MISSING, "checkpoint %s: tensor %s is missing", ck_dir,
                           t->name);
@@ -120,14 +168,8 @@ static rf_status_t manifest_check_ckpt(const rf_inventory_t *inv, const rf_tenso
                           "checkpoint %s: tensor %s has a different shape than the model config "
                           "implies",
                           ck_dir, t->name);
-    if (se->dtype == t->dtype)
+    if (se->dtype == t->dtype || rf_manifest_scale_widens(t, se->dtype))
         return RF_OK;
-    if (t->param == RF_PARAM_WEIGHT_SCALE_INV &&
-        (se->dtype == RF_DTYPE_BF16 || se->dtype == RF_DTYPE_F16)) {
-        e->dtype = se->dtype; /* converted exactly to the fp32 runtime scale by the loader */
-        e->nbytes = t->numel * rf_dtype_size(se->dtype);
-        return RF_OK;
-    }
     if (t->param == RF_PARAM_WEIGHT_SHAPE && se->dtype == RF_DTYPE_I32) {
         e->dtype = se->dtype;
         e->nbytes = t->numel * 4;
@@ -173,12 +215,32 @@ static rf_status_t manifest_check_tied(rf_ckpt_t *ck, const char *ck_dir,
     return RF_OK;
 }
 
+/* A trainer-quantized linear whose checkpoint still stores scale tensors (a stale
+ * weight_scale_inv / weight_scale / weight_shape next to the unquantized weight): they are
+ * ignored; counted so the build says so once. Called for the primary tensor only. */
+static bool stale_scales(const rf_inventory_t *inv, const rf_tensor_t *t, const rf_ckpt_t *ck)
+{
+    static const char *const fp8[] = {"weight_scale_inv", NULL};
+    static const char *const wna16[] = {"weight_scale", "weight_shape", NULL};
+    const char *dot = strrchr(t->name, '.');
+    const char *const *sfx = inv->modules[t->module].quant == RF_QUANT_WNA16 ? wna16 : fp8;
+    char name[RF_NAME_MAX + 32];
+    for (int i = 0; sfx[i] != NULL; i++) {
+        snprintf(name, sizeof(name), "%.*s.%s", (int)(dot - t->name), t->name, sfx[i]);
+        if (rf_ckpt_find(ck, name) != NULL)
+            return true;
+    }
+    return false;
+}
+
 rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *topo,
                               rf_ckpt_t *ck, const char *ck_dir, rf_manifest_t *man_p,
                               rf_err_t *err)
 {
     rf_manifest_t man;
     memset(&man, 0, sizeof(man));
+    const char *first_stale = NULL;
+    int stale = 0;
     man.entries = calloc((size_t)inv->ntensors + 1, sizeof(rf_manifest_entry_t));
     if (man.entries == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "manifest: out of memory");
@@ -200,7 +262,17 @@ rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *to
                 rf_manifest_free(&man);
                 return st;
             }
+            if ((t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) &&
+                rf_manifest_trainer_quantizes(inv, t, ck) && stale_scales(inv, t, ck) &&
+                stale++ == 0)
+                first_stale = t->name;
         }
+    }
+    if (stale > 0) {
+        const char *dot = strrchr(first_stale, '.');
+        rf_info("checkpoint %s: %d quantized linear(s) stored unquantized are quantized on the "
+                "trainer, their stored scales ignored (first: %.*s)",
+                ck_dir, stale, (int)(dot - first_stale), first_stale);
     }
     if (ck != NULL) {
         const char *first_skip = NULL, *first_cut = NULL;
@@ -342,9 +414,8 @@ rf_status_t rf_manifest_validate(rf_manifest_t *man, const rf_inventory_t *inv,
             return rf_err_set(err, RF_ERR_EXTRA, "manifest: tensor %s is not in the inventory",
                               e->name);
         const rf_tensor_t *t = &inv->tensors[ti];
+        /* scales travel in the runtime dtype (a narrowed fp8 scale is never agreed) */
         bool dt_ok = t->dtype == e->dtype ||
-                     (t->param == RF_PARAM_WEIGHT_SCALE_INV &&
-                      (e->dtype == RF_DTYPE_BF16 || e->dtype == RF_DTYPE_F16)) ||
                      (t->param == RF_PARAM_WEIGHT_SHAPE && e->dtype == RF_DTYPE_I32);
         bool same = t->ndim == e->ndim && t->numel * rf_dtype_size(e->dtype) == e->nbytes && dt_ok;
         for (int d = 0; same && d < t->ndim; d++)

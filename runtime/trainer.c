@@ -271,6 +271,39 @@ static int entry_of(const rf_trainer_t *tr, const char *prefix, const char *suff
     return -1;
 }
 
+/* Row and column in the whole tensor of element k of this rank's slice of entry i (the
+ * slice is stored contiguously, its own width per row). */
+static void slice_elem(const rf_trainer_t *tr, int i, int64_t k, int64_t *row, int64_t *col)
+{
+    const rf_region_t *r = &tr->reg[i];
+    int64_t w = r->c1 - r->c0;
+    *row = r->r0 + (w > 0 ? k / w : 0);
+    *col = r->c0 + (w > 0 ? k % w : 0);
+}
+
+/* Refuses scale values no dequantizer can use (NaN, +-inf, zero, negative) in this rank's
+ * slice of entry i (bytes at buf in dt, stored or just produced: `what`), naming the rank,
+ * the tensor and its first bad element (DESIGN.md section 7). Runs before any chunk moves. */
+static rf_status_t check_scales(const rf_trainer_t *tr, int i, const void *buf, rf_dtype_t dt,
+                                const char *what, rf_err_t *err)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+    const rf_region_t *r = &tr->reg[i];
+    uint64_t n = (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0);
+    int64_t row, col;
+    float v;
+    int64_t k = rf_scale_first_bad(buf, dt, n, &v);
+    if (k < 0)
+        return RF_OK;
+    slice_elem(tr, i, k, &row, &col);
+    return rf_err_set(err, RF_ERR_INVALID,
+                      "trainer rank %d: %s %s element %lld (row %lld, column %lld) is %g: "
+                      "quantization scales must be finite and positive",
+                      tr->me.world_rank, what, t->name,
+                      (long long)(row * (int64_t)tensor_cols(t) + col), (long long)row,
+                      (long long)col, (double)v);
+}
+
 /*
  * Produces the logical (unquantized) region of linear `prefix` (N x K, model dtype) from the
  * generator or a bf16 checkpoint, and quantizes it into this rank's slices of the quantized
@@ -321,7 +354,21 @@ static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, rf
     if (st == RF_OK && (si < 0 || !tr->has[si]))
         st = rf_err_set(err, RF_ERR_INTERNAL, "trainer: %s has no scale slice here", t->name);
     if (st == RF_OK) {
+        /* a non-finite weight has no scale: name it rather than a failed quantizer */
+        float v;
+        int64_t k = rf_first_nonfinite(logical, dt, (uint64_t)rows * (uint64_t)cols, &v);
+        if (k >= 0)
+            st = rf_err_set(err, RF_ERR_INVALID,
+                            "trainer rank %d: %s.weight element %lld (row %lld, column %lld) is "
+                            "%g: a weight the trainer quantizes must be finite",
+                            tr->me.world_rank, prefix,
+                            (long long)((r->r0 + k / cols) * K + c0 + k % cols),
+                            (long long)(r->r0 + k / cols), (long long)(c0 + k % cols),
+                            (double)v);
+    }
+    if (st == RF_OK) {
         int64_t spitch = tr->reg[si].c1 - tr->reg[si].c0;
+        /* the runtime dtype (fp32 fp8 scales): a produced scale is never narrowed */
         rf_dtype_t sdt = tr->man->entries[si].dtype;
         if (wna16)
             st = rf_wna16_quantize(logical, dt, rows, cols, cols, tr->inv->group_size,
@@ -332,6 +379,8 @@ static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, rf
         if (st != RF_OK)
             rf_err_set(err, st, "trainer rank %d: quantizing %s failed", tr->me.world_rank,
                        t->name);
+        else
+            st = check_scales(tr, si, tr->buf[si], sdt, "the quantizer produced", err);
     }
     free(logical);
     return st;
@@ -344,6 +393,31 @@ static void produce_done(rf_trainer_t *tr, double t0)
     tr->stats.gather_msgs = 0;
     tr->stats.gather_s = tr->stats.pack_s = 0;
     tr->stats.produce_s = rf_time_now() - t0;
+}
+
+/* This rank's slice of entry i from checkpoint tensor se stored in a narrower float dtype
+ * (bf16 / f16 fp8 block scales), widened exactly into the entry's fp32 buffer. */
+static rf_status_t read_widened(rf_trainer_t *tr, int i, rf_ckpt_t *ck, const rf_st_entry_t *se,
+                                rf_err_t *err)
+{
+    const rf_manifest_entry_t *e = &tr->man->entries[i];
+    const rf_region_t *r = &tr->reg[i];
+    size_t ses = rf_dtype_size(se->dtype);
+    uint64_t n = (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0);
+    if (!rf_manifest_scale_widens(&tr->inv->tensors[e->tensor], se->dtype))
+        return rf_err_set(err, RF_ERR_MISMATCH, "trainer rank %d: source tensor %s is %s, the "
+                          "manifest says %s", tr->me.world_rank, e->name,
+                          rf_dtype_name(se->dtype), rf_dtype_name(e->dtype));
+    char *tmp = malloc((size_t)n * ses + 1);
+    if (tmp == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
+    rf_status_t st = rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1,
+                                  (uint64_t)r->c0 * ses, (uint64_t)r->c1 * ses, tmp,
+                                  (size_t)(r->c1 - r->c0) * ses, err);
+    for (uint64_t k = 0; st == RF_OK && k < n; k++)
+        ((float *)(void *)tr->buf[i])[k] = rf_load_f32(tmp, se->dtype, (int64_t)k);
+    free(tmp);
+    return st;
 }
 
 rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *err)
@@ -359,7 +433,8 @@ rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *e
         if (se == NULL)
             return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: source lacks %s",
                               tr->me.world_rank, e->name);
-        bool same = se->dtype == e->dtype && se->ndim == e->ndim;
+        bool same = (se->dtype == e->dtype || rf_manifest_scale_widens(t, se->dtype)) &&
+                    se->ndim == e->ndim;
         for (int d = 0; same && d < e->ndim; d++)
             same = (int64_t)se->shape[d] == e->shape[d];
         if (!same)
@@ -414,9 +489,17 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
             if (se == NULL)
                 return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
                                   tr->me.world_rank, t->name);
-            RF_CHECK(rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1,
-                                  (uint64_t)r->c0 * es, (uint64_t)r->c1 * es, tr->buf[i], pitch,
-                                  err));
+            if (se->dtype != e->dtype) {
+                /* a bf16 / f16 fp8 block scale: widened exactly to the fp32 the manifest and
+                 * the runtime hold (rf_manifest_scale_widens), checked on the way */
+                RF_CHECK(read_widened(tr, i, ck, se, err));
+            } else {
+                RF_CHECK(rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1,
+                                      (uint64_t)r->c0 * es, (uint64_t)r->c1 * es, tr->buf[i],
+                                      pitch, err));
+            }
+            if (t->param == RF_PARAM_WEIGHT_SCALE_INV || t->param == RF_PARAM_WEIGHT_SCALE)
+                RF_CHECK(check_scales(tr, i, tr->buf[i], e->dtype, "stored", err));
             /* an FP8 source with NaN bytes (0x7F, 0xFF) is refused: e4m3fnuz would turn them
              * into finite values (DESIGN.md section 7) */
             if (e->dtype == RF_DTYPE_F8_E4M3) {
@@ -496,6 +579,46 @@ static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t s
     return RF_OK;
 }
 
+/* The device quantizers' scales, checked as the host path checks its own (check_scales):
+ * each scale slice is copied back (scales are a small fraction of the weights: 1/16384 of an
+ * fp8 weight's elements, 1/G of a wna16 weight's). */
+static rf_status_t check_device_scales(rf_trainer_t *tr, rf_accel_t *ax, char *dev,
+                                       const char *host, rf_err_t *err)
+{
+    void *tmp = NULL;
+    size_t cap = 0;
+    rf_status_t st = RF_OK;
+    for (int i = 0; i < tr->man->n && st == RF_OK; i++) {
+        const rf_manifest_entry_t *e = &tr->man->entries[i];
+        const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
+        if (!tr->has[i] ||
+            (t->param != RF_PARAM_WEIGHT_SCALE_INV && t->param != RF_PARAM_WEIGHT_SCALE))
+            continue;
+        const rf_region_t *r = &tr->reg[i];
+        size_t nb = (size_t)(r->r1 - r->r0) * (size_t)(r->c1 - r->c0) * entry_es(tr, i);
+        if (nb > cap) {
+            free(tmp);
+            tmp = malloc(nb);
+            cap = tmp != NULL ? nb : 0;
+            if (tmp == NULL) {
+                st = rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
+                break;
+            }
+        }
+        st = ax->ops->copy(ax, tmp, dev + ((const char *)tr->buf[i] - host), nb, RF_COPY_D2H,
+                           NULL);
+        if (st == RF_OK)
+            st = rf_accel_sync(ax);
+        if (st != RF_OK)
+            rf_err_set(err, st, "trainer rank %d: reading %s back from %s device %d failed",
+                       tr->me.world_rank, t->name, ax->ops->name, ax->device);
+        else
+            st = check_scales(tr, i, tmp, e->dtype, "the device quantizer produced", err);
+    }
+    free(tmp);
+    return st;
+}
+
 rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_t *ax,
                                       void *dev_base, const void *host_base, rf_err_t *err)
 {
@@ -552,6 +675,8 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
     if (st == RF_OK && ss != RF_OK)
         st = rf_err_set(err, ss, "trainer rank %d: device production of update %llu failed",
                         tr->me.world_rank, (unsigned long long)step);
+    if (st == RF_OK)
+        st = check_device_scales(tr, ax, dev, host, err);
     if (scratch != NULL)
         ax->ops->free(ax, scratch);
     tr->stats.bytes_read = 0;

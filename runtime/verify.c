@@ -737,6 +737,13 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
                 if (use_gen) {
                     hash = rf_gen_name_hash(inv->tensors[cur].name);
                 } else {
+                    /* the bytes first: a dtype callback may only know them once fetched */
+                    src = tensor_bytes(ctx, cur);
+                    if (src == NULL) {
+                        st = rf_err_set(err, RF_ERR_MISSING, "verify: no source bytes for %s",
+                                        inv->tensors[cur].name);
+                        goto out;
+                    }
                     sdt = src_dtype(inv, opts, ctx, cur);
                     if (sdt != dt &&
                         !(dt == RF_DTYPE_F32 && (sdt == RF_DTYPE_BF16 || sdt == RF_DTYPE_F16))) {
@@ -744,12 +751,6 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
                                         "verify: %s slot %s is %s but %s comes as %s", mname,
                                         slot_label(l), rf_dtype_name(dt), inv->tensors[cur].name,
                                         rf_dtype_name(sdt));
-                        goto out;
-                    }
-                    src = tensor_bytes(ctx, cur);
-                    if (src == NULL) {
-                        st = rf_err_set(err, RF_ERR_MISSING, "verify: no source bytes for %s",
-                                        inv->tensors[cur].name);
                         goto out;
                     }
                 }
@@ -919,23 +920,27 @@ static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_
                         break;
                     if (ts != cur_s) {
                         cur_s = ts;
-                        st = copy_scales(tensor_bytes(ctx, ts), src_dtype(inv, opts, ctx, ts),
+                        /* bytes before dtype (argument order is unspecified in C) */
+                        const void *sbytes = tensor_bytes(ctx, ts);
+                        st = copy_scales(sbytes, src_dtype(inv, opts, ctx, ts),
                                          inv->tensors[ts].numel, &cscale, inv->tensors[ts].name,
                                          err);
                         if (st != RF_OK)
                             break;
                         cKs = tensor_width(&inv->tensors[ts]);
                     }
-                    if (src_dtype(inv, opts, ctx, cur) != inv->tensors[cur].dtype) {
-                        st = rf_err_set(err, RF_ERR_UNSUPPORTED, "dequant: %s comes as %s",
-                                        inv->tensors[cur].name,
-                                        rf_dtype_name(src_dtype(inv, opts, ctx, cur)));
-                        break;
-                    }
                     cw = tensor_bytes(ctx, cur);
                     if (cw == NULL) {
                         st = rf_err_set(err, RF_ERR_MISSING, "dequant: no bytes for %s",
                                         inv->tensors[cur].name);
+                        break;
+                    }
+                    if (src_dtype(inv, opts, ctx, cur) != inv->tensors[cur].dtype) {
+                        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                                        "dequant: %s comes as %s, the oracle compares %s",
+                                        inv->tensors[cur].name,
+                                        rf_dtype_name(src_dtype(inv, opts, ctx, cur)),
+                                        rf_dtype_name(inv->tensors[cur].dtype));
                         break;
                     }
                     cK = tensor_width(&inv->tensors[cur]) * (fp8 ? 1 : 8);

@@ -47,22 +47,53 @@ typedef struct rf_manifest {
 
 /*
  * Builds the manifest from the inventory and, when ck is not NULL, the checkpoint headers:
- * every inventory tensor must be present with the inventory's shape and dtype; checkpoint
- * tensors the inventory does not know are skipped (skip list, overrides: one log line each
- * kind) or refused (RF_ERR_EXTRA naming the tensor). The lm_head.weight of a tied model is
- * read and compared with model.embed_tokens.weight: equal, it is skipped (one INFO line);
- * different in dtype, shape or bytes, RF_ERR_MISMATCH naming both and tie_word_embeddings.
- * Not collective (trainer rank 0).
+ * every inventory tensor must be present with the inventory's shape and dtype, quantized
+ * linears under rf_manifest_quant_source (an invalid one refused naming it; trainer-quantized
+ * ones need only their unquantized weight, and stale stored scales are ignored with one INFO
+ * line: count and first linear); entries keep the inventory's runtime dtypes (fp8 scales fp32
+ * even when the file stores bf16 / f16; wna16 weight_shape may be I32); checkpoint tensors the
+ * inventory does not know are skipped (skip list, overrides: one log line each kind) or refused
+ * (RF_ERR_EXTRA naming the tensor). The lm_head.weight of a tied model is read and compared
+ * with model.embed_tokens.weight: equal, it is skipped (one INFO line); different in dtype,
+ * shape or bytes, RF_ERR_MISMATCH naming both and tie_word_embeddings. Not collective
+ * (trainer rank 0).
  */
 rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *topo,
                               rf_ckpt_t *ck, const char *ck_dir, rf_manifest_t *man_p,
                               rf_err_t *err);
 void rf_manifest_free(rf_manifest_t *man);
 
-/* True when the trainer produces tensor t by quantizing a logical bf16 weight (generator, or a
- * bf16 checkpoint for a quantized topology); false when it is sent as stored / unquantized. */
+/*
+ * Where the tensors of one quantized linear (a prefix "<P>" such as
+ * model.layers.0.self_attn.q_proj, or one expert's projection) come from in one update: all of
+ * them from one source, decided by the primary tensor (fp8-block "<P>.weight", wna16
+ * "<P>.weight_packed"), never a mix (DESIGN.md section 7):
+ *   RF_QSOURCE_STORED: the checkpoint stores the primary quantized (F8_E4M3 / I32): every
+ *     tensor of the linear is carried as stored and must be present;
+ *   RF_QSOURCE_TRAINER: the generator (ck NULL), or the checkpoint stores "<P>.weight" in the
+ *     model dtype with the logical shape (N, K) (and, for wna16, no weight_packed): the
+ *     trainer's quantizer produces every tensor; stored scales are ignored;
+ *   RF_QSOURCE_INVALID: anything else (the primary missing or of another dtype / shape, a wna16
+ *     linear storing both weight_packed and weight); *why (may be NULL) names the linear and
+ *     the tensors, without the checkpoint directory;
+ *   RF_QSOURCE_NONE: t belongs to no quantized linear (unquantized modules, biases).
+ * The one predicate the manifest build, the trainer and the oracle share. Pure; not collective.
+ */
+typedef enum rf_qsource {
+    RF_QSOURCE_NONE = 0,
+    RF_QSOURCE_STORED,
+    RF_QSOURCE_TRAINER,
+    RF_QSOURCE_INVALID,
+} rf_qsource_t;
+rf_qsource_t rf_manifest_quant_source(const rf_inventory_t *inv, const rf_tensor_t *t,
+                                      const rf_ckpt_t *ck, rf_err_t *why);
+/* rf_manifest_quant_source(inv, t, ck, NULL) == RF_QSOURCE_TRAINER: the trainer produces t by
+ * quantizing a logical weight; false when it is sent as stored / unquantized. */
 bool rf_manifest_trainer_quantizes(const rf_inventory_t *inv, const rf_tensor_t *t,
                                    const rf_ckpt_t *ck);
+/* True when a checkpoint stores tensor t (an fp8 weight_scale_inv, runtime fp32) in `stored`
+ * (BF16 / F16): the manifest entry stays fp32 and the trainer widens the values exactly. */
+bool rf_manifest_scale_widens(const rf_tensor_t *t, rf_dtype_t stored);
 /* True for "<P>.weight" of a wna16-quantized linear: a bf16 source, not an unknown tensor. */
 bool rf_manifest_is_bf16_source(const rf_inventory_t *inv, const char *name);
 

@@ -61,6 +61,16 @@ uint16_t rf_f32_to_f16(float f);
 /* Element i of a bf16 / f16 / f32 array as f32 (other dtypes: NaN). */
 float rf_load_f32(const void *p, rf_dtype_t dt, int64_t i);
 
+/*
+ * Scale and weight value checks (DESIGN.md section 7): the index of the first of n elements
+ * (dtype BF16, F16 or F32, contiguous) that is not a usable quantization scale (NaN, +-inf,
+ * zero of either sign, negative) / not finite (NaN, +-inf), or -1 when there is none; *bad_p
+ * (may be NULL) gets that element as f32. Any other dtype: 0 (nothing can be checked, so
+ * nothing passes). Pure.
+ */
+int64_t rf_scale_first_bad(const void *p, rf_dtype_t dt, uint64_t n, float *bad_p);
+int64_t rf_first_nonfinite(const void *p, rf_dtype_t dt, uint64_t n, float *bad_p);
+
 /* ---- fp8-block --------------------------------------------------------------------------- */
 
 /*

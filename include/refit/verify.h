@@ -112,8 +112,9 @@ rf_status_t rf_ref_locate(const rf_inventory_t *inv, int module, int slot,
 typedef const void *(*rf_tensor_bytes_fn)(void *ctx, int tensor_index);
 
 /* A per-tensor dtype: verification, the dtype of the bytes rf_tensor_bytes_fn returns (a
- * checkpoint header's, e.g. BF16 FP8 block scales); reassembly, the dtype tensor_done must
- * receive. RF_DTYPE_INVALID: the inventory's dtype. */
+ * checkpoint header's, e.g. BF16 FP8 block scales), asked right after those bytes were
+ * fetched (so a callback that learns the dtype while fetching answers right); reassembly, the
+ * dtype tensor_done must receive. RF_DTYPE_INVALID: the inventory's dtype. */
 typedef rf_dtype_t (*rf_tensor_dtype_fn)(void *ctx, int tensor_index);
 
 /* rocm-fnuz (DESIGN.md 7, 12): the owner's inverse of an e4m3fnuz runtime gives model layout

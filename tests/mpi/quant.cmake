@@ -69,3 +69,73 @@ refit_run_test(refit_run_fp8_nan_refused 2 fail "NaN byte \\(0x7f\\).*fp8 source
                --topology ${TOPO}/qwen3-fp8-tiny-tp1-to-tp1.yaml
                --checkpoint ${CMAKE_BINARY_DIR}/nan-fp8-tiny --steps 1)
 set_tests_properties(refit_run_fp8_nan_refused PROPERTIES FIXTURES_REQUIRED nan_fp8)
+
+# Quantized modules and scales (docs/faults.md): checkpoints written at test time by
+# make_quant_ckpt from the fixtures; the linear changed is model.layers.0.self_attn.q_proj.
+add_executable(make_quant_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/make_quant_ckpt.c)
+target_link_libraries(make_quant_ckpt PRIVATE refit)
+set(QCK ${CMAKE_BINARY_DIR}/quant-ckpt)
+foreach(case "mixed;${DATA}/qwen3-fp8-tiny;${DATA}/qwen3-fp8-tiny/bf16-source;${QCK}/mixed"
+             "no-scale;${DATA}/qwen3-fp8-tiny;${QCK}/no-scale"
+             "bf16-scales;${DATA}/qwen3-fp8-tiny;${QCK}/bf16-scales"
+             "bad-scale;nan;${DATA}/qwen3-fp8-tiny;${QCK}/scale-nan"
+             "bad-scale;inf;${DATA}/qwen3-fp8-tiny;${QCK}/scale-inf"
+             "bad-scale;zero;${DATA}/qwen3-fp8-tiny;${QCK}/scale-zero"
+             "bad-scale;neg;${DATA}/qwen3-fp8-tiny;${QCK}/scale-neg"
+             "inf-weight;${DATA}/qwen3-fp8-tiny/bf16-source;${QCK}/inf-weight"
+             "stale-packed;${DATA}/qwen3-moe-tiny;${QCK}/stale-packed"
+             "stale-scale;${DATA}/qwen3-moe-tiny;${QCK}/stale-scale")
+  list(GET case -1 out)
+  get_filename_component(fx ${out} NAME)
+  add_test(NAME make_quant_ckpt_${fx} COMMAND make_quant_ckpt ${case})
+  set_tests_properties(make_quant_ckpt_${fx} PROPERTIES LABELS mpi FIXTURES_SETUP qck_${fx})
+endforeach()
+# qck_test(NAME FIXTURE NP ok|fail "REGEX..." refit-run-args...): INFO lines shown
+function(qck_test name fx np want regex)
+  refit_run_test(${name} ${np} ${want} "${regex}" ${ARGN})
+  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED qck_${fx} ENVIRONMENT REFIT_LOG_LEVEL=info)
+endfunction()
+set(FP8_TOPO --topology ${TOPO}/qwen3-fp8-tiny-tp1-to-tp1.yaml)
+# one linear stored as the bf16 weight next to its stale F32 scale: quantized whole on the
+# trainer (the oracle checks the rollout's scale is the quantizer's), the stale scale ignored
+qck_test(refit_run_fp8_mixed_linear_trainer_quantized mixed 2 ok
+         "stored unquantized are quantized on the trainer, their stored scales ignored \\(first: model.layers.0.self_attn.q_proj\\);refit: COMMITTED 2 update\\(s\\), verified 39 tensors"
+         ${FP8_TOPO} --checkpoint ${QCK}/mixed --steps 2 --cold-check)
+# an fp8 weight stored without its scale: refused at manifest build, naming the linear
+qck_test(refit_run_fp8_weight_without_scale_refused no-scale 2 fail
+         "refit: FAILED: .*quantized linear model.layers.0.self_attn.q_proj stores its weight quantized but tensor model.layers.0.self_attn.q_proj.weight_scale_inv is missing"
+         ${FP8_TOPO} --checkpoint ${QCK}/no-scale --steps 1)
+# bf16 scales: stored updates widen them exactly (--reference narrows them back), trainer-
+# quantized (generator) updates carry exact fp32 scales; and the scalar oracle on them
+qck_test(refit_run_fp8_bf16_scales_reference bf16-scales 2 ok
+         "refit: COMMITTED 3 update\\(s\\), verified 39 tensors"
+         ${FP8_TOPO} --checkpoint ${QCK}/bf16-scales --reference ${QCK}/bf16-scales/tensors.reference.json
+         --steps 3 --cold-check)
+qck_test(refit_run_fp8_bf16_scales_oracle bf16-scales 2 ok "refit: COMMITTED 2 update\\(s\\), verified 39 tensors"
+         ${FP8_TOPO} --checkpoint ${QCK}/bf16-scales --steps 2)
+# a stored scale that is NaN / inf / 0 / negative: refused by the trainer before any chunk
+foreach(k "nan;-?nan" "inf;inf" "zero;0" "neg;-0.001")
+  list(GET k 0 kind)
+  list(GET k 1 shown)
+  qck_test(refit_run_fp8_scale_${kind}_refused scale-${kind} 2 fail
+           "applications 0,;refit: FAILED: update 1: .*stored model.layers.0.self_attn.q_proj.weight_scale_inv element 1 \\(row 0, column 1\\) is ${shown}: quantization scales must be finite and positive"
+           ${FP8_TOPO} --checkpoint ${QCK}/scale-${kind} --steps 1)
+endforeach()
+# a bf16 source weight holding +inf: the trainer refuses to quantize it, naming the element
+qck_test(refit_run_fp8_bf16_source_inf_refused inf-weight 2 fail
+         "applications 0,;refit: FAILED: update 1: .*model.layers.0.self_attn.q_proj.weight element 5 \\(row 0, column 5\\) is inf: a weight the trainer quantizes must be finite"
+         ${FP8_TOPO} --checkpoint ${QCK}/inf-weight --steps 1)
+# wna16: a bf16 weight next to a stale weight_packed is refused; next to a stale weight_scale
+# it is quantized on the trainer and the scale ignored
+set(WNA16_TOPO --topology ${TTOPO}/qwen3-moe-tiny-wna16-triton-tp1ep1.yaml)
+qck_test(refit_run_wna16_stale_packed_refused stale-packed 2 fail
+         "refit: FAILED: .*quantized linear model.layers.0.self_attn.q_proj stores both model.layers.0.self_attn.q_proj.weight_packed \\(I32\\) and model.layers.0.self_attn.q_proj.weight \\(BF16\\)"
+         ${WNA16_TOPO} --checkpoint ${QCK}/stale-packed --steps 1)
+qck_test(refit_run_wna16_stale_scale_trainer_quantized stale-scale 2 ok
+         "their stored scales ignored \\(first: model.layers.0.self_attn.q_proj\\);refit: COMMITTED 2 update\\(s\\), verified 181 tensors"
+         ${WNA16_TOPO} --checkpoint ${QCK}/stale-scale --steps 2)
+# --reference on that checkpoint: the trainer-quantized linear is named as such, not as a
+# missing F8_E4M3 -> BF16 conversion
+qck_test(refit_run_fp8_mixed_linear_reference_names_it mixed 2 fail
+         "refit: FAILED: update 1: verification: .*reassembled model.layers.0.self_attn.q_proj.weight \\(F8_E4M3 quantized by the trainer from the checkpoint's BF16 model.layers.0.self_attn.q_proj.weight\\) has sha256"
+         ${FP8_TOPO} --checkpoint ${QCK}/mixed --reference ${DATA}/qwen3-fp8-tiny/tensors.reference.json --steps 1)

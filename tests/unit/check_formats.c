@@ -493,6 +493,55 @@ static void man_free(man_t *x)
         free(x->mbuf[i]), free(x->back[i]);
 }
 
+/* The trainer's scale check (DESIGN.md 7) over crafted buffers: NaN, +-inf, +-0 and negative
+ * scales are found at their index, in every float dtype; good ones pass. The quantizers cannot
+ * produce a bad scale from finite input, so this is the check's only direct test. */
+START_TEST(test_scale_check)
+{
+    const float bad[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, -1.0f, -1e-30f};
+    const rf_dtype_t dts[] = {RF_DTYPE_F32, RF_DTYPE_BF16, RF_DTYPE_F16};
+    for (size_t d = 0; d < 3; d++) {
+        for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+            for (int at = 0; at < 37; at += 12) {
+                unsigned char buf[37 * 4];
+                float got = 1.0f;
+                for (int i = 0; i < 37; i++) {
+                    float v = i == at ? bad[b] : 0.25f + (float)i / 64.0f;
+                    if (dts[d] == RF_DTYPE_F32)
+                        memcpy(buf + i * 4, &v, 4);
+                    else {
+                        uint16_t h = dts[d] == RF_DTYPE_BF16 ? rf_f32_to_bf16(v) : rf_f32_to_f16(v);
+                        memcpy(buf + i * 2, &h, 2);
+                    }
+                }
+                /* -1e-30 underflows to -0 in bf16 / f16: still refused (zero) */
+                ck_assert_msg(rf_scale_first_bad(buf, dts[d], 37, &got) == at,
+                              "dtype %s, bad value %g at %d", rf_dtype_name(dts[d]),
+                              (double)bad[b], at);
+                float want = rf_load_f32(buf, dts[d], at); /* bad[b] in the dtype */
+                ck_assert(isnan(bad[b]) ? isnan(got) : memcmp(&got, &want, 4) == 0);
+                /* the same buffer for weights: only NaN / inf are refused */
+                int64_t nf = rf_first_nonfinite(buf, dts[d], 37, NULL);
+                ck_assert_int_eq(nf, isfinite(bad[b]) ? -1 : at);
+            }
+        }
+        unsigned char ok[8 * 4];
+        for (int i = 0; i < 8; i++) {
+            float v = ldexpf(1.0f, -20 + 4 * i);
+            uint16_t h = dts[d] == RF_DTYPE_BF16 ? rf_f32_to_bf16(v) : rf_f32_to_f16(v);
+            if (dts[d] == RF_DTYPE_F32)
+                memcpy(ok + i * 4, &v, 4);
+            else
+                memcpy(ok + i * 2, &h, 2);
+        }
+        ck_assert_int_eq(rf_scale_first_bad(ok, dts[d], 8, NULL), -1);
+        ck_assert_int_eq(rf_scale_first_bad(ok, dts[d], 0, NULL), -1);
+    }
+    /* a dtype that holds no floats is never a valid scale */
+    ck_assert_int_eq(rf_scale_first_bad("\1\1\1\1", RF_DTYPE_I32, 1, NULL), 0);
+}
+END_TEST
+
 START_TEST(test_fnuz)
 {
     rf_inventory_t inv;
@@ -927,6 +976,7 @@ int main(void)
     tcase_add_test(tc, test_fp8_fixture);
     tcase_add_test(tc, test_fp8_quantize_rule);
     tcase_add_test(tc, test_wna16_hand);
+    tcase_add_test(tc, test_scale_check);
     tcase_add_test(tc, test_wna16_zero_group);
     tcase_add_test(tc, test_wna16_error_bound);
     suite_add_tcase(s, tc);

@@ -10,6 +10,8 @@
  *   rect_rows     rectangles inside a TP2 trainer's shards (column-split row-parallel ones
  *                 included); one outside is refused by both; the pack of a stage that needs
  *                 a gather is refused naming the tensor
+ *   produce_device_*  rf_trainer_produce_device on the host accelerator == rf_trainer_produce
+ *                 (fp8-block, wna16), with its copied-back scale check
  */
 #include <check.h>
 #include <stdio.h>
@@ -237,6 +239,62 @@ START_TEST(test_rect_rows)
 }
 END_TEST
 
+/* rf_trainer_produce_device through the host accelerator == rf_trainer_produce, byte for
+ * byte, fp32 fp8 scales and model-dtype wna16 scales included; its scale check (the scales
+ * copied back after the device sync) runs and passes on the generator's weights. */
+static void produce_device_case(const char *model, const char *quant)
+{
+    world_t w;
+    rf_trainer_t th, td;
+    rf_rank_info_t me;
+    rf_accel_t *ax = NULL;
+    rf_err_t err;
+    rf_err_clear(&err);
+    world_up(&w, model, quant, "tp: 1", 256 << 10);
+    char *host = trainer_up(&w, 0, &th);
+    ck_assert_int_eq(rf_topology_rank_info(&w.topo, 0, &me), RF_OK);
+    ck_assert_int_eq(rf_trainer_init(&td, &w.topo, &w.inv, &w.man, w.plan, &me, MPI_COMM_NULL,
+                                     &err),
+                     RF_OK);
+    uint64_t *offs = calloc((size_t)w.man.n + 1, sizeof(uint64_t));
+    uint64_t bytes = rf_trainer_arena_layout(&w.topo, &w.inv, &w.man, &me, offs);
+    char *dev = calloc(1, (size_t)bytes + 1);
+    rf_trainer_use_arena(&td, dev, offs);
+    ck_assert_int_eq(rf_accel_open("host", 0, &ax), RF_OK);
+    ck_assert_msg(rf_trainer_produce_device(&td, 7, ax, dev, dev, &err) == RF_OK, "%s", err.msg);
+    int scales = 0;
+    for (int i = 0; i < w.man.n; i++) {
+        const rf_tensor_t *t = &w.inv.tensors[w.man.entries[i].tensor];
+        if (offs[i] == UINT64_MAX)
+            continue;
+        scales += t->param == RF_PARAM_WEIGHT_SCALE_INV || t->param == RF_PARAM_WEIGHT_SCALE;
+        if (t->param == RF_PARAM_WEIGHT_SCALE_INV)
+            ck_assert_int_eq(w.man.entries[i].dtype, RF_DTYPE_F32);
+        ck_assert_msg(memcmp(host + offs[i], dev + offs[i], (size_t)w.man.entries[i].nbytes) == 0,
+                      "%s differs", w.man.entries[i].name);
+    }
+    ck_assert_int_gt(scales, 0);
+    free(offs);
+    rf_accel_close(ax);
+    rf_trainer_free(&td);
+    rf_trainer_free(&th);
+    free(dev);
+    free(host);
+    world_down(&w);
+}
+
+START_TEST(test_produce_device_fp8)
+{
+    produce_device_case("qwen3-fp8-tiny", "quantization: fp8-block");
+}
+END_TEST
+
+START_TEST(test_produce_device_wna16)
+{
+    produce_device_case("qwen3-moe-tiny", "quantization: wna16, group_size: 32");
+}
+END_TEST
+
 static Suite *trainer_suite(void)
 {
     Suite *s = suite_create("trainer");
@@ -246,6 +304,8 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, test_pack_rows_wna16);
     tcase_add_test(tc, test_pack_rows_fp8);
     tcase_add_test(tc, test_rect_rows);
+    tcase_add_test(tc, test_produce_device_fp8);
+    tcase_add_test(tc, test_produce_device_wna16);
     suite_add_tcase(s, tc);
     return s;
 }

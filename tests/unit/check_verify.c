@@ -1095,6 +1095,109 @@ START_TEST(test_quant_verify_corruption)
 }
 END_TEST
 
+/* A checkpoint that stores its fp8 block scales in bf16, handed to the oracle as job.c's
+ * expect ctx does: each tensor fetched into a buffer of exactly its stored bytes, and the
+ * dtype callback only knowing a tensor's dtype once it was fetched. The oracle must ask for
+ * the bytes first: asking for the dtype first reads the bf16 buffer as f32 (past its end,
+ * which ASan reports; values wrong either way). */
+typedef struct lazy_bf16 {
+    synth_t *sy;
+    rank_slots_t *rs;
+    void *buf[64];
+    rf_dtype_t dt[64];
+} lazy_bf16_t;
+
+static const void *lazy_bytes(void *ctx, int t)
+{
+    lazy_bf16_t *lz = ctx;
+    const rf_tensor_t *tt = &lz->sy->inv->tensors[t];
+    ck_assert_int_lt(t, 64);
+    if (lz->buf[t] != NULL)
+        return lz->buf[t];
+    if (tt->param != RF_PARAM_WEIGHT_SCALE_INV) {
+        lz->buf[t] = malloc(tt->nbytes);
+        memcpy(lz->buf[t], lz->sy->t[t], tt->nbytes);
+        lz->dt[t] = tt->dtype;
+        return lz->buf[t];
+    }
+    uint16_t *h = malloc(tt->numel * 2); /* exactly the stored bytes */
+    for (uint64_t k = 0; k < tt->numel; k++) {
+        float f;
+        memcpy(&f, lz->sy->t[t] + k * 4, 4);
+        h[k] = rf_f32_to_bf16(f); /* synth scales are bf16-exact */
+    }
+    lz->buf[t] = h;
+    lz->dt[t] = RF_DTYPE_BF16;
+    return h;
+}
+
+static rf_dtype_t lazy_dtype(void *ctx, int t)
+{
+    lazy_bf16_t *lz = ctx;
+    return lz->buf[t] != NULL ? lz->dt[t] : RF_DTYPE_INVALID;
+}
+
+static const void *lazy_slot(void *ctx, int m, int s)
+{
+    lazy_bf16_t *lz = ctx;
+    return rs_slot(lz->rs, m, s);
+}
+
+static void lazy_clear(lazy_bf16_t *lz)
+{
+    for (int i = 0; i < 64; i++) {
+        free(lz->buf[i]);
+        lz->buf[i] = NULL;
+    }
+}
+
+START_TEST(test_verify_bf16_stored_scales_fetched_first)
+{
+    rf_inventory_t inv;
+    synth_t sy;
+    rank_slots_t rs;
+    uint64_t bad = 99;
+    rf_err_t err;
+    rf_err_clear(&err);
+    build_inv_q(FP8_JSON, RF_QUANT_FP8_BLOCK, 0, &inv);
+    ck_assert_int_le(inv.ntensors, 64);
+    synth_init(&sy, &inv);
+    rf_rollout_coords_t rc = tp_coords(2, 1);
+    int m = find_module(&inv, "model.layers.0.self_attn.qkv_proj");
+    fill_module(&rs, &sy, m, rc); /* the rank holds fp32 scales, widened from the bf16 file */
+    lazy_bf16_t lz;
+    memset(&lz, 0, sizeof(lz));
+    lz.sy = &sy;
+    lz.rs = &rs;
+    rf_verify_opts_t o = {0, lazy_dtype};
+    for (int s = 0; s < rs.n; s++) {
+        ck_assert_msg(rf_verify_slot_ex(&inv, m, s, &rc, rs.b[s], rs.nb[s], lazy_bytes, &lz, &o,
+                                        &bad, &err) == RF_OK,
+                      "slot %d: %s", s, err.msg);
+        ck_assert_uint_eq(bad, 0);
+        lazy_clear(&lz);
+    }
+    ck_assert_msg(rf_verify_dequant_module(&inv, m, &rc, lazy_slot, lazy_bytes, &lz, &o, &bad,
+                                           &err) == RF_OK,
+                  "%s", err.msg);
+    ck_assert_uint_eq(bad, 0);
+    lazy_clear(&lz);
+    /* still a real check: one scale of the rank off by one bf16 ulp is caught, by name */
+    float *sc = rs.b[1];
+    sc[3] = rf_bf16_to_f32((uint16_t)(rf_f32_to_bf16(sc[3]) + 1));
+    rf_err_clear(&err);
+    ck_assert_int_eq(
+        rf_verify_slot_ex(&inv, m, 1, &rc, rs.b[1], rs.nb[1], lazy_bytes, &lz, &o, &bad, &err),
+        RF_ERR_VERIFY);
+    ck_assert_uint_eq(bad, 1);
+    ck_assert_msg(strstr(err.msg, "weight_scale_inv[") != NULL, "%s", err.msg);
+    lazy_clear(&lz);
+    rank_slots_free(&rs);
+    synth_free(&sy);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
 /* rocm-fnuz inverse: 0x80 (-0) came back as 0x00 (+0). Equal as values, not as bytes. */
 START_TEST(test_fnuz_negative_zero)
 {
@@ -1233,6 +1336,7 @@ static Suite *verify_suite(void)
     tcase_add_test(v, test_verify_padding_and_moe);
     tcase_add_test(v, test_dequant_decoders);
     tcase_add_test(v, test_quant_verify_corruption);
+    tcase_add_test(v, test_verify_bf16_stored_scales_fetched_first);
     tcase_add_test(v, test_fnuz_negative_zero);
     tcase_add_test(v, test_quant_all_slots_roundtrip);
     suite_add_tcase(s, v);
