@@ -118,6 +118,8 @@ typedef struct job {
     const char *source;     /* "checkpoint" | "generator" */
     bool paused;
     bool integrity;         /* per-chunk checksum trailer (option or topology) */
+    const char *integrity_off; /* NULL when on; else what turned it off, for the table */
+    bool integrity_host_pack;  /* nccl: some trainer packs on the host because of integrity */
     rf_job_fault_t fault;   /* resolved: rank set; kind NONE when off */
     uint32_t update;        /* current update (fault hooks) */
     double deadline;        /* its absolute deadline */
@@ -324,7 +326,8 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
         return rf_err_set(err, RF_ERR_INVALID, "--inject-fault %s: rank %d is not %s",
                           rf_fault_kind_name(f->kind), f->rank, need);
     if (f->kind == RF_FAULT_CORRUPT_CHUNK && !j->integrity)
-        rf_warn("--inject-fault corrupt-chunk without --integrity: only the oracle can notice");
+        rf_warn("--inject-fault corrupt-chunk with integrity off (%s): only the oracle can notice",
+                j->integrity_off);
     /* chunk faults, and exit / stall on a stage sender, hit the first chunk of the rank's
      * stage (a rollout rank's hooks fire after chunk 0) */
     int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
@@ -842,11 +845,16 @@ static rf_status_t test_wire_send(void *ctx, int sender, const void *src, uint64
  * PCIe. The host path stays for checkpoint sources (read on the host), integrity trailers
  * (hashed on the host), injected faults (which edit host bytes) and stages with a gather.
  */
-static bool nccl_resident_eligible(const job_t *j)
+static bool nccl_resident_possible(const job_t *j) /* every condition but integrity's */
 {
     return j->nccl && !is_rollout(j) && j->accel != NULL && j->place.device >= 0 &&
-           j->ck == NULL && !j->integrity && j->fault.kind == RF_FAULT_NONE &&
+           j->ck == NULL && j->fault.kind == RF_FAULT_NONE &&
            (j->p2p || (j->tr.sender && j->tr.wire_recv == NULL));
+}
+
+static bool nccl_resident_eligible(const job_t *j)
+{
+    return nccl_resident_possible(j) && !j->integrity;
 }
 
 static rf_status_t setup_nccl_resident(job_t *j, rf_err_t *err)
@@ -1014,7 +1022,12 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         j->items[i].row_bytes = j->items[i].rows ? j->items[i].bytes / j->items[i].rows : 0;
         j->items[i].name = t->name;
     }
-    j->integrity = j->o->integrity || j->topo.integrity;
+    /* on by default (topology default true): --no-integrity or transfer.integrity: false
+     * turns it off, and the table says which */
+    j->integrity = j->o->integrity > 0 || (j->o->integrity == 0 && j->topo.integrity);
+    j->integrity_off = j->integrity          ? NULL
+                       : j->o->integrity < 0 ? "--no-integrity"
+                                             : "transfer.integrity: false";
     st = rf_chunk_plan_create(j->items, (size_t)j->man.n,
                               rf_xfer_plan_bytes(j->topo.chunk_bytes, j->integrity), &j->cplan,
                               err);
@@ -1117,9 +1130,13 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
             j->wire = "nccl gather communicators";
         st = setup_nccl_resident(j, err);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
-        int mine = j->nccl_resident, any = 0;
-        MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        j->fence = any != 0;
+        /* [0]: some trainer is resident; [1]: some trainer would be but for integrity (the
+         * table names the host pack and why) */
+        int mine[2] = {j->nccl_resident, nccl_resident_possible(j) && j->integrity};
+        int any[2] = {0, 0};
+        MPI_Allreduce(mine, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        j->fence = any[0] != 0;
+        j->integrity_host_pack = any[1] != 0;
     }
     const char *tw = getenv("REFIT_TEST_GATHER_WIRE");
     if (tw != NULL && tw[0] != '\0' && j->nccl && j->rank == 0)
@@ -1964,6 +1981,31 @@ static const char *human_bytes(double b, char *buf, size_t cap)
     return buf;
 }
 
+/* The table's integrity line: on or off (and what turned it off), what the checksum covers
+ * on this transport, and the slower path it takes on GPUs until the checksum runs there. */
+static void print_integrity(const job_t *j)
+{
+    if (!j->integrity) {
+        printf("  %-10s off (%s): chunks carry no checksum; a corrupted byte is found only by "
+               "the oracle\n", "integrity", j->integrity_off);
+        return;
+    }
+    if (j->ipc) {
+        /* in-place reads copy straight from the pair's weights arena: no wire, no staging
+         * buffer, nothing in between to corrupt or to check */
+        printf("  %-10s on: XXH3-64 over every SEQ message and its staged bytes, checked before "
+               "unpacking; bytes read in place from the pair's arena are not checksummed%s\n",
+               "integrity", j->ipc_dev ? "; staged chunks copied d2h to be hashed" : "");
+        return;
+    }
+    printf("  %-10s on: XXH3-64 trailer on every chunk, checked before unpacking%s%s\n",
+           "integrity",
+           j->nccl ? "; receivers copy each whole chunk d2h to check it" : "",
+           j->integrity_host_pack ? "; trainers pack on the host to hash it "
+                                    "(transfer.integrity: false packs device to device)"
+                                  : "");
+}
+
 static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                         const rf_gate_verdict_t *v, uint64_t verified)
 {
@@ -2047,6 +2089,7 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                    "device", res, j->T, r0->batch_rows, r0->batch_launches);
         }
     }
+    print_integrity(j);
     if (r0->dev.timeline) { /* REFIT_DEVICE_TIMELINE=1: the first rollout rank's GPU time */
         double gbs = r0->dev.copy_ms > 0 ? (double)r0->dev.copy_bytes / r0->dev.copy_ms / 1e6 : 0;
         printf("  %-10s rank %d GPU: row copies of %s in %.3f ms (%.1f GB/s), LAYERWISE %.3f ms, "

@@ -682,6 +682,9 @@ static void set_defaults(rf_topology_t *t)
     t->chunk_bytes = 64ull << 20;
     t->buffers = 2;
     t->timeout_s = 300.0;
+    /* on by default (issue 13): every chunk that crosses a wire or a staging buffer carries a
+     * checksum, so a corrupted byte fails the update instead of committing */
+    t->integrity = true;
     t->slack_s = 10.0;
 }
 
