@@ -2039,9 +2039,16 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     }
     const job_stats_t *c = crit >= 0 ? &all[crit] : &all[0];
     const job_stats_t *r0 = &all[j->T]; /* first rollout rank */
-    printf("refit update %u/%d: %s  source %s  topology %s (%d trainer + %d rollout ranks)\n",
-           update, j->o->steps, v->committed ? "COMMITTED" : "FAILED", j->source, j->topo.name,
-           j->T, j->R);
+    /* an update the gate committed but the oracle failed is FAILED on its own line too, with
+     * why: its bytes are served and wrong (docs/faults.md, "Failure classes") */
+    const job_stats_t *bad = NULL;
+    for (int r = 0; r < j->size && bad == NULL && v->committed; r++)
+        if (all[r].verify_status != RF_OK)
+            bad = &all[r];
+    printf("refit update %u/%d: %s  source %s  topology %s (%d trainer + %d rollout ranks)%s%s%s\n",
+           update, j->o->steps, v->committed && bad == NULL ? "COMMITTED" : "FAILED", j->source,
+           j->topo.name, j->T, j->R, bad ? " (committed by the gate; oracle: " : "",
+           bad ? bad->verify_msg : "", bad ? ")" : "");
     printf("  %-10s %s in %zu chunks of %s, %d tensors, manifest %016" PRIx64 "\n", "payload",
            human_bytes((double)j->man.payload_bytes, b1, sizeof(b1)), j->cplan->n_chunks,
            human_bytes((double)j->topo.chunk_bytes, b2, sizeof(b2)), j->man.n, j->man.digest);
