@@ -358,11 +358,17 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
 }
 
 /* The injected process death. The one place refit calls _exit: on purpose, for tests
- * (--inject-fault exit); Open MPI 4.1 then ends the whole job. */
+ * (--inject-fault exit); Open MPI 4.1 then ends the whole job. mpirun kills the other ranks
+ * within a few milliseconds, before rank 0 could learn of the death (no deadline has expired,
+ * no MPI call has failed yet), so the dying rank prints the job's last line itself, on stderr
+ * like the rest of its output. */
 static void fault_exit_now(job_t *j, const char *where)
 {
-    fprintf(stderr, "refit: fault: rank %d exits during update %u (%s)\n", j->rank, j->update,
-            where);
+    fprintf(stderr,
+            "refit: fault: rank %d exits during update %u (%s)\n"
+            "refit: FAILED: update %u: rank %d: process exited (--inject-fault exit, %s); Open "
+            "MPI ends the job\n",
+            j->rank, j->update, where, j->update, j->rank, where);
     fflush(stderr);
     _exit(1);
 }
