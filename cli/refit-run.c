@@ -77,8 +77,11 @@ static void usage(FILE *f)
             "                        FILE: best of 5 copies of max(payload, 4 GiB) on rank 0's GPU\n"
             "                        (of the payload, at least 64 MiB, on the host), measured after\n"
             "                        the updates; FILE is checked for writing at startup\n"
-            "  --integrity           XXH3-64 checksum trailer per chunk, verified before unpacking\n"
-            "                        (also transfer.integrity: true in the topology)\n"
+            "  --integrity           XXH3-64 checksum trailer per chunk, verified before unpacking:\n"
+            "                        the default (transfer.integrity: true); forces it on over a\n"
+            "                        topology that sets transfer.integrity: false\n"
+            "  --no-integrity        no checksum trailer (as transfer.integrity: false): a corrupted\n"
+            "                        chunk is then found only by the oracle; benchmarks only\n"
             "  --inject-fault KIND[:RANK][@UPDATE]\n"
             "                        tests: inject a fault on RANK (default per kind) in UPDATE\n"
             "                        (default 2); KIND: %s (docs/faults.md)\n"
@@ -105,6 +108,7 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         {"profile-dir", required_argument, NULL, 'd'},
         {"quiet", no_argument, NULL, 'q'},
         {"integrity", no_argument, NULL, 'i'},
+        {"no-integrity", no_argument, NULL, 'I'},
         {"cold-check", no_argument, NULL, 'C'},
         {"storage-digest", no_argument, NULL, 'D'},
         {"inject-fault", required_argument, NULL, 'x'},
@@ -174,7 +178,12 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
             o->storage_digest = true;
             break;
         case 'i':
-            o->integrity = true;
+        case 'I':
+            if (o->integrity != 0 && o->integrity != (c == 'i' ? 1 : -1)) {
+                snprintf(msg, cap, "--integrity and --no-integrity contradict each other");
+                return -1;
+            }
+            o->integrity = c == 'i' ? 1 : -1;
             break;
         case 'x':
             if (rf_job_fault_parse(optarg, &o->fault, msg, cap) != 0)

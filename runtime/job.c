@@ -125,6 +125,8 @@ typedef struct job {
     const char *source;     /* "checkpoint" | "generator" */
     bool paused;
     bool integrity;         /* per-chunk checksum trailer (option or topology) */
+    const char *integrity_off; /* NULL when on; else what turned it off, for the table */
+    bool integrity_host_pack;  /* nccl: some trainer packs on the host because of integrity */
     rf_job_fault_t fault;   /* resolved: rank set; kind NONE when off */
     uint32_t update;        /* current update (fault hooks) */
     double deadline;        /* its absolute deadline */
@@ -340,7 +342,8 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
         return rf_err_set(err, RF_ERR_INVALID, "--inject-fault %s: rank %d is not %s",
                           rf_fault_kind_name(f->kind), f->rank, need);
     if (f->kind == RF_FAULT_CORRUPT_CHUNK && !j->integrity)
-        rf_warn("--inject-fault corrupt-chunk without --integrity: only the oracle can notice");
+        rf_warn("--inject-fault corrupt-chunk with integrity off (%s): only the oracle can notice",
+                j->integrity_off);
     /* chunk faults, and exit / stall on a stage sender, hit the first chunk of the rank's
      * stage (a rollout rank's hooks fire after chunk 0) */
     int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
@@ -371,11 +374,17 @@ static rf_status_t fault_resolve(job_t *j, rf_err_t *err)
 }
 
 /* The injected process death. The one place refit calls _exit: on purpose, for tests
- * (--inject-fault exit); Open MPI 4.1 then ends the whole job. */
+ * (--inject-fault exit); Open MPI 4.1 then ends the whole job. mpirun kills the other ranks
+ * within a few milliseconds, before rank 0 could learn of the death (no deadline has expired,
+ * no MPI call has failed yet), so the dying rank prints the job's last line itself, on stderr
+ * like the rest of its output. */
 static void fault_exit_now(job_t *j, const char *where)
 {
-    fprintf(stderr, "refit: fault: rank %d exits during update %u (%s)\n", j->rank, j->update,
-            where);
+    fprintf(stderr,
+            "refit: fault: rank %d exits during update %u (%s)\n"
+            "refit: FAILED: update %u: rank %d: process exited (--inject-fault exit, %s); Open "
+            "MPI ends the job\n",
+            j->rank, j->update, where, j->update, j->rank, where);
     fflush(stderr);
     _exit(1);
 }
@@ -858,11 +867,16 @@ static rf_status_t test_wire_send(void *ctx, int sender, const void *src, uint64
  * PCIe. The host path stays for checkpoint sources (read on the host), integrity trailers
  * (hashed on the host), injected faults (which edit host bytes) and stages with a gather.
  */
-static bool nccl_resident_eligible(const job_t *j)
+static bool nccl_resident_possible(const job_t *j) /* every condition but integrity's */
 {
     return j->nccl && !is_rollout(j) && j->accel != NULL && j->place.device >= 0 &&
-           j->ck == NULL && !j->integrity && j->fault.kind == RF_FAULT_NONE &&
+           j->ck == NULL && j->fault.kind == RF_FAULT_NONE &&
            (j->p2p || (j->tr.sender && j->tr.wire_recv == NULL));
+}
+
+static bool nccl_resident_eligible(const job_t *j)
+{
+    return nccl_resident_possible(j) && !j->integrity;
 }
 
 static rf_status_t setup_nccl_resident(job_t *j, rf_err_t *err)
@@ -1037,7 +1051,12 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
         j->items[i].row_bytes = j->items[i].rows ? j->items[i].bytes / j->items[i].rows : 0;
         j->items[i].name = t->name;
     }
-    j->integrity = j->o->integrity || j->topo.integrity;
+    /* on by default (topology default true): --no-integrity or transfer.integrity: false
+     * turns it off, and the table says which */
+    j->integrity = j->o->integrity > 0 || (j->o->integrity == 0 && j->topo.integrity);
+    j->integrity_off = j->integrity          ? NULL
+                       : j->o->integrity < 0 ? "--no-integrity"
+                                             : "transfer.integrity: false";
     st = rf_chunk_plan_create(j->items, (size_t)j->man.n,
                               rf_xfer_plan_bytes(j->topo.chunk_bytes, j->integrity), &j->cplan,
                               err);
@@ -1140,9 +1159,13 @@ static rf_status_t setup(job_t *j, rf_err_t *err)
             j->wire = "nccl gather communicators";
         st = setup_nccl_resident(j, err);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
-        int mine = j->nccl_resident, any = 0;
-        MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        j->fence = any != 0;
+        /* [0]: some trainer is resident; [1]: some trainer would be but for integrity (the
+         * table names the host pack and why) */
+        int mine[2] = {j->nccl_resident, nccl_resident_possible(j) && j->integrity};
+        int any[2] = {0, 0};
+        MPI_Allreduce(mine, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        j->fence = any[0] != 0;
+        j->integrity_host_pack = any[1] != 0;
     }
     const char *tw = getenv("REFIT_TEST_GATHER_WIRE");
     if (tw != NULL && tw[0] != '\0' && j->nccl && j->rank == 0)
@@ -2173,6 +2196,31 @@ static const char *human_bytes(double b, char *buf, size_t cap)
     return buf;
 }
 
+/* The table's integrity line: on or off (and what turned it off), what the checksum covers
+ * on this transport, and the slower path it takes on GPUs until the checksum runs there. */
+static void print_integrity(const job_t *j)
+{
+    if (!j->integrity) {
+        printf("  %-10s off (%s): chunks carry no checksum; a corrupted byte is found only by "
+               "the oracle\n", "integrity", j->integrity_off);
+        return;
+    }
+    if (j->ipc) {
+        /* in-place reads copy straight from the pair's weights arena: no wire, no staging
+         * buffer, nothing in between to corrupt or to check */
+        printf("  %-10s on: XXH3-64 over every SEQ message and its staged bytes, checked before "
+               "unpacking; bytes read in place from the pair's arena are not checksummed%s\n",
+               "integrity", j->ipc_dev ? "; staged chunks copied d2h to be hashed" : "");
+        return;
+    }
+    printf("  %-10s on: XXH3-64 trailer on every chunk, checked before unpacking%s%s\n",
+           "integrity",
+           j->nccl ? "; receivers copy each whole chunk d2h to check it" : "",
+           j->integrity_host_pack ? "; trainers pack on the host to hash it "
+                                    "(transfer.integrity: false packs device to device)"
+                                  : "");
+}
+
 static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                         const rf_gate_verdict_t *v, uint64_t verified)
 {
@@ -2206,9 +2254,16 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     }
     const job_stats_t *c = crit >= 0 ? &all[crit] : &all[0];
     const job_stats_t *r0 = &all[j->T]; /* first rollout rank */
-    printf("refit update %u/%d: %s  source %s  topology %s (%d trainer + %d rollout ranks)\n",
-           update, j->o->steps, v->committed ? "COMMITTED" : "FAILED", j->source, j->topo.name,
-           j->T, j->R);
+    /* an update the gate committed but the oracle failed is FAILED on its own line too, with
+     * why: its bytes are served and wrong (docs/faults.md, "Failure classes") */
+    const job_stats_t *bad = NULL;
+    for (int r = 0; r < j->size && bad == NULL && v->committed; r++)
+        if (all[r].verify_status != RF_OK)
+            bad = &all[r];
+    printf("refit update %u/%d: %s  source %s  topology %s (%d trainer + %d rollout ranks)%s%s%s\n",
+           update, j->o->steps, v->committed && bad == NULL ? "COMMITTED" : "FAILED", j->source,
+           j->topo.name, j->T, j->R, bad ? " (committed by the gate; oracle: " : "",
+           bad ? bad->verify_msg : "", bad ? ")" : "");
     printf("  %-10s %s in %zu chunks of %s, %d tensors, manifest %016" PRIx64 "\n", "payload",
            human_bytes((double)j->man.payload_bytes, b1, sizeof(b1)), j->cplan->n_chunks,
            human_bytes((double)j->topo.chunk_bytes, b2, sizeof(b2)), j->man.n, j->man.digest);
@@ -2256,6 +2311,7 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
                    "device", res, j->T, r0->batch_rows, r0->batch_launches);
         }
     }
+    print_integrity(j);
     if (r0->dev.timeline) { /* REFIT_DEVICE_TIMELINE=1: the first rollout rank's GPU time */
         double gbs = r0->dev.copy_ms > 0 ? (double)r0->dev.copy_bytes / r0->dev.copy_ms / 1e6 : 0;
         printf("  %-10s rank %d GPU: row copies of %s in %.3f ms (%.1f GB/s), LAYERWISE %.3f ms, "

@@ -308,8 +308,11 @@ rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *to
         if (man.skipped)
             rf_info("checkpoint %s: skipped %d tensor(s) on the skip list (first: %s)", ck_dir,
                     man.skipped, first_skip);
+        /* on the documented skip list (DESIGN.md section 4): expected, INFO; anything else
+         * skipped on purpose is a checkpoint's weights left behind: WARN */
         if (man.cut)
-            rf_info("checkpoint %s: skipped %d tensor(s) cut away by model.overrides (first: %s)",
+            rf_warn("checkpoint %s: skipped %d tensor(s) not on the skip list: cut away by "
+                    "model.overrides (first: %s)",
                     ck_dir, man.cut, first_cut);
     }
     qsort(man.entries, man.n, sizeof(rf_manifest_entry_t), entry_cmp);

@@ -321,6 +321,9 @@ static rf_status_t get_int_list(parse_ctx_t *cx, const yaml_node_t *n, const cha
 {
     char shown[128], ikey[96];
     int k = 0;
+    /* defined on every path: gcc -O3 cannot see that perr() never returns RF_OK, and warns
+     * (maybe-uninitialized) at the callers that read *count after RF_CHECK */
+    *count = 0;
     show(n, shown, sizeof(shown));
     if (n->type != YAML_SEQUENCE_NODE)
         return perr(cx, key, "%s where a list of integers is expected", shown);
@@ -682,6 +685,9 @@ static void set_defaults(rf_topology_t *t)
     t->chunk_bytes = 64ull << 20;
     t->buffers = 2;
     t->timeout_s = 300.0;
+    /* on by default (issue 13): every chunk that crosses a wire or a staging buffer carries a
+     * checksum, so a corrupted byte fails the update instead of committing */
+    t->integrity = true;
     t->slack_s = 10.0;
 }
 

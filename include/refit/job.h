@@ -63,7 +63,9 @@ typedef struct rf_job_opts {
     bool storage_digest;      /* rank 0 prints "storage digest <hex>" per committed update: XXH3
                                  over every rollout rank's slots (host copies of GPU slots) */
     bool help;
-    bool integrity;           /* per-chunk checksums (or transfer.integrity in the topology) */
+    int integrity;            /* per-chunk checksums: 0 = the topology's transfer.integrity
+                                 (default true), 1 = on (--integrity), -1 = off
+                                 (--no-integrity) */
     rf_job_fault_t fault;     /* kind RF_FAULT_NONE normally */
     bool verify_last;         /* only the last update goes through the oracle (benchmarks of
                                  large models: the host oracle is slower than the updates) */

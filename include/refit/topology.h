@@ -73,7 +73,7 @@ typedef struct rf_topology {
     uint64_t chunk_bytes;        /* default 64 MiB; mpi: at most 2^31 - 256 */
     int buffers;                 /* default 2 */
     double timeout_s;            /* default 300 */
-    bool integrity;              /* default false */
+    bool integrity;              /* default true (checksum trailer per chunk) */
     double min_bandwidth;        /* bytes/s; default 100 MB/s (mpi), 10 GB/s (nccl, ipc) */
     double slack_s;              /* default 10 */
     /* added by the topology module */

@@ -23,8 +23,8 @@ function(fault_test name np topo)
   set_tests_properties(faults_${name} PROPERTIES LABELS mpi TIMEOUT 120)
 endfunction()
 
-# transfer faults: the receiver names the chunk; integrity catches a flipped byte before
-# unpacking (so the storage is untouched)
+# transfer faults: the receiver names the chunk; integrity (on by default) catches a flipped
+# byte before unpacking (so the storage is untouched)
 fault_test(duplicate_chunk 4 ${FTOPO4}
            "verdict +rank [23]: RF_ERR_SEQUENCE: update 2: chunk seq 1 .*repeated chunk: header carries seq 0"
            "rollout paused: yes" ${RECOVERED} ARGS --integrity --inject-fault duplicate-chunk)
@@ -32,9 +32,10 @@ fault_test(drop_chunk 4 ${FTOPO4}
            "verdict +rank [23]: RF_ERR_SEQUENCE: update 2: chunk seq 0 .*gap in the sequence: header carries seq 1, expected 0"
            "rollout paused: yes" ${RECOVERED} ARGS --inject-fault drop-chunk)
 fault_test(corrupt_chunk 4 ${FTOPO4}
+           "integrity +on: XXH3-64 trailer on every chunk" "refit update 2/3: FAILED"
            "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch.*before unpacking; chunk carries model.embed_tokens.weight"
            "rollout paused: yes; storage unchanged: yes" ${RECOVERED}
-           ARGS --integrity --inject-fault corrupt-chunk)
+           ARGS --inject-fault corrupt-chunk)
 
 # source faults: the trainer's check fails at update begin, before any chunk: storage untouched
 fault_test(wrong_dtype 4 ${FTOPO4}
@@ -100,12 +101,14 @@ fault_test(pp2_stall_stage1_sender 6 ${FTOPO6}
            "verdict +rank [0-9]: RF_ERR_TIMEOUT: .*deadline expired" "rollout paused: yes"
            ${RECOVERED} ARGS --inject-fault stall:2)
 
-# a process that dies ends the job non-zero within seconds (Open MPI 4.1 kills the rest)
+# a process that dies ends the job non-zero within seconds (Open MPI 4.1 kills the rest); the
+# dying rank prints the last line itself (rank 0 is killed before it could learn of the death)
 foreach(case "exit_rollout;exit" "exit_sender;exit:0" "exit_gather;exit:1")
   list(GET case 0 name)
   list(GET case 1 spec)
   add_test(NAME faults_${name}
            COMMAND ${EXPECT} fail "refit: fault: rank [0-9] exits during update 2"
+                   "refit: FAILED: update 2: rank [0-9]: process exited \\(--inject-fault exit, "
                    -- ${REFIT_RUN} -np 4 $<TARGET_FILE:refit-run> --topology ${FTOPO4}
                    --checkpoint ${DATA}/llama-tiny --steps 3 --inject-fault ${spec}
                    --profile-dir ${CMAKE_BINARY_DIR}/profiles/faults_${name}

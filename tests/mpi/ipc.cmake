@@ -67,9 +67,11 @@ ipc_fault_test(drop_chunk
 ipc_fault_test(duplicate_chunk
                "verdict +rank [23]: RF_ERR_SEQUENCE: update 2: chunk seq 1 .*repeated chunk: header carries seq 0"
                "rollout paused: yes" ${RECOVERED} ARGS --integrity --inject-fault duplicate-chunk)
+# integrity on by default: the staged byte flipped after the checksum is caught before unpacking
 ipc_fault_test(corrupt_chunk
-               "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq [0-9]+ .*checksum mismatch.*before unpacking"
-               "rollout paused: yes" ${RECOVERED} ARGS --integrity --inject-fault corrupt-chunk)
+               "integrity +on: XXH3-64 over every SEQ message and its staged bytes"
+               "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq [0-9]+ .*checksum mismatch.*before unpacking; chunk carries model\\."
+               "rollout paused: yes" ${RECOVERED} ARGS --inject-fault corrupt-chunk)
 ipc_fault_test(stall_rollout
                "verdict +rank [0-9]: RF_ERR_TIMEOUT: .*deadline expired" "verdict after [34]\\.[0-9]+ s"
                "rollout paused: yes" ${RECOVERED} ARGS --inject-fault stall)

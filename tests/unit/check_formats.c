@@ -462,7 +462,9 @@ static void man_init(man_t *x, const rf_inventory_t *inv, int m, const rf_format
                      RF_OK);
     for (int i = 0; i < x->nrt; i++) {
         rf_slot_t *s = &x->slots[i];
-        snprintf(s->name, sizeof(s->name), "%s.%s", inv->modules[m].name, x->rts[i].name);
+        /* checked, not truncated: gcc 13 -Wformat-truncation sees two names that may not fit */
+        int nl = snprintf(s->name, sizeof(s->name), "%s.%s", inv->modules[m].name, x->rts[i].name);
+        ck_assert(nl > 0 && (size_t)nl < sizeof(s->name));
         s->module = m;
         s->index = i;
         s->sig.ndim = x->rts[i].ndim;

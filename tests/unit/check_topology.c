@@ -239,7 +239,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(t.chunk_bytes, 67108864ull);
     ck_assert_int_eq(t.buffers, 2);
     ck_assert_double_eq(t.timeout_s, 300.0);
-    ck_assert(!t.integrity);
+    ck_assert(t.integrity); /* on by default (issue 13) */
     ck_assert_double_eq(t.min_bandwidth, 1e8);
     ck_assert_double_eq(t.slack_s, 10.0);
 
@@ -677,7 +677,7 @@ START_TEST(test_hash)
         "transfer: { chunk_bytes: 2MiB }\n",
         "transfer: { buffers: 3 }\n",
         "transfer: { timeout_s: 301 }\n",
-        "transfer: { integrity: true }\n",
+        "transfer: { integrity: false }\n",
         "transfer: { min_bandwidth: 1GB/s }\n",
         "transfer: { slack_s: 11 }\n",
         "model: { quantization: none }\n",

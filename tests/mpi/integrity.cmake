@@ -1,0 +1,54 @@
+# Integrity on by default (issue 13 items 5 and 7; docs/faults.md "Failure classes"): the
+# checksum trailer is on unless --no-integrity or transfer.integrity: false turns it off, the
+# update table says which, --integrity forces it on over the topology, and a corrupted chunk
+# that integrity-off lets through commits but fails its own table line through the oracle.
+# Also: checkpoint tensors skipped on purpose, INFO on the skip list and WARN otherwise.
+# Included from tests/mpi/CMakeLists.txt after faults.cmake (uses REFIT_RUN, EXPECT, TTOPO,
+# DATA, FTOPO4, RECOVERED, fault_test, refit_run_test).
+set(NOINT_TOPO ${TTOPO}/llama-tiny-tp2-to-2xtp1-faults-no-integrity.yaml)
+set(ORACLE_FAILED "refit update 2/3: FAILED  source generator  topology [^ ]+ \\(2 trainer \\+ 2 rollout ranks\\) \\(committed by the gate; oracle: verify: model.embed_tokens .* elements wrong\\)$"
+                  "rollout paused: no")
+
+# on by default on host-shm ipc too (mpi: faults_corrupt_chunk): every chunk of this topology is
+# staged (trainer TP2 -> engines TP1 gathers), so the flipped byte is caught before any byte of
+# the update lands
+fault_test(ipc_corrupt_chunk_default 4 ${CMAKE_SOURCE_DIR}/jobs/topologies/llama-tiny-tp2-to-2xtp1-colocated-ipc.yaml
+           "integrity +on: XXH3-64 over every SEQ message and its staged bytes" "refit update 2/3: FAILED"
+           "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch.*before unpacking; chunk carries model.embed_tokens.weight"
+           "rollout paused: yes; storage unchanged: yes" ${RECOVERED} ARGS --inject-fault corrupt-chunk)
+
+# integrity off (the topology, or --no-integrity over the default): the flipped byte commits and
+# is served; only the oracle finds it, and update 2's own line says FAILED with the oracle's
+# reason
+fault_test(corrupt_chunk_integrity_off_topology 4 ${NOINT_TOPO}
+           "integrity +off \\(transfer.integrity: false\\): chunks carry no checksum"
+           ${ORACLE_FAILED} ${RECOVERED} ARGS --inject-fault corrupt-chunk)
+fault_test(corrupt_chunk_no_integrity 4 ${FTOPO4}
+           "integrity +off \\(--no-integrity\\): chunks carry no checksum"
+           ${ORACLE_FAILED} ${RECOVERED} ARGS --no-integrity --inject-fault corrupt-chunk)
+# --integrity forces it on over a topology that turns it off
+fault_test(corrupt_chunk_integrity_forced 4 ${NOINT_TOPO}
+           "integrity +on: XXH3-64 trailer on every chunk"
+           "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch.*before unpacking; chunk carries model.embed_tokens.weight"
+           "rollout paused: yes; storage unchanged: yes" ${RECOVERED}
+           ARGS --integrity --inject-fault corrupt-chunk)
+refit_run_test(integrity_both_options_refused 2 fail
+               "refit: FAILED: --integrity and --no-integrity contradict each other"
+               --topology ${CMAKE_SOURCE_DIR}/jobs/topologies/llama-tiny-tp1-to-tp1.yaml
+               --integrity --no-integrity)
+
+# skipped checkpoint tensors: one on the documented skip list (rotary_emb.inv_freq, added by
+# make_skip_ckpt) at INFO; layer 2's 9 tensors cut away by model.overrides at WARN
+add_executable(make_skip_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/make_skip_ckpt.c)
+target_link_libraries(make_skip_ckpt PRIVATE refit)
+add_test(NAME make_skip_ckpt_checkpoint
+         COMMAND make_skip_ckpt ${DATA}/llama-tiny ${CMAKE_BINARY_DIR}/skip-llama-tiny)
+set_tests_properties(make_skip_ckpt_checkpoint PROPERTIES LABELS mpi FIXTURES_SETUP skip_ckpt)
+set(SKIP_INFO "refit INFO checkpoint [^ ]+: skipped 1 tensor\\(s\\) on the skip list \\(first: model.layers.0.self_attn.rotary_emb.inv_freq\\)")
+set(CUT_WARN "refit WARN checkpoint [^ ]+: skipped 9 tensor\\(s\\) not on the skip list: cut away by model.overrides \\(first: model.layers.2.")
+refit_run_test(refit_run_skipped_tensors_logged 2 ok
+               "${SKIP_INFO};${CUT_WARN};refit: COMMITTED 1 update\\(s\\)"
+               --topology ${TTOPO}/llama-tiny-2l-tp1-to-tp1.yaml
+               --checkpoint ${CMAKE_BINARY_DIR}/skip-llama-tiny --steps 1)
+set_tests_properties(refit_run_skipped_tensors_logged PROPERTIES FIXTURES_REQUIRED skip_ckpt
+                     ENVIRONMENT "REFIT_LOG_LEVEL=info")
