@@ -9,13 +9,14 @@
 #include "refit/control.h"
 
 #include <errno.h>
+#include <mpi.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "control_int.h"
-#include "mpi_check_int.h"
+#include "refit/checks.h"
 
 typedef struct rf_ctl_abort_msg {
     int32_t rank;
