@@ -3,7 +3,7 @@
  * runtime/accel_registry.c is the only file that refers to it.
  *
  * Memory is plain cudaMalloc (never managed memory), pinned host memory is cudaMallocHost.
- * Every CUDA call goes through RF_CUDA_CHECK, which logs the call, file:line and CUDA's own
+ * Every CUDA call goes through RF_CUDA_CHECK (refit/checks.h): it logs the call and CUDA's own
  * error string once and returns RF_ERR_CUDA. Kernels reproduce runtime/accel_host.c (and
  * through it formats/quant.c and formats/format_wna16.c) bit for bit: the e4m3 / bf16 / f16
  * conversions are the same integer round-to-nearest-even code, divisions are IEEE fp32
@@ -15,20 +15,9 @@
 #include <string.h>
 
 #include "refit/accel.h"
+#include "refit/checks.h"
 #include "refit/generator_bits.h"
 #include "refit/log.h"
-
-#define RF_CUDA_CHECK(call)                                                                \
-    do {                                                                                   \
-        cudaError_t rf_cuda_e_ = (call);                                                   \
-        if (rf_cuda_e_ != cudaSuccess) {                                                   \
-            rf_error("cuda: %s failed: %s (%s)", #call, cudaGetErrorString(rf_cuda_e_),    \
-                     cudaGetErrorName(rf_cuda_e_));                                        \
-            return RF_ERR_CUDA;                                                            \
-        }                                                                                  \
-    } while (0)
-
-#define RF_CUDA_LAUNCH_CHECK() RF_CUDA_CHECK(cudaGetLastError())
 
 #define THREADS 256
 #define MAX_BLOCKS 65535u * 8u

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "refit/accel.h"
-#include "refit/control.h"
 #include "refit/loader.h"
 #include "refit/log.h"
+#include "refit/time.h"
 #include "refit/transport.h"
 
 #ifdef REFIT_HAVE_CUDA

@@ -1,7 +1,7 @@
 /*
- * refit: the control channel (include/refit/control.h): deadlines, the universal wait loop,
- * ABORT, stale-message draining and the begin agreement. The completion gate is in
- * runtime/gate.c.
+ * refit: the control channel (include/refit/control.h): the universal wait loop, ABORT,
+ * stale-message draining and the begin agreement. The completion gate is in runtime/gate.c;
+ * the clock and update deadlines are in core/time.c.
  *
  * Control sends that nobody needs to wait for (ABORTs, gate reports and verdicts) go to an
  * outbox: the buffer stays alive until MPI completes the sends, which later calls progress.
@@ -9,13 +9,14 @@
 #include "refit/control.h"
 
 #include <errno.h>
+#include <mpi.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "control_int.h"
-#include "mpi_check_int.h"
+#include "refit/checks.h"
 
 typedef struct rf_ctl_abort_msg {
     int32_t rank;
@@ -29,25 +30,6 @@ typedef struct rf_ctl_agree_msg {
     int32_t rank;
     char reason[RF_ERR_MSG_MAX];
 } rf_ctl_agree_msg_t;
-
-double rf_time_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-double rf_deadline_for_update(double timeout_s, double slack_s, uint64_t payload_bytes,
-                              double min_bandwidth)
-{
-    double d = timeout_s;
-    if (min_bandwidth > 0) {
-        double need = slack_s + (double)payload_bytes / min_bandwidth;
-        if (need < d)
-            d = need;
-    }
-    return rf_time_now() + d;
-}
 
 rf_status_t rf_ctl_create(MPI_Comm world, rf_ctl_t **ctl_p, rf_err_t *err)
 {

@@ -7,11 +7,12 @@
  * waits do not poll ABORT: by now failures are known and are exactly what the gate collects.
  */
 #include <inttypes.h>
+#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "control_int.h"
-#include "mpi_check_int.h"
+#include "refit/checks.h"
 #include "refit/control.h"
 
 /* Wire form of a record: this header, then rf_peer_counts_t[nranks]. */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hashmap_int.h"
+#include "refit/hashmap.h"
 #include "refit/log.h"
 #include "refit/model.h"
 

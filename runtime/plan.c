@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "hashmap_int.h"
+#include "refit/hashmap.h"
 #include "refit/log.h"
 #include "refit/plan.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "hashmap_int.h"
+#include "refit/hashmap.h"
 #include "refit/storage.h"
 
 bool rf_signature_equal(const rf_signature_t *a, const rf_signature_t *b)

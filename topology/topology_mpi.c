@@ -12,26 +12,17 @@
  * records are checked by rf_placement_resolve(), a pure function every rank runs alike.
  */
 #include <errno.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "refit/checks.h"
 #include "refit/log.h"
 #include "refit/topology.h"
 
 #define RF_TOPO_FILE_MAX (1u << 20)    /* 1 MiB of YAML */
 #define RF_CONFIG_FILE_MAX (16u << 20) /* as rf_model_config_load */
-
-#define RF_MPI_CHECK(call, err)                                                                    \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ != MPI_SUCCESS) {                                                                  \
-            char s_[MPI_MAX_ERROR_STRING];                                                         \
-            int n_ = 0;                                                                            \
-            MPI_Error_string(rc_, s_, &n_);                                                        \
-            return rf_err_set((err), RF_ERR_MPI, "%s:%d: %s: %s", __FILE__, __LINE__, #call, s_);  \
-        }                                                                                          \
-    } while (0)
 
 /* Reads a whole file (NUL-terminated, *len_p bytes). buf_p: owned by the caller. */
 static rf_status_t read_text(const char *path, size_t max, const char *what, char **buf_p,

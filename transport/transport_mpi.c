@@ -2,10 +2,11 @@
  * refit: the MPI transport (DESIGN.md section 9, "mpi"): host buffers, tagged point-to-point
  * on a duplicate of world with MPI_ERRORS_RETURN. Also the transport registry (by name).
  */
+#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mpi_check_int.h"
+#include "refit/checks.h"
 #include "refit/transport.h"
 
 typedef struct rf_transport_mpi {

@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "control_int.h"
+#include "refit/checks.h"
 #include "refit/log.h"
 #include "refit/transport_nccl.h"
 #include "xfer_int.h"
@@ -74,48 +75,6 @@ struct rf_nccl_state {
     rf_xfer_nccl_counters_t counters;
 };
 
-/* ---- checks (llm.c's cudaCheck / ncclCheck shape: file:line, the call, the library's text) */
-
-static rf_status_t cuda_fail(cudaError_t rc, const char *call, int line, rf_err_t *err)
-{
-    return rf_err_set(err, RF_ERR_CUDA, "%s:%d: %s: %s", __FILE__, line, call,
-                      cudaGetErrorString(rc));
-}
-
-static rf_status_t nccl_fail(ncclResult_t rc, ncclComm_t comm, const char *call, int line,
-                             rf_err_t *err)
-{
-    const char *last = ncclGetLastError(comm);
-    return rf_err_set(err, RF_ERR_NCCL, "%s:%d: %s: %s%s%s", __FILE__, line, call,
-                      ncclGetErrorString(rc), last && last[0] ? ": " : "", last ? last : "");
-}
-
-#define CU_CHECK(call, err)                                                                    \
-    do {                                                                                       \
-        cudaError_t rc_ = (call);                                                              \
-        if (rc_ != cudaSuccess)                                                                \
-            return cuda_fail(rc_, #call, __LINE__, (err));                                     \
-    } while (0)
-
-#define CU_CHECK_GOTO(call, err, st, label)                                                    \
-    do {                                                                                       \
-        cudaError_t rc_ = (call);                                                              \
-        if (rc_ != cudaSuccess) {                                                              \
-            (st) = cuda_fail(rc_, #call, __LINE__, (err));                                     \
-            goto label;                                                                        \
-        }                                                                                      \
-    } while (0)
-
-/* ncclInProgress is fine on a non-blocking communicator: the caller polls afterwards. */
-#define NC_CHECK_GOTO(call, comm, err, st, label)                                              \
-    do {                                                                                       \
-        ncclResult_t rc_ = (call);                                                             \
-        if (rc_ != ncclSuccess && rc_ != ncclInProgress) {                                     \
-            (st) = nccl_fail(rc_, (comm), #call, __LINE__, (err));                             \
-            goto label;                                                                        \
-        }                                                                                      \
-    } while (0)
-
 bool rf_xfer_nccl_built(void)
 {
     return true;
@@ -138,7 +97,7 @@ static int streams_idle(void *vctx, rf_err_t *err)
         if (rc == cudaErrorNotReady)
             return 0;
         if (rc != cudaSuccess)
-            return (int)cuda_fail(rc, "cudaStreamQuery", __LINE__, err);
+            return (int)rf_cuda_error(rc, "cudaStreamQuery", __FILE__, __LINE__, err);
     }
     return 1;
 }
@@ -196,11 +155,12 @@ static int finalized(void *vctx, rf_err_t *err)
             continue;
         ncclResult_t rc = ncclCommGetAsyncError(c->comm, &a);
         if (rc != ncclSuccess)
-            return (int)nccl_fail(rc, c->comm, "ncclCommGetAsyncError", __LINE__, err);
+            return (int)rf_nccl_error(rc, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__,
+                                      err);
         if (a == ncclInProgress)
             return 0;
         if (a != ncclSuccess)
-            return (int)nccl_fail(a, c->comm, "ncclCommFinalize", __LINE__, err);
+            return (int)rf_nccl_error(a, c->comm, "ncclCommFinalize", __FILE__, __LINE__, err);
     }
     return 1;
 }
@@ -352,17 +312,19 @@ rf_status_t rf_xfer_nccl_setup(rf_xfer_t *x, const rf_nccl_layout_t *layout, int
                         "communicator(s) but has no GPU", x->rank, s->nmine);
         goto out;
     }
-    CU_CHECK_GOTO(cudaSetDevice(device), err, st, out);
-    CU_CHECK_GOTO(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamNonBlocking), err, st, out);
-    CU_CHECK_GOTO(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking), err, st, out);
+    RF_CUDA_CHECK_ERR_GOTO(cudaSetDevice(device), err, st, out);
+    RF_CUDA_CHECK_ERR_GOTO(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamNonBlocking), err,
+                           st, out);
+    RF_CUDA_CHECK_ERR_GOTO(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking), err,
+                           st, out);
     for (int b = 0; b < s->B; b++) {
-        CU_CHECK_GOTO(cudaEventCreateWithFlags(&s->h2d_ev[b], cudaEventDisableTiming), err, st,
-                      out);
-        CU_CHECK_GOTO(cudaEventCreateWithFlags(&s->comm_ev[b], cudaEventDisableTiming), err, st,
-                      out);
+        RF_CUDA_CHECK_ERR_GOTO(cudaEventCreateWithFlags(&s->h2d_ev[b], cudaEventDisableTiming), err,
+                               st, out);
+        RF_CUDA_CHECK_ERR_GOTO(cudaEventCreateWithFlags(&s->comm_ev[b], cudaEventDisableTiming),
+                               err, st, out);
         if (b == 0)
-            CU_CHECK_GOTO(cudaEventCreateWithFlags(&s->gather_ev, cudaEventDisableTiming), err,
-                          st, out);
+            RF_CUDA_CHECK_ERR_GOTO(cudaEventCreateWithFlags(&s->gather_ev, cudaEventDisableTiming),
+                                   err, st, out);
         if (accel != NULL && (st = accel->ops->event_create(accel, &s->unpack_ev[b])) != RF_OK) {
             rf_err_set(err, st, "transport nccl: no unpack event on %s device %d",
                        accel->ops->name, accel->device);
@@ -391,11 +353,13 @@ static int inits_done(void *vctx, rf_err_t *err)
             continue;
         ncclResult_t rc = ncclCommGetAsyncError(c->comm, &a);
         if (rc != ncclSuccess)
-            return (int)nccl_fail(rc, c->comm, "ncclCommGetAsyncError", __LINE__, err);
+            return (int)rf_nccl_error(rc, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__,
+                                      err);
         if (a == ncclInProgress)
             return 0;
         if (a != ncclSuccess)
-            return (int)nccl_fail(a, c->comm, "ncclCommInitRankConfig", __LINE__, err);
+            return (int)rf_nccl_error(a, c->comm, "ncclCommInitRankConfig", __FILE__, __LINE__,
+                                      err);
     }
     return 1;
 }
@@ -422,8 +386,8 @@ rf_status_t rf_xfer_nccl_begin(rf_xfer_t *x, double deadline, rf_err_t *err)
                 continue;
             ncclResult_t rc = ncclCommGetAsyncError(c->comm, &a);
             if (rc != ncclSuccess || (a != ncclSuccess && a != ncclInProgress))
-                st = nccl_fail(rc != ncclSuccess ? rc : a, c->comm, "ncclCommGetAsyncError",
-                               __LINE__, &e);
+                st = rf_nccl_error(rc != ncclSuccess ? rc : a, c->comm, "ncclCommGetAsyncError",
+                                   __FILE__, __LINE__, &e);
         }
         if (st == RF_OK)
             return RF_OK;
@@ -433,7 +397,7 @@ rf_status_t rf_xfer_nccl_begin(rf_xfer_t *x, double deadline, rf_err_t *err)
     double t0 = rf_time_now();
     cudaError_t drc = cudaSetDevice(s->device);
     if (drc != cudaSuccess)
-        st = cuda_fail(drc, "cudaSetDevice", __LINE__, &e);
+        st = rf_cuda_error(drc, "cudaSetDevice", __FILE__, __LINE__, &e);
     /* every member takes part in every MPI_Bcast of its communicators, in layout order,
      * failed or not, so no member waits in a broadcast nobody else reaches */
     for (int k = 0; k < s->ncomms; k++) {
@@ -449,7 +413,7 @@ rf_status_t rf_xfer_nccl_begin(rf_xfer_t *x, double deadline, rf_err_t *err)
             ncclResult_t rc = ncclGetUniqueId(&msg.id);
             msg.ok = rc == ncclSuccess && st == RF_OK;
             if (rc != ncclSuccess && st == RF_OK)
-                st = nccl_fail(rc, NULL, "ncclGetUniqueId", __LINE__, &e);
+                st = rf_nccl_error(rc, NULL, "ncclGetUniqueId", __FILE__, __LINE__, &e);
         }
         int mrc = MPI_Bcast(&msg, (int)sizeof(msg), MPI_BYTE, 0, c->mpi);
         if (mrc != MPI_SUCCESS && st == RF_OK)
@@ -462,8 +426,8 @@ rf_status_t rf_xfer_nccl_begin(rf_xfer_t *x, double deadline, rf_err_t *err)
             continue;
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         config.blocking = 0;
-        NC_CHECK_GOTO(ncclCommInitRankConfig(&c->comm, c->size, msg.id, c->rank, &config), c->comm,
-                      &e, st, next);
+        RF_NCCL_CHECK_GOTO(ncclCommInitRankConfig(&c->comm, c->size, msg.id, c->rank, &config),
+                           c->comm, &e, st, next);
     next:;
     }
     if (st != RF_OK)
@@ -537,9 +501,11 @@ static int wait_test(void *vctx, rf_err_t *err)
         ncclResult_t a = ncclSuccess;
         ncclResult_t rc = ncclCommGetAsyncError(w->comm, &a);
         if (rc != ncclSuccess)
-            return (int)nccl_fail(rc, w->comm, "ncclCommGetAsyncError", __LINE__, err);
+            return (int)rf_nccl_error(rc, w->comm, "ncclCommGetAsyncError", __FILE__, __LINE__,
+                                      err);
         if (a != ncclSuccess && a != ncclInProgress)
-            return (int)nccl_fail(a, w->comm, "asynchronous NCCL error", __LINE__, err);
+            return (int)rf_nccl_error(a, w->comm, "asynchronous NCCL error", __FILE__, __LINE__,
+                                      err);
         if (w->ev == NULL && w->aev == NULL)
             return a == ncclSuccess;
     }
@@ -548,7 +514,7 @@ static int wait_test(void *vctx, rf_err_t *err)
         if (rc == cudaErrorNotReady)
             return 0;
         if (rc != cudaSuccess)
-            return (int)cuda_fail(rc, "cudaEventQuery", __LINE__, err);
+            return (int)rf_cuda_error(rc, "cudaEventQuery", __FILE__, __LINE__, err);
         return 1;
     }
     if (w->aev != NULL) {
@@ -584,9 +550,9 @@ static rf_status_t slots_ready(rf_nccl_state_t *s, int send, rf_err_t *err)
     void **d = send ? s->dsend : s->drecv, **h = send ? s->hsend : s->hrecv;
     for (int b = 0; b < s->B; b++) {
         if (d[b] == NULL)
-            CU_CHECK(cudaMalloc(&d[b], s->slot_bytes), err);
+            RF_CUDA_CHECK_ERR(cudaMalloc(&d[b], s->slot_bytes), err);
         if (h[b] == NULL)
-            CU_CHECK(cudaMallocHost(&h[b], s->slot_bytes), err);
+            RF_CUDA_CHECK_ERR(cudaMallocHost(&h[b], s->slot_bytes), err);
     }
     return RF_OK;
 }
@@ -705,7 +671,7 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
         goto fail;
     }
     RF_CHECK_GOTO(build_ops(x, cfg, pack != NULL, unpack != NULL, &ops, &nops, &e), st, fail);
-    CU_CHECK_GOTO(cudaSetDevice(s->device), &e, st, fail);
+    RF_CUDA_CHECK_ERR_GOTO(cudaSetDevice(s->device), &e, st, fail);
     for (size_t i = 0; i < nops; i++) {
         if (ops[i].snd)
             RF_CHECK_GOTO(slots_ready(s, 1, &e), st, fail);
@@ -780,32 +746,34 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                 }
                 /* pack_device: the payload was written in place on the device; only the
                  * header travels h2d */
-                CU_CHECK_GOTO(cudaMemcpyAsync(s->dsend[b], h,
-                                              cfg->pack_device ? RF_CHUNK_HEADER_BYTES : o->bytes,
-                                              cudaMemcpyHostToDevice, s->copy_stream),
-                              &e, st, fail);
-                CU_CHECK_GOTO(cudaEventRecord(s->h2d_ev[b], s->copy_stream), &e, st, fail);
-                CU_CHECK_GOTO(cudaStreamWaitEvent(s->comm_stream, s->h2d_ev[b], 0), &e, st, fail);
+                RF_CUDA_CHECK_ERR_GOTO(
+                    cudaMemcpyAsync(s->dsend[b], h,
+                                    cfg->pack_device ? RF_CHUNK_HEADER_BYTES : o->bytes,
+                                    cudaMemcpyHostToDevice, s->copy_stream),
+                    &e, st, fail);
+                RF_CUDA_CHECK_ERR_GOTO(cudaEventRecord(s->h2d_ev[b], s->copy_stream), &e, st, fail);
+                RF_CUDA_CHECK_ERR_GOTO(cudaStreamWaitEvent(s->comm_stream, s->h2d_ev[b], 0), &e, st,
+                                       fail);
             }
             /* one group per chunk: the broadcast, or this rank's send and / or receive */
-            NC_CHECK_GOTO(ncclGroupStart(), nc->comm, &e, st, fail);
+            RF_NCCL_CHECK_GOTO(ncclGroupStart(), nc->comm, &e, st, fail);
             if (!s->p2p) {
                 void *sb = o->snd ? s->dsend[b] : s->drecv[b];
                 void *rb = o->rcv ? s->drecv[b] : s->dsend[b];
-                NC_CHECK_GOTO(ncclBroadcast(sb, rb, o->bytes, ncclUint8, o->root, nc->comm,
-                                            s->comm_stream),
-                              nc->comm, &e, st, group_fail);
+                RF_NCCL_CHECK_GOTO(
+                    ncclBroadcast(sb, rb, o->bytes, ncclUint8, o->root, nc->comm, s->comm_stream),
+                    nc->comm, &e, st, group_fail);
             } else {
                 if (o->snd && !o->send_skip)
-                    NC_CHECK_GOTO(ncclSend(s->dsend[b], o->bytes, ncclUint8, o->to, nc->comm,
-                                           s->comm_stream),
-                                  nc->comm, &e, st, group_fail);
+                    RF_NCCL_CHECK_GOTO(
+                        ncclSend(s->dsend[b], o->bytes, ncclUint8, o->to, nc->comm, s->comm_stream),
+                        nc->comm, &e, st, group_fail);
                 if (o->rcv)
-                    NC_CHECK_GOTO(ncclRecv(s->drecv[b], o->bytes, ncclUint8, o->from, nc->comm,
-                                           s->comm_stream),
-                                  nc->comm, &e, st, group_fail);
+                    RF_NCCL_CHECK_GOTO(ncclRecv(s->drecv[b], o->bytes, ncclUint8, o->from, nc->comm,
+                                                s->comm_stream),
+                                       nc->comm, &e, st, group_fail);
             }
-            NC_CHECK_GOTO(ncclGroupEnd(), nc->comm, &e, st, fail);
+            RF_NCCL_CHECK_GOTO(ncclGroupEnd(), nc->comm, &e, st, fail);
             {
                 /* non-blocking communicator: the group is enqueued once the state leaves
                  * ncclInProgress; no other call on the stream before that */
@@ -817,11 +785,12 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                     goto fail;
             }
             if (o->rcv)
-                CU_CHECK_GOTO(cudaMemcpyAsync(s->hrecv[b], s->drecv[b],
-                                              cfg->integrity ? o->bytes : RF_CHUNK_HEADER_BYTES,
-                                              cudaMemcpyDeviceToHost, s->comm_stream),
-                              &e, st, fail);
-            CU_CHECK_GOTO(cudaEventRecord(s->comm_ev[b], s->comm_stream), &e, st, fail);
+                RF_CUDA_CHECK_ERR_GOTO(
+                    cudaMemcpyAsync(s->hrecv[b], s->drecv[b],
+                                    cfg->integrity ? o->bytes : RF_CHUNK_HEADER_BYTES,
+                                    cudaMemcpyDeviceToHost, s->comm_stream),
+                    &e, st, fail);
+            RF_CUDA_CHECK_ERR_GOTO(cudaEventRecord(s->comm_ev[b], s->comm_stream), &e, st, fail);
             if (o->snd && !o->send_skip) {
                 for (int i = 0; i < cfg->n_receivers; i++) {
                     int peer = cfg->receivers[i];
@@ -1009,26 +978,26 @@ static rf_status_t gather_step(rf_xfer_t *x, int stage, int send, const int *pee
     if (total == 0)
         return RF_OK;
     if (s->dgather == NULL)
-        CU_CHECK(cudaMalloc(&s->dgather, s->slot_bytes), err);
+        RF_CUDA_CHECK_ERR(cudaMalloc(&s->dgather, s->slot_bytes), err);
     if (send)
-        CU_CHECK(cudaMemcpyAsync(s->dgather, src, (size_t)total, cudaMemcpyHostToDevice,
-                                 s->copy_stream),
-                 err);
+        RF_CUDA_CHECK_ERR(
+            cudaMemcpyAsync(s->dgather, src, (size_t)total, cudaMemcpyHostToDevice, s->copy_stream),
+            err);
     rf_status_t st = RF_OK;
-    NC_CHECK_GOTO(ncclGroupStart(), nc->comm, err, st, out);
+    RF_NCCL_CHECK_GOTO(ncclGroupStart(), nc->comm, err, st, out);
     {
         uint64_t off = 0;
         for (int q = 0; q < n; q++) {
             int cr = comm_rank_of(nc, peers[q]);
             char *d = (char *)s->dgather + off;
             if (send)
-                NC_CHECK_GOTO(ncclSend(d, (size_t)bytes[q], ncclUint8, cr, nc->comm,
-                                       s->copy_stream),
-                              nc->comm, err, st, group_out);
+                RF_NCCL_CHECK_GOTO(
+                    ncclSend(d, (size_t)bytes[q], ncclUint8, cr, nc->comm, s->copy_stream),
+                    nc->comm, err, st, group_out);
             else
-                NC_CHECK_GOTO(ncclRecv(d, (size_t)bytes[q], ncclUint8, cr, nc->comm,
-                                       s->copy_stream),
-                              nc->comm, err, st, group_out);
+                RF_NCCL_CHECK_GOTO(
+                    ncclRecv(d, (size_t)bytes[q], ncclUint8, cr, nc->comm, s->copy_stream),
+                    nc->comm, err, st, group_out);
             off += bytes[q];
         }
     }
@@ -1036,7 +1005,7 @@ group_out:
     {
         ncclResult_t rc = ncclGroupEnd();
         if (st == RF_OK && rc != ncclSuccess && rc != ncclInProgress)
-            st = nccl_fail(rc, nc->comm, "ncclGroupEnd", __LINE__, err);
+            st = rf_nccl_error(rc, nc->comm, "ncclGroupEnd", __FILE__, __LINE__, err);
     }
     if (st != RF_OK)
         goto out;
@@ -1045,10 +1014,10 @@ group_out:
         RF_CHECK_GOTO(wait_on(x, &w, deadline, "the stage gather's ncclGroupEnd", err), st, out);
     }
     if (!send)
-        CU_CHECK_GOTO(cudaMemcpyAsync(dst, s->dgather, (size_t)total, cudaMemcpyDeviceToHost,
-                                      s->copy_stream),
-                      err, st, out);
-    CU_CHECK_GOTO(cudaEventRecord(s->gather_ev, s->copy_stream), err, st, out);
+        RF_CUDA_CHECK_ERR_GOTO(
+            cudaMemcpyAsync(dst, s->dgather, (size_t)total, cudaMemcpyDeviceToHost, s->copy_stream),
+            err, st, out);
+    RF_CUDA_CHECK_ERR_GOTO(cudaEventRecord(s->gather_ev, s->copy_stream), err, st, out);
     {
         wait_ctx_t w = {.ev = s->gather_ev, .comm = nc->comm};
         st = wait_on(x, &w, deadline, send ? "the stage gather's send" : "the stage gather's "

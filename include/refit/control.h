@@ -9,7 +9,8 @@
  * test, poll ABORT, sched_yield after an unsuccessful test, sleep with backoff (up to 1 ms)
  * after 1000 idle polls, RF_ERR_TIMEOUT at the absolute deadline. Nothing here waits forever.
  *
- * Deadlines are absolute CLOCK_MONOTONIC seconds (double).
+ * Deadlines are absolute CLOCK_MONOTONIC seconds (double): rf_time_now and
+ * rf_deadline_for_update are in refit/time.h, included here for the callers of both.
  *
  * The gate runs under the update deadline plus RF_GATE_GRACE_S: when the update's deadline
  * has already expired (the transfer timed out), the ranks still exchange their reports and the
@@ -23,6 +24,7 @@
 #include <stdint.h>
 
 #include "refit/status.h"
+#include "refit/time.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,17 +47,6 @@ enum {
 #define RF_CTL_WAIT_NO_ABORT 1u /* do not poll ABORT (gate, drain: failures already known) */
 
 typedef struct rf_ctl rf_ctl_t;
-
-/* CLOCK_MONOTONIC now, in seconds. Local. */
-double rf_time_now(void);
-
-/*
- * Absolute deadline of an update that starts now: now + min(timeout_s, slack_s +
- * payload_bytes / min_bandwidth) (DESIGN.md section 9). min_bandwidth in bytes per second;
- * <= 0 means timeout_s alone. Local.
- */
-double rf_deadline_for_update(double timeout_s, double slack_s, uint64_t payload_bytes,
-                              double min_bandwidth);
 
 /*
  * Creates a control channel on a duplicate of world (borrowed; must outlive the channel).

@@ -1,5 +1,5 @@
 /*
- * Unit tests for formats/safetensors.c, formats/reference.c and runtime/hashes.c: every
+ * Unit tests for formats/safetensors.c, formats/reference.c and core/hashes.c: every
  * fixture's tensors read through rf_ckpt_read hash to tensors.reference.json (written by
  * Python, an independent reference); partial reads equal the matching bytes of a full read
  * and count exactly the bytes asked for; every malformed input of DESIGN.md section 11 is

@@ -1,13 +1,13 @@
 /*
- * refit: small open-addressing hash maps (private).
+ * refit: small open-addressing hash maps (library-internal: the planner, inventory and storage).
  *
  * rf_map_t maps 64-bit keys to 64-bit values with linear probing; keys are hashed with a
  * 64-bit mixer, so callers may use XXH3 of a string or a packed tuple as the key. Lookups and
  * inserts are O(1) expected; every probe is counted so the planner can prove its bookkeeping
  * stays O(1) per tensor (DESIGN.md section 8, `bookkeeping_probes`).
  */
-#ifndef REFIT_HASHMAP_INT_H
-#define REFIT_HASHMAP_INT_H
+#ifndef REFIT_HASHMAP_H
+#define REFIT_HASHMAP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,4 +34,4 @@ bool rf_map_get(rf_map_t *m, uint64_t key, uint64_t *val_p);
 /* XXH3 of a NUL-terminated string. */
 uint64_t rf_map_strkey(const char *s);
 
-#endif
+#endif /* REFIT_HASHMAP_H */

@@ -1,5 +1,5 @@
-/* refit: open-addressing u64 -> u64 map with probe counting (see hashmap_int.h). */
-#include "hashmap_int.h"
+/* refit: open-addressing u64 -> u64 map with probe counting (see include/refit/hashmap.h). */
+#include "refit/hashmap.h"
 
 #include <stdlib.h>
 #include <string.h>
