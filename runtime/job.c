@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2184,6 +2185,45 @@ static void write_profile(job_t *j, uint32_t update)
     json_decref(u);
 }
 
+/*
+ * Hands text (whole lines, each ending in '\n') to the caller's print callback, one call a
+ * line without its newline; nothing without a callback (rf_job_opts_t.print). The library
+ * never writes to stdout: what a program shows, and where, is the program's business.
+ */
+static void job_print(const rf_job_opts_t *o, rf_job_stream_t stream, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void job_print(const rf_job_opts_t *o, rf_job_stream_t stream, const char *fmt, ...)
+{
+    char small[1024], *buf = small;
+    va_list ap;
+    if (o->print == NULL)
+        return;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(small)) { /* a long reason: format it again, whole */
+        buf = malloc((size_t)n + 1);
+        if (buf == NULL)
+            return;
+        va_start(ap, fmt);
+        vsnprintf(buf, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    for (char *line = buf; *line != '\0';) {
+        char *nl = strchr(line, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        o->print(o->print_ctx, stream, line);
+        if (nl == NULL)
+            break;
+        line = nl + 1;
+    }
+    if (buf != small)
+        free(buf);
+}
+
 static const char *human_bytes(double b, char *buf, size_t cap)
 {
     const char *u[] = {"B", "KB", "MB", "GB", "TB"};
@@ -2201,24 +2241,27 @@ static const char *human_bytes(double b, char *buf, size_t cap)
 static void print_integrity(const job_t *j)
 {
     if (!j->integrity) {
-        printf("  %-10s off (%s): chunks carry no checksum; a corrupted byte is found only by "
-               "the oracle\n", "integrity", j->integrity_off);
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s off (%s): chunks carry no checksum; a corrupted byte is found only by "
+                  "the oracle\n",
+                  "integrity", j->integrity_off);
         return;
     }
     if (j->ipc) {
         /* in-place reads copy straight from the pair's weights arena: no wire, no staging
          * buffer, nothing in between to corrupt or to check */
-        printf("  %-10s on: XXH3-64 over every SEQ message and its staged bytes, checked before "
-               "unpacking; bytes read in place from the pair's arena are not checksummed%s\n",
-               "integrity", j->ipc_dev ? "; staged chunks copied d2h to be hashed" : "");
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s on: XXH3-64 over every SEQ message and its staged bytes, checked before "
+                  "unpacking; bytes read in place from the pair's arena are not checksummed%s\n",
+                  "integrity", j->ipc_dev ? "; staged chunks copied d2h to be hashed" : "");
         return;
     }
-    printf("  %-10s on: XXH3-64 trailer on every chunk, checked before unpacking%s%s\n",
-           "integrity",
-           j->nccl ? "; receivers copy each whole chunk d2h to check it" : "",
-           j->integrity_host_pack ? "; trainers pack on the host to hash it "
-                                    "(transfer.integrity: false packs device to device)"
-                                  : "");
+    job_print(j->o, RF_JOB_OUT,
+              "  %-10s on: XXH3-64 trailer on every chunk, checked before unpacking%s%s\n",
+              "integrity", j->nccl ? "; receivers copy each whole chunk d2h to check it" : "",
+              j->integrity_host_pack ? "; trainers pack on the host to hash it "
+                                       "(transfer.integrity: false packs device to device)"
+                                     : "");
 }
 
 static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
@@ -2260,33 +2303,42 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
     for (int r = 0; r < j->size && bad == NULL && v->committed; r++)
         if (all[r].verify_status != RF_OK)
             bad = &all[r];
-    printf("refit update %u/%d: %s  source %s  topology %s (%d trainer + %d rollout ranks)%s%s%s\n",
-           update, j->o->steps, v->committed && bad == NULL ? "COMMITTED" : "FAILED", j->source,
-           j->topo.name, j->T, j->R, bad ? " (committed by the gate; oracle: " : "",
-           bad ? bad->verify_msg : "", bad ? ")" : "");
-    printf("  %-10s %s in %zu chunks of %s, %d tensors, manifest %016" PRIx64 "\n", "payload",
-           human_bytes((double)j->man.payload_bytes, b1, sizeof(b1)), j->cplan->n_chunks,
-           human_bytes((double)j->topo.chunk_bytes, b2, sizeof(b2)), j->man.n, j->man.digest);
-    printf("  %-10s DIRECT %" PRIu64 "  RUNTIME_VIEW %" PRIu64 "  LAYERWISE %" PRIu64
-           "  (per rollout rank; applications %" PRIu64 ", declined %" PRIu64
-           ", loader calls %" PRIu64 ", probes %" PRIu64 ")\n",
-           "layers", r0->layers[0], r0->layers[1], r0->layers[2], r0->applications, r0->declined,
-           r0->loader_calls, r0->bookkeeping_probes);
-    printf("  %-10s update %.3f s | receiver critical %.3f s (rank %d: init %.3f + receive %.3f "
-           "[wire %.3f, unpack %.3f, loaders %.3f] + finalize %.3f) | %.2f GB/s\n",
-           "time", upd, crit_s, crit, c->begin_s, c->receive_s, c->wire_s, c->unpack_s,
-           c->loader_s, c->finalize_s,
-           crit_s > 0 ? (double)j->man.payload_bytes / crit_s / 1e9 : 0.0);
-    printf("  %-10s produced %s, read %s, gathered %s%s%s; max %d chunks in flight\n",
-           "trainer", human_bytes((double)produced, b1, sizeof(b1)),
-           human_bytes((double)read, b2, sizeof(b2)), human_bytes((double)gathered, b3, sizeof(b3)),
-           j->wire ? " over the " : "", j->wire ? j->wire : "", inflight);
+    job_print(
+        j->o, RF_JOB_OUT,
+        "refit update %u/%d: %s  source %s  topology %s (%d trainer + %d rollout ranks)%s%s%s\n",
+        update, j->o->steps, v->committed && bad == NULL ? "COMMITTED" : "FAILED", j->source,
+        j->topo.name, j->T, j->R, bad ? " (committed by the gate; oracle: " : "",
+        bad ? bad->verify_msg : "", bad ? ")" : "");
+    job_print(j->o, RF_JOB_OUT,
+              "  %-10s %s in %zu chunks of %s, %d tensors, manifest %016" PRIx64 "\n", "payload",
+              human_bytes((double)j->man.payload_bytes, b1, sizeof(b1)), j->cplan->n_chunks,
+              human_bytes((double)j->topo.chunk_bytes, b2, sizeof(b2)), j->man.n, j->man.digest);
+    job_print(j->o, RF_JOB_OUT,
+              "  %-10s DIRECT %" PRIu64 "  RUNTIME_VIEW %" PRIu64 "  LAYERWISE %" PRIu64
+              "  (per rollout rank; applications %" PRIu64 ", declined %" PRIu64
+              ", loader calls %" PRIu64 ", probes %" PRIu64 ")\n",
+              "layers", r0->layers[0], r0->layers[1], r0->layers[2], r0->applications, r0->declined,
+              r0->loader_calls, r0->bookkeeping_probes);
+    job_print(j->o, RF_JOB_OUT,
+              "  %-10s update %.3f s | receiver critical %.3f s (rank %d: init %.3f + receive %.3f "
+              "[wire %.3f, unpack %.3f, loaders %.3f] + finalize %.3f) | %.2f GB/s\n",
+              "time", upd, crit_s, crit, c->begin_s, c->receive_s, c->wire_s, c->unpack_s,
+              c->loader_s, c->finalize_s,
+              crit_s > 0 ? (double)j->man.payload_bytes / crit_s / 1e9 : 0.0);
+    job_print(j->o, RF_JOB_OUT,
+              "  %-10s produced %s, read %s, gathered %s%s%s; max %d chunks in flight\n", "trainer",
+              human_bytes((double)produced, b1, sizeof(b1)),
+              human_bytes((double)read, b2, sizeof(b2)),
+              human_bytes((double)gathered, b3, sizeof(b3)), j->wire ? " over the " : "",
+              j->wire ? j->wire : "", inflight);
     if (j->fence && !j->ipc) { /* nccl trainers with resident weights */
         double res = 0;
         for (int r = 0; r < j->T; r++)
             res = all[r].resident_s > res ? all[r].resident_s : res;
-        printf("  %-10s trainer weights resident on the GPU (written %.3f s before the update "
-               "began), chunks packed device to device\n", "device", res);
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s trainer weights resident on the GPU (written %.3f s before the update "
+                  "began), chunks packed device to device\n",
+                  "device", res);
     }
     if (j->ipc) {
         uint64_t inpl = 0, stg = 0;
@@ -2294,31 +2346,37 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
             inpl += all[r].ipc_in_place;
             stg += all[r].ipc_staged;
         }
-        printf("  %-10s rollout ranks read %s in place from their pairs' arenas, %s from "
-               "staging slots\n",
-               "ipc", human_bytes((double)inpl, b1, sizeof(b1)),
-               human_bytes((double)stg, b2, sizeof(b2)));
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s rollout ranks read %s in place from their pairs' arenas, %s from "
+                  "staging slots\n",
+                  "ipc", human_bytes((double)inpl, b1, sizeof(b1)),
+                  human_bytes((double)stg, b2, sizeof(b2)));
         double res = 0;
         for (int r = 0; r < j->T; r++)
             res = all[r].resident_s > res ? all[r].resident_s : res;
         if (!j->ipc_dev) {
-            printf("  %-10s trainer weights written into the shared-memory arenas %.3f s before "
-                   "the update began\n", "host", res);
+            job_print(j->o, RF_JOB_OUT,
+                      "  %-10s trainer weights written into the shared-memory arenas %.3f s before "
+                      "the update began\n",
+                      "host", res);
         } else {
-            printf("  %-10s trainer weights resident on the GPU (written %.3f s before the "
-                   "update began); rank %d: %" PRIu64 " row copies in %" PRIu64
-                   " device launches\n",
-                   "device", res, j->T, r0->batch_rows, r0->batch_launches);
+            job_print(j->o, RF_JOB_OUT,
+                      "  %-10s trainer weights resident on the GPU (written %.3f s before the "
+                      "update began); rank %d: %" PRIu64 " row copies in %" PRIu64
+                      " device launches\n",
+                      "device", res, j->T, r0->batch_rows, r0->batch_launches);
         }
     }
     print_integrity(j);
     if (r0->dev.timeline) { /* REFIT_DEVICE_TIMELINE=1: the first rollout rank's GPU time */
         double gbs = r0->dev.copy_ms > 0 ? (double)r0->dev.copy_bytes / r0->dev.copy_ms / 1e6 : 0;
-        printf("  %-10s rank %d GPU: row copies of %s in %.3f ms (%.1f GB/s), LAYERWISE %.3f ms, "
-               "other %.3f ms; first to last %.3f ms, idle between %.3f ms (%" PRIu64 " spans)\n",
-               "timeline", j->T, human_bytes((double)r0->dev.copy_bytes, b1, sizeof(b1)),
-               r0->dev.copy_ms, gbs, r0->dev.layerwise_ms, r0->dev.other_ms, r0->dev.span_ms,
-               r0->dev.idle_ms, r0->dev.spans);
+        job_print(
+            j->o, RF_JOB_OUT,
+            "  %-10s rank %d GPU: row copies of %s in %.3f ms (%.1f GB/s), LAYERWISE %.3f ms, "
+            "other %.3f ms; first to last %.3f ms, idle between %.3f ms (%" PRIu64 " spans)\n",
+            "timeline", j->T, human_bytes((double)r0->dev.copy_bytes, b1, sizeof(b1)),
+            r0->dev.copy_ms, gbs, r0->dev.layerwise_ms, r0->dev.other_ms, r0->dev.span_ms,
+            r0->dev.idle_ms, r0->dev.spans);
     }
     double verdict_s = 0;
     int unchanged = -1, paused = 0, rollouts = 0, rebuilt = 0;
@@ -2334,53 +2392,57 @@ static void print_table(job_t *j, uint32_t update, const job_stats_t *all,
         if (s->storage_unchanged >= 0)
             unchanged = (unchanged < 0 ? 1 : unchanged) && s->storage_unchanged;
     }
-    printf("  %-10s verdict after %.3f s (slowest rank, from update begin); rollout paused: %s"
-           "%s%s\n",
-           "gate", verdict_s, paused == 0 ? "no" : (paused == rollouts ? "yes" : "partly"),
-           unchanged < 0 ? "" : "; storage unchanged: ",
-           unchanged < 0 ? "" : (unchanged ? "yes" : "no"));
+    job_print(j->o, RF_JOB_OUT,
+              "  %-10s verdict after %.3f s (slowest rank, from update begin); rollout paused: %s"
+              "%s%s\n",
+              "gate", verdict_s, paused == 0 ? "no" : (paused == rollouts ? "yes" : "partly"),
+              unchanged < 0 ? "" : "; storage unchanged: ",
+              unchanged < 0 ? "" : (unchanged ? "yes" : "no"));
     if (rebuilt)
-        printf("  %-10s rebuilt before this update on %d rollout rank(s)\n", "plan", rebuilt);
+        job_print(j->o, RF_JOB_OUT, "  %-10s rebuilt before this update on %d rollout rank(s)\n",
+                  "plan", rebuilt);
     if (!v->committed)
-        printf("  %-10s rank %d: %s: %s\n", "verdict", v->rank, rf_status_name(v->code),
-               v->reason);
+        job_print(j->o, RF_JOB_OUT, "  %-10s rank %d: %s: %s\n", "verdict", v->rank,
+                  rf_status_name(v->code), v->reason);
     else if (all[j->T].verify_skipped)
-        printf("  %-10s not verified (--verify %s)\n", "verify",
-               j->o->verify_none ? "none: no oracle in this run"
-                                 : "last: the oracle checks the last update");
+        job_print(j->o, RF_JOB_OUT, "  %-10s not verified (--verify %s)\n", "verify",
+                  j->o->verify_none ? "none: no oracle in this run"
+                                    : "last: the oracle checks the last update");
     else if (j->o->reference && strcmp(j->source, "checkpoint") == 0)
-        printf("  %-10s reassembly + sha256 vs --reference: %" PRIu64
-               " tensors equal%s%s%s\n",
-               "verify", verified,
-               fnuz ? (snprintf(b3, sizeof(b3), " (%" PRIu64 " fp8 under 0x80->0x00)", fnuz), b3)
-                    : "",
-               dtot ? "; changed " : "",
-               dtot ? (snprintf(b4, sizeof(b4), "%.2f%% of %" PRIu64 " elements",
-                                100.0 * (double)dchg / (double)dtot, dtot),
-                       b4)
-                    : "");
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s reassembly + sha256 vs --reference: %" PRIu64 " tensors equal%s%s%s\n",
+                  "verify", verified,
+                  fnuz ? (snprintf(b3, sizeof(b3), " (%" PRIu64 " fp8 under 0x80->0x00)", fnuz), b3)
+                       : "",
+                  dtot ? "; changed " : "",
+                  dtot ? (snprintf(b4, sizeof(b4), "%.2f%% of %" PRIu64 " elements",
+                                   100.0 * (double)dchg / (double)dtot, dtot),
+                          b4)
+                       : "");
     else
-        printf("  %-10s scalar reference loader: %" PRIu64 " tensors verified, %" PRIu64
-               " elements, %" PRIu64 " mismatches%s%s%s\n",
-               "verify", verified, elems, mism,
-               deq ? (snprintf(b3, sizeof(b3), ", dequant %" PRIu64 " modules", deq), b3) : "",
-               dtot ? "; changed " : "",
-               dtot ? (snprintf(b4, sizeof(b4), "%.2f%% of %" PRIu64 " elements",
-                                100.0 * (double)dchg / (double)dtot, dtot),
-                       b4)
-                    : "");
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s scalar reference loader: %" PRIu64 " tensors verified, %" PRIu64
+                  " elements, %" PRIu64 " mismatches%s%s%s\n",
+                  "verify", verified, elems, mism,
+                  deq ? (snprintf(b3, sizeof(b3), ", dequant %" PRIu64 " modules", deq), b3) : "",
+                  dtot ? "; changed " : "",
+                  dtot ? (snprintf(b4, sizeof(b4), "%.2f%% of %" PRIu64 " elements",
+                                   100.0 * (double)dchg / (double)dtot, dtot),
+                          b4)
+                       : "");
     if (v->committed && qtot)
-        printf("  %-10s quantized tensors: changed %.2f%% of %" PRIu64 " elements (packed int4 "
-               "per byte)\n",
-               "", 100.0 * (double)qchg / (double)qtot, qtot);
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s quantized tensors: changed %.2f%% of %" PRIu64 " elements (packed int4 "
+                  "per byte)\n",
+                  "", 100.0 * (double)qchg / (double)qtot, qtot);
     if (v->committed && j->o->cold_check) {
         uint64_t cold = 0;
         for (int r = 0; r < j->size; r++)
             cold += all[r].cold_slots;
-        printf("  %-10s cold load == load then refit: %" PRIu64 " slots byte-identical\n", "cold",
-               cold);
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s cold load == load then refit: %" PRIu64 " slots byte-identical\n",
+                  "cold", cold);
     }
-    fflush(stdout);
 }
 
 static void cold_free(job_t *j)
@@ -2560,8 +2622,9 @@ static rf_status_t fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err)
 /* Colocated pairs (ipc, device or host arenas): the update begins on every rank once every
  * trainer has written its weights (the end of the training step), so no rank's update time
  * or deadline counts the production. Bounded by timeout_s: a rank that never arrives (it
- * died) stops the job with MPI_Abort rather than hanging it. */
-static void update_fence(job_t *j, uint32_t v)
+ * died) returns RF_ERR_PEER rather than hanging, with the barrier left pending; the job then
+ * cannot end collectively and rf_job_run returns RF_JOB_PEER_LOST (refit-run aborts the job). */
+static rf_status_t update_fence(job_t *j, uint32_t v)
 {
     MPI_Request req;
     int done = 0;
@@ -2573,11 +2636,12 @@ static void update_fence(job_t *j, uint32_t v)
             rf_error("rank %d: update %u: not every rank reached the start of the update within "
                      "%.0f s (transfer.timeout_s): aborting the job", j->rank, v,
                      j->topo.timeout_s);
-            MPI_Abort(MPI_COMM_WORLD, 1);
+            return RF_ERR_PEER;
         }
         if (!done)
             sched_yield();
     }
+    return RF_OK;
 }
 
 /*
@@ -2665,6 +2729,8 @@ static int ref_account(job_t *j, uint32_t v, const uint8_t *vsum, uint64_t *veri
     return 1;
 }
 
+/* Update v on every rank (collective). Returns 0 when it committed and verified, 1 with the
+ * reason in fail (rank 0) when not, RF_JOB_PEER_LOST when a peer never reached its start. */
 static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, size_t cap)
 {
     rf_err_t err, e2;
@@ -2709,8 +2775,9 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     bool diff = v > 1 && j->last_committed == v - 1 && verify_this;
     if (is_rollout(j) && diff)
         snapshot(j); /* the oracle's copy for the diff rule, outside the timed path */
-    if (j->ipc || j->fence)
-        update_fence(j, v); /* every rank starts the update when the training step ended */
+    /* every rank starts the update when the training step ended */
+    if ((j->ipc || j->fence) && update_fence(j, v) != RF_OK)
+        return RF_JOB_PEER_LOST;
     double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(j->ctl, v, &e2);
     rf_xfer_begin(j->xfer, v);
@@ -2737,10 +2804,9 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         st = rf_plan_begin(&j->plan, v, &err);
         j->js.rebuilds = j->plan.stats.rebuilds - rebuilds;
         if (j->js.rebuilds) {
-            printf("refit: rank %d: plan rebuilt before update %u (%s%s)\n", j->rank, v,
-                   moved ? moved : "format owner changed its mapping",
-                   moved ? " changed its signature" : "");
-            fflush(stdout);
+            job_print(j->o, RF_JOB_OUT, "refit: rank %d: plan rebuilt before update %u (%s%s)\n",
+                      j->rank, v, moved ? moved : "format owner changed its mapping",
+                      moved ? " changed its signature" : "");
         }
     } else {
         st = check_source(j, from_ckpt, v, &err);
@@ -2995,11 +3061,10 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             }
             for (int r = j->T; r < j->size; r++)
                 d[1] += all[r].stage_h2d;
-            printf("refit: update %u storage digest %016" PRIx64 " (%d rollout ranks, %" PRIu64
-                   " chunk payloads staged h2d%s)\n",
-                   v, d[0], j->R, d[1],
-                   j->ipc_dev ? ", ipc device to device" : "");
-            fflush(stdout);
+            job_print(j->o, RF_JOB_OUT,
+                      "refit: update %u storage digest %016" PRIx64 " (%d rollout ranks, %" PRIu64
+                      " chunk payloads staged h2d%s)\n",
+                      v, d[0], j->R, d[1], j->ipc_dev ? ", ipc device to device" : "");
         }
         if (!verdict.committed) {
             snprintf(fail, cap, "update %u: rank %d: %s", v, verdict.rank, verdict.reason);
@@ -3127,8 +3192,10 @@ static int bench_write(const rf_job_opts_t *o, const bench_info_t *bi, const dou
     const char *where = ax ? ax->ops->name : "none";
     rf_accel_close(ax);
     if (st != RF_OK)
-        fprintf(stderr, "refit-run: --bench-json: measuring the copy ceiling (%zu bytes) failed: "
-                "%s\n", bytes, rf_status_name(st));
+        job_print(o, RF_JOB_ERR,
+                  "refit-run: --bench-json: measuring the copy ceiling (%zu bytes) failed: "
+                  "%s\n",
+                  bytes, rf_status_name(st));
     int n = o->steps, first = n > 1 ? 1 : 0, m = 0;
     double *t = calloc((size_t)n, sizeof(double));
     json_t *root = json_object(), *ups = json_array();
@@ -3176,16 +3243,17 @@ static int bench_write(const rf_job_opts_t *o, const bench_info_t *bi, const dou
     }
     int rc = json_dump_file(root, o->bench_json, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (rc != 0)
-        fprintf(stderr, "refit-run: --bench-json: cannot write %s\n", o->bench_json);
+        job_print(o, RF_JOB_ERR, "refit-run: --bench-json: cannot write %s\n", o->bench_json);
     else if (m > 0 && st == RF_OK && !o->quiet)
-        printf("refit: bench: payload %.2f GB, update best %.3f ms median %.3f ms (%d timed) = "
-               "%.1f GB/s; copy ceiling (%s, %.2f GB, best of 5) %.3f ms = %.1f GB/s; %.1f%% of "
-               "the ceiling\n",
-               (double)bi->payload / 1e9, t[0] * 1e3,
-               (m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2])) * 1e3, m,
-               (double)bi->payload / t[0] / 1e9, where, (double)bytes / 1e9, cbest * 1e3,
-               (double)bytes / cbest / 1e9,
-               100.0 * ((double)bi->payload / t[0]) / ((double)bytes / cbest));
+        job_print(o, RF_JOB_OUT,
+                  "refit: bench: payload %.2f GB, update best %.3f ms median %.3f ms (%d timed) = "
+                  "%.1f GB/s; copy ceiling (%s, %.2f GB, best of 5) %.3f ms = %.1f GB/s; %.1f%% of "
+                  "the ceiling\n",
+                  (double)bi->payload / 1e9, t[0] * 1e3,
+                  (m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2])) * 1e3, m,
+                  (double)bi->payload / t[0] / 1e9, where, (double)bytes / 1e9, cbest * 1e3,
+                  (double)bytes / cbest / 1e9,
+                  100.0 * ((double)bi->payload / t[0]) / ((double)bytes / cbest));
     json_decref(root);
     free(t);
     return rc != 0 || st != RF_OK;
@@ -3208,22 +3276,22 @@ int rf_job_run(const rf_job_opts_t *opts)
     MPI_Comm_size(MPI_COMM_WORLD, &j.size);
     if (setup(&j, &err) != RF_OK) {
         if (j.rank == 0) {
-            fprintf(stderr, "refit-run: %s\n", err.msg);
-            printf("refit: FAILED: %s\n", err.msg);
+            job_print(opts, RF_JOB_ERR, "refit-run: %s\n", err.msg);
+            job_print(opts, RF_JOB_OUT, "refit: FAILED: %s\n", err.msg);
         }
         teardown(&j);
         return 1;
     }
     profile_open(&j);
     if (j.rank == 0 && !opts->quiet) {
-        printf("refit: topology %s (hash %016" PRIx64 "), model %s %s, trainer %d rank(s) (tp %d "
-               "pp %d dp %d) -> %d engine(s) x tp %d dp %d ep %d, %s, %s transport, %s\n",
-               j.topo.name, rf_topology_hash(&j.topo), j.cfg.model_type,
-               j.cfg.architecture, j.T, j.topo.t_tp, j.topo.t_pp, j.topo.t_dp,
-               j.topo.r_engines, j.topo.r_tp, j.topo.r_dp, j.topo.r_ep,
-               rf_quant_name(j.topo.quantization), rf_transport_name(j.topo.transport),
-               opts->checkpoint ? opts->checkpoint : "generator weights");
-        fflush(stdout);
+        job_print(
+            opts, RF_JOB_OUT,
+            "refit: topology %s (hash %016" PRIx64 "), model %s %s, trainer %d rank(s) (tp %d "
+            "pp %d dp %d) -> %d engine(s) x tp %d dp %d ep %d, %s, %s transport, %s\n",
+            j.topo.name, rf_topology_hash(&j.topo), j.cfg.model_type, j.cfg.architecture, j.T,
+            j.topo.t_tp, j.topo.t_pp, j.topo.t_dp, j.topo.r_engines, j.topo.r_tp, j.topo.r_dp,
+            j.topo.r_ep, rf_quant_name(j.topo.quantization), rf_transport_name(j.topo.transport),
+            opts->checkpoint ? opts->checkpoint : "generator weights");
     }
     if (j.rank == 0 && opts->bench_json) {
         j.hist_verdict_s = calloc((size_t)opts->steps, sizeof(double));
@@ -3232,6 +3300,8 @@ int rf_job_run(const rf_job_opts_t *opts)
     for (int v = 1; v <= opts->steps; v++) {
         char f[sizeof(fail)] = "";
         int urc = run_update(&j, (uint32_t)v, &verified, f, sizeof(f));
+        if (urc == RF_JOB_PEER_LOST) /* no collective can finish: not even teardown's */
+            return RF_JOB_PEER_LOST;
         if (urc != 0) {
             if (rc == 0)
                 snprintf(fail, sizeof(fail), "%s", f);
@@ -3247,17 +3317,19 @@ int rf_job_run(const rf_job_opts_t *opts)
     }
     if (j.rank == 0) {
         if (rc == 0 && j.ref_total > 0 && j.ref_skipped > 0)
-            printf("refit: COMMITTED %d update(s), verified %" PRIu64 " of %" PRIu64
-                   " tensors (%s)\n",
-                   committed, verified, j.ref_total, j.ref_note);
+            job_print(opts, RF_JOB_OUT,
+                      "refit: COMMITTED %d update(s), verified %" PRIu64 " of %" PRIu64
+                      " tensors (%s)\n",
+                      committed, verified, j.ref_total, j.ref_note);
         else if (rc == 0)
-            printf("refit: COMMITTED %d update(s), verified %" PRIu64 " tensors%s\n", committed,
-                   verified, opts->verify_none ? " (--verify none: no oracle ran)" : "");
+            job_print(opts, RF_JOB_OUT,
+                      "refit: COMMITTED %d update(s), verified %" PRIu64 " tensors%s\n", committed,
+                      verified, opts->verify_none ? " (--verify none: no oracle ran)" : "");
         else
-            printf("refit: %d of %d update(s) committed and verified (failed:%s)\n"
-                   "refit: FAILED: %s\n",
-                   committed, opts->steps, failed_list, fail);
-        fflush(stdout);
+            job_print(opts, RF_JOB_OUT,
+                      "refit: %d of %d update(s) committed and verified (failed:%s)\n"
+                      "refit: FAILED: %s\n",
+                      committed, opts->steps, failed_list, fail);
     }
     bench_info_t bi = {"", "", rf_quant_name(j.topo.quantization),
                        rf_transport_name(j.topo.transport), j.man.payload_bytes, j.man.n,
