@@ -19,61 +19,6 @@
 #include "refit/log.h"
 #include "refit/transport_nccl.h"
 #include "job_int.h"
-#include "control_int.h"
-
-/* ---- the trainer's stage-gather wires (job_setup hands them to rf_trainer_t) ---------- */
-
-/* The trainer's gather wire on the nccl transport (rf_trainer_t.wire_recv / wire_send). */
-rf_status_t job_nccl_gather_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
-                                 void *dst, double deadline, rf_err_t *err)
-{
-    job_t *j = ctx;
-    return rf_xfer_nccl_gather_recv(j->xfer, j->me.p, peers, bytes, n, dst, deadline, err);
-}
-
-rf_status_t job_nccl_gather_send(void *ctx, int sender, const void *src, uint64_t bytes,
-                                 double deadline, rf_err_t *err)
-{
-    job_t *j = ctx;
-    return rf_xfer_nccl_gather_send(j->xfer, j->me.p, sender, src, bytes, deadline, err);
-}
-
-/*
- * Tests: REFIT_TEST_GATHER_WIRE=mpi runs the stage gather through the trainer's gather wire
- * (rf_trainer_t.wire_recv / wire_send, the hooks the nccl transport fills) with MPI messages on
- * the trainer communicator, so that path's bookkeeping in runtime/trainer.c runs in CI without
- * GPUs. One tag; MPI keeps one sender's messages in order, as NCCL does. Failure handling is
- * the nccl transport's business (it aborts its communicators); here a failed wait cancels the
- * receives and leaves a send to the job's end, which is enough for the tests' clean runs.
- */
-#define RF_TEST_WIRE_TAG 0x7e57
-rf_status_t job_test_wire_recv(void *ctx, const int *peers, const uint64_t *bytes, int n, void *dst,
-                               double deadline, rf_err_t *err)
-{
-    job_t *j = ctx;
-    MPI_Request reqs[RF_MAX_OWNERS * 4];
-    uint64_t off = 0;
-    if (n > RF_MAX_OWNERS * 4)
-        return rf_err_set(err, RF_ERR_INTERNAL, "test wire: %d peers", n);
-    for (int q = 0; q < n; q++) {
-        MPI_Irecv((char *)dst + off, (int)bytes[q], MPI_BYTE, peers[q], RF_TEST_WIRE_TAG,
-                  j->tr.comm, &reqs[q]);
-        off += bytes[q];
-    }
-    rf_status_t st = rf_ctl_wait(j->ctl, reqs, n, deadline, err);
-    if (st != RF_OK)
-        rf_ctl_cancel_recvs(reqs, n);
-    return st;
-}
-
-rf_status_t job_test_wire_send(void *ctx, int sender, const void *src, uint64_t bytes,
-                               double deadline, rf_err_t *err)
-{
-    job_t *j = ctx;
-    MPI_Request req;
-    MPI_Isend(src, (int)bytes, MPI_BYTE, sender, RF_TEST_WIRE_TAG, j->tr.comm, &req);
-    return rf_ctl_wait(j->ctl, &req, 1, deadline, err);
-}
 
 /* ---- one update ----------------------------------------------------------------------- */
 
@@ -165,48 +110,12 @@ static rf_status_t p2p_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_p
     return dev ? pack_rows_run(c->j, chunk->piece_count, chunk->seq, err) : RF_OK;
 }
 
-static rf_status_t apply_pieces_at(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
-                                   const rf_chunk_piece_t *pieces, const void *payload, bool dev,
-                                   rf_err_t *err);
-
-/* Applies one chunk's pieces to plan p: the global plan's (broadcast, sender -1) or this
- * rank's p2p plan's rectangles (sender-keyed). */
-rf_status_t job_apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
-                             const rf_chunk_piece_t *pieces, const void *payload, rf_err_t *err)
-{
-    return apply_pieces_at(j, p, chunk, pieces, payload, false, err);
-}
-
-/* dev: payload is device memory of the storage's device (nccl's chunk buffer). */
-static rf_status_t apply_pieces_at(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
-                                   const rf_chunk_piece_t *pieces, const void *payload, bool dev,
-                                   rf_err_t *err)
-{
-    const rf_p2p_recv_t *me = j->p2p ? &j->p2p_s.recv[j->rank - j->T] : NULL;
-    for (size_t k = 0; k < chunk->piece_count; k++) {
-        const rf_chunk_piece_t *pc = &pieces[k];
-        const char *src = (const char *)payload + pc->offset;
-        if (me != NULL) {
-            const rf_p2p_rect_t *q = &me->rects[pc->item];
-            RF_CHECK((dev ? rf_plan_apply_rect_device : rf_plan_apply_rect)(
-                p, q->tensor, q->sender, (uint64_t)q->reg.r0 + pc->row_begin,
-                (uint64_t)q->reg.r0 + pc->row_end, q->reg.c0, q->reg.c1, q->reg.c1 - q->reg.c0,
-                src, chunk->seq, err));
-        } else {
-            RF_CHECK((dev ? rf_plan_apply_device : rf_plan_apply)(
-                p, j->man.entries[pc->item].tensor, -1, pc->row_begin, pc->row_end, src,
-                chunk->seq, err));
-        }
-    }
-    return RF_OK;
-}
-
 static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
                               const void *payload, rf_err_t *err)
 {
     job_t *j = ctx;
     RF_CHECK(rf_plan_stage(&j->plan, payload, chunk->payload_bytes, err)); /* GPU: one h2d */
-    RF_CHECK(job_apply_pieces(j, &j->plan, chunk, pieces, payload, err));
+    RF_CHECK(job_apply_pieces(j, &j->plan, chunk, pieces, payload, false, err));
     if (j->o->cold_check) {
         char *copy = malloc(chunk->payload_bytes + 1);
         if (copy == NULL)
@@ -225,7 +134,7 @@ static rf_status_t job_unpack_nccl(void *ctx, const rf_chunk_t *chunk,
                                    rf_err_t *err)
 {
     job_t *j = ctx;
-    RF_CHECK(apply_pieces_at(j, &j->plan, chunk, pieces, payload, true, err));
+    RF_CHECK(job_apply_pieces(j, &j->plan, chunk, pieces, payload, true, err));
     /* rf_plan_apply_device only collects the row copies: launch them now, on the stream the
      * transport records its unpack event on, before the chunk buffer may be received into
      * again (and before any LAYERWISE layer they complete is processed) */
@@ -253,8 +162,8 @@ static rf_status_t job_unpack_nccl(void *ctx, const rf_chunk_t *chunk,
  * slot. The cold-check copy gets the backed rows at their payload offsets (the loaders read
  * no other rows, so the replay lands the same bytes).
  */
-rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
-                      size_t nsegs, rf_err_t *err)
+static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                             size_t nsegs, rf_err_t *err)
 {
     job_t *j = ctx;
     for (size_t k = 0; k < nsegs; k++) {
@@ -305,7 +214,7 @@ rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_
 }
 
 /* The ACK of chunk may go: its device copies completed (the trainer may write its source). */
-rf_status_t job_complete(void *ctx, const rf_chunk_t *chunk, rf_err_t *err)
+static rf_status_t job_complete(void *ctx, const rf_chunk_t *chunk, rf_err_t *err)
 {
     job_t *j = ctx;
     int k = j->ipc_ev_seq[0] == chunk->seq ? 0 : 1;
@@ -317,6 +226,16 @@ rf_status_t job_complete(void *ctx, const rf_chunk_t *chunk, rf_err_t *err)
         return rf_err_set(err, ss, "rank %d: chunk %u: waiting for its device copies before the "
                           "ACK failed", j->rank, chunk->seq);
     return rf_plan_check(&j->plan, chunk->seq, err); /* what the copies brought back */
+}
+
+/* The ipc transport's receiver callbacks (rf_xfer_ipc_config_t) are the update loop's: every
+ * chunk applied by job_apply; on device arenas its ACK after job_complete (the copies done). */
+static void attach_ipc(job_t *j)
+{
+    j->ipc_cfg.apply = job_apply;
+    j->ipc_cfg.apply_ctx = j;
+    if (job_is_rollout(j) && j->ipc_dev)
+        j->ipc_cfg.complete = job_complete;
 }
 
 /* What the trainer's source offers for one manifest entry (its view of the source). */
@@ -857,6 +776,8 @@ int rf_job_run(const rf_job_opts_t *opts)
         teardown(&j);
         return 1;
     }
+    if (j.ipc)
+        attach_ipc(&j);
     job_profile_open(&j);
     if (j.rank == 0 && !opts->quiet) {
         job_print(

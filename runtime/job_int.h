@@ -5,7 +5,8 @@
  *
  *   job.c         rf_job_run, the update loop (run_update), the transfer callbacks, teardown
  *   job_setup.c   job_setup: topology, inventory, storage, plans, manifest, chunk plan, trainer,
- *                 accelerators, nccl and ipc setup
+ *                 accelerators, nccl and ipc setup, the stage-gather wires; the plan's
+ *                 broadcast or p2p form (job_plan_build, job_apply_pieces)
  *   job_faults.c  --inject-fault: the parser, the resolution at setup, the hooks
  *   job_oracle.c  the oracle: snapshot, diff rule, scalar verification, reassembly against
  *                 --reference and its accounting, cold check, storage digest
@@ -179,28 +180,6 @@ typedef struct job_bench_info {
 
 static inline bool job_is_rollout(const job_t *j) { return j->me.role == RF_ROLE_ROLLOUT; }
 
-/* ---- job.c: the transfer callbacks and gather wires that setup hands on --------------- */
-
-/* Applies one chunk's pieces to plan p (the live plan or the cold check's): the broadcast
- * plan's (sender -1) or this rank's p2p plan's rectangles (sender-keyed). */
-rf_status_t job_apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
-                             const rf_chunk_piece_t *pieces, const void *payload, rf_err_t *err);
-/* ipc (rf_xfer_ipc_config_t.apply / .complete): one chunk as segments in place or staged; the
- * ACK of a chunk whose device copies completed. ctx is the job_t. */
-rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
-                      size_t nsegs, rf_err_t *err);
-rf_status_t job_complete(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
-/* The trainer's stage-gather wire (rf_trainer_t.wire_recv / wire_send; ctx is the job_t): the
- * nccl transport's gather communicators, or the tests' MPI wire (REFIT_TEST_GATHER_WIRE=mpi). */
-rf_status_t job_nccl_gather_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
-                                 void *dst, double deadline, rf_err_t *err);
-rf_status_t job_nccl_gather_send(void *ctx, int sender, const void *src, uint64_t bytes,
-                                 double deadline, rf_err_t *err);
-rf_status_t job_test_wire_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
-                               void *dst, double deadline, rf_err_t *err);
-rf_status_t job_test_wire_send(void *ctx, int sender, const void *src, uint64_t bytes,
-                               double deadline, rf_err_t *err);
-
 /* ---- job_setup.c ---------------------------------------------------------------------- */
 
 /* Everything before the first update (collective over MPI_COMM_WORLD; every rank returns the
@@ -209,6 +188,12 @@ rf_status_t job_setup(job_t *j, rf_err_t *err);
 /* The reload plan over storage st: broadcast (sender -1) or p2p (sender-keyed rectangles). */
 rf_status_t job_plan_build(job_t *j, rf_plan_t *p, rf_storage_t *st, rf_format_t *fmt,
                            rf_err_t *err);
+/* Applies one chunk's pieces to plan p (the live plan or the cold check's) in the plan's form:
+ * broadcast (sender -1) or this rank's p2p rectangles (sender-keyed); dev: payload is device
+ * memory of the storage's device (nccl's chunk buffer). */
+rf_status_t job_apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
+                             const rf_chunk_piece_t *pieces, const void *payload, bool dev,
+                             rf_err_t *err);
 
 /* ---- job_faults.c --------------------------------------------------------------------- */
 

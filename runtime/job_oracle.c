@@ -526,7 +526,7 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
         st = rf_plan_stage(&cp, j->cold[c].payload, ch->payload_bytes, err);
         if (st == RF_OK)
             st = job_apply_pieces(j, &cp, ch, &pl->pieces[ch->piece_begin], j->cold[c].payload,
-                                  err);
+                                  false, err);
     }
     if (st == RF_OK)
         st = rf_plan_finalize(&cp, err);

@@ -19,6 +19,7 @@
 #include "refit/log.h"
 #include "refit/transport_nccl.h"
 #include "job_int.h"
+#include "control_int.h"
 
 /* Every rank learns the lowest failing rank's message (plain collective; setup only). */
 static rf_status_t agree_status(job_t *j, MPI_Comm comm, rf_status_t st, rf_err_t *err)
@@ -47,6 +48,8 @@ static rf_status_t agree_status(job_t *j, MPI_Comm comm, rf_status_t st, rf_err_
     return (rf_status_t)rep.status;
 }
 
+/* ---- the reload plan, broadcast or p2p ---------------------------------------------------- */
+
 /* p2p: what each trainer rank sends this rank of a tensor (the schedule's rectangles). */
 static int p2p_senders(void *ctx, int tensor, int *snd, int64_t (*rect)[4], int max)
 {
@@ -72,6 +75,32 @@ rf_status_t job_plan_build(job_t *j, rf_plan_t *p, rf_storage_t *st, rf_format_t
         return rf_plan_build_p2p(p, &j->inv, &j->me.rc, st, fmt, j->o->policy, p2p_senders, j,
                                  err);
     return rf_plan_build(p, &j->inv, &j->me.rc, st, fmt, j->o->policy, err);
+}
+
+/* Applies one chunk's pieces to plan p: the global plan's (broadcast, sender -1) or this
+ * rank's p2p plan's rectangles (sender-keyed). dev: payload is device memory of the storage's
+ * device (nccl's chunk buffer). */
+rf_status_t job_apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
+                             const rf_chunk_piece_t *pieces, const void *payload, bool dev,
+                             rf_err_t *err)
+{
+    const rf_p2p_recv_t *me = j->p2p ? &j->p2p_s.recv[j->rank - j->T] : NULL;
+    for (size_t k = 0; k < chunk->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &pieces[k];
+        const char *src = (const char *)payload + pc->offset;
+        if (me != NULL) {
+            const rf_p2p_rect_t *q = &me->rects[pc->item];
+            RF_CHECK((dev ? rf_plan_apply_rect_device : rf_plan_apply_rect)(
+                p, q->tensor, q->sender, (uint64_t)q->reg.r0 + pc->row_begin,
+                (uint64_t)q->reg.r0 + pc->row_end, q->reg.c0, q->reg.c1, q->reg.c1 - q->reg.c0,
+                src, chunk->seq, err));
+        } else {
+            RF_CHECK((dev ? rf_plan_apply_device : rf_plan_apply)(
+                p, j->man.entries[pc->item].tensor, -1, pc->row_begin, pc->row_end, src,
+                chunk->seq, err));
+        }
+    }
+    return RF_OK;
 }
 
 static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
@@ -327,14 +356,14 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err)); /* every importer mapped: unlink */
     st = rf_xfer_ipc_unlink(j->xfer, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+    /* where every piece is read; the update loop attaches its callbacks (attach_ipc in job.c) */
     j->ipc_cfg = (rf_xfer_ipc_config_t){j->ipc_staged, j->ipc_pieces, j->pair_of[j->rank],
-                                        job_apply, j, NULL};
+                                        NULL, NULL, NULL};
     if (job_is_rollout(j) && j->ipc_dev) {
         for (int k = 0; k < 2 && st == RF_OK; k++)
             st = j->accel->ops->event_create(j->accel, &j->ipc_ev[k]);
         if (st != RF_OK)
             return rf_err_set(err, st, "rank %d: cannot create the ipc chunk events", j->rank);
-        j->ipc_cfg.complete = job_complete;
     }
     return RF_OK;
 }
@@ -423,6 +452,60 @@ static rf_status_t setup_nccl_resident(job_t *j, rf_err_t *err)
     }
     free(offs);
     return st;
+}
+
+/* ---- the trainer's stage-gather wires (rf_trainer_t.wire_recv / wire_send) -------------- */
+
+/* The trainer's gather wire on the nccl transport (rf_trainer_t.wire_recv / wire_send). */
+static rf_status_t nccl_gather_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
+                                    void *dst, double deadline, rf_err_t *err)
+{
+    job_t *j = ctx;
+    return rf_xfer_nccl_gather_recv(j->xfer, j->me.p, peers, bytes, n, dst, deadline, err);
+}
+
+static rf_status_t nccl_gather_send(void *ctx, int sender, const void *src, uint64_t bytes,
+                                    double deadline, rf_err_t *err)
+{
+    job_t *j = ctx;
+    return rf_xfer_nccl_gather_send(j->xfer, j->me.p, sender, src, bytes, deadline, err);
+}
+
+/*
+ * Tests: REFIT_TEST_GATHER_WIRE=mpi runs the stage gather through the trainer's gather wire
+ * (rf_trainer_t.wire_recv / wire_send, the hooks the nccl transport fills) with MPI messages on
+ * the trainer communicator, so that path's bookkeeping in runtime/trainer.c runs in CI without
+ * GPUs. One tag; MPI keeps one sender's messages in order, as NCCL does. Failure handling is
+ * the nccl transport's business (it aborts its communicators); here a failed wait cancels the
+ * receives and leaves a send to the job's end, which is enough for the tests' clean runs.
+ */
+#define RF_TEST_WIRE_TAG 0x7e57
+static rf_status_t test_wire_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
+                                  void *dst, double deadline, rf_err_t *err)
+{
+    job_t *j = ctx;
+    MPI_Request reqs[RF_MAX_OWNERS * 4];
+    uint64_t off = 0;
+    if (n > RF_MAX_OWNERS * 4)
+        return rf_err_set(err, RF_ERR_INTERNAL, "test wire: %d peers", n);
+    for (int q = 0; q < n; q++) {
+        MPI_Irecv((char *)dst + off, (int)bytes[q], MPI_BYTE, peers[q], RF_TEST_WIRE_TAG,
+                  j->tr.comm, &reqs[q]);
+        off += bytes[q];
+    }
+    rf_status_t st = rf_ctl_wait(j->ctl, reqs, n, deadline, err);
+    if (st != RF_OK)
+        rf_ctl_cancel_recvs(reqs, n);
+    return st;
+}
+
+static rf_status_t test_wire_send(void *ctx, int sender, const void *src, uint64_t bytes,
+                                  double deadline, rf_err_t *err)
+{
+    job_t *j = ctx;
+    MPI_Request req;
+    MPI_Isend(src, (int)bytes, MPI_BYTE, sender, RF_TEST_WIRE_TAG, j->tr.comm, &req);
+    return rf_ctl_wait(j->ctl, &req, 1, deadline, err);
 }
 
 /* ---- setup ---------------------------------------------------------------------------- */
@@ -644,8 +727,8 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
         /* broadcast: the stage gather on the stage's trainer-only communicator */
         if (!job_is_rollout(j) && !j->p2p && rf_xfer_nccl_has_gather(j->xfer, j->me.p)) {
-            j->tr.wire_recv = job_nccl_gather_recv;
-            j->tr.wire_send = job_nccl_gather_send;
+            j->tr.wire_recv = nccl_gather_recv;
+            j->tr.wire_send = nccl_gather_send;
             j->tr.wire_ctx = j;
         }
         if (stages_gather(j))
@@ -671,8 +754,8 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
                               "the stage gather through the gather wire over MPI)", tw);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
         if (!job_is_rollout(j) && !j->p2p) {
-            j->tr.wire_recv = job_test_wire_recv;
-            j->tr.wire_send = job_test_wire_send;
+            j->tr.wire_recv = test_wire_recv;
+            j->tr.wire_send = test_wire_send;
             j->tr.wire_ctx = j;
         }
         if (stages_gather(j))
