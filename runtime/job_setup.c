@@ -5,9 +5,11 @@
  * may ask for in this build, accelerators, inventory, runtime storage and reload plans on
  * rollout ranks, the manifest built by trainer rank 0 and agreed, the chunk plan, the gate's
  * expectation, trainer shards, the resolved fault; then the transport's own setup: nccl
- * communicators and resident trainer weights, the test gather wire, ipc arenas and where
- * every rollout rank reads every piece. Every step ends in agree_status, so every rank fails
- * with the lowest failing rank's message, together.
+ * communicators and resident trainer weights, the trainer's stage-gather wire (nccl, or the
+ * tests' MPI wire), ipc arenas and where every rollout rank reads every piece. Every step ends
+ * in agree_status, so every rank fails with the lowest failing rank's message, together. Also the
+ * reload plan's broadcast or p2p form, which setup builds and the update loop and the cold
+ * check apply chunks through (job_plan_build, job_apply_pieces).
  */
 #include <inttypes.h>
 #include <stdio.h>
