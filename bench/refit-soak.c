@@ -67,6 +67,17 @@ static int64_t rf_soak_vmrss_kb(void)
     return kb;
 }
 
+/* rf_job_opts_t.print: the job's lines as refit-run writes them (its last "refit: ..." line
+ * above the soak's table), flushed at once. */
+static void rf_soak_print(void *ctx, rf_job_stream_t stream, const char *line)
+{
+    FILE *f = stream == RF_JOB_ERR ? stderr : stdout;
+    (void)ctx;
+    fputs(line, f);
+    fputc('\n', f);
+    fflush(f);
+}
+
 static void rf_soak_after_update(void *ctx, int update, bool ok)
 {
     rf_soak_t *s = ctx;
@@ -331,7 +342,10 @@ int main(int argc, char **argv)
     opts.quiet = true;
     opts.after_update = rf_soak_after_update;
     opts.after_update_ctx = &soak;
+    opts.print = rf_soak_print;
     rc = rf_job_run(&opts);
+    if (rc == RF_JOB_PEER_LOST) /* a rank died: nothing collective can finish (see refit-run) */
+        MPI_Abort(MPI_COMM_WORLD, 1);
 
     /* the windows: updates 10-109 against the last 100 (update 1's time includes setup) */
     int e0 = steps < RF_SOAK_PROBE_UPDATE ? 2 : RF_SOAK_PROBE_UPDATE;

@@ -226,6 +226,18 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
     return 0;
 }
 
+/* rf_job_opts_t.print: the job's report on stdout, its messages on stderr, each line flushed
+ * at once as refit-run always did (mpirun forwards what a rank wrote; a rank killed later must
+ * not take a table still in its buffer with it). */
+static void print_line(void *ctx, rf_job_stream_t stream, const char *line)
+{
+    FILE *f = stream == RF_JOB_ERR ? stderr : stdout;
+    (void)ctx;
+    fputs(line, f);
+    fputc('\n', f);
+    fflush(f);
+}
+
 int main(int argc, char **argv)
 {
     rf_job_opts_t opts;
@@ -268,7 +280,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    opts.print = print_line;
     rc = rf_job_run(&opts);
+    if (rc == RF_JOB_PEER_LOST) {
+        /* a peer never reached the start of an update (it died, and Open MPI has not ended the
+         * job): no collective call can finish now, not even MPI_Finalize, so end every rank
+         * rather than hang; the job's exit status is 1, as for any failure */
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     MPI_Finalize();
     return rc;
 }

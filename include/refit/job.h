@@ -48,6 +48,12 @@ int rf_job_fault_parse(const char *spec, rf_job_fault_t *f, char *msg, size_t ca
 const char *rf_fault_kind_names(void);
 const char *rf_fault_kind_name(rf_fault_kind_t k);
 
+/* Which of the caller's streams a line the job prints belongs on (rf_job_opts_t.print). */
+typedef enum {
+    RF_JOB_OUT = 0, /* the report: the per-update table and the "refit: ..." lines (stdout) */
+    RF_JOB_ERR = 1, /* a message for the person running the job (stderr) */
+} rf_job_stream_t;
+
 typedef struct rf_job_opts {
     const char *topology;     /* NULL: the compiled-in default */
     const char *checkpoint;   /* NULL: generator weights on every update */
@@ -78,12 +84,30 @@ typedef struct rf_job_opts {
      * it commit and verify; for the soak program's per-update probes. ctx is borrowed. */
     void (*after_update)(void *ctx, int update, bool ok);
     void *after_update_ctx;
+    /* NULL: the job prints nothing. Else called with every line the job prints, one call a
+     * line, without its newline, on the rank that prints it: rank 0's startup line, per-update
+     * table, storage digest, bench and final "refit: ..." lines (and on RF_JOB_ERR why setup or
+     * --bench-json failed); a rollout rank's "plan rebuilt" line. The library never writes to
+     * stdout itself; refit-run and refit-soak write each line with a newline and flush it.
+     * Diagnostics go to the log (log.h), and the exit fault's dying rank writes its last lines
+     * to stderr itself (it _exits at once). ctx is borrowed; called from the calling thread. */
+    void (*print)(void *ctx, rf_job_stream_t stream, const char *line);
+    void *print_ctx;
 } rf_job_opts_t;
 
 /*
+ * rf_job_run's return when this rank stopped waiting for a peer that never arrived at the start
+ * of an update (it died and the MPI runtime has not ended the job yet): the job cannot end
+ * collectively, so rf_job_run returns at once, without teardown, and the caller ends the whole
+ * job (refit-run and refit-soak: MPI_Abort).
+ */
+#define RF_JOB_PEER_LOST 3
+
+/*
  * Runs the whole job on MPI_COMM_WORLD. Collective: every rank calls it with the same options.
- * Returns the process exit code: 0 only if every update COMMITTED and verified (rank 0 prints
- * the per-update table and the final "refit: ..." line).
+ * Returns the process exit code: 0 only if every update COMMITTED and verified, 1 otherwise
+ * (rank 0 prints the per-update table and the final "refit: ..." line through opts->print), or
+ * RF_JOB_PEER_LOST.
  */
 int rf_job_run(const rf_job_opts_t *opts);
 

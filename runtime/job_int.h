@@ -1,0 +1,253 @@
+/*
+ * refit: the job's private header (runtime/job*.c only): job_t, job_stats_t and the functions
+ * the job's files call across. One job_t per rank, on rf_job_run's stack; every function here
+ * borrows it. Collective calls say so; the rest are local.
+ *
+ *   job.c         rf_job_run, the update loop (run_update), the transfer callbacks, teardown
+ *   job_setup.c   job_setup: topology, inventory, storage, plans, manifest, chunk plan, trainer,
+ *                 accelerators, nccl and ipc setup, the stage-gather wires; the plan's
+ *                 broadcast or p2p form (job_plan_build, job_apply_pieces)
+ *   job_faults.c  --inject-fault: the parser, the resolution at setup, the hooks
+ *   job_oracle.c  the oracle: snapshot, diff rule, scalar verification, reassembly against
+ *                 --reference and its accounting, cold check, storage digest
+ *   job_report.c  lines through rf_job_opts_t.print (the update table, the digest line), the
+ *                 profile files, --bench-json
+ */
+#ifndef REFIT_JOB_INT_H
+#define REFIT_JOB_INT_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "refit/accel.h"
+#include "refit/chunk.h"
+#include "refit/control.h"
+#include "refit/format.h"
+#include "refit/job.h"
+#include "refit/manifest.h"
+#include "refit/model.h"
+#include "refit/p2p.h"
+#include "refit/plan.h"
+#include "refit/reference.h"
+#include "refit/safetensors.h"
+#include "refit/storage.h"
+#include "refit/topology.h"
+#include "refit/trainer.h"
+#include "refit/transport.h"
+
+/* Per-rank figures of one update, gathered to rank 0 for the table. */
+typedef struct job_stats {
+    int role;
+    int status;
+    uint64_t applications, declined, loader_calls, bookkeeping_probes;
+    uint64_t layers[RF_PLAN_MODES];
+    uint64_t chunks_recv, bytes_recv, chunks_sent, bytes_sent;
+    uint64_t bytes_produced, bytes_read, header_bytes_read, bytes_gathered;
+    int max_inflight;
+    double update_s, begin_s, receive_s, wire_s, unpack_s, loader_s, finalize_s, layerwise_s,
+        deferred_s, gate_s, produce_s, send_s, verify_s;
+    uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed, cold_slots, dequant_checked, fnuz_tensors;
+    uint64_t qdiff_elems, qdiff_changed;
+    double verdict_s;       /* update begin to the verdict on this rank */
+    int storage_unchanged;  /* rollout, fault updates: 1 yes, 0 no; -1 not measured */
+    int paused;             /* rollout: still PAUSED after the gate */
+    uint64_t rebuilds;      /* rollout: plan rebuilds before this update */
+    uint64_t storage_digest; /* rollout, --storage-digest: XXH3 over its slots after the update */
+    uint64_t stage_h2d, stage_h2d_bytes; /* rollout on a GPU: chunk payloads staged h2d */
+    int verify_status;
+    char verify_msg[RF_ERR_MSG_MAX];
+    int verify_skipped; /* committed, not verified (--verify last) */
+    uint64_t ipc_in_place, ipc_staged; /* rollout on ipc: bytes read in place / from staging */
+    double ipc_h2d_s;       /* trainer on a device ipc arena: host mirror -> arena copy */
+    double resident_s;      /* trainer on an ipc arena (device or host): writing its weights
+                               before the update began (not part of the update's time) */
+    uint64_t batch_launches, batch_rows; /* rollout, device sources: copy launches, row copies */
+    rf_plan_dev_stats_t dev;             /* rollout: REFIT_DEVICE_TIMELINE=1 */
+    uint64_t ipc_h2d_bytes;
+} job_stats_t;
+
+/* One chunk's payload as received, kept for the cold-load check. */
+typedef struct cold_chunk {
+    const rf_chunk_t *chunk;
+    char *payload; /* owned */
+} cold_chunk_t;
+
+typedef struct job {
+    const rf_job_opts_t *o;
+    cold_chunk_t *cold;
+    size_t ncold, capcold;
+    int rank, size, T, R;
+    rf_topology_t topo;
+    rf_model_config_t cfg;
+    rf_rank_info_t me;
+    rf_placement_t place;
+    rf_inventory_t inv;
+    MPI_Comm role_comm, engine_comm, stats_comm;
+    rf_ctl_t *ctl;
+    rf_xfer_t *xfer;
+    rf_manifest_t man;
+    rf_chunk_item_t *items;
+    rf_chunk_plan_t *cplan;
+    int *senders, *receivers;
+    rf_gate_expect_t expect;
+    /* trainer */
+    rf_trainer_t tr;
+    bool tr_ready;
+    /* both: checkpoint (trainers read shards, rollout ranks read what they verify) */
+    rf_ckpt_t *ck;
+    /* rollout */
+    rf_storage_t st;
+    rf_accel_t *accel; /* rollout with rollout.gpus: the "cuda" accelerator on its device */
+    rf_format_t fmt;
+    rf_plan_t plan;
+    bool plan_ready;
+    uint64_t plan_layers[RF_PLAN_MODES];
+    rf_ref_t *ref;          /* rollout ranks; rank 0 too, for job_ref_account() */
+    uint64_t ref_total;     /* rank 0: reference entries, when the last update was checked
+                               against them (0 otherwise) */
+    int ref_skipped;        /* ... of which skipped on purpose */
+    char ref_note[320];     /* ... and why ("1 cut by model.overrides, first ...") */
+    char **snap;            /* per storage slot: bytes before the update (diff rule) */
+    uint8_t *verified;      /* per inventory tensor: verified this update */
+    /* per update */
+    job_stats_t js;
+    const char *source;     /* "checkpoint" | "generator" */
+    bool paused;
+    bool integrity;         /* per-chunk checksum trailer (option or topology) */
+    const char *integrity_off; /* NULL when on; else what turned it off, for the table */
+    bool integrity_host_pack;  /* nccl: some trainer packs on the host because of integrity */
+    rf_job_fault_t fault;   /* resolved: rank set; kind NONE when off */
+    uint32_t update;        /* current update (fault hooks) */
+    double deadline;        /* its absolute deadline */
+    uint32_t last_committed; /* the last update that COMMITTED (0: none yet) */
+    /* ipc transport (colocated) */
+    bool ipc;
+    int *pair_of;              /* [size] every rank's IPC pair (-1 none) */
+    uint8_t *ipc_staged;       /* [n_chunks] the stage sender stages (part of) the chunk */
+    uint8_t *ipc_piece_staged; /* [n_pieces] some rollout rank reads the piece staged */
+    rf_ipc_piece_t *ipc_pieces; /* rollout: [n_pieces] where this rank reads each piece */
+    int *item_tensor;           /* [man.n]: the inventory tensor of each manifest entry (the
+                                   per-piece hot path reads this, not the large entries) */
+    rf_xfer_ipc_config_t ipc_cfg;
+    bool ipc_dev;          /* the arena backend is device memory (cuda, or host-device in tests) */
+    void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
+    void *ipc_mirror;      /* trainer, ipc_dev: pinned host mirror the trainer produces into */
+    uint64_t ipc_wbytes;   /* trainer, ipc_dev: bytes of both */
+    rf_accel_event_t *ipc_ev[2]; /* rollout, ipc_dev: recorded after a chunk's copies */
+    double *hist_verdict_s;      /* rank 0, --bench-json: per update, slowest rank */
+    int *hist_committed;
+    uint32_t ipc_ev_seq[2];      /* the chunk seq each event belongs to */
+    int ipc_ev_next;
+    /* p2p mode: every trainer rank sends each rollout rank the rectangles it needs */
+    bool p2p;
+    rf_p2p_schedule_t p2p_s;
+    /* nccl transport: device chunk buffers on every rank's GPU (transport/transport_nccl.c) */
+    bool nccl;
+    rf_nccl_layout_t nccl_layout;
+    /* nccl trainer with its weights resident on its GPU (nccl_resident_eligible): produced on
+     * the device before the update begins, packed device to device into the chunk buffer */
+    bool nccl_resident;
+    void *nccl_wdev;             /* its weights arena (device), rf_trainer_arena_layout bytes */
+    rf_accel_rows_t *pack_rows;  /* device pack descriptors, grown as needed */
+    size_t pack_cap;
+    bool fence;                  /* some trainer produces before the update: update_fence */
+    const char *wire;            /* the stage gather's wire when not MPI point-to-point: "nccl
+                                    gather communicators" or the tests' "test wire" */
+    /* --profile-dir (docs/design.md#profile): one line per update appended to the .jsonl with
+     * one write(), so a long run costs the same per update and a killed one leaves whole lines */
+    int prof_fd;                 /* profile-rank<R>.jsonl, O_APPEND; -1: no profile */
+    char *prof_line;             /* the line, reused across updates (grown once if too small) */
+    size_t prof_cap;
+    uint64_t prof_lines, prof_committed;
+    double prof_tsum[16], prof_tmin[16], prof_tmax[16]; /* per prof_timers[] entry */
+    uint64_t prof_csum[16];                             /* per prof_counters[] entry */
+    int prof_inflight_max;
+} job_t;
+
+/* What rf_job_run keeps for --bench-json past teardown. */
+typedef struct job_bench_info {
+    char topology[128], model[64]; /* copies: teardown frees the topology and config */
+    const char *quant, *transport; /* static names */
+    uint64_t payload;
+    int tensors;
+    size_t chunks;
+    uint64_t chunk_bytes;
+    int device; /* rank 0's GPU, -1: host */
+    bool ipc_dev;
+} job_bench_info_t;
+
+static inline bool job_is_rollout(const job_t *j) { return j->me.role == RF_ROLE_ROLLOUT; }
+
+/* ---- job_setup.c ---------------------------------------------------------------------- */
+
+/* Everything before the first update (collective over MPI_COMM_WORLD; every rank returns the
+ * lowest failing rank's error). j holds o, rank and size. */
+rf_status_t job_setup(job_t *j, rf_err_t *err);
+/* The reload plan over storage st: broadcast (sender -1) or p2p (sender-keyed rectangles). */
+rf_status_t job_plan_build(job_t *j, rf_plan_t *p, rf_storage_t *st, rf_format_t *fmt,
+                           rf_err_t *err);
+/* Applies one chunk's pieces to plan p (the live plan or the cold check's) in the plan's form:
+ * broadcast (sender -1) or this rank's p2p rectangles (sender-keyed); dev: payload is device
+ * memory of the storage's device (nccl's chunk buffer). */
+rf_status_t job_apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
+                             const rf_chunk_piece_t *pieces, const void *payload, bool dev,
+                             rf_err_t *err);
+
+/* ---- job_faults.c --------------------------------------------------------------------- */
+
+/* This rank injects fault kind k in update v. */
+bool job_fault_here(const job_t *j, uint32_t v, rf_fault_kind_t k);
+/* Setup: j->fault from the options, default rank and chunk filled in, or an error naming why
+ * the rank cannot inject the kind. Same options and topology everywhere: same answer. */
+rf_status_t job_fault_resolve(job_t *j, rf_err_t *err);
+/* The exit fault (_exit, after its last lines on stderr) or the stall fault (sleeps past
+ * deadline) when this rank injects one in update v; where names the spot. */
+void job_fault_exit_stall(job_t *j, uint32_t v, double deadline, const char *where);
+/* Before update v begins: move-storage-between. */
+void job_fault_before_update(job_t *j, uint32_t v);
+/* Rollout, after applying a chunk (j->update, j->deadline): exit, stall, move-storage. */
+rf_status_t job_fault_after_chunk(job_t *j, const rf_chunk_t *chunk, rf_err_t *err);
+/* Trainer, after producing update v: bad-weight-shape. */
+rf_status_t job_fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err);
+
+/* ---- job_oracle.c --------------------------------------------------------------------- */
+
+/* Rollout: XXH3 over every slot's bytes (host copies of device slots); 0 when out of memory. */
+uint64_t job_storage_hash(const job_t *j);
+/* Rollout: every slot's bytes before the update, for the diff rule. */
+void job_snapshot(job_t *j);
+/* Rollout, committed update v: the oracle; fills j->js.verify_* (collective over the engine
+ * when it reassembles against --reference). */
+void job_verify_update(job_t *j, uint32_t v, bool from_ckpt, bool diff);
+/* --cold-check: keeps a chunk's payload (copy: owned, passed on) / frees the kept ones. */
+rf_status_t job_cold_keep(job_t *j, const rf_chunk_t *chunk, char *copy, rf_err_t *err);
+void job_cold_free(job_t *j);
+/* Rank 0, committed update v checked against --reference: every reference entry verified or
+ * skipped on purpose (vsum: per inventory tensor, some rank verified it). Returns 1 with the
+ * reason in fail when one was not checked, else 0; sets *verified_p and j->ref_*. */
+int job_ref_account(job_t *j, uint32_t v, const uint8_t *vsum, uint64_t *verified_p, char *fail,
+                    size_t cap);
+
+/* ---- job_report.c --------------------------------------------------------------------- */
+
+/* Hands text (whole lines) to o->print, one call a line; nothing when o->print is NULL. */
+void job_print(const rf_job_opts_t *o, rf_job_stream_t stream, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* "1.23 MB" into buf; returns buf. */
+const char *job_human_bytes(double b, char *buf, size_t cap);
+/* Rank 0: update v's table from every rank's figures (all: [size]). */
+void job_print_table(job_t *j, uint32_t update, const job_stats_t *all,
+                     const rf_gate_verdict_t *v, uint64_t verified);
+/* Rank 0, --storage-digest, committed update v: the digest line. */
+void job_print_digest(const job_t *j, uint32_t v, const job_stats_t *all);
+/* --profile-dir: opened after setup, one line per update, the summary at teardown. */
+void job_profile_open(job_t *j);
+void job_profile_write(job_t *j, uint32_t update);
+void job_profile_close(job_t *j);
+/* Rank 0, after teardown: --bench-json (vs, committed: [o->steps]). Returns 0 on success. */
+int job_bench_write(const rf_job_opts_t *o, const job_bench_info_t *bi, const double *vs,
+                    const int *committed);
+
+#endif /* REFIT_JOB_INT_H */
