@@ -683,7 +683,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
     free(all);
     free(vsum);
     MPI_Bcast(&rc, 1, MPI_INT, 0, j->stats_comm);
-    job_profile_write(j, v);
+    job_profile_write(j, v, rc);
     rf_gate_verdict_fini(&verdict);
     return rc;
 }

@@ -160,7 +160,8 @@ typedef struct job {
     int prof_fd;                 /* profile-rank<R>.jsonl, O_APPEND; -1: no profile */
     char *prof_line;             /* the line, reused across updates (grown once if too small) */
     size_t prof_cap;
-    uint64_t prof_lines, prof_committed;
+    uint64_t prof_lines, prof_committed, prof_oracle_failed;
+    int prof_rc;                 /* the outcome job_profile_write was called with */
     double prof_tsum[16], prof_tmin[16], prof_tmax[16]; /* per prof_timers[] entry */
     uint64_t prof_csum[16];                             /* per prof_counters[] entry */
     int prof_inflight_max;
@@ -244,7 +245,10 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all,
 void job_print_digest(const job_t *j, uint32_t v, const job_stats_t *all);
 /* --profile-dir: opened after setup, one line per update, the summary at teardown. */
 void job_profile_open(job_t *j);
-void job_profile_write(job_t *j, uint32_t update);
+/* rc: the update's outcome as rank 0 decided and broadcast it (0: committed and verified, or
+ * committed with its oracle skipped; non-zero: FAILED by the gate or, after a COMMITTED gate,
+ * by the oracle), so that every rank's line says the same. */
+void job_profile_write(job_t *j, uint32_t update, int rc);
 void job_profile_close(job_t *j);
 /* Rank 0, after teardown: --bench-json (vs, committed: [o->steps]). Returns 0 on success. */
 int job_bench_write(const rf_job_opts_t *o, const job_bench_info_t *bi, const double *vs,

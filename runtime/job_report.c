@@ -425,6 +425,7 @@ static void profile_append(job_t *j, const json_t *u, uint32_t update)
     const job_stats_t *s = &j->js;
     j->prof_lines++;
     j->prof_committed += s->status == RF_OK;
+    j->prof_oracle_failed += s->status == RF_OK && j->prof_rc != 0;
     for (size_t k = 0; k < PROF_NT; k++) {
         double t = *(const double *)((const char *)s + prof_timers[k].off);
         j->prof_tsum[k] += t;
@@ -460,11 +461,12 @@ void job_profile_close(job_t *j)
         json_object_set_new(counters, prof_counters[k].key,
                             json_integer((json_int_t)j->prof_csum[k]));
     json_t *root = json_pack(
-        "{s:s, s:i, s:i, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:i}", "format",
+        "{s:s, s:i, s:i, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:i}", "format",
         "refit-profile", "version", 2, "rank", j->rank, "role",
         job_is_rollout(j) ? "rollout" : "trainer", "topology", j->topo.name, "topology_hash", hash,
         "lines", lines, "updates", (json_int_t)j->prof_lines, "committed",
         (json_int_t)j->prof_committed, "failed", (json_int_t)(j->prof_lines - j->prof_committed),
+        "oracle_failed", (json_int_t)j->prof_oracle_failed,
         "timers", timers, "counters", counters, "max_inflight_chunks", j->prof_inflight_max);
     profile_path(j, path, sizeof(path), "json");
     profile_path(j, tmp, sizeof(tmp), "json.tmp");
@@ -476,11 +478,12 @@ void job_profile_close(job_t *j)
     json_decref(root);
 }
 
-void job_profile_write(job_t *j, uint32_t update)
+void job_profile_write(job_t *j, uint32_t update, int rc)
 {
     if (j->prof_fd < 0)
         return;
     const job_stats_t *s = &j->js;
+    j->prof_rc = rc;
     json_t *u = json_pack(
         "{s:i, s:i, s:i, s:s, s:s, s:f, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, "
         "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
@@ -502,6 +505,12 @@ void job_profile_write(job_t *j, uint32_t update)
         "max_inflight_chunks", s->max_inflight);
     if (u != NULL) {
         json_object_set_new(u, "verdict_s", json_real(s->verdict_s));
+        /* the gate's status alone would call an update whose oracle failed healthy */
+        json_object_set_new(u, "oracle",
+                            json_string(s->status != RF_OK ? "not_run"
+                                        : rc != 0          ? "failed"
+                                        : s->verify_skipped ? "skipped"
+                                                            : "passed"));
         if (job_is_rollout(j))
             json_object_set_new(u, "paused", json_boolean(s->paused));
         if (s->storage_unchanged >= 0)

@@ -52,3 +52,13 @@ refit_run_test(refit_run_skipped_tensors_logged 2 ok
                --checkpoint ${CMAKE_BINARY_DIR}/skip-llama-tiny --steps 1)
 set_tests_properties(refit_run_skipped_tensors_logged PROPERTIES FIXTURES_REQUIRED skip_ckpt
                      ENVIRONMENT "REFIT_LOG_LEVEL=info")
+# the profile says what the table says: update 2 committed by the gate, failed by the oracle,
+# on every rank's line (rank 0's outcome), and the summary counts it apart
+set(NOINT_PROFILE ${CMAKE_BINARY_DIR}/profiles/faults_corrupt_chunk_integrity_off_topology)
+add_test(NAME profile_oracle_failed_recorded
+         COMMAND ${EXPECT} ok "\"update\": ?2,.*\"status\": ?\"RF_OK\".*\"oracle\": ?\"failed\""
+                 "\"update\": ?3,.*\"oracle\": ?\"passed\""
+                 "\"committed\": ?3" "\"oracle_failed\": ?1"
+                 -- sh -c "cat ${NOINT_PROFILE}/profile-rank3.jsonl ${NOINT_PROFILE}/profile-rank0.json | tr -d '\\n' | sed 's/}{/}\\n{/g'; echo")
+set_tests_properties(profile_oracle_failed_recorded PROPERTIES LABELS mpi
+                     DEPENDS faults_corrupt_chunk_integrity_off_topology)
