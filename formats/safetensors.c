@@ -770,6 +770,18 @@ rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err)
         }
         RF_CHECK_GOTO(rf_st_file_open(spath, &ck->files[0], err), st, fail);
         ck->nfiles = 1;
+    } else if (dir[0] == '\0') {
+        st = rf_err_set(err, RF_ERR_IO, "checkpoint: an empty path is not a directory");
+        goto fail;
+    } else if (stat(dir, &sb) != 0) {
+        st = rf_err_set(err, RF_ERR_IO, "checkpoint %s: %s", dir, strerror(errno));
+        goto fail;
+    } else if (!S_ISDIR(sb.st_mode)) {
+        st = rf_err_set(err, RF_ERR_IO,
+                        "checkpoint %s: not a directory (--checkpoint names the folder holding "
+                        "%s or %s)",
+                        dir, RF_ST_INDEX_NAME, RF_ST_SINGLE_NAME);
+        goto fail;
     } else {
         st = rf_err_set(err, RF_ERR_IO, "%s: no %s or %s in the directory", dir,
                         RF_ST_INDEX_NAME, RF_ST_SINGLE_NAME);

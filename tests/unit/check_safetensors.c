@@ -583,7 +583,35 @@ START_TEST(test_empty_dir)
     rf_ckpt_t *ck = NULL;
     ck_assert_int_eq(rf_ckpt_open(dir, &ck, &err), RF_ERR_IO);
     ck_assert(strstr(err.msg, dir) != NULL);
+    ck_assert(strstr(err.msg, "in the directory") != NULL);
     ck_assert_ptr_null(ck);
+    rm_tree(dir);
+    free(dir);
+}
+END_TEST
+
+/* --checkpoint naming something that is not a checkpoint folder says what it is */
+START_TEST(test_not_a_dir)
+{
+    char *dir = make_tmpdir();
+    char missing[600], file[600];
+    rf_err_t err;
+    rf_ckpt_t *ck = NULL;
+    snprintf(missing, sizeof(missing), "%s/absent", dir);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_ckpt_open(missing, &ck, &err), RF_ERR_IO);
+    ck_assert_msg(strstr(err.msg, "No such file or directory") != NULL, "%s", err.msg);
+    ck_assert_ptr_null(ck);
+    snprintf(file, sizeof(file), "%s/plain", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_ckpt_open(file, &ck, &err), RF_ERR_IO);
+    ck_assert_msg(strstr(err.msg, "not a directory") != NULL, "%s", err.msg);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_ckpt_open("", &ck, &err), RF_ERR_IO);
+    ck_assert_msg(strstr(err.msg, "empty path") != NULL, "%s", err.msg);
     rm_tree(dir);
     free(dir);
 }
@@ -828,6 +856,7 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, test_parse_buffer);
     tcase_add_loop_test(tc, test_index, 0, NINDEX);
     tcase_add_test(tc, test_empty_dir);
+    tcase_add_test(tc, test_not_a_dir);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("writer");
