@@ -44,7 +44,6 @@
 #include "refit/transport.h"
 #include "refit/transport_nccl.h"
 #include "refit/verify.h"
-#include "control_int.h"
 
 /* Per-rank figures of one update, gathered to rank 0 for the table. */
 typedef struct job_stats {

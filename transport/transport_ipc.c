@@ -32,7 +32,7 @@
 
 #include <xxhash.h>
 
-#include "control_int.h"
+#include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
 #include "xfer_int.h"

@@ -17,7 +17,7 @@
 
 #include <xxhash.h>
 
-#include "control_int.h"
+#include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
 #include "refit/transport_nccl.h"
@@ -93,7 +93,8 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
     x->buf_bytes = ipc ? RF_IPC_SEQ_BYTES + RF_CHUNK_TRAILER_BYTES
                  : nccl ? RF_CHUNK_HEADER_BYTES + RF_CHUNK_TRAILER_BYTES
                         : chunk_bytes;
-    rf_status_t st = rf_transport_create(ipc || nccl ? "mpi" : transport, ctl->comm, &x->tp, err);
+    rf_status_t st =
+        rf_transport_create(ipc || nccl ? "mpi" : transport, rf_ctl_comm(ctl), &x->tp, err);
     if (st != RF_OK) {
         free(x);
         return st;
