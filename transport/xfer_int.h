@@ -1,6 +1,6 @@
 /*
- * refit: the transfer engine's private state, shared by the mpi scheduler (transport/xfer.c)
- * and the ipc scheduler (transport/transport_ipc.c).
+ * refit: the transfer engine's private state, shared by the mpi scheduler (transport/xfer.c),
+ * the helpers every chunk path uses (transport/xfer_common.c) and the ipc and nccl transports.
  */
 #ifndef REFIT_XFER_INT_H
 #define REFIT_XFER_INT_H
@@ -34,6 +34,8 @@ static inline int rf_xfer_sreq_count(const rf_xfer_t *x)
     return x->buffers * 2 * x->nranks + 1;
 }
 
+/* ---- shared by the chunk paths (xfer_common.c) ----------------------------------------- */
+
 /* err = "<where>: <inner message>". */
 rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where);
 /* "a rows 0-63, ..." : the tensors chunk c carries (for error messages). */
@@ -48,6 +50,10 @@ rf_status_t rf_xfer_probe_extra(rf_xfer_t *x, const rf_xfer_config_t *cfg, size_
                                 rf_err_t *probe_err, rf_err_t *err);
 void rf_xfer_write_u64le(unsigned char *p, uint64_t v);
 uint64_t rf_xfer_read_u64le(const unsigned char *p);
+/* rf_xfer_drain's message part (its contract): receives the chunk messages still owed by
+ * each source from x->tp, then completes this rank's outstanding sends. */
+rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
+                                   rf_err_t *err);
 
 /* ipc (transport_ipc.c) */
 rf_status_t rf_ipc_state_create(rf_xfer_t *x, rf_err_t *err);
