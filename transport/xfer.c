@@ -8,9 +8,13 @@
  * Every wait goes through the control channel (ABORT + deadline). On error the rank posts
  * ABORT (unless it is reacting to one), cancels its posted receives, and leaves its sends
  * outstanding for rf_xfer_drain.
+ *
+ * That is the message path (each chunk one message of the message transport x->tp, "mpi").
+ * An xfer on a chunk transport (ipc, nccl) runs send, receive, drain and its own state through
+ * x->ops, the table transport/transport_registry.c found for its name (transport/xfer_int.h):
+ * this file names no transport. The helpers every chunk path shares are in xfer_common.c.
  */
 #include <inttypes.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +24,6 @@
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
-#include "refit/transport_nccl.h"
 #include "xfer_int.h"
 
 rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_bytes,
@@ -39,17 +42,12 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
     x->buffers = buffers ? buffers : 2;
     x->rank = rf_ctl_rank(ctl);
     x->nranks = rf_ctl_size(ctl);
-    bool ipc = transport != NULL && strcmp(transport, "ipc") == 0;
-    /* nccl: chunks go through NCCL on device buffers (transport_nccl.c); the MPI transport
-     * stays for scratch and drains only */
-    bool nccl = transport != NULL && strcmp(transport, "nccl") == 0;
-    x->on_nccl = nccl;
-    /* ipc: payloads live in shared arenas; the messages are small and go over MPI */
-    x->buf_bytes = ipc ? RF_IPC_SEQ_BYTES + RF_CHUNK_TRAILER_BYTES
-                 : nccl ? RF_CHUNK_HEADER_BYTES + RF_CHUNK_TRAILER_BYTES
-                        : chunk_bytes;
-    rf_status_t st =
-        rf_transport_create(ipc || nccl ? "mpi" : transport, rf_ctl_comm(ctl), &x->tp, err);
+    /* a chunk transport (ipc, nccl) or NULL: chunks are messages of `transport` (mpi) */
+    x->ops = rf_xfer_ops_lookup(transport);
+    x->buf_bytes = x->ops != NULL && x->ops->buf_bytes != NULL ? x->ops->buf_bytes(chunk_bytes)
+                                                               : chunk_bytes;
+    rf_status_t st = rf_transport_create(x->ops != NULL ? x->ops->wire : transport,
+                                         rf_ctl_comm(ctl), &x->tp, err);
     if (st != RF_OK) {
         free(x);
         return st;
@@ -73,7 +71,7 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
         if (x->bufs[b] == NULL)
             goto err_nomem;
     }
-    if (ipc && (st = rf_ipc_state_create(x, err)) != RF_OK) {
+    if (x->ops != NULL && x->ops->open != NULL && (st = x->ops->open(x, err)) != RF_OK) {
         rf_xfer_destroy(x);
         return st;
     }
@@ -102,10 +100,8 @@ void rf_xfer_destroy(rf_xfer_t *x)
     }
     if (x->rreqs != NULL)
         rf_ctl_cancel_recvs(x->rreqs, x->buffers + 1);
-    if (x->ipc != NULL)
-        rf_ipc_state_destroy(x);
-    if (x->nccl != NULL)
-        rf_nccl_state_destroy(x);
+    if (x->ops != NULL && x->ops->close != NULL)
+        x->ops->close(x);
     rf_transport_destroy(x->tp);
     if (x->bufs != NULL)
         for (int b = 0; b < x->buffers; b++)
@@ -174,10 +170,8 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
                          void *ctx, rf_err_t *err)
 {
     RF_CHECK(check_config(x, cfg, err));
-    if (x->ipc != NULL)
-        return rf_ipc_send(x, cfg, pack, ctx, err);
-    if (x->on_nccl)
-        return rf_xfer_nccl_run(x, cfg, pack, ctx, NULL, NULL, err);
+    if (x->ops != NULL)
+        return x->ops->send(x, cfg, pack, ctx, err);
     const rf_chunk_plan_t *plan = cfg->plan;
     const int per = 2 * x->nranks;
     const rf_xfer_fault_t *f = &cfg->fault;
@@ -289,10 +283,8 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
                          void *ctx, rf_err_t *err)
 {
     RF_CHECK(check_config(x, cfg, err));
-    if (x->ipc != NULL)
-        return rf_ipc_recv(x, cfg, err);
-    if (x->on_nccl)
-        return rf_xfer_nccl_run(x, cfg, NULL, NULL, unpack, ctx, err);
+    if (x->ops != NULL)
+        return x->ops->recv(x, cfg, unpack, ctx, err);
     const rf_chunk_plan_t *plan = cfg->plan;
     const size_t n = plan->n_chunks;
     const int B = x->buffers;
@@ -420,14 +412,7 @@ rf_status_t rf_xfer_drain(rf_xfer_t *x, const uint64_t *posted_from, double dead
                           rf_err_t *err)
 {
     rf_xfer_cancel_posted(x); /* normally none: rf_xfer_recv cancels on error */
-    if (x->on_nccl) {
-        /* no chunk message travels over MPI: the communicators are aborted and re-created
-         * instead (rf_xfer_nccl_fail, rf_xfer_nccl_begin) */
-        (void)posted_from;
-        (void)deadline;
-        return RF_OK;
-    }
-    if (x->ipc != NULL)
-        rf_ipc_cancel_acks(x);
+    if (x->ops != NULL && x->ops->drain != NULL)
+        return x->ops->drain(x, posted_from, deadline, err);
     return rf_xfer_drain_messages(x, posted_from, deadline, err);
 }
