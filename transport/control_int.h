@@ -8,8 +8,9 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
-#include "refit/control.h"
+#include "refit/status.h"
 
 /* A send nobody waits for: buffer (owned) alive until all its requests complete. */
 typedef struct rf_ctl_out {
