@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "control_int.h"
 #include "refit/checks.h"
 #include "refit/control.h"
 
@@ -41,14 +40,15 @@ void rf_gate_record_set_result(rf_gate_record_t *rec, const rf_ctl_t *ctl, rf_st
 {
     rec->status = status;
     rec->code = status;
-    rec->origin = ctl->rank;
+    rec->origin = rf_ctl_rank(ctl);
     rec->reason[0] = '\0';
     if (status == RF_OK)
         return;
     snprintf(rec->reason, sizeof(rec->reason), "%s",
              err && err->msg[0] ? err->msg : rf_status_string(status));
-    if (status == RF_ERR_PEER && ctl->abort_origin >= 0)
-        rec->origin = ctl->abort_origin;
+    int abort_origin = rf_ctl_abort_origin(ctl, NULL, NULL);
+    if (status == RF_ERR_PEER && abort_origin >= 0)
+        rec->origin = abort_origin;
 }
 
 rf_status_t rf_gate_expect_init(rf_gate_expect_t *expect, int nranks, rf_err_t *err)
@@ -232,7 +232,7 @@ static rf_status_t gate_root(rf_ctl_t *ctl, uint32_t update, const rf_gate_recor
                              const rf_gate_expect_t *expect, double deadline,
                              rf_gate_verdict_t *v, rf_err_t *err)
 {
-    const int n = ctl->size;
+    const int n = rf_ctl_size(ctl);
     const size_t sz = record_bytes(n), vsz = verdict_bytes(n);
     rf_status_t st = RF_OK;
     unsigned char *recs = calloc((size_t)n, sz);
@@ -249,7 +249,8 @@ static rf_status_t gate_root(rf_ctl_t *ctl, uint32_t update, const rf_gate_recor
         reqs[r] = MPI_REQUEST_NULL;
     for (int r = 1; r < n; r++)
         RF_MPI_CHECK_GOTO(MPI_Irecv(recs + (size_t)r * sz, (int)sz, MPI_BYTE, r,
-                                    RF_CTL_TAG(RF_CTL_GATE_REPORT, update), ctl->comm, &reqs[r]),
+                                    RF_CTL_TAG(RF_CTL_GATE_REPORT, update), rf_ctl_comm(ctl),
+                                    &reqs[r]),
                           err, st, out_cancel);
     for (;;) {
         int active = 0;
@@ -304,7 +305,7 @@ static rf_status_t gate_root(rf_ctl_t *ctl, uint32_t update, const rf_gate_recor
             goto out;
         }
         int rc = MPI_Isend(buf, (int)vsz, MPI_BYTE, r, RF_CTL_TAG(RF_CTL_GATE_VERDICT, update),
-                           ctl->comm, sreq);
+                           rf_ctl_comm(ctl), sreq);
         if (rc != MPI_SUCCESS) {
             free(buf);
             free(sreq);
@@ -328,9 +329,9 @@ rf_status_t rf_gate_run(rf_ctl_t *ctl, uint32_t update, const rf_gate_record_t *
                         const rf_gate_expect_t *expect, double deadline,
                         rf_gate_verdict_t *verdict, rf_err_t *err)
 {
-    const int n = ctl->size;
+    const int n = rf_ctl_size(ctl);
     memset(verdict, 0, sizeof(*verdict));
-    verdict->rank = ctl->rank;
+    verdict->rank = rf_ctl_rank(ctl);
     verdict->code = RF_ERR_INTERNAL;
     verdict->nranks = n;
     verdict->posted_from = malloc((size_t)n * sizeof(uint64_t));
@@ -340,7 +341,7 @@ rf_status_t rf_gate_run(rf_ctl_t *ctl, uint32_t update, const rf_gate_record_t *
         verdict->posted_from[s] = RF_GATE_UNKNOWN;
     snprintf(verdict->reason, sizeof(verdict->reason), "gate did not complete");
 
-    if (ctl->rank == 0) {
+    if (rf_ctl_rank(ctl) == 0) {
         RF_CHECK(gate_root(ctl, update, mine, expect, deadline, verdict, err));
         return verdict_result(ctl, update, verdict, err);
     }
@@ -357,7 +358,7 @@ rf_status_t rf_gate_run(rf_ctl_t *ctl, uint32_t update, const rf_gate_record_t *
     }
     record_pack(mine, n, rec);
     int rc = MPI_Isend(rec, (int)sz, MPI_BYTE, 0, RF_CTL_TAG(RF_CTL_GATE_REPORT, update),
-                       ctl->comm, sreq);
+                       rf_ctl_comm(ctl), sreq);
     if (rc != MPI_SUCCESS) {
         free(rec);
         free(sreq);
@@ -369,7 +370,7 @@ rf_status_t rf_gate_run(rf_ctl_t *ctl, uint32_t update, const rf_gate_record_t *
     MPI_Request rreq = MPI_REQUEST_NULL;
     rf_status_t st = RF_OK;
     RF_MPI_CHECK_GOTO(MPI_Irecv(vbuf, (int)vsz, MPI_BYTE, 0,
-                                RF_CTL_TAG(RF_CTL_GATE_VERDICT, update), ctl->comm, &rreq),
+                                RF_CTL_TAG(RF_CTL_GATE_VERDICT, update), rf_ctl_comm(ctl), &rreq),
                       err, st, out);
     rf_err_t werr;
     rf_err_clear(&werr);

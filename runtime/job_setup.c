@@ -21,7 +21,6 @@
 #include "refit/log.h"
 #include "refit/transport_nccl.h"
 #include "job_int.h"
-#include "control_int.h"
 
 /* Every rank learns the lowest failing rank's message (plain collective; setup only). */
 static rf_status_t agree_status(job_t *j, MPI_Comm comm, rf_status_t st, rf_err_t *err)

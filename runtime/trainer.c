@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "control_int.h"
 #include "refit/accel.h"
+#include "refit/control.h"
 #include "refit/generator.h"
 #include "refit/log.h"
 #include "refit/quant.h"

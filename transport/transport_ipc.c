@@ -32,7 +32,7 @@
 
 #include <xxhash.h>
 
-#include "control_int.h"
+#include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
 #include "xfer_int.h"
@@ -225,7 +225,8 @@ static rf_status_t bounce_get(rf_ipc_state_t *s, uint64_t bytes, unsigned char *
     return RF_OK;
 }
 
-rf_status_t rf_ipc_state_create(rf_xfer_t *x, rf_err_t *err)
+/* The ipc state of x (rf_xfer_create); arenas come later (rf_xfer_ipc_export / _import). */
+static rf_status_t ipc_open(rf_xfer_t *x, rf_err_t *err)
 {
     rf_ipc_state_t *s = calloc(1, sizeof(*s));
     size_t nb = (size_t)x->buffers * (size_t)x->nranks;
@@ -246,7 +247,8 @@ rf_status_t rf_ipc_state_create(rf_xfer_t *x, rf_err_t *err)
     return RF_OK;
 }
 
-void rf_ipc_state_destroy(rf_xfer_t *x)
+/* Releases the ipc state, arenas included (rf_xfer_destroy). */
+static void ipc_close(rf_xfer_t *x)
 {
     rf_ipc_state_t *s = x->ipc;
     if (s == NULL)
@@ -399,7 +401,8 @@ static rf_status_t ack_check(rf_xfer_t *x, uint32_t update, int b, int peer, rf_
     return RF_OK;
 }
 
-void rf_ipc_cancel_acks(rf_xfer_t *x)
+/* Sender: cancels ACK receives still posted (a matched one counts as received). */
+static void ipc_cancel_acks(rf_xfer_t *x)
 {
     rf_ipc_state_t *s = x->ipc;
     for (int b = 0; b < x->buffers; b++)
@@ -441,8 +444,8 @@ static rf_status_t wait_slot(rf_xfer_t *x, uint32_t update, int b, double deadli
     return st;
 }
 
-rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack, void *ctx,
-                        rf_err_t *err)
+static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
+                            void *ctx, rf_err_t *err)
 {
     rf_ipc_state_t *s = x->ipc;
     const rf_chunk_plan_t *plan = cfg->plan;
@@ -567,7 +570,7 @@ rf_status_t rf_ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_
     return RF_OK;
 
 fail:
-    rf_ipc_cancel_acks(x);
+    ipc_cancel_acks(x);
     {
         char where[160];
         if (peer >= 0)
@@ -695,8 +698,12 @@ static rf_status_t ack_pending(rf_xfer_t *x, const rf_xfer_config_t *cfg, const 
                     cfg->stage_senders[c->stage], err);
 }
 
-rf_status_t rf_ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_err_t *err)
+/* The chunks arrive as segments for cfg->ipc->apply: unpack is not used. */
+static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpack_fn unpack,
+                            void *ctx, rf_err_t *err)
 {
+    (void)unpack;
+    (void)ctx;
     rf_ipc_state_t *s = x->ipc;
     const rf_xfer_ipc_config_t *ic = cfg->ipc;
     const rf_chunk_plan_t *plan = cfg->plan;
@@ -916,4 +923,37 @@ fail:
     if (st != RF_ERR_PEER)
         rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
     return st;
+}
+
+/* ---- the chunk transport table (transport/xfer_int.h; found by transport_registry.c) ----- */
+
+/* Payloads live in shared arenas; the messages are small and go over MPI. */
+static uint64_t ipc_buf_bytes(uint64_t chunk_bytes)
+{
+    (void)chunk_bytes;
+    return RF_IPC_SEQ_BYTES + RF_CHUNK_TRAILER_BYTES;
+}
+
+/* After a FAILED verdict: the ACK receives first, then the messages owed (SEQ, READY, ACK). */
+static rf_status_t ipc_drain(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
+                             rf_err_t *err)
+{
+    ipc_cancel_acks(x);
+    return rf_xfer_drain_messages(x, posted_from, deadline, err);
+}
+
+static const rf_xfer_ops_t ipc_xfer_ops = {
+    .name = "ipc",
+    .wire = "mpi",
+    .buf_bytes = ipc_buf_bytes,
+    .open = ipc_open,
+    .close = ipc_close,
+    .send = ipc_send,
+    .recv = ipc_recv,
+    .drain = ipc_drain,
+};
+
+const rf_xfer_ops_t *rf_xfer_ipc_ops(void)
+{
+    return &ipc_xfer_ops;
 }

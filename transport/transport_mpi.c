@@ -1,10 +1,10 @@
 /*
  * refit: the MPI transport (DESIGN.md section 9, "mpi"): host buffers, tagged point-to-point
- * on a duplicate of world with MPI_ERRORS_RETURN. Also the transport registry (by name).
+ * on a duplicate of world with MPI_ERRORS_RETURN. The transports by name are in
+ * transport_registry.c.
  */
 #include <mpi.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "refit/checks.h"
 #include "refit/transport.h"
@@ -118,20 +118,4 @@ static rf_status_t mpi_create(MPI_Comm world, rf_transport_t **t_p, rf_err_t *er
 const rf_transport_ops_t *rf_transport_mpi_ops(void)
 {
     return &rf_transport_mpi_ops_table;
-}
-
-rf_status_t rf_transport_create(const char *name, MPI_Comm world, rf_transport_t **t_p,
-                                rf_err_t *err)
-{
-    if (t_p == NULL)
-        return rf_err_set(err, RF_ERR_INVALID, "transport: null argument");
-    if (name == NULL || strcmp(name, "mpi") == 0)
-        return rf_transport_mpi_ops()->create(world, t_p, err);
-    return rf_err_set(err, RF_ERR_UNSUPPORTED, "transport %s: not built (only mpi)", name);
-}
-
-void rf_transport_destroy(rf_transport_t *t)
-{
-    if (t != NULL)
-        t->ops->destroy(t);
 }

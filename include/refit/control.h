@@ -127,6 +127,31 @@ rf_status_t rf_ctl_wait_some(rf_ctl_t *ctl, MPI_Request *reqs, int n, double dea
                              unsigned flags, rf_ctl_done_fn done, void *ctx, rf_err_t *err);
 
 /*
+ * Cancels and completes the receives still active in reqs[0..n) (borrowed; each becomes
+ * MPI_REQUEST_NULL; one that had already matched completes as received). For the cleanup
+ * paths of any wait above, on the control communicator or another. Local, never blocks on a
+ * peer, never fails.
+ */
+void rf_ctl_cancel_recvs(MPI_Request *reqs, int n);
+
+/*
+ * Protocols that run on the control channel (the completion gate): the control communicator
+ * (borrowed from ctl, valid until rf_ctl_destroy; a duplicate of world with
+ * MPI_ERRORS_RETURN), on which such a protocol tags every message RF_CTL_TAG(kind, update).
+ * Local.
+ */
+MPI_Comm rf_ctl_comm(const rf_ctl_t *ctl);
+
+/*
+ * A send nobody waits for: hands buf and reqs[0..n) (both owned from now on, malloc'd; reqs
+ * posted on buf) to the channel's outbox. Later calls on ctl progress them; each entry is
+ * freed when all its requests completed; rf_ctl_destroy waits up to 5 s, then releases the
+ * requests and keeps the buffers (MPI may still read them). Local. Returns RF_OK, or
+ * RF_ERR_NOMEM after waiting for the sends and freeing both.
+ */
+rf_status_t rf_ctl_outbox_add(rf_ctl_t *ctl, void *buf, MPI_Request *reqs, int n, rf_err_t *err);
+
+/*
  * Begin agreement (DESIGN.md section 9): every rank reports its source check (local_status,
  * local_msg borrowed, may be NULL) to world rank 0, which answers GO or FAILED naming the
  * lowest failing rank and its reason to all before any chunk is posted. Collective. Does not

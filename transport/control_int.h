@@ -1,14 +1,16 @@
 /*
- * refit: control channel internals shared by runtime/control.c and runtime/gate.c (and the
- * transfer scheduler, which cancels its receives through rf_ctl_cancel_recvs).
+ * refit: the control channel's state (transport/control.c), private to transport/: the nccl
+ * transport splits its communicators off ctl->comm. Everything outside transport/ (the gate,
+ * the job, the trainer) uses include/refit/control.h only.
  */
 #ifndef REFIT_CONTROL_INT_H
 #define REFIT_CONTROL_INT_H
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
-#include "refit/control.h"
+#include "refit/status.h"
 
 /* A send nobody waits for: buffer (owned) alive until all its requests complete. */
 typedef struct rf_ctl_out {
@@ -30,12 +32,5 @@ struct rf_ctl {
     size_t n_out;
     size_t cap_out;
 };
-
-/* Hands buf (owned) and reqs[0..n) (owned, malloc'd) to the outbox. Local. */
-rf_status_t rf_ctl_outbox_add(rf_ctl_t *ctl, void *buf, MPI_Request *reqs, int n, rf_err_t *err);
-/* Cancels and completes the receives still active in reqs[0..n). Local. */
-void rf_ctl_cancel_recvs(MPI_Request *reqs, int n);
-/* The control communicator. */
-MPI_Comm rf_ctl_comm(const rf_ctl_t *ctl);
 
 #endif /* REFIT_CONTROL_INT_H */

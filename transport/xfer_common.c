@@ -1,0 +1,188 @@
+/*
+ * refit: what the chunk paths of an xfer share (transport/xfer_int.h): the mpi scheduler
+ * (transport/xfer.c), the ipc transport (transport/transport_ipc.c) and the nccl transport
+ * (transport/transport_nccl.c) all use these, so none of them calls into another.
+ *
+ * Little-endian u64 codec of the trailers, the "tensors a chunk carries" text of error
+ * messages, the error wrapper, the in-flight counter, cancelling posted receives, the probe
+ * for extra chunk messages after the last expected one, and the message drain after a FAILED
+ * verdict (chunk messages over the message transport x->tp: mpi, and ipc's SEQ / READY / ACK).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "refit/control.h"
+#include "refit/log.h"
+#include "refit/transport.h"
+#include "xfer_int.h"
+
+void rf_xfer_write_u64le(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+uint64_t rf_xfer_read_u64le(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* "a, b[rows 0-63], ..." : the tensors chunk c carries (for error messages). */
+void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out,
+                           size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t k = 0; k < c->piece_count && len + 1 < cap; k++) {
+        const rf_chunk_piece_t *pc = &cfg->plan->pieces[c->piece_begin + k];
+        const char *name = cfg->items && cfg->items[pc->item].name ? cfg->items[pc->item].name
+                                                                   : NULL;
+        int w;
+        if (name)
+            w = snprintf(out + len, cap - len, "%s%s rows %" PRIu64 "-%" PRIu64, k ? ", " : "",
+                         name, pc->row_begin, pc->row_end);
+        else
+            w = snprintf(out + len, cap - len, "%sitem %zu rows %" PRIu64 "-%" PRIu64,
+                         k ? ", " : "", pc->item, pc->row_begin, pc->row_end);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    if (len + 1 >= cap && cap > 4)
+        memcpy(out + cap - 4, "...", 4);
+}
+
+/* err = "<where>: <inner message>" (the first error is kept). */
+rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where)
+{
+    return rf_err_set(err, st, "%s: %s", where, inner->msg[0] ? inner->msg : rf_status_string(st));
+}
+
+void rf_xfer_update_inflight(rf_xfer_t *x, int inflight)
+{
+    if (inflight > x->stats.max_inflight_chunks)
+        x->stats.max_inflight_chunks = inflight;
+}
+
+/* Cancels this rank's posted receives; a receive that had matched counts as received. */
+void rf_xfer_cancel_posted(rf_xfer_t *x)
+{
+    for (int b = 0; b <= x->buffers; b++) {
+        if (x->rreqs[b] == MPI_REQUEST_NULL)
+            continue;
+        MPI_Status s;
+        int cancelled = 0;
+        MPI_Cancel(&x->rreqs[b]);
+        MPI_Wait(&x->rreqs[b], &s); /* completes locally: cancelled or already matched */
+        MPI_Test_cancelled(&s, &cancelled);
+        if (!cancelled && s.MPI_SOURCE >= 0 && s.MPI_SOURCE < x->nranks) {
+            size_t got = 0;
+            x->tp->ops->recv_bytes(x->tp, &s, &got, NULL);
+            x->stats.peers[s.MPI_SOURCE].chunks_recv++;
+            x->stats.peers[s.MPI_SOURCE].bytes_recv += got;
+        }
+    }
+}
+
+/* After a receiver's last expected chunk: one probe per distinct stage sender (see xfer_int.h). */
+rf_status_t rf_xfer_probe_extra(rf_xfer_t *x, const rf_xfer_config_t *cfg, size_t n, int *extra_p,
+                                rf_err_t *probe_err, rf_err_t *err)
+{
+    const rf_chunk_plan_t *plan = cfg->plan;
+    *extra_p = 0;
+    /* one probe per source: anything left is an extra chunk message */
+    for (int s = 0; s < plan->n_stages; s++) {
+        int from = cfg->stage_senders[s], found = 0, tag = 0, seen = 0;
+        for (int t = 0; t < s; t++)
+            seen |= cfg->stage_senders[t] == from;
+        if (seen || plan->stages[s].chunk_count == 0)
+            continue;
+        RF_CHECK(x->tp->ops->probe(x->tp, from, &found, &tag, probe_err));
+        if (found) {
+            rf_status_t st = rf_err_set(err, RF_ERR_SEQUENCE,
+                                        "update %u: extra chunk message from rank %d (stage %d) "
+                                        "after the last expected chunk seq %zu",
+                                        cfg->update, from, tag & 0xfff, n ? n - 1 : 0);
+            rf_ctl_abort(x->ctl, st, err ? err->msg : "extra chunk message");
+            *extra_p = 1;
+            return st;
+        }
+    }
+    return RF_OK;
+}
+
+typedef struct drain_ctx {
+    rf_xfer_t *x;
+    int src;
+} drain_ctx_t;
+
+static int drain_test(void *vctx, rf_err_t *err)
+{
+    drain_ctx_t *d = vctx;
+    int found = 0;
+    rf_status_t st = d->x->tp->ops->drain_one(d->x->tp, d->src, d->x->bufs[0],
+                                              d->x->buf_bytes, &found, err);
+    if (st != RF_OK)
+        return st;
+    return found;
+}
+
+typedef struct sends_ctx {
+    rf_xfer_t *x;
+} sends_ctx_t;
+
+static int sends_test(void *vctx, rf_err_t *err)
+{
+    sends_ctx_t *d = vctx;
+    int flag = 0;
+    if (MPI_Testall(rf_xfer_sreq_count(d->x), d->x->sreqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return rf_err_set(err, RF_ERR_MPI, "MPI_Testall failed on outstanding sends");
+    return flag;
+}
+
+rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
+                                   rf_err_t *err)
+{
+    rf_err_t e;
+    rf_err_clear(&e);
+    uint64_t drained = 0;
+    /* Receive first, then complete our sends: a rank that both sends and receives must not
+     * wait on its sends while its own incoming messages block a peer. Both loops poll. */
+    for (int s = 0; posted_from != NULL && s < x->nranks; s++) {
+        if (s == x->rank || posted_from[s] == RF_GATE_UNKNOWN)
+            continue;
+        uint64_t got = x->stats.peers[s].chunks_recv;
+        while (got < posted_from[s]) {
+            drain_ctx_t d = {x, s};
+            rf_status_t st = rf_ctl_wait_fn(x->ctl, drain_test, &d, deadline,
+                                            RF_CTL_WAIT_NO_ABORT, &e);
+            if (st != RF_OK) {
+                if (st == RF_ERR_TIMEOUT)
+                    return rf_err_set(err, st,
+                                      "drain: %" PRIu64 " of %" PRIu64 " chunk messages from "
+                                      "rank %d still missing at the deadline",
+                                      posted_from[s] - got, posted_from[s], s);
+                return rf_err_set(err, st, "drain from rank %d: %s", s, e.msg);
+            }
+            got++;
+            drained++;
+            x->stats.peers[s].chunks_recv++;
+        }
+    }
+    for (int b = 0; b < x->buffers; b++)
+        x->slot_busy[b] = 0;
+    sends_ctx_t sc = {x};
+    rf_status_t st = rf_ctl_wait_fn(x->ctl, sends_test, &sc, deadline, RF_CTL_WAIT_NO_ABORT, &e);
+    if (st == RF_ERR_TIMEOUT)
+        return rf_err_set(err, st, "drain: rank %d: sends still outstanding at the deadline",
+                          x->rank);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "drain: %s", e.msg);
+    if (drained)
+        rf_debug("rank %d: drained %" PRIu64 " chunk messages", x->rank, drained);
+    return RF_OK;
+}
