@@ -5,6 +5,7 @@
  * update per rank and a summary at teardown. --bench-json: the update times and the device
  * copy ceiling, written by rank 0 after teardown.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -367,6 +368,22 @@ void job_profile_open(job_t *j)
             *q = '/';
         }
     mkdir(path, 0755);
+    /* rank 0: files an earlier run with more ranks left (profile-rank<R>.* with R >= this
+     * world's size) would read as this run's; no rank of this run touches them */
+    DIR *dir = j->rank == 0 ? opendir(path) : NULL;
+    for (struct dirent *de; dir != NULL && (de = readdir(dir)) != NULL;) {
+        int r = -1, used = 0;
+        if (sscanf(de->d_name, "profile-rank%d.%n", &r, &used) == 1 && used > 0 && r >= j->size &&
+            (strcmp(de->d_name + used, "json") == 0 || strcmp(de->d_name + used, "jsonl") == 0 ||
+             strcmp(de->d_name + used, "json.tmp") == 0)) {
+            char old[RF_PATH_MAX + 320];
+            int n = snprintf(old, sizeof(old), "%s/%s", path, de->d_name);
+            if (n > 0 && (size_t)n < sizeof(old))
+                unlink(old);
+        }
+    }
+    if (dir != NULL)
+        closedir(dir);
     /* a summary left by an earlier run would describe another .jsonl: present only once this
      * run's is complete */
     profile_path(j, path, sizeof(path), "json");

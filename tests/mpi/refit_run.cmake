@@ -92,6 +92,16 @@ add_test(NAME check_profile_torn_middle_refused
 set_tests_properties(check_profile_torn_last_ignored check_profile_torn_middle_refused PROPERTIES
                      LABELS mpi TIMEOUT 30)
 
+# a folder an earlier 4-rank run wrote into: a 2-rank run removes profile-rank2/3.* (they would
+# read as its own) and leaves only its own ranks' files
+set(STALE_PROFILE ${CMAKE_BINARY_DIR}/profiles/refit_run_profile_stale_ranks)
+string(REPLACE ";" " " REFIT_RUN_SH "${REFIT_RUN}")
+add_test(NAME refit_run_profile_stale_ranks
+         COMMAND ${EXPECT} ok "refit: COMMITTED 1 update" "^files: profile-rank0.json profile-rank0.jsonl profile-rank1.json profile-rank1.jsonl keep.txt$"
+                 -- sh -c "rm -rf ${STALE_PROFILE} && mkdir -p ${STALE_PROFILE} && for f in profile-rank2.json profile-rank3.jsonl profile-rank3.json.tmp keep.txt; do echo x > ${STALE_PROFILE}/$f; done && ${REFIT_RUN_SH} -np 2 $<TARGET_FILE:refit-run> --profile-dir ${STALE_PROFILE} --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --steps 1 && echo files: $(cd ${STALE_PROFILE} && ls | sort | grep -v keep.txt) keep.txt"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(refit_run_profile_stale_ranks PROPERTIES LABELS mpi TIMEOUT 120)
+
 # the main job on real input: full-size Qwen3-0.6B shape, generator weights
 refit_run_test(refit_run_default_qwen3_0_6b 4 ok "refit: COMMITTED 2 update\\(s\\), verified 310 tensors" --steps 2)
 refit_run_test(refit_run_qwen3_0_6b_tp2_to_2xtp1 4 ok "refit: COMMITTED 2 update\\(s\\), verified 310 tensors"
