@@ -314,7 +314,7 @@ int main(int argc, char **argv)
         rf_err_t err;
         memset(&cfg, 0, sizeof(cfg));
         rf_err_clear(&err);
-        if (topo != NULL && rf_topology_load(topology, MPI_COMM_WORLD, topo, &cfg, &err) == RF_OK) {
+        if (topo != NULL && rf_model_load_topology(topology, MPI_COMM_WORLD, topo, &cfg, &err) == RF_OK) {
             if (rf_topology_rank_info(topo, rank, &info) == RF_OK)
                 role = (int)info.role;
             rf_model_config_free(&cfg);

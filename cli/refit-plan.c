@@ -119,8 +119,8 @@ int main(int argc, char **argv)
     }
     if (rf_topology_parse(yaml, len, topo_path, &topo, &err) != RF_OK ||
         rf_model_config_load(topo.model_config_path, &cfg0, &err) != RF_OK ||
-        rf_topology_check_model(&topo, &cfg0, 0, &cfg, &err) != RF_OK ||
-        rf_topology_bind_model(&topo, &cfg, &err) != RF_OK ||
+        rf_model_check_topology(&topo, &cfg0, 0, &cfg, &err) != RF_OK ||
+        rf_model_bind_topology(&topo, &cfg, &err) != RF_OK ||
         rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) != RF_OK) {
         free(yaml);
         MPI_Finalize();

@@ -514,7 +514,7 @@ static rf_status_t test_wire_send(void *ctx, int sender, const void *src, uint64
 rf_status_t job_setup(job_t *j, rf_err_t *err)
 {
     rf_status_t st;
-    RF_CHECK(rf_topology_load(j->o->topology, MPI_COMM_WORLD, &j->topo, &j->cfg, err));
+    RF_CHECK(rf_model_load_topology(j->o->topology, MPI_COMM_WORLD, &j->topo, &j->cfg, err));
     j->T = rf_topology_trainer_size(&j->topo);
     j->R = rf_topology_rollout_size(&j->topo);
     RF_CHECK(rf_topology_rank_info(&j->topo, j->rank, &j->me));

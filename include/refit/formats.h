@@ -10,7 +10,7 @@
  *   wna16       marlin                        -> "wna16-marlin"    LAYERWISE (quantized modules)
  *
  * Other pairs (fp8-block on marlin, wna16 on cutlass / rocm-fnuz) have no owner: NULL, as
- * rf_topology_check_model refuses them. Unquantized modules of a quantized model plan DIRECT
+ * rf_model_check_topology refuses them. Unquantized modules of a quantized model plan DIRECT
  * under every owner. Not collective; thread safe.
  */
 #ifndef REFIT_FORMATS_H

@@ -8,6 +8,10 @@
  * of DESIGN.md section 5 and are computed by rf_module_slots().
  *
  * Families: Llama, Qwen2 (q/k/v bias), Qwen3 (q_norm/k_norm) dense; Qwen3-MoE.
+ *
+ * model/ stands above topology/: the rules of a parsed topology against the model config
+ * (rf_model_check_topology, rf_model_bind_topology) and the collective loading of both files
+ * (rf_model_load_topology) are here; topology.h knows no model config.
  */
 #ifndef REFIT_MODEL_H
 #define REFIT_MODEL_H
@@ -17,6 +21,7 @@
 
 #include "refit/dtype.h"
 #include "refit/status.h"
+#include "refit/topology.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,17 +37,6 @@ typedef enum {
     RF_FAMILY_QWEN3,
     RF_FAMILY_QWEN3_MOE,
 } rf_family_t;
-
-typedef enum {
-    RF_QUANT_NONE = 0,
-    RF_QUANT_FP8_BLOCK,
-    RF_QUANT_WNA16,
-} rf_quant_t;
-
-/* "none", "fp8-block", "wna16" */
-const char *rf_quant_name(rf_quant_t q);
-/* 0 and *out set on success; -1 if unknown. */
-int rf_quant_parse(const char *s, rf_quant_t *out);
 
 /* config.json, after the key alias table of DESIGN.md section 4. Owned strings freed by
  * rf_model_config_free(). */
@@ -116,6 +110,48 @@ rf_status_t rf_model_config_check_checkpoint(const char *ck_dir, const rf_model_
                                              rf_quant_t q, int64_t group, rf_err_t *err);
 /* True for a MoE layer (qwen3_moe: E > 0, not in mlp_only_layers, (i+1) % step == 0). */
 bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer);
+
+/* ---- a topology against the model (model/model_topology.c, model/model_load.c) -------- */
+
+/*
+ * Applies model.overrides to a copy of the config (and checks the topology's quantization
+ * against the config's quantization_config), then checks every size rule of DESIGN.md
+ * sections 3 and 5 against the model: heads, KV heads, layers / pp_layers, vocab,
+ * intermediate sizes, experts, (quantization, backend) pairs, world size == T + R
+ * (world_size <= 0 skips that check). cfg_p receives the overridden config.
+ * Errors: RF_ERR_TOPOLOGY naming the key and the sizes. Not collective.
+ */
+rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_config_t *cfg,
+                                    int world_size, rf_model_config_t *cfg_p, rf_err_t *err);
+
+/*
+ * Binds a parsed topology to its (overridden) model config, as returned by
+ * rf_model_check_topology(): quantization and group_size not given in the file are taken from
+ * the config's quantization_config (none / 128 without one), model_layers = L, and without
+ * pp_layers the even split L / pp is stored in pp_layers[] (pp_layers_set stays false).
+ * Call after rf_model_check_topology() succeeded; the hash changes only where the file left
+ * quantization or group_size to the config. Errors: RF_ERR_TOPOLOGY. Not collective.
+ */
+rf_status_t rf_model_bind_topology(rf_topology_t *topo, const rf_model_config_t *cfg,
+                                   rf_err_t *err);
+
+/*
+ * Collective over comm. Rank 0 of comm reads the topology file (path_or_NULL; NULL: the
+ * compiled-in rf_default_topology_yaml, model.config relative to the current folder) and the
+ * config.json it names, and broadcasts a status with its error message first, then the file
+ * path and both texts, so other nodes need no shared filesystem and an unreadable file on
+ * rank 0 makes every rank return the same error. Every rank then parses both texts, runs
+ * rf_model_check_topology() with the communicator size as world size and
+ * rf_model_bind_topology(), and all ranks agree on rf_topology_hash() (MPI_Allreduce MIN and
+ * MAX). Any rank's failure is returned on every rank with the lowest failing rank's message.
+ * path_or_NULL: borrowed (only rank 0's is used). topo_p, cfg_p: caller-owned outputs, set
+ * only on success; cfg_p receives the overridden config (free with rf_model_config_free).
+ * Errors: RF_ERR_IO (unreadable file), RF_ERR_TOPOLOGY, RF_ERR_CONFIG, RF_ERR_MISMATCH (hash
+ * disagreement), RF_ERR_MPI.
+ */
+rf_status_t rf_model_load_topology(const char *path_or_NULL, MPI_Comm comm,
+                                   rf_topology_t *topo_p, rf_model_config_t *cfg_p,
+                                   rf_err_t *err);
 
 /* ---- inventory ---------------------------------------------------------------------- */
 
@@ -222,19 +258,6 @@ typedef enum {
 rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char *name);
 
 /* ---- per-rank slot shapes (DESIGN.md section 5) -------------------------------------- */
-
-typedef enum {
-    RF_PLACE_LINEAR = 0,
-    RF_PLACE_ROUND_ROBIN,
-} rf_expert_placement_t;
-
-/* A rollout rank's shard coordinates, as the loader arithmetic needs them. */
-typedef struct rf_rollout_coords {
-    int tp, tp_rank; /* T_r, r */
-    int dp, dp_rank;
-    int ep, ep_rank; /* ep is 1 (experts TP-sharded) or tp * dp */
-    rf_expert_placement_t placement;
-} rf_rollout_coords_t;
 
 /* Shape and dtype of one slot on one rank, in model layout (row-major, contiguous). */
 typedef struct rf_slot_shape {

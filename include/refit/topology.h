@@ -6,7 +6,9 @@
  * ep, expert placement, backend, gpus), colocation and the transfer settings. Unknown and
  * duplicate keys, YAML aliases, wrong types and sizes that do not divide are errors naming
  * the key and value. Rank 0 reads the file (and the model's config.json) and broadcasts the
- * text; every rank parses it and all agree on rf_topology_hash() of the canonical form.
+ * text; every rank parses it and all agree on rf_topology_hash() of the canonical form (that
+ * collective loading, and the rules against the model config, are model.h's:
+ * rf_model_load_topology(), rf_model_check_topology()). Nothing here needs the model config.
  */
 #ifndef REFIT_TOPOLOGY_H
 #define REFIT_TOPOLOGY_H
@@ -17,7 +19,6 @@
 
 #include <mpi.h>
 
-#include "refit/model.h"
 #include "refit/status.h"
 
 #ifdef __cplusplus
@@ -27,6 +28,18 @@ extern "C" {
 #define RF_PATH_MAX 1024
 #define RF_MAX_GPUS 64
 #define RF_MAX_STAGES 256
+
+/* The weight quantization a topology names (model.quantization). */
+typedef enum {
+    RF_QUANT_NONE = 0,
+    RF_QUANT_FP8_BLOCK,
+    RF_QUANT_WNA16,
+} rf_quant_t;
+
+/* "none", "fp8-block", "wna16" */
+const char *rf_quant_name(rf_quant_t q);
+/* 0 and *out set on success; -1 if unknown. */
+int rf_quant_parse(const char *s, rf_quant_t *out);
 
 typedef enum { RF_TRANSPORT_MPI = 0, RF_TRANSPORT_NCCL, RF_TRANSPORT_IPC } rf_transport_kind_t;
 typedef enum { RF_MODE_BROADCAST = 0, RF_MODE_P2P } rf_mode_t;
@@ -40,6 +53,21 @@ typedef enum {
 const char *rf_transport_name(rf_transport_kind_t t);
 const char *rf_mode_name(rf_mode_t m);
 const char *rf_backend_name(rf_backend_t b);
+
+/* rollout.expert_placement */
+typedef enum {
+    RF_PLACE_LINEAR = 0,
+    RF_PLACE_ROUND_ROBIN,
+} rf_expert_placement_t;
+
+/* A rollout rank's shard coordinates, as rf_topology_rank_info() computes them and the
+ * loader arithmetic of model.h takes them. */
+typedef struct rf_rollout_coords {
+    int tp, tp_rank; /* T_r, r */
+    int dp, dp_rank;
+    int ep, ep_rank; /* ep is 1 (experts TP-sharded) or tp * dp */
+    rf_expert_placement_t placement;
+} rf_rollout_coords_t;
 
 typedef struct rf_topology {
     char name[128];              /* default: the file's stem */
@@ -79,7 +107,7 @@ typedef struct rf_topology {
     /* added by the topology module */
     char file[RF_PATH_MAX];      /* path given to rf_topology_parse, for messages (not hashed);
                                     "default.yaml" for the compiled-in copy */
-    int64_t model_layers;        /* L after overrides; 0 until rf_topology_bind_model() */
+    int64_t model_layers;        /* L after overrides; 0 until rf_model_bind_topology() */
 } rf_topology_t;
 
 /*
@@ -95,33 +123,11 @@ rf_status_t rf_topology_parse(const char *yaml, size_t len, const char *path,
 int rf_topology_trainer_size(const rf_topology_t *topo);
 int rf_topology_rollout_size(const rf_topology_t *topo);
 
-/*
- * Applies model.overrides to a copy of the config (and checks the topology's quantization
- * against the config's quantization_config), then checks every size rule of DESIGN.md
- * sections 3 and 5 against the model: heads, KV heads, layers / pp_layers, vocab,
- * intermediate sizes, experts, (quantization, backend) pairs, world size == T + R
- * (world_size <= 0 skips that check). cfg_p receives the overridden config.
- * Errors: RF_ERR_TOPOLOGY naming the key and the sizes. Not collective.
- */
-rf_status_t rf_topology_check_model(const rf_topology_t *topo, const rf_model_config_t *cfg,
-                                    int world_size, rf_model_config_t *cfg_p, rf_err_t *err);
-
 /* 64-bit hash (XXH3) of the canonical serialization of the parsed topology. */
 uint64_t rf_topology_hash(const rf_topology_t *topo);
 /* Canonical text form (one "key: value" per line, every key, fixed order). Returns the length
  * it needs (snprintf-like). */
 size_t rf_topology_canonical(const rf_topology_t *topo, char *buf, size_t cap);
-
-/*
- * Binds a parsed topology to its (overridden) model config, as returned by
- * rf_topology_check_model(): quantization and group_size not given in the file are taken from
- * the config's quantization_config (none / 128 without one), model_layers = L, and without
- * pp_layers the even split L / pp is stored in pp_layers[] (pp_layers_set stays false).
- * Call after rf_topology_check_model() succeeded; the hash changes only where the file left
- * quantization or group_size to the config. Errors: RF_ERR_TOPOLOGY. Not collective.
- */
-rf_status_t rf_topology_bind_model(rf_topology_t *topo, const rf_model_config_t *cfg,
-                                   rf_err_t *err);
 
 /*
  * Size and rate values of topology files: an integer with an optional suffix KiB / MiB /
@@ -130,6 +136,14 @@ rf_status_t rf_topology_bind_model(rf_topology_t *topo, const rf_model_config_t 
  */
 rf_status_t rf_topology_parse_size(const char *text, uint64_t *bytes_p);
 rf_status_t rf_topology_parse_rate(const char *text, double *bytes_per_s_p);
+
+/*
+ * The (quantization, backend) pair rule of DESIGN.md section 3: fp8-block with triton,
+ * cutlass or rocm-fnuz, wna16 with triton or marlin. `file` names the topology file in the
+ * message. Errors: RF_ERR_TOPOLOGY. Pure.
+ */
+rf_status_t rf_topology_check_quant_backend(const char *file, rf_quant_t q, rf_backend_t b,
+                                            rf_err_t *err);
 
 /* ---- rank placement ----------------------------------------------------------------- */
 
@@ -161,24 +175,7 @@ void rf_topology_stage_layers(const rf_topology_t *topo, int p, int64_t *first_p
 /* Stage holding a tensor's layer (embed -1 -> 0, final L -> pp - 1). */
 int rf_topology_layer_stage(const rf_topology_t *topo, int layer, int64_t num_layers);
 
-/* ---- collective loading and device placement (topology/topology_mpi.c) ------------- */
-
-/*
- * Collective over comm. Rank 0 of comm reads the topology file (path_or_NULL; NULL: the
- * compiled-in rf_default_topology_yaml, model.config relative to the current folder) and the
- * config.json it names, and broadcasts a status with its error message first, then the file
- * path and both texts, so other nodes need no shared filesystem and an unreadable file on
- * rank 0 makes every rank return the same error. Every rank then parses both texts, runs
- * rf_topology_check_model() with the communicator size as world size and
- * rf_topology_bind_model(), and all ranks agree on rf_topology_hash() (MPI_Allreduce MIN and
- * MAX). Any rank's failure is returned on every rank with the lowest failing rank's message.
- * path_or_NULL: borrowed (only rank 0's is used). topo_p, cfg_p: caller-owned outputs, set
- * only on success; cfg_p receives the overridden config (free with rf_model_config_free).
- * Errors: RF_ERR_IO (unreadable file), RF_ERR_TOPOLOGY, RF_ERR_CONFIG, RF_ERR_MISMATCH (hash
- * disagreement), RF_ERR_MPI.
- */
-rf_status_t rf_topology_load(const char *path_or_NULL, MPI_Comm comm, rf_topology_t *topo_p,
-                             rf_model_config_t *cfg_p, rf_err_t *err);
+/* ---- device placement (topology/topology_mpi.c) ------------------------------------- */
 
 #define RF_HOST_MAX 256
 

@@ -1,5 +1,5 @@
 /*
- * MPI test (4 ranks): rf_topology_load() and rf_topology_place(). A good file loads on every
+ * MPI test (4 ranks): rf_model_load_topology() and rf_topology_place(). A good file loads on every
  * rank with one hash; an unreadable file and a wrong world size give every rank the same
  * error (no hang); the compiled-in default loads from the source root; placement on one
  * CPU node gives each role local indices 0, 1 and the "host" device. Check with CK_FORK=no.
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "refit/model.h"
 #include "refit/topology.h"
 
 #define TOPO_DIR REFIT_JOBS_DIR "/topologies"
@@ -33,7 +34,7 @@ START_TEST(test_load_ok)
     rf_err_clear(&err);
     ck_assert_int_eq(g_size, 4);
     rf_status_t st =
-        rf_topology_load(TOPO_DIR "/llama-tiny-tp2-to-2xtp1.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
+        rf_model_load_topology(TOPO_DIR "/llama-tiny-tp2-to-2xtp1.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
     ck_assert_msg(st == RF_OK, "rank %d: %s", g_rank, err.msg);
     ck_assert_str_eq(t.name, "llama-tiny-tp2-to-2xtp1");
     ck_assert_int_eq(cfg.num_hidden_layers, 3);
@@ -67,7 +68,7 @@ START_TEST(test_load_default)
     rf_model_config_t cfg;
     rf_err_t err;
     rf_err_clear(&err);
-    rf_status_t st = rf_topology_load(NULL, MPI_COMM_WORLD, &t, &cfg, &err);
+    rf_status_t st = rf_model_load_topology(NULL, MPI_COMM_WORLD, &t, &cfg, &err);
     ck_assert_msg(st == RF_OK, "rank %d: %s", g_rank, err.msg);
     ck_assert_str_eq(t.name, "default");
     ck_assert_int_eq(cfg.num_hidden_layers, 28);
@@ -83,7 +84,7 @@ START_TEST(test_load_missing_file)
     rf_err_t err;
     rf_err_clear(&err);
     rf_status_t st =
-        rf_topology_load(TOPO_DIR "/no-such-file.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
+        rf_model_load_topology(TOPO_DIR "/no-such-file.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
     ck_assert_int_eq(st, RF_ERR_IO);
     ck_assert_ptr_nonnull(strstr(err.msg, "no-such-file.yaml: cannot open topology file"));
     assert_same_everywhere(err.msg);
@@ -97,7 +98,7 @@ START_TEST(test_load_wrong_world)
     rf_err_t err;
     rf_err_clear(&err);
     rf_status_t st =
-        rf_topology_load(TOPO_DIR "/llama-tiny-tp1-to-tp1.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
+        rf_model_load_topology(TOPO_DIR "/llama-tiny-tp1-to-tp1.yaml", MPI_COMM_WORLD, &t, &cfg, &err);
     ck_assert_int_eq(st, RF_ERR_TOPOLOGY);
     ck_assert_ptr_nonnull(strstr(err.msg, "world size 4 != trainer 1 + rollout 1 ranks (mpirun "
                                           "-np 2)"));

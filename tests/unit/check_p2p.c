@@ -104,11 +104,11 @@ static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
     ck_assert_msg(rf_model_config_load(topo.model_config_path, &raw, &err) == RF_OK, "%s",
                   err.msg);
     int T = rf_topology_trainer_size(&topo), R = rf_topology_rollout_size(&topo);
-    if (rf_topology_check_model(&topo, &raw, T + R, &cfg, &err) != RF_OK) {
+    if (rf_model_check_topology(&topo, &raw, T + R, &cfg, &err) != RF_OK) {
         rf_model_config_free(&raw);
         return false;
     }
-    ck_assert_int_eq(rf_topology_bind_model(&topo, &cfg, &err), RF_OK);
+    ck_assert_int_eq(rf_model_bind_topology(&topo, &cfg, &err), RF_OK);
     ck_assert_msg(rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) ==
                       RF_OK,
                   "%s", err.msg);
@@ -343,8 +343,8 @@ START_TEST(test_p2p_replicas_and_spread)
     rf_err_clear(&err);
     ck_assert_int_eq(rf_topology_parse(yaml, strlen(yaml), path, &topo, &err), RF_OK);
     ck_assert_int_eq(rf_model_config_load(topo.model_config_path, &raw, &err), RF_OK);
-    ck_assert_int_eq(rf_topology_check_model(&topo, &raw, 6, &cfg, &err), RF_OK);
-    ck_assert_int_eq(rf_topology_bind_model(&topo, &cfg, &err), RF_OK);
+    ck_assert_int_eq(rf_model_check_topology(&topo, &raw, 6, &cfg, &err), RF_OK);
+    ck_assert_int_eq(rf_model_bind_topology(&topo, &cfg, &err), RF_OK);
     ck_assert_int_eq(rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err),
                      RF_OK);
     ck_assert_int_eq(rf_manifest_build(&inv, &topo, NULL, NULL, &man, &err), RF_OK);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "refit/model.h"
 #include "refit/topology.h"
 
 #define TOPO_DIR REFIT_JOBS_DIR "/topologies"
@@ -135,9 +136,9 @@ static void check_one_file(const expect_file_t *e)
         raw = load_cfg(t.model_config_path);
     }
     rf_err_clear(&err);
-    ck_assert_msg(rf_topology_check_model(&t, &raw, e->T + e->R, &cfg, &err) == RF_OK, "%s: %s",
+    ck_assert_msg(rf_model_check_topology(&t, &raw, e->T + e->R, &cfg, &err) == RF_OK, "%s: %s",
                   e->file, err.msg);
-    ck_assert_int_eq(rf_topology_bind_model(&t, &cfg, &err), RF_OK);
+    ck_assert_int_eq(rf_model_bind_topology(&t, &cfg, &err), RF_OK);
     int64_t first, count, total = 0;
     rf_topology_stage_layers(&t, 0, &first, &count);
     ck_assert_int_eq(first, 0);
@@ -550,7 +551,7 @@ static rf_status_t run_model_case(const char *config, const char *body, int worl
     rf_status_t st = rf_topology_parse(yaml, strlen(yaml), "m.yaml", t, err);
     ck_assert_msg(st == RF_OK, "%s", err->msg);
     rf_model_config_t raw = load_cfg(t->model_config_path);
-    st = rf_topology_check_model(t, &raw, world, cfg_p, err);
+    st = rf_model_check_topology(t, &raw, world, cfg_p, err);
     rf_model_config_free(&raw);
     return st;
 }
@@ -591,7 +592,7 @@ START_TEST(test_overrides_applied)
     ck_assert_int_eq(cfg.orig_num_experts, 8);
     ck_assert_int_eq(cfg.vocab_size, 500);
     ck_assert_int_eq(cfg.orig_vocab_size, 512);
-    ck_assert_int_eq(rf_topology_bind_model(&t, &cfg, &err), RF_OK);
+    ck_assert_int_eq(rf_model_bind_topology(&t, &cfg, &err), RF_OK);
     ck_assert_int_eq(t.model_layers, 1);
     rf_model_config_free(&cfg);
 
@@ -599,7 +600,7 @@ START_TEST(test_overrides_applied)
     ck_assert_int_eq(run_model_case("qwen3-fp8-tiny", "", 2, &t, &cfg, &err), RF_OK);
     ck_assert(!t.quantization_set);
     uint64_t before = rf_topology_hash(&t);
-    ck_assert_int_eq(rf_topology_bind_model(&t, &cfg, &err), RF_OK);
+    ck_assert_int_eq(rf_model_bind_topology(&t, &cfg, &err), RF_OK);
     ck_assert_int_eq(t.quantization, RF_QUANT_FP8_BLOCK);
     ck_assert_uint_ne(before, rf_topology_hash(&t));
     rf_model_config_free(&cfg);

@@ -50,9 +50,9 @@ static void world_up(world_t *w, const char *model, const char *quant, const cha
     ck_assert_msg(rf_model_config_load(w->topo.model_config_path, &w->raw, &err) == RF_OK, "%s",
                   err.msg);
     int n = rf_topology_trainer_size(&w->topo) + rf_topology_rollout_size(&w->topo);
-    ck_assert_msg(rf_topology_check_model(&w->topo, &w->raw, n, &w->cfg, &err) == RF_OK, "%s",
+    ck_assert_msg(rf_model_check_topology(&w->topo, &w->raw, n, &w->cfg, &err) == RF_OK, "%s",
                   err.msg);
-    ck_assert_int_eq(rf_topology_bind_model(&w->topo, &w->cfg, &err), RF_OK);
+    ck_assert_int_eq(rf_model_bind_topology(&w->topo, &w->cfg, &err), RF_OK);
     ck_assert_msg(rf_inventory_build(&w->cfg, w->topo.quantization, w->topo.group_size, &w->inv,
                                      &err) == RF_OK,
                   "%s", err.msg);

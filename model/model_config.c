@@ -15,32 +15,6 @@
 #include "refit/log.h"
 #include "refit/model.h"
 
-const char *rf_quant_name(rf_quant_t q)
-{
-    switch (q) {
-    case RF_QUANT_NONE:
-        return "none";
-    case RF_QUANT_FP8_BLOCK:
-        return "fp8-block";
-    case RF_QUANT_WNA16:
-        return "wna16";
-    }
-    return "?";
-}
-
-int rf_quant_parse(const char *s, rf_quant_t *out)
-{
-    if (strcmp(s, "none") == 0)
-        *out = RF_QUANT_NONE;
-    else if (strcmp(s, "fp8-block") == 0)
-        *out = RF_QUANT_FP8_BLOCK;
-    else if (strcmp(s, "wna16") == 0)
-        *out = RF_QUANT_WNA16;
-    else
-        return -1;
-    return 0;
-}
-
 /* Reads an optional integer key; a present key of another type is an error. */
 static rf_status_t cfg_int(json_t *root, const char *key, const char *path, int64_t dflt,
                            bool required, int64_t *out, rf_err_t *err)
