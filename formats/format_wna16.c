@@ -28,6 +28,7 @@
 
 #include "refit/format.h"
 #include "refit/formats.h"
+#include "refit/quant_ops.h"
 
 #define TILE_R 16
 #define TILE_C 64
@@ -217,7 +218,9 @@ static rf_status_t wna16_move_dev(rf_accel_t *dev, const rf_inventory_t *inv, in
     if (triton && is_moe_wq(inv, m)) /* model (B, R, C) <-> runtime (B, C, R) */
         st = rf_format_dev_transpose(dev, dst, src, B, to_runtime ? R : C, to_runtime ? C : R,
                                      s->dtype, slot->name, err);
-    else if ((st = dev->ops->wna16_repack(dev, dst, src, B, R, C, es, !to_runtime, NULL)) != RF_OK)
+    else if ((st = rf_quant_ops_for(dev) ? rf_quant_ops_for(dev)->wna16_repack(
+                       dev, dst, src, B, R, C, es, !to_runtime, NULL)
+                                         : RF_ERR_UNSUPPORTED) != RF_OK)
         rf_err_set(err, st, "wna16: %s: repack on device %d failed", slot->name, dev->device);
     if (st == RF_OK && !to_runtime)
         st = rf_format_dev_copy(dev, buf, tmp, b, RF_COPY_D2H, slot->name, err);
