@@ -3,11 +3,14 @@
  * module, a host implementation as the reference).
  *
  * An accelerator is an ops table (rf_accel_ops_t) plus an object that starts with a pointer to
- * it. Two implementations: "host" (runtime/accel_host.c: plain memory, synchronous "streams";
+ * it. Two implementations: "host" (core/accel_host.c: plain memory, synchronous "streams";
  * the reference every GPU path is compared with byte for byte) and "cuda"
- * (runtime/accel_cuda.cu: cudaMalloc arenas, never managed memory; CUDA streams and events).
- * runtime/accel_registry.c picks one by name or by capability; it is the only file that knows
- * whether CUDA was compiled in.
+ * (core/accel_cuda.cu: cudaMalloc arenas, never managed memory; CUDA streams and events).
+ * core/accel_registry.c picks one by name or by capability; it is the only file that knows
+ * whether CUDA was compiled in for the accelerators. The ops are generic (memory, streams,
+ * events, copies, row copies, checksum): the format kernels are the formats' table
+ * (include/refit/quant_ops.h) and the generator's device fill the generator's
+ * (include/refit/generator.h), each looked up by accelerator.
  *
  * Memory: "device" pointers are what alloc() returns (host memory for "host"); "host"
  * pointers are ordinary or pinned (alloc_host) host memory. Kernels take device pointers.
@@ -34,7 +37,6 @@
 extern "C" {
 #endif
 
-struct rf_dst;
 typedef struct rf_accel_ops rf_accel_ops_t;
 
 /* Memory-type tag of an accelerator's alloc() memory (UCX style). */
@@ -79,9 +81,6 @@ typedef struct rf_accel_dst {
     int64_t col_stride;    /* elements between consecutive columns */
     int64_t expert_stride; /* elements between local experts */
 } rf_accel_dst_t;
-
-/* The accel descriptor of a loader destination (data is taken as a device pointer). */
-rf_accel_dst_t rf_accel_dst_from(const struct rf_dst *dst);
 
 /*
  * One strided row copy, the building block of every loader write (TP slices, fused shards,
@@ -170,7 +169,7 @@ struct rf_accel_ops {
                             rf_accel_stream_t *stream);
 };
 
-/* ---- the registry (runtime/accel_registry.c) ------------------------------------------- */
+/* ---- the registry (core/accel_registry.c) ---------------------------------------------- */
 
 extern const rf_accel_ops_t rf_accel_host_ops;
 /* Tests only: the host implementation tagged RF_MEM_CUDA ("host-device"), so the device

@@ -1,4 +1,4 @@
-/* Unit tests: the host accelerator (runtime/accel_host.c) and the registry, against scalar
+/* Unit tests: the host accelerator (core/accel_host.c) and the registry, against scalar
  * expectations written out here: strided row copies (row-major, K-first, expert offsets,
  * bf16 / f16 -> f32 conversion), vocab zero fill, fnuz, the tile repack against
  * rf_wna16_repack_index, the quantizers on hand-worked blocks, and the checksum definition

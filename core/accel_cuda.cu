@@ -1,14 +1,14 @@
 /*
  * refit: the CUDA accelerator ("cuda"). Compiled only when CMake finds nvcc and the toolkit;
- * runtime/accel_registry.c is the only file that refers to it.
+ * core/accel_registry.c is the only file that refers to its table. The format kernels
+ * (formats/quant_cuda.cu) and the generator's device fill (runtime/generator_cuda.cu) enqueue
+ * on its streams through rf_accel_cuda_stream (refit/accel_cuda.h).
  *
  * Memory is plain cudaMalloc (never managed memory), pinned host memory is cudaMallocHost.
  * Every CUDA call goes through RF_CUDA_CHECK (refit/checks.h): it logs the call and CUDA's own
- * error string once and returns RF_ERR_CUDA. Kernels reproduce runtime/accel_host.c (and
- * through it formats/quant.c and formats/format_wna16.c) bit for bit: the e4m3 / bf16 / f16
- * conversions are the same integer round-to-nearest-even code, divisions are IEEE fp32
- * divisions (nvcc's default -prec-div=true; never build this file with --use_fast_math) and
- * no multiply-add is contracted in the quantizers (__fdiv_rn / __fmul_rn spell it out).
+ * error string once and returns RF_ERR_CUDA. Kernels reproduce core/accel_host.c bit for bit:
+ * the bf16 / f16 conversions are the same integer code as the host's (never build this file
+ * with --use_fast_math).
  */
 #include <cuda_runtime.h>
 #include <stdlib.h>
