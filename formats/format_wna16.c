@@ -30,9 +30,6 @@
 #include "refit/formats.h"
 #include "refit/quant_ops.h"
 
-#define TILE_R 16
-#define TILE_C 64
-
 static bool ends_with(const char *s, const char *suf)
 {
     size_t n = strlen(s), k = strlen(suf);
@@ -49,33 +46,6 @@ static bool wq_param(const rf_inventory_t *inv, int m, const rf_slot_shape_t *s)
 static bool is_moe_wq(const rf_inventory_t *inv, int m)
 {
     return inv->modules[m].kind == RF_MOD_MOE && inv->modules[m].quant == RF_QUANT_WNA16;
-}
-
-int64_t rf_wna16_repack_index(int64_t R, int64_t C, int64_t r, int64_t c)
-{
-    int64_t r0 = r / TILE_R * TILE_R, c0 = c / TILE_C * TILE_C;
-    int64_t i = r - r0, j = c - c0;
-    int64_t th = R - r0 < TILE_R ? R - r0 : TILE_R;
-    return r0 * C + c0 * th + j * th + (i + j) % th;
-}
-
-void rf_wna16_repack(void *dst, const void *src, int64_t batch, int64_t R, int64_t C,
-                     size_t esize, bool inverse)
-{
-    const char *s = src;
-    char *d = dst;
-    for (int64_t b = 0; b < batch; b++) {
-        size_t base = (size_t)(b * R * C);
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t c = 0; c < C; c++) {
-                size_t model = base + (size_t)(r * C + c);
-                size_t rt = base + (size_t)rf_wna16_repack_index(R, C, r, c);
-                if (inverse)
-                    memcpy(d + model * esize, s + rt * esize, esize);
-                else
-                    memcpy(d + rt * esize, s + model * esize, esize);
-            }
-    }
 }
 
 /* Last-two-dims transpose of (batch, R, C) into (batch, C, R), element by element. */

@@ -1,9 +1,10 @@
 /*
  * refit: the host format kernels (rf_quant_host_ops), the reference every device instance is
  * compared with byte for byte, and the lookup of a table by accelerator (rf_quant_ops_for).
- * They call formats/quant.c and formats/format_wna16.c themselves: those are the rules, so the
- * host table cannot drift from them. This file knows whether CUDA was compiled in
- * (REFIT_HAVE_CUDA, set by CMake on this file as on the accelerator registry).
+ * They call formats/quant.c and the wna16 tile repack (rf_wna16_repack, defined here for
+ * formats/format_wna16.c) themselves: those are the rules, so the host table cannot drift.
+ * This file knows whether CUDA was compiled in (REFIT_HAVE_CUDA, set by CMake on this file as
+ * on the accelerator registry).
  */
 #include <string.h>
 
@@ -15,6 +16,37 @@
 #ifdef REFIT_HAVE_CUDA
 extern const rf_quant_ops_t rf_quant_cuda_ops; /* formats/quant_cuda.cu */
 #endif
+
+/* The wna16 tile repack (include/refit/formats.h): tiles of 16 rows x 64 columns. */
+#define TILE_R 16
+#define TILE_C 64
+
+int64_t rf_wna16_repack_index(int64_t R, int64_t C, int64_t r, int64_t c)
+{
+    int64_t r0 = r / TILE_R * TILE_R, c0 = c / TILE_C * TILE_C;
+    int64_t i = r - r0, j = c - c0;
+    int64_t th = R - r0 < TILE_R ? R - r0 : TILE_R;
+    return r0 * C + c0 * th + j * th + (i + j) % th;
+}
+
+void rf_wna16_repack(void *dst, const void *src, int64_t batch, int64_t R, int64_t C,
+                     size_t esize, bool inverse)
+{
+    const char *s = src;
+    char *d = dst;
+    for (int64_t b = 0; b < batch; b++) {
+        size_t base = (size_t)(b * R * C);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) {
+                size_t model = base + (size_t)(r * C + c);
+                size_t rt = base + (size_t)rf_wna16_repack_index(R, C, r, c);
+                if (inverse)
+                    memcpy(d + model * esize, s + rt * esize, esize);
+                else
+                    memcpy(d + rt * esize, s + model * esize, esize);
+            }
+    }
+}
 
 static rf_status_t host_fp8_to_fnuz(rf_accel_t *accel, uint8_t *w, size_t nw, float *scale,
                                     size_t nscale, rf_accel_stream_t *stream)

@@ -9,8 +9,6 @@
  *
  * The nccl table is an adapter over include/refit/transport_nccl.h (rf_xfer_nccl_run, the
  * state teardown), valid for the real transport and for the stub built without CUDA / NCCL.
- * The ipc transport's CUDA arena backend is answered here too (rf_ipc_cuda_ops: NULL when
- * compiled out): this file knows whether CUDA is in (REFIT_HAVE_CUDA, set by CMake on it).
  */
 #include <stddef.h>
 #include <string.h>
@@ -18,16 +16,6 @@
 #include "refit/transport.h"
 #include "refit/transport_nccl.h"
 #include "xfer_int.h"
-
-/* ---- the ipc transport's CUDA arena backend ---------------------------------------------- */
-
-#ifdef REFIT_HAVE_CUDA
-const rf_ipc_arena_ops_t *rf_ipc_cuda_ops_impl(void); /* transport/transport_ipc_cuda.cu */
-const rf_ipc_arena_ops_t *rf_ipc_cuda_ops(void) { return rf_ipc_cuda_ops_impl(); }
-#else
-/* the ipc transport's CUDA arena backend is compiled out with the accelerator */
-const rf_ipc_arena_ops_t *rf_ipc_cuda_ops(void) { return NULL; }
-#endif
 
 /* ---- message transports ------------------------------------------------------------------ */
 
