@@ -1,6 +1,7 @@
 /* refit: dtype names and sizes, from RF_DTYPE_LIST. */
 #include "refit/dtype.h"
 
+#include <math.h>
 #include <string.h>
 
 static const struct {
@@ -44,4 +45,23 @@ rf_dtype_t rf_dtype_parse(const char *s)
     if (strcmp(s, "float") == 0)
         return RF_DTYPE_F32;
     return RF_DTYPE_INVALID;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+float rf_f16_to_f32(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = ldexpf((float)m, -24);
+        return s ? -v : v;
+    }
+    if (e == 31)
+        return bits_f32(s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
+    return bits_f32(s | ((e + 112) << 23) | (m << 13));
 }

@@ -17,6 +17,7 @@
 
 #include "refit/format.h"
 #include "refit/quant.h"
+#include "refit/quant_ops.h"
 
 static rf_status_t fp8_runtime_slots(const rf_format_t *f, const rf_inventory_t *inv, int m,
                                      const rf_slot_shape_t *model, int nmodel,
@@ -82,8 +83,10 @@ static rf_status_t fp8_move_dev(rf_accel_t *dev, const rf_slot_shape_t *model, v
         RF_CHECK(
             rf_format_dev_copy(dev, rt[i]->sig.data, bufs[i], b, RF_COPY_D2D, rt[i]->name, err));
         if (w8 || sc) {
+            const rf_quant_ops_t *qo = rf_quant_ops_for(dev);
             rf_status_t s =
-                dev->ops->fp8_to_fnuz(dev, w8 ? rt[i]->sig.data : NULL, w8 ? (size_t)b : 0,
+                !qo ? RF_ERR_UNSUPPORTED
+                    : qo->fp8_to_fnuz(dev, w8 ? rt[i]->sig.data : NULL, w8 ? (size_t)b : 0,
                                       sc ? rt[i]->sig.data : NULL, sc ? (size_t)(b / 4) : 0, NULL);
             if (s != RF_OK)
                 return rf_err_set(err, s, "fp8-block-fnuz: %s: fp8_to_fnuz on device %d failed",

@@ -28,9 +28,7 @@
 
 #include "refit/format.h"
 #include "refit/formats.h"
-
-#define TILE_R 16
-#define TILE_C 64
+#include "refit/quant_ops.h"
 
 static bool ends_with(const char *s, const char *suf)
 {
@@ -48,33 +46,6 @@ static bool wq_param(const rf_inventory_t *inv, int m, const rf_slot_shape_t *s)
 static bool is_moe_wq(const rf_inventory_t *inv, int m)
 {
     return inv->modules[m].kind == RF_MOD_MOE && inv->modules[m].quant == RF_QUANT_WNA16;
-}
-
-int64_t rf_wna16_repack_index(int64_t R, int64_t C, int64_t r, int64_t c)
-{
-    int64_t r0 = r / TILE_R * TILE_R, c0 = c / TILE_C * TILE_C;
-    int64_t i = r - r0, j = c - c0;
-    int64_t th = R - r0 < TILE_R ? R - r0 : TILE_R;
-    return r0 * C + c0 * th + j * th + (i + j) % th;
-}
-
-void rf_wna16_repack(void *dst, const void *src, int64_t batch, int64_t R, int64_t C,
-                     size_t esize, bool inverse)
-{
-    const char *s = src;
-    char *d = dst;
-    for (int64_t b = 0; b < batch; b++) {
-        size_t base = (size_t)(b * R * C);
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t c = 0; c < C; c++) {
-                size_t model = base + (size_t)(r * C + c);
-                size_t rt = base + (size_t)rf_wna16_repack_index(R, C, r, c);
-                if (inverse)
-                    memcpy(d + model * esize, s + rt * esize, esize);
-                else
-                    memcpy(d + rt * esize, s + model * esize, esize);
-            }
-    }
 }
 
 /* Last-two-dims transpose of (batch, R, C) into (batch, C, R), element by element. */
@@ -217,7 +188,9 @@ static rf_status_t wna16_move_dev(rf_accel_t *dev, const rf_inventory_t *inv, in
     if (triton && is_moe_wq(inv, m)) /* model (B, R, C) <-> runtime (B, C, R) */
         st = rf_format_dev_transpose(dev, dst, src, B, to_runtime ? R : C, to_runtime ? C : R,
                                      s->dtype, slot->name, err);
-    else if ((st = dev->ops->wna16_repack(dev, dst, src, B, R, C, es, !to_runtime, NULL)) != RF_OK)
+    else if ((st = rf_quant_ops_for(dev) ? rf_quant_ops_for(dev)->wna16_repack(
+                       dev, dst, src, B, R, C, es, !to_runtime, NULL)
+                                         : RF_ERR_UNSUPPORTED) != RF_OK)
         rf_err_set(err, st, "wna16: %s: repack on device %d failed", slot->name, dev->device);
     if (st == RF_OK && !to_runtime)
         st = rf_format_dev_copy(dev, buf, tmp, b, RF_COPY_D2H, slot->name, err);

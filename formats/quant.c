@@ -80,18 +80,6 @@ float rf_e4m3fnuz_to_f32(uint8_t b)
     return (b & 0x80) ? -v : v;
 }
 
-float rf_f16_to_f32(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = ldexpf((float)m, -24);
-        return s ? -v : v;
-    }
-    if (e == 31)
-        return bits_f32(s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
-    return bits_f32(s | ((e + 112) << 23) | (m << 13));
-}
-
 uint16_t rf_f32_to_f16(float f)
 {
     uint32_t u = f32_bits(f);

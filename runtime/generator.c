@@ -2,13 +2,19 @@
  * refit: the deterministic weight generator (DESIGN.md section 12).
  *
  * The per-element arithmetic is in include/refit/generator_bits.h, shared with the device
- * generator (accelerator op gen_fill).
+ * generator (runtime/generator_cuda.cu). This file also holds the host device-fill table and
+ * the lookup by accelerator; it knows whether CUDA was compiled in (REFIT_HAVE_CUDA, set by
+ * CMake on this file as on the accelerator registry).
  */
 #include <string.h>
 #include <xxhash.h>
 
 #include "refit/generator.h"
 #include "refit/generator_bits.h"
+
+#ifdef REFIT_HAVE_CUDA
+extern const rf_gen_ops_t rf_gen_cuda_ops; /* runtime/generator_cuda.cu */
+#endif
 
 uint64_t rf_gen_name_hash(const char *name)
 {
@@ -77,4 +83,33 @@ rf_status_t rf_gen_fill(const rf_tensor_t *t, uint64_t step, uint64_t row_begin,
         return RF_ERR_INVALID;
     return rf_gen_fill_block(rf_gen_name_hash(t->name), step, t->dtype, ncols, row_begin, row_end,
                              col_begin, col_end, dst, dst_pitch_bytes);
+}
+
+static rf_status_t host_gen_fill(rf_accel_t *accel, const rf_accel_gen_t *g,
+                                 rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (!g)
+        return RF_ERR_INVALID;
+    return rf_gen_fill_block(g->name_hash, g->step, g->dtype, g->ncols, g->row_begin, g->row_end,
+                             g->col_begin, g->col_end, g->dst, g->dst_pitch);
+}
+
+const rf_gen_ops_t rf_gen_host_ops = {
+    .name = "host",
+    .fill = host_gen_fill,
+};
+
+const rf_gen_ops_t *rf_gen_ops_for(const rf_accel_t *accel)
+{
+    if (!accel)
+        return NULL;
+    if (accel->ops == &rf_accel_host_ops || accel->ops == &rf_accel_host_device_ops)
+        return &rf_gen_host_ops;
+#ifdef REFIT_HAVE_CUDA
+    if (strcmp(accel->ops->name, "cuda") == 0)
+        return &rf_gen_cuda_ops;
+#endif
+    return NULL;
 }

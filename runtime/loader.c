@@ -38,6 +38,18 @@ rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *s)
     return d;
 }
 
+rf_accel_dst_t rf_accel_dst_from(const rf_dst_t *d)
+{
+    rf_accel_dst_t a;
+    a.data = d->data;
+    a.esize = d->esize;
+    a.dtype = d->dtype;
+    a.row_stride = d->row_stride;
+    a.col_stride = d->col_stride;
+    a.expert_stride = d->expert_stride;
+    return a;
+}
+
 /*
  * Source rows [src_lo, src_lo + nrows) (checkpoint indices), columns [c0, c0 + nc) of rows
  * that are src_row_elems wide, land at destination rows dst_off + (g - src_lo) of expert

@@ -17,6 +17,7 @@
 #include "refit/generator.h"
 #include "refit/log.h"
 #include "refit/quant.h"
+#include "refit/quant_ops.h"
 #include "refit/trainer.h"
 
 static uint64_t tensor_cols(const rf_tensor_t *t)
@@ -562,17 +563,19 @@ static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t s
     rf_accel_gen_t g = {rf_gen_name_hash(lname), step, dt, (uint64_t)K, (uint64_t)r->r0,
                         (uint64_t)r->r1, (uint64_t)c0, (uint64_t)c1, *scratch,
                         (size_t)cols * es};
-    rf_status_t st = ax->ops->gen_fill(ax, &g, NULL);
+    const rf_gen_ops_t *go = rf_gen_ops_for(ax);
+    const rf_quant_ops_t *qo = rf_quant_ops_for(ax);
+    rf_status_t st = go && qo ? go->fill(ax, &g, NULL) : RF_ERR_UNSUPPORTED;
     char *q = dev + ((const char *)tr->buf[ei] - host);
     char *sc = dev + ((const char *)tr->buf[si] - host);
     int64_t spitch = tr->reg[si].c1 - tr->reg[si].c0;
     rf_dtype_t sdt = tr->man->entries[si].dtype;
     if (st == RF_OK && wna16)
-        st = ax->ops->wna16_quantize(ax, *scratch, dt, rows, cols, cols, tr->inv->group_size,
-                                     (uint32_t *)(void *)q, cols / 8, sc, sdt, spitch, NULL);
+        st = qo->wna16_quantize(ax, *scratch, dt, rows, cols, cols, tr->inv->group_size,
+                                (uint32_t *)(void *)q, cols / 8, sc, sdt, spitch, NULL);
     else if (st == RF_OK)
-        st = ax->ops->fp8_quantize(ax, *scratch, dt, rows, cols, cols, (uint8_t *)q, cols, sc, sdt,
-                                   spitch, NULL);
+        st = qo->fp8_quantize(ax, *scratch, dt, rows, cols, cols, (uint8_t *)q, cols, sc, sdt,
+                              spitch, NULL);
     if (st != RF_OK)
         return rf_err_set(err, st, "trainer rank %d: producing and quantizing %s on %s device %d "
                           "failed", tr->me.world_rank, t->name, ax->ops->name, ax->device);
@@ -666,7 +669,8 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
         rf_accel_gen_t g = {rf_gen_name_hash(t->name), step, t->dtype,
                             nrows ? t->numel / (uint64_t)nrows : 0, (uint64_t)r->r0,
                             (uint64_t)r->r1, (uint64_t)r->c0, (uint64_t)r->c1, d, pitch};
-        st = ax->ops->gen_fill(ax, &g, NULL);
+        const rf_gen_ops_t *go = rf_gen_ops_for(ax);
+        st = go ? go->fill(ax, &g, NULL) : RF_ERR_UNSUPPORTED;
         if (st != RF_OK)
             rf_err_set(err, st, "trainer rank %d: generating %s on %s device %d failed",
                        tr->me.world_rank, t->name, ax->ops->name, ax->device);

@@ -37,6 +37,16 @@
 #include "refit/transport.h"
 #include "xfer_int.h"
 
+/* ---- the CUDA arena backend: compiled in or not (REFIT_HAVE_CUDA, set by CMake here) ------- */
+
+#ifdef REFIT_HAVE_CUDA
+const rf_ipc_arena_ops_t *rf_ipc_cuda_ops_impl(void); /* transport/transport_ipc_cuda.cu */
+const rf_ipc_arena_ops_t *rf_ipc_cuda_ops(void) { return rf_ipc_cuda_ops_impl(); }
+#else
+/* the ipc transport's CUDA arena backend is compiled out with the accelerator */
+const rf_ipc_arena_ops_t *rf_ipc_cuda_ops(void) { return NULL; }
+#endif
+
 /* ---- host backend: POSIX shared memory ------------------------------------------------ */
 
 static rf_status_t host_export(const char *name, uint64_t bytes, rf_ipc_arena_t *a, rf_err_t *err)

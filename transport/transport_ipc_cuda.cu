@@ -1,7 +1,7 @@
 /*
  * refit: the CUDA arena backend of the ipc transport (DESIGN.md section 9; the ops table and
  * the protocol are in include/refit/transport.h). Compiled only with CUDA; reached through
- * rf_ipc_cuda_ops() (runtime/accel_registry.c, the only file that knows whether CUDA is in).
+ * rf_ipc_cuda_ops() (transport/transport_ipc.c, which knows whether CUDA is in).
  *
  *   export  = cudaMalloc on the calling thread's current device (the job selected the rank's
  *             GPU before: cudaSetDevice through its accelerator) + cudaIpcGetMemHandle; the

@@ -3,11 +3,14 @@
  * module, a host implementation as the reference).
  *
  * An accelerator is an ops table (rf_accel_ops_t) plus an object that starts with a pointer to
- * it. Two implementations: "host" (runtime/accel_host.c: plain memory, synchronous "streams";
+ * it. Two implementations: "host" (core/accel_host.c: plain memory, synchronous "streams";
  * the reference every GPU path is compared with byte for byte) and "cuda"
- * (runtime/accel_cuda.cu: cudaMalloc arenas, never managed memory; CUDA streams and events).
- * runtime/accel_registry.c picks one by name or by capability; it is the only file that knows
- * whether CUDA was compiled in.
+ * (core/accel_cuda.cu: cudaMalloc arenas, never managed memory; CUDA streams and events).
+ * core/accel_registry.c picks one by name or by capability; it is the only file that knows
+ * whether CUDA was compiled in for the accelerators. The ops are generic (memory, streams,
+ * events, copies, row copies, checksum): the format kernels are the formats' table
+ * (include/refit/quant_ops.h) and the generator's device fill the generator's
+ * (include/refit/generator.h), each looked up by accelerator.
  *
  * Memory: "device" pointers are what alloc() returns (host memory for "host"); "host"
  * pointers are ordinary or pinned (alloc_host) host memory. Kernels take device pointers.
@@ -34,7 +37,6 @@
 extern "C" {
 #endif
 
-struct rf_dst;
 typedef struct rf_accel_ops rf_accel_ops_t;
 
 /* Memory-type tag of an accelerator's alloc() memory (UCX style). */
@@ -80,9 +82,6 @@ typedef struct rf_accel_dst {
     int64_t expert_stride; /* elements between local experts */
 } rf_accel_dst_t;
 
-/* The accel descriptor of a loader destination (data is taken as a device pointer). */
-rf_accel_dst_t rf_accel_dst_from(const struct rf_dst *dst);
-
 /*
  * One strided row copy, the building block of every loader write (TP slices, fused shards,
  * K-first wna16 rows, vocab rows): source element (i, c), i < rows, c < cols, at
@@ -102,23 +101,6 @@ typedef struct rf_accel_rows {
     int64_t rows;
     int64_t cols;
 } rf_accel_rows_t;
-
-/*
- * A block of generator values (DESIGN.md section 12, include/refit/generator.h): element (i, j),
- * i in [row_begin, row_end), j in [col_begin, col_end), of the unsharded tensor whose name
- * hashes to name_hash, at update `step`, in dtype (BF16, F16, F32), goes to
- * dst + (i - row_begin) dst_pitch + (j - col_begin) esize. ncols: elements per row of the
- * whole tensor (the element's index is i ncols + j).
- */
-typedef struct rf_accel_gen {
-    uint64_t name_hash;
-    uint64_t step;
-    rf_dtype_t dtype;
-    uint64_t ncols;
-    uint64_t row_begin, row_end, col_begin, col_end;
-    void *dst;        /* device memory */
-    size_t dst_pitch; /* bytes */
-} rf_accel_gen_t;
 
 struct rf_accel_ops {
     const char *name;       /* "host", "cuda" */
@@ -182,38 +164,12 @@ struct rf_accel_ops {
      * [0, cols) of expert 0 (rf_load_vocab_pad's rows). */
     rf_status_t (*zero_rows)(rf_accel_t *accel, const rf_accel_dst_t *dst, int64_t row_begin,
                              int64_t nrows, int64_t cols, rf_accel_stream_t *stream);
-    /* fp8-block on rocm-fnuz, in place: every byte 0x80 of w[0, nw) becomes 0x00 (w may be
-     * NULL when nw is 0) and every f32 of scale[0, nscale) is multiplied by 2 (exact). */
-    rf_status_t (*fp8_to_fnuz)(rf_accel_t *accel, uint8_t *w, size_t nw, float *scale,
-                               size_t nscale, rf_accel_stream_t *stream);
-    /* rf_wna16_repack on device: batch R x C matrices of esize-byte elements (1, 2, 4, 8),
-     * inverse = false: model -> runtime. dst and src must not overlap. */
-    rf_status_t (*wna16_repack)(rf_accel_t *accel, void *dst, const void *src, int64_t batch,
-                                int64_t R, int64_t C, size_t esize, bool inverse,
-                                rf_accel_stream_t *stream);
-    /* rf_fp8_quantize with the PLAIN rule, same arguments; bit-exact with formats/quant.c.
-     * Synchronizes the stream (non-finite input is detected on device and reported as
-     * RF_ERR_INVALID; outputs are then unspecified). */
-    rf_status_t (*fp8_quantize)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
-                                int64_t rows, int64_t cols, int64_t w_pitch_elems, uint8_t *q,
-                                int64_t q_pitch, void *scale, rf_dtype_t scale_dtype,
-                                int64_t scale_pitch_elems, rf_accel_stream_t *stream);
-    /* rf_wna16_quantize, same arguments; bit-exact with formats/quant.c. Synchronizes the
-     * stream, as fp8_quantize. */
-    rf_status_t (*wna16_quantize)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
-                                  int64_t rows, int64_t K, int64_t w_pitch_elems, int64_t G,
-                                  uint32_t *packed, int64_t packed_pitch, void *scale,
-                                  rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
-                                  rf_accel_stream_t *stream);
-    /* The generator's values (rf_gen_fill_block) into device memory; bit-exact with the host
-     * generator (both use include/refit/generator_bits.h). RF_ERR_INVALID as rf_gen_fill_block. */
-    rf_status_t (*gen_fill)(rf_accel_t *accel, const rf_accel_gen_t *g, rf_accel_stream_t *stream);
     /* rf_accel_checksum() of bytes [0, bytes) of device memory. Synchronizes the stream. */
     rf_status_t (*checksum)(rf_accel_t *accel, const void *buf, size_t bytes, uint64_t *sum_p,
                             rf_accel_stream_t *stream);
 };
 
-/* ---- the registry (runtime/accel_registry.c) ------------------------------------------- */
+/* ---- the registry (core/accel_registry.c) ---------------------------------------------- */
 
 extern const rf_accel_ops_t rf_accel_host_ops;
 /* Tests only: the host implementation tagged RF_MEM_CUDA ("host-device"), so the device

@@ -75,6 +75,10 @@ static inline float rf_bf16_to_f32(uint16_t h)
     return v.f;
 }
 
+/* IEEE binary16 -> f32 (exact, bit patterns); the other way, rf_f32_to_f16, is in
+ * refit/quant.h. */
+float rf_f16_to_f32(uint16_t h);
+
 #ifdef __cplusplus
 }
 #endif

@@ -76,7 +76,8 @@ typedef struct rf_format_ops {
  * LAYERWISE scratch are host memory, as always. A device accelerator means runtime slots
  * (rf_slot_t.sig.data) and the model_bufs process_after_loading receives (the planner's
  * scratch) are that accelerator's device memory, and the owner does its work with accel's
- * ops (copy, copy_rows, fp8_to_fnuz, wna16_repack) on the accelerator's default stream;
+ * ops (copy, copy_rows) and its format kernels (rf_quant_ops_for(accel): fp8_to_fnuz,
+ * wna16_repack, include/refit/quant_ops.h) on the accelerator's default stream;
  * runtime_to_model's model_bufs are HOST memory (verification reads on the host): the owner
  * copies device to host and returns after synchronizing. The host results are byte-identical
  * either way.

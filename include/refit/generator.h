@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "refit/accel.h"
 #include "refit/dtype.h"
 #include "refit/model.h"
 #include "refit/status.h"
@@ -55,12 +56,48 @@ rf_status_t rf_gen_fill(const rf_tensor_t *t, uint64_t step, uint64_t row_begin,
 
 /*
  * rf_gen_fill on a block given by the tensor's name hash, dtype and column count (ncols: the
- * elements per row of the unsharded tensor). The host twin of the accelerator op gen_fill.
+ * elements per row of the unsharded tensor). The host twin of the device fill (rf_gen_ops_t).
  * Errors as rf_gen_fill (col_end > ncols is out of range).
  */
 rf_status_t rf_gen_fill_block(uint64_t name_hash, uint64_t step, rf_dtype_t dt, uint64_t ncols,
                               uint64_t row_begin, uint64_t row_end, uint64_t col_begin,
                               uint64_t col_end, void *dst, size_t dst_pitch_bytes);
+
+/*
+ * A block of generator values on an accelerator (DESIGN.md section 12): element (i, j),
+ * i in [row_begin, row_end), j in [col_begin, col_end), of the unsharded tensor whose name
+ * hashes to name_hash, at update `step`, in dtype (BF16, F16, F32), goes to
+ * dst + (i - row_begin) dst_pitch + (j - col_begin) esize. ncols: elements per row of the
+ * whole tensor (the element's index is i ncols + j).
+ */
+typedef struct rf_accel_gen {
+    uint64_t name_hash;
+    uint64_t step;
+    rf_dtype_t dtype;
+    uint64_t ncols;
+    uint64_t row_begin, row_end, col_begin, col_end;
+    void *dst;        /* device memory */
+    size_t dst_pitch; /* bytes */
+} rf_accel_gen_t;
+
+
+/*
+ * The generator's values into an accelerator's memory, looked up by the accelerator: "host"
+ * (runtime/generator.c: rf_gen_fill_block itself, for the "host" and "host-device"
+ * accelerators) and "cuda" (runtime/generator_cuda.cu: a kernel bit-exact with the host, both
+ * on include/refit/generator_bits.h, enqueued on the cuda accelerator's stream).
+ */
+typedef struct rf_gen_ops {
+    const char *name; /* "host", "cuda" */
+    /* The values of block g into device memory g->dst. RF_ERR_INVALID as rf_gen_fill_block. */
+    rf_status_t (*fill)(rf_accel_t *accel, const rf_accel_gen_t *g, rf_accel_stream_t *stream);
+} rf_gen_ops_t;
+
+extern const rf_gen_ops_t rf_gen_host_ops;
+
+/* The device fill for accelerator accel: the host table for "host" and "host-device", the CUDA
+ * one for "cuda" (refit built with CUDA); NULL for anything else. */
+const rf_gen_ops_t *rf_gen_ops_for(const rf_accel_t *accel);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /*
  * refit: the generator's per-element arithmetic (DESIGN.md section 12), shared by the host
- * generator (runtime/generator.c) and the device one (runtime/accel_cuda.cu, gen_fill), so the
+ * generator (runtime/generator.c) and the device one (runtime/generator_cuda.cu), so the
  * two produce the same bits by construction. Internal: include/refit/generator.h is the API.
  *
  * One splitmix64 finalizer per element: a per-(name, step) key is mixed once, then element

@@ -36,6 +36,9 @@ typedef struct rf_dst {
     int64_t expert_stride; /* between local experts (3-D MoE params) */
 } rf_dst_t;
 
+/* The accel descriptor of a loader destination (data is taken as a device pointer). */
+rf_accel_dst_t rf_accel_dst_from(const rf_dst_t *dst);
+
 /* Contiguous row-major destination for a slot shape (model layout; a K-first shape gets the
  * transposed strides). */
 rf_dst_t rf_dst_contiguous(void *data, const rf_slot_shape_t *shape);

@@ -54,8 +54,8 @@ static inline uint8_t rf_e4m3_to_fnuz(uint8_t b) { return b == 0x80 ? 0x00 : b; 
 /* e4m3fnuz byte -> f32 (exact): value_fn(b) / 2; 0x80 is NaN. */
 float rf_e4m3fnuz_to_f32(uint8_t b);
 
-/* IEEE binary16 <-> f32 (bit patterns); f32 -> f16 is RNE, NaN stays NaN. */
-float rf_f16_to_f32(uint16_t h);
+/* IEEE f32 -> binary16 (bit patterns): RNE, NaN stays NaN. The exact way back,
+ * rf_f16_to_f32, is in refit/dtype.h. */
 uint16_t rf_f32_to_f16(float f);
 
 /* Element i of a bf16 / f16 / f32 array as f32 (other dtypes: NaN). */

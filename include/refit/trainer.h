@@ -145,11 +145,12 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
 
 /*
  * rf_trainer_produce from the generator, on a device: the same bytes, written by the
- * accelerator's gen_fill (and its fp8 / wna16 quantizers for quantized linears) into device
- * memory. The shard buffers given to rf_trainer_use_arena start at host_base; each entry's
- * bytes go to the same offset from dev_base (the two may be equal: buffers that are device
- * pointers). Synchronizes the accelerator before returning. Errors: the accelerator's, with the
- * tensor named. Not collective.
+ * generator's device fill (rf_gen_ops_for) and the format kernels' fp8 / wna16 quantizers
+ * (rf_quant_ops_for) for quantized linears into device memory. The shard buffers given to
+ * rf_trainer_use_arena start at host_base; each entry's bytes go to the same offset from
+ * dev_base (the two may be equal: buffers that are device pointers). Synchronizes the
+ * accelerator before returning. Errors: the accelerator's, with the tensor named. Not
+ * collective.
  */
 struct rf_accel;
 rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, struct rf_accel *ax,

@@ -203,7 +203,7 @@ const rf_ipc_arena_ops_t *rf_ipc_host_ops(void);
 /* Tests only: the host backend flagged device = 1, so the CPU suite runs the device branches
  * of the scheduler and the job (REFIT_TEST_DEVICE_ACCEL=host-device). */
 const rf_ipc_arena_ops_t *rf_ipc_host_device_ops(void);
-/* The CUDA IPC backend; NULL when refit was built without CUDA (runtime/accel_registry.c). */
+/* The CUDA IPC backend; NULL when refit was built without CUDA (transport/transport_ipc.c). */
 const rf_ipc_arena_ops_t *rf_ipc_cuda_ops(void);
 /* Backend by name ("host", "host-device", "cuda"); NULL when unknown or not compiled in. */
 const rf_ipc_arena_ops_t *rf_ipc_arena_lookup(const char *name);

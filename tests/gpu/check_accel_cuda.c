@@ -15,6 +15,7 @@
 #include "refit/accel.h"
 #include "refit/generator.h"
 #include "refit/quant.h"
+#include "refit/quant_ops.h"
 
 static rf_accel_t *H, *G; /* host reference, cuda */
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -267,7 +268,7 @@ START_TEST(test_gen_fill)
                          RF_OK);
         rf_accel_gen_t g = {nh, 5 + i, cases[i].dt, cases[i].ncols, cases[i].r0, cases[i].r1,
                             cases[i].c0, cases[i].c1, d, pitch};
-        ck_assert_int_eq(G->ops->gen_fill(G, &g, NULL), RF_OK);
+        ck_assert_int_eq(rf_gen_ops_for(G)->fill(G, &g, NULL), RF_OK);
         expect_same(h, d, bytes, "gen_fill");
         G->ops->free(G, d);
         free(h);
@@ -313,8 +314,8 @@ START_TEST(test_fnuz)
             s[j] = rnd_weight() * 1e-3f;
         uint8_t *dw = dev_upload(w, nw);
         float *dsc = dev_upload(s, ns * 4);
-        ck_assert_int_eq(H->ops->fp8_to_fnuz(H, w, nw, s, ns, NULL), RF_OK);
-        ck_assert_int_eq(G->ops->fp8_to_fnuz(G, nw ? dw : NULL, nw, dsc, ns, NULL), RF_OK);
+        ck_assert_int_eq(rf_quant_ops_for(H)->fp8_to_fnuz(H, w, nw, s, ns, NULL), RF_OK);
+        ck_assert_int_eq(rf_quant_ops_for(G)->fp8_to_fnuz(G, nw ? dw : NULL, nw, dsc, ns, NULL), RF_OK);
         expect_same(w, dw, nw, "fnuz bytes");
         expect_same(s, dsc, ns * 4, "fnuz scales");
         G->ops->free(G, dw);
@@ -337,11 +338,11 @@ START_TEST(test_repack)
         char *m = malloc(bytes), *rt = malloc(bytes), *back = malloc(bytes);
         fill_random(m, bytes);
         void *dm = dev_upload(m, bytes), *drt = dev_upload(m, bytes), *dback = dev_upload(m, bytes);
-        ck_assert_int_eq(H->ops->wna16_repack(H, rt, m, B, R, C, es, false, NULL), RF_OK);
-        ck_assert_int_eq(G->ops->wna16_repack(G, drt, dm, B, R, C, es, false, NULL), RF_OK);
+        ck_assert_int_eq(rf_quant_ops_for(H)->wna16_repack(H, rt, m, B, R, C, es, false, NULL), RF_OK);
+        ck_assert_int_eq(rf_quant_ops_for(G)->wna16_repack(G, drt, dm, B, R, C, es, false, NULL), RF_OK);
         expect_same(rt, drt, bytes, "repack");
-        ck_assert_int_eq(H->ops->wna16_repack(H, back, rt, B, R, C, es, true, NULL), RF_OK);
-        ck_assert_int_eq(G->ops->wna16_repack(G, dback, drt, B, R, C, es, true, NULL), RF_OK);
+        ck_assert_int_eq(rf_quant_ops_for(H)->wna16_repack(H, back, rt, B, R, C, es, true, NULL), RF_OK);
+        ck_assert_int_eq(rf_quant_ops_for(G)->wna16_repack(G, dback, drt, B, R, C, es, true, NULL), RF_OK);
         expect_same(back, dback, bytes, "repack inverse");
         expect_same(m, dback, bytes, "repack round trip");
         G->ops->free(G, dm);
@@ -373,9 +374,9 @@ START_TEST(test_fp8_quantize)
         fill_random(q, qbytes);
         fill_random(s, sbytes);
         void *dw = dev_upload(w, wbytes), *dq = dev_upload(q, qbytes), *ds = dev_upload(s, sbytes);
-        ck_assert_int_eq(H->ops->fp8_quantize(H, w, wdt, rows, cols, wp, q, qp, s, sdt, sp, NULL),
+        ck_assert_int_eq(rf_quant_ops_for(H)->fp8_quantize(H, w, wdt, rows, cols, wp, q, qp, s, sdt, sp, NULL),
                          RF_OK);
-        ck_assert_int_eq(G->ops->fp8_quantize(G, dw, wdt, rows, cols, wp, dq, qp, ds, sdt, sp,
+        ck_assert_int_eq(rf_quant_ops_for(G)->fp8_quantize(G, dw, wdt, rows, cols, wp, dq, qp, ds, sdt, sp,
                                               NULL), RF_OK);
         expect_same(q, dq, qbytes, "fp8 q");
         expect_same(s, ds, sbytes, "fp8 scales");
@@ -384,9 +385,9 @@ START_TEST(test_fp8_quantize)
             float nan = __builtin_nanf("");
             ck_assert_int_eq(G->ops->copy(G, (float *)dw + 777, &nan, 4, RF_COPY_H2D, NULL), RF_OK);
             ((float *)w)[777] = nan;
-            ck_assert_int_eq(H->ops->fp8_quantize(H, w, wdt, rows, cols, wp, q, qp, s, sdt, sp,
+            ck_assert_int_eq(rf_quant_ops_for(H)->fp8_quantize(H, w, wdt, rows, cols, wp, q, qp, s, sdt, sp,
                                                   NULL), RF_ERR_INVALID);
-            ck_assert_int_eq(G->ops->fp8_quantize(G, dw, wdt, rows, cols, wp, dq, qp, ds, sdt, sp,
+            ck_assert_int_eq(rf_quant_ops_for(G)->fp8_quantize(G, dw, wdt, rows, cols, wp, dq, qp, ds, sdt, sp,
                                                   NULL), RF_ERR_INVALID);
         }
         G->ops->free(G, dw);
@@ -418,9 +419,9 @@ START_TEST(test_wna16_quantize)
         fill_random(p, pbytes);
         fill_random(s, sbytes);
         void *dw = dev_upload(w, wbytes), *dp = dev_upload(p, pbytes), *ds = dev_upload(s, sbytes);
-        ck_assert_int_eq(H->ops->wna16_quantize(H, w, wdt, rows, K, wp, Gs, p, pp, s, sdt, sp,
+        ck_assert_int_eq(rf_quant_ops_for(H)->wna16_quantize(H, w, wdt, rows, K, wp, Gs, p, pp, s, sdt, sp,
                                                 NULL), RF_OK);
-        ck_assert_int_eq(G->ops->wna16_quantize(G, dw, wdt, rows, K, wp, Gs, dp, pp, ds, sdt, sp,
+        ck_assert_int_eq(rf_quant_ops_for(G)->wna16_quantize(G, dw, wdt, rows, K, wp, Gs, dp, pp, ds, sdt, sp,
                                                 NULL), RF_OK);
         expect_same(p, dp, pbytes, "wna16 packed");
         expect_same(s, ds, sbytes, "wna16 scales");

@@ -1,4 +1,4 @@
-/* Unit tests: the host accelerator (runtime/accel_host.c) and the registry, against scalar
+/* Unit tests: the host accelerator (core/accel_host.c) and the registry, against scalar
  * expectations written out here: strided row copies (row-major, K-first, expert offsets,
  * bf16 / f16 -> f32 conversion), vocab zero fill, fnuz, the tile repack against
  * rf_wna16_repack_index, the quantizers on hand-worked blocks, and the checksum definition
@@ -12,6 +12,7 @@
 #include "refit/accel.h"
 #include "refit/formats.h"
 #include "refit/quant.h"
+#include "refit/quant_ops.h"
 
 /* refit-sum64 v1 of "refit" and "0123456789abcdef", computed once from the definition with an
  * independent script (Python, arbitrary-precision integers masked to 64 bits). */
@@ -208,7 +209,7 @@ START_TEST(test_fnuz)
     rf_accel_t *a = open_host();
     uint8_t w[6] = {0x80, 0x00, 0x7E, 0xFE, 0x81, 0x80};
     float s[3] = {1.5f, 0x1p-126f, 3e38f};
-    ck_assert_int_eq(a->ops->fp8_to_fnuz(a, w, 6, s, 3, NULL), RF_OK);
+    ck_assert_int_eq(rf_quant_ops_for(a)->fp8_to_fnuz(a, w, 6, s, 3, NULL), RF_OK);
     uint8_t ww[6] = {0x00, 0x00, 0x7E, 0xFE, 0x81, 0x00};
     ck_assert(memcmp(w, ww, 6) == 0);
     ck_assert(s[0] == 3.0f && s[1] == 0x1p-125f && s[2] == __builtin_inff());
@@ -224,15 +225,15 @@ START_TEST(test_repack)
     uint32_t *m = malloc((size_t)n * 4), *rt = malloc((size_t)n * 4), *back = malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++)
         m[i] = (uint32_t)i * 2654435761u;
-    ck_assert_int_eq(a->ops->wna16_repack(a, rt, m, B, R, C, 4, false, NULL), RF_OK);
+    ck_assert_int_eq(rf_quant_ops_for(a)->wna16_repack(a, rt, m, B, R, C, 4, false, NULL), RF_OK);
     for (int64_t b = 0; b < B; b++)
         for (int64_t r = 0; r < R; r++)
             for (int64_t c = 0; c < C; c++)
                 ck_assert_uint_eq(rt[b * R * C + rf_wna16_repack_index(R, C, r, c)],
                                   m[b * R * C + r * C + c]);
-    ck_assert_int_eq(a->ops->wna16_repack(a, back, rt, B, R, C, 4, true, NULL), RF_OK);
+    ck_assert_int_eq(rf_quant_ops_for(a)->wna16_repack(a, back, rt, B, R, C, 4, true, NULL), RF_OK);
     ck_assert(memcmp(back, m, (size_t)n * 4) == 0);
-    ck_assert_int_eq(a->ops->wna16_repack(a, back, rt, B, R, C, 3, true, NULL), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_quant_ops_for(a)->wna16_repack(a, back, rt, B, R, C, 3, true, NULL), RF_ERR_INVALID);
     free(m);
     free(rt);
     free(back);
@@ -248,18 +249,18 @@ START_TEST(test_fp8_quantize)
     float w[6] = {448.0f, -1.0f, 0.5f, 0.0f, -448.0f, 1.125f};
     uint8_t q[6];
     float s;
-    ck_assert_int_eq(a->ops->fp8_quantize(a, w, RF_DTYPE_F32, 2, 3, 3, q, 3, &s, RF_DTYPE_F32, 1,
+    ck_assert_int_eq(rf_quant_ops_for(a)->fp8_quantize(a, w, RF_DTYPE_F32, 2, 3, 3, q, 3, &s, RF_DTYPE_F32, 1,
                                           NULL), RF_OK);
     uint8_t want[6] = {0x7E, 0xB8, 0x30, 0x00, 0xFE, 0x39};
     ck_assert(s == 1.0f);
     ck_assert(memcmp(q, want, 6) == 0);
     float z[2] = {0.0f, -0.0f};
-    ck_assert_int_eq(a->ops->fp8_quantize(a, z, RF_DTYPE_F32, 1, 2, 2, q, 2, &s, RF_DTYPE_F32, 1,
+    ck_assert_int_eq(rf_quant_ops_for(a)->fp8_quantize(a, z, RF_DTYPE_F32, 1, 2, 2, q, 2, &s, RF_DTYPE_F32, 1,
                                           NULL), RF_OK);
     ck_assert(s == 1e-12f / 448.0f);
     ck_assert(q[0] == 0x00 && q[1] == 0x80);
     z[1] = __builtin_nanf("");
-    ck_assert_int_eq(a->ops->fp8_quantize(a, z, RF_DTYPE_F32, 1, 2, 2, q, 2, &s, RF_DTYPE_F32, 1,
+    ck_assert_int_eq(rf_quant_ops_for(a)->fp8_quantize(a, z, RF_DTYPE_F32, 1, 2, 2, q, 2, &s, RF_DTYPE_F32, 1,
                                           NULL), RF_ERR_INVALID);
     rf_accel_close(a);
 }
@@ -273,7 +274,7 @@ START_TEST(test_wna16_quantize)
     float w[8] = {2.5f, -7.5f, 0.0f, 7.5f, 3.5f, -0.5f, 1.0f, -2.0f};
     uint32_t p;
     uint16_t s;
-    ck_assert_int_eq(a->ops->wna16_quantize(a, w, RF_DTYPE_F32, 1, 8, 8, 8, &p, 1, &s,
+    ck_assert_int_eq(rf_quant_ops_for(a)->wna16_quantize(a, w, RF_DTYPE_F32, 1, 8, 8, 8, &p, 1, &s,
                                             RF_DTYPE_BF16, 1, NULL), RF_OK);
     ck_assert_uint_eq(s, 0x3F80);
     int qv[8] = {2, -8, 0, 7, 4, 0, 1, -2};
@@ -282,7 +283,7 @@ START_TEST(test_wna16_quantize)
         want |= (uint32_t)(qv[k] + 8) << (4 * k);
     ck_assert_uint_eq(p, want);
     float z[8] = {0};
-    ck_assert_int_eq(a->ops->wna16_quantize(a, z, RF_DTYPE_F32, 1, 8, 8, 8, &p, 1, &s,
+    ck_assert_int_eq(rf_quant_ops_for(a)->wna16_quantize(a, z, RF_DTYPE_F32, 1, 8, 8, 8, &p, 1, &s,
                                             RF_DTYPE_F16, 1, NULL), RF_OK);
     ck_assert_uint_eq(s, 0x1400); /* f16 2^-10 */
     ck_assert_uint_eq(p, 0x88888888u);

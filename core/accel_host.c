@@ -4,17 +4,16 @@
  * placeholders and every operation completes before it returns. The CUDA implementation
  * (accel_cuda.cu) is compared with these functions byte for byte on the GPU host.
  *
- * The quantizers and the tile repack call formats/quant.c and formats/format_wna16.c
- * themselves: those are the rules, so the host accelerator cannot drift from them.
+ * The format kernels (quantizers, fnuz, tile repack) are not here: they are the formats' table
+ * (include/refit/quant_ops.h, formats/quant_host.c), and the generator's device fill is the
+ * generator's (rf_gen_ops_t, runtime/generator.c).
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "refit/accel.h"
-#include "refit/generator.h"
-#include "refit/formats.h"
-#include "refit/quant.h"
+#include "refit/dtype.h"
 
 #define HOST_ALIGN 256
 
@@ -257,60 +256,6 @@ static rf_status_t host_zero_rows(rf_accel_t *accel, const rf_accel_dst_t *d, in
     return RF_OK;
 }
 
-static rf_status_t host_fp8_to_fnuz(rf_accel_t *accel, uint8_t *w, size_t nw, float *scale,
-                                    size_t nscale, rf_accel_stream_t *stream)
-{
-    (void)accel;
-    (void)stream;
-    if ((nw && !w) || (nscale && !scale))
-        return RF_ERR_INVALID;
-    for (size_t i = 0; i < nw; i++)
-        w[i] = rf_e4m3_to_fnuz(w[i]);
-    for (size_t i = 0; i < nscale; i++)
-        scale[i] *= 2.0f;
-    return RF_OK;
-}
-
-static rf_status_t host_wna16_repack(rf_accel_t *accel, void *dst, const void *src,
-                                     int64_t batch, int64_t R, int64_t C, size_t esize,
-                                     bool inverse, rf_accel_stream_t *stream)
-{
-    (void)accel;
-    (void)stream;
-    if (batch < 0 || R < 0 || C < 0 || (esize != 1 && esize != 2 && esize != 4 && esize != 8))
-        return RF_ERR_INVALID;
-    if (batch == 0 || R == 0 || C == 0)
-        return RF_OK;
-    if (!dst || !src)
-        return RF_ERR_INVALID;
-    rf_wna16_repack(dst, src, batch, R, C, esize, inverse);
-    return RF_OK;
-}
-
-static rf_status_t host_fp8_quantize(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
-                                     int64_t rows, int64_t cols, int64_t w_pitch_elems,
-                                     uint8_t *q, int64_t q_pitch, void *scale,
-                                     rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
-                                     rf_accel_stream_t *stream)
-{
-    (void)accel;
-    (void)stream;
-    return rf_fp8_quantize(w, w_dtype, rows, cols, w_pitch_elems, q, q_pitch, scale, scale_dtype,
-                           scale_pitch_elems, RF_FP8_PLAIN);
-}
-
-static rf_status_t host_wna16_quantize(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
-                                       int64_t rows, int64_t K, int64_t w_pitch_elems, int64_t G,
-                                       uint32_t *packed, int64_t packed_pitch, void *scale,
-                                       rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
-                                       rf_accel_stream_t *stream)
-{
-    (void)accel;
-    (void)stream;
-    return rf_wna16_quantize(w, w_dtype, rows, K, w_pitch_elems, G, packed, packed_pitch, scale,
-                             scale_dtype, scale_pitch_elems);
-}
-
 static rf_status_t host_copy_rows_batch(rf_accel_t *accel, const rf_accel_rows_t *rows, size_t n,
                                         rf_accel_stream_t *stream)
 {
@@ -319,17 +264,6 @@ static rf_status_t host_copy_rows_batch(rf_accel_t *accel, const rf_accel_rows_t
     for (size_t i = 0; i < n; i++)
         RF_CHECK(host_copy_rows(accel, &rows[i], stream));
     return RF_OK;
-}
-
-static rf_status_t host_gen_fill(rf_accel_t *accel, const rf_accel_gen_t *g,
-                                 rf_accel_stream_t *stream)
-{
-    (void)accel;
-    (void)stream;
-    if (!g)
-        return RF_ERR_INVALID;
-    return rf_gen_fill_block(g->name_hash, g->step, g->dtype, g->ncols, g->row_begin, g->row_end,
-                             g->col_begin, g->col_end, g->dst, g->dst_pitch);
 }
 
 static rf_status_t host_checksum(rf_accel_t *accel, const void *buf, size_t bytes,
@@ -369,11 +303,6 @@ const rf_accel_ops_t rf_accel_host_ops = {
     .copy_rows = host_copy_rows,
     .copy_rows_batch = host_copy_rows_batch,
     .zero_rows = host_zero_rows,
-    .fp8_to_fnuz = host_fp8_to_fnuz,
-    .wna16_repack = host_wna16_repack,
-    .fp8_quantize = host_fp8_quantize,
-    .wna16_quantize = host_wna16_quantize,
-    .gen_fill = host_gen_fill,
     .checksum = host_checksum,
 };
 
@@ -415,11 +344,6 @@ const rf_accel_ops_t rf_accel_host_device_ops = {
     .copy_rows = host_copy_rows,
     .copy_rows_batch = host_copy_rows_batch,
     .zero_rows = host_zero_rows,
-    .fp8_to_fnuz = host_fp8_to_fnuz,
-    .wna16_repack = host_wna16_repack,
-    .fp8_quantize = host_fp8_quantize,
-    .wna16_quantize = host_wna16_quantize,
-    .gen_fill = host_gen_fill,
     .checksum = host_checksum,
 };
 

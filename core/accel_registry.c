@@ -2,29 +2,21 @@
  * refit: the accelerator registry. Picks an ops table by name ("host", "cuda") or by
  * capability. This is the only file that knows whether CUDA was compiled in
  * (REFIT_HAVE_CUDA, set by CMake when nvcc and the toolkit are found); without it "cuda"
- * resolves to a stub whose every entry point says "cuda unavailable". It also answers for the
- * ipc transport's CUDA arena backend (rf_ipc_cuda_ops: NULL when compiled out).
+ * resolves to a stub whose every entry point says "cuda unavailable".
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "refit/accel.h"
-#include "refit/loader.h"
 #include "refit/log.h"
 #include "refit/time.h"
-#include "refit/transport.h"
 
 #ifdef REFIT_HAVE_CUDA
-extern const rf_accel_ops_t rf_accel_cuda_ops; /* runtime/accel_cuda.cu */
+extern const rf_accel_ops_t rf_accel_cuda_ops; /* core/accel_cuda.cu */
 int rf_accel_cuda_device_count_raw(void);      /* 0 when the driver or a device is missing */
-const rf_ipc_arena_ops_t *rf_ipc_cuda_ops_impl(void); /* transport/transport_ipc_cuda.cu */
 #define RF_ACCEL_CUDA_OPS (&rf_accel_cuda_ops)
 static int cuda_devices(void) { return rf_accel_cuda_device_count_raw(); }
-const rf_ipc_arena_ops_t *rf_ipc_cuda_ops(void) { return rf_ipc_cuda_ops_impl(); }
 #else
-/* the ipc transport's CUDA arena backend is compiled out with the accelerator */
-const rf_ipc_arena_ops_t *rf_ipc_cuda_ops(void) { return NULL; }
-
 static rf_status_t stub_device_count(int *count_p)
 {
     if (count_p)
@@ -161,16 +153,4 @@ rf_status_t rf_accel_copy_ceiling(rf_accel_t *accel, size_t bytes, int reps, dou
         o->free(accel, b);
     free(t);
     return st;
-}
-
-rf_accel_dst_t rf_accel_dst_from(const rf_dst_t *d)
-{
-    rf_accel_dst_t a;
-    a.data = d->data;
-    a.esize = d->esize;
-    a.dtype = d->dtype;
-    a.row_stride = d->row_stride;
-    a.col_stride = d->col_stride;
-    a.expert_stride = d->expert_stride;
-    return a;
 }

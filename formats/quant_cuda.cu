@@ -1,0 +1,400 @@
+/*
+ * refit: the format kernels on the cuda accelerator (rf_quant_cuda_ops, looked up by
+ * rf_quant_ops_for in formats/quant_host.c): the fnuz rewrite, the wna16 tile repack and the
+ * fp8-block / wna16 quantizers. Compiled only with CUDA; the kernels are enqueued on the
+ * accelerator's streams and use their scratch through refit/accel_cuda.h.
+ *
+ * Kernels reproduce formats/quant_host.c (and through it formats/quant.c and
+ * formats/format_wna16.c) bit for bit: the e4m3 / bf16 / f16 conversions are the same integer
+ * round-to-nearest-even code, divisions are IEEE fp32 divisions (-prec-div=true; never build
+ * this file with --use_fast_math) and no multiply-add is contracted (-fmad=false; __fdiv_rn /
+ * __fmul_rn spell it out). Every CUDA call goes through RF_CUDA_CHECK (refit/checks.h).
+ */
+#include <cuda_runtime.h>
+
+#include "refit/accel.h"
+#include "refit/accel_cuda.h"
+#include "refit/checks.h"
+#include "refit/log.h"
+#include "refit/quant_ops.h"
+
+#define THREADS 256
+#define MAX_BLOCKS 65535u * 8u
+
+typedef rf_accel_cuda_stream_t cuda_stream_t;
+
+static unsigned grid_for(uint64_t n)
+{
+    uint64_t b = (n + THREADS - 1) / THREADS;
+    if (b == 0)
+        b = 1;
+    return b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)b;
+}
+
+static cuda_stream_t *stream_impl(rf_accel_t *a, rf_accel_stream_t *s)
+{
+    return rf_accel_cuda_stream(a, s);
+}
+
+static cudaStream_t cs(rf_accel_t *a, rf_accel_stream_t *s) { return stream_impl(a, s)->s; }
+
+/* ---- device conversions (same integer code as formats/quant.c) --------------------------- */
+
+__device__ static inline uint32_t d_rne_shift(uint32_t m, unsigned sh)
+{
+    uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    return q;
+}
+
+__device__ static inline uint8_t d_f32_to_e4m3(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return 0x00;
+    if (a >= 0x43e00000u) /* 448.0f */
+        return (uint8_t)(sign | 0x7e);
+    int e = (int)(a >> 23) - 127;
+    if ((a >> 23) == 0)
+        return sign;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    if (e >= -6) {
+        uint32_t q = d_rne_shift(m, 20);
+        return (uint8_t)(sign | (uint32_t)(((e + 7) << 3) + (int)q - 8));
+    }
+    unsigned sh = (unsigned)(14 - e);
+    if (sh > 25)
+        return sign;
+    return (uint8_t)(sign | d_rne_shift(m, sh));
+}
+
+__device__ static inline float d_bf16_to_f32(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+__device__ static inline uint16_t d_f32_to_bf16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ static inline float d_f16_to_f32(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        /* m 2^-24 is exact in f32; ldexpf((float)m, -24) on the host */
+        float v = __fmul_rn((float)m, 5.9604644775390625e-8f);
+        return s ? -v : v;
+    }
+    if (e == 31)
+        return __uint_as_float(s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
+    return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+}
+
+__device__ static inline uint16_t d_f32_to_f16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(s | 0x7e00u);
+    if (a >= 0x477ff000u)
+        return (uint16_t)(s | 0x7c00u);
+    int e = (int)(a >> 23) - 127;
+    if ((a >> 23) == 0)
+        return s;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    if (e >= -14)
+        return (uint16_t)(s | (uint32_t)(((e + 15) << 10) + (int)d_rne_shift(m, 13) - 0x400));
+    unsigned sh = (unsigned)(-1 - e);
+    if (sh > 25)
+        return s;
+    return (uint16_t)(s | d_rne_shift(m, sh));
+}
+
+/* Element i of a BF16 / F16 / F32 array as f32 (dt: the rf_dtype_t value). */
+__device__ static inline float d_load_f32(const void *p, int dt, int64_t i)
+{
+    if (dt == RF_DTYPE_BF16)
+        return d_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == RF_DTYPE_F16)
+        return d_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ static inline bool d_finite(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }/* ---- fnuz ---------------------------------------------------------------------------------- */
+
+__global__ void k_fnuz(uint8_t *w, uint64_t nw, float *scale, uint64_t ns)
+{
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < nw; t += stride)
+        if (w[t] == 0x80)
+            w[t] = 0x00;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < ns; t += stride)
+        scale[t] = __fmul_rn(scale[t], 2.0f);
+}
+
+static rf_status_t cu_fp8_to_fnuz(rf_accel_t *a, uint8_t *w, size_t nw, float *scale,
+                                  size_t nscale, rf_accel_stream_t *s)
+{
+    if (!a || (nw && !w) || (nscale && !scale))
+        return RF_ERR_INVALID;
+    if (!nw && !nscale)
+        return RF_OK;
+    k_fnuz<<<grid_for(nw > nscale ? nw : nscale), THREADS, 0, cs(a, s)>>>(w, nw, scale, nscale);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
+/* ---- wna16 tile repack (rf_wna16_repack_index: tiles of 16 rows x 64 columns) -------------- */
+
+/*
+ * One block per tile of 16 rows x 64 columns (th x tw at the edges). The tile's runtime bytes
+ * are contiguous: rf_wna16_repack_index puts element (r0 + i, c0 + j) at
+ * r0 C + c0 th + q, q = j th + (i + j) % th. The block reads the tile's rows (coalesced) into
+ * shared memory and writes its q range (coalesced), or the reverse for the inverse. The
+ * shared pitch of 65 keeps the column-wise reads free of bank conflicts.
+ */
+template <typename T>
+__global__ void k_repack(T *dst, const T *src, uint64_t batch, uint64_t R, uint64_t C,
+                         bool inverse)
+{
+    __shared__ T sm[16 * 65];
+    uint64_t tr = (R + 15) / 16, tc = (C + 63) / 64, ntile = batch * tr * tc;
+    for (uint64_t tile = blockIdx.x; tile < ntile; tile += gridDim.x) {
+        uint64_t b = tile / (tr * tc), rem = tile % (tr * tc);
+        uint64_t r0 = rem / tc * 16, c0 = rem % tc * 64;
+        unsigned th = (unsigned)(R - r0 < 16 ? R - r0 : 16);
+        unsigned tw = (unsigned)(C - c0 < 64 ? C - c0 : 64), n = th * tw;
+        const T *S = src + b * R * C;
+        T *D = dst + b * R * C;
+        uint64_t base = r0 * C + c0 * th; /* the tile's runtime range */
+        if (!inverse) {
+            for (unsigned e = threadIdx.x; e < n; e += blockDim.x) {
+                unsigned i = e / tw, j = e % tw;
+                sm[i * 65 + j] = S[(r0 + i) * C + c0 + j];
+            }
+            __syncthreads();
+            for (unsigned q = threadIdx.x; q < n; q += blockDim.x) {
+                unsigned j = q / th, k = q % th, i = (k + th - j % th) % th;
+                D[base + q] = sm[i * 65 + j];
+            }
+        } else {
+            for (unsigned q = threadIdx.x; q < n; q += blockDim.x) {
+                unsigned j = q / th, k = q % th, i = (k + th - j % th) % th;
+                sm[i * 65 + j] = S[base + q];
+            }
+            __syncthreads();
+            for (unsigned e = threadIdx.x; e < n; e += blockDim.x) {
+                unsigned i = e / tw, j = e % tw;
+                D[(r0 + i) * C + c0 + j] = sm[i * 65 + j];
+            }
+        }
+        __syncthreads(); /* sm is reused by the next tile */
+    }
+}
+
+template <typename T>
+static void launch_repack(void *dst, const void *src, int64_t batch, int64_t R, int64_t C,
+                          bool inverse, cudaStream_t st)
+{
+    uint64_t tiles = (uint64_t)batch * (uint64_t)((R + 15) / 16) * (uint64_t)((C + 63) / 64);
+    unsigned g = tiles > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)tiles;
+    k_repack<T><<<g, THREADS, 0, st>>>((T *)dst, (const T *)src, (uint64_t)batch, (uint64_t)R,
+                                       (uint64_t)C, inverse);
+}
+
+static rf_status_t cu_wna16_repack(rf_accel_t *a, void *dst, const void *src, int64_t batch,
+                                   int64_t R, int64_t C, size_t esize, bool inverse,
+                                   rf_accel_stream_t *s)
+{
+    if (!a || batch < 0 || R < 0 || C < 0 ||
+        (esize != 1 && esize != 2 && esize != 4 && esize != 8))
+        return RF_ERR_INVALID;
+    if (batch == 0 || R == 0 || C == 0)
+        return RF_OK;
+    if (!dst || !src)
+        return RF_ERR_INVALID;
+    cudaStream_t st = cs(a, s);
+    if (esize == 1)
+        launch_repack<uint8_t>(dst, src, batch, R, C, inverse, st);
+    else if (esize == 2)
+        launch_repack<uint16_t>(dst, src, batch, R, C, inverse, st);
+    else if (esize == 4)
+        launch_repack<uint32_t>(dst, src, batch, R, C, inverse, st);
+    else
+        launch_repack<uint64_t>(dst, src, batch, R, C, inverse, st);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
+/* ---- quantizers ---------------------------------------------------------------------------- */
+
+static bool float_dt(rf_dtype_t dt)
+{
+    return dt == RF_DTYPE_BF16 || dt == RF_DTYPE_F16 || dt == RF_DTYPE_F32;
+}
+
+/* One block per 128 x 128 block of the region: amax (max is exact in any order), then q. */
+__global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, int64_t wp,
+                            uint8_t *q, int64_t qp, void *scale, int sdt, int64_t sp,
+                            unsigned long long *flag)
+{
+    __shared__ float red[THREADS];
+    int64_t r0 = (int64_t)blockIdx.y * 128, c0 = (int64_t)blockIdx.x * 128;
+    int64_t nr = rows - r0 < 128 ? rows - r0 : 128, nc = cols - c0 < 128 ? cols - c0 : 128;
+    float amax = 0.0f;
+    bool bad = false;
+    for (int64_t t = threadIdx.x; t < nr * nc; t += blockDim.x) {
+        float v = d_load_f32(w, wdt, (r0 + t / nc) * wp + c0 + t % nc);
+        if (!d_finite(v))
+            bad = true;
+        v = fabsf(v);
+        amax = v > amax ? v : amax;
+    }
+    if (bad)
+        atomicOr(&flag[1], 1ull);
+    red[threadIdx.x] = amax;
+    __syncthreads();
+    for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h && red[threadIdx.x + h] > red[threadIdx.x])
+            red[threadIdx.x] = red[threadIdx.x + h];
+        __syncthreads();
+    }
+    amax = red[0];
+    float s = __fdiv_rn(amax > 1e-12f ? amax : 1e-12f, 448.0f);
+    for (int64_t t = threadIdx.x; t < nr * nc; t += blockDim.x) {
+        int64_t r = r0 + t / nc, c = c0 + t % nc;
+        float v = d_load_f32(w, wdt, r * wp + c);
+        q[r * qp + c] = d_f32_to_e4m3(__fdiv_rn(v, s));
+    }
+    if (threadIdx.x == 0) {
+        int64_t si = (int64_t)blockIdx.y * sp + blockIdx.x;
+        if (sdt == RF_DTYPE_F32)
+            ((float *)scale)[si] = s;
+        else
+            ((uint16_t *)scale)[si] = d_f32_to_bf16(s);
+    }
+}
+
+static rf_status_t sync_flag(rf_accel_t *a, rf_accel_stream_t *s)
+{
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemcpyAsync(c->h_scratch, c->d_scratch, 2 * sizeof(unsigned long long),
+                                  cudaMemcpyDeviceToHost, c->s));
+    RF_CUDA_CHECK(cudaStreamSynchronize(c->s));
+    return c->h_scratch[1] ? RF_ERR_INVALID : RF_OK;
+}
+
+static rf_status_t cu_fp8_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_dtype, int64_t rows,
+                                   int64_t cols, int64_t w_pitch, uint8_t *q, int64_t q_pitch,
+                                   void *scale, rf_dtype_t scale_dtype, int64_t scale_pitch,
+                                   rf_accel_stream_t *s)
+{
+    const int64_t B = 128;
+    if (!a || !float_dt(w_dtype) || (scale_dtype != RF_DTYPE_F32 && scale_dtype != RF_DTYPE_BF16) ||
+        rows < 0 || cols < 0 || w_pitch < cols || q_pitch < cols || scale_pitch < (cols + B - 1) / B)
+        return RF_ERR_INVALID;
+    if (rows == 0 || cols == 0)
+        return RF_OK;
+    int64_t gx = (cols + B - 1) / B, gy = (rows + B - 1) / B;
+    if (gx > 0x7fffffff || gy > 65535)
+        return RF_ERR_INVALID;
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
+    k_fp8_quant<<<dim3((unsigned)gx, (unsigned)gy), THREADS, 0, c->s>>>(
+        w, (int)w_dtype, rows, cols, w_pitch, q, q_pitch, scale, (int)scale_dtype, scale_pitch,
+        c->d_scratch);
+    RF_CUDA_LAUNCH_CHECK();
+    return sync_flag(a, s);
+}
+
+/* Pass 1: one thread per (row, group): the rounded scale. */
+__global__ void k_wna16_scale(const void *w, int wdt, int64_t rows, int64_t K, int64_t wp,
+                              int64_t G, void *scale, int sdt, int64_t sp,
+                              unsigned long long *flag)
+{
+    int64_t ng = K / G;
+    uint64_t n = (uint64_t)rows * (uint64_t)ng;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        int64_t r = (int64_t)(t / (uint64_t)ng), g = (int64_t)(t % (uint64_t)ng);
+        float amax = 0.0f;
+        bool bad = false;
+        for (int64_t k = g * G; k < (g + 1) * G; k++) {
+            float v = d_load_f32(w, wdt, r * wp + k);
+            if (!d_finite(v))
+                bad = true;
+            amax = fabsf(v) > amax ? fabsf(v) : amax;
+        }
+        if (bad)
+            atomicOr(&flag[1], 1ull);
+        float sv = __fdiv_rn(amax, 7.5f);
+        uint16_t h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(sv) : d_f32_to_f16(sv);
+        float back = sdt == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+        if (back == 0.0f)
+            h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(1.0f / 128.0f) : d_f32_to_f16(1.0f / 1024.0f);
+        ((uint16_t *)scale)[r * sp + g] = h;
+    }
+}
+
+/* Pass 2: one thread per packed word: 8 elements with their group's (exact) scale. */
+__global__ void k_wna16_pack(const void *w, int wdt, int64_t rows, int64_t K, int64_t wp,
+                             int64_t G, uint32_t *packed, int64_t pp, const void *scale, int sdt,
+                             int64_t sp)
+{
+    int64_t nw = K / 8;
+    uint64_t n = (uint64_t)rows * (uint64_t)nw;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n;
+         t += (uint64_t)gridDim.x * blockDim.x) {
+        int64_t r = (int64_t)(t / (uint64_t)nw), j = (int64_t)(t % (uint64_t)nw);
+        uint32_t word = 0;
+        for (int e = 0; e < 8; e++) {
+            int64_t k = 8 * j + e;
+            uint16_t h = ((const uint16_t *)scale)[r * sp + k / G];
+            float s = sdt == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+            float x = rintf(__fdiv_rn(d_load_f32(w, wdt, r * wp + k), s));
+            int qv = x < -8.0f ? -8 : (x > 7.0f ? 7 : (int)x);
+            word |= (uint32_t)(qv + 8) << (4 * e);
+        }
+        packed[r * pp + j] = word;
+    }
+}
+
+static rf_status_t cu_wna16_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_dtype,
+                                     int64_t rows, int64_t K, int64_t w_pitch, int64_t G,
+                                     uint32_t *packed, int64_t packed_pitch, void *scale,
+                                     rf_dtype_t scale_dtype, int64_t scale_pitch,
+                                     rf_accel_stream_t *s)
+{
+    if (!a || !float_dt(w_dtype) || (scale_dtype != RF_DTYPE_BF16 && scale_dtype != RF_DTYPE_F16) ||
+        rows < 0 || K < 0 || G <= 0 || K % 8 != 0 || K % G != 0 || w_pitch < K ||
+        packed_pitch < K / 8 || scale_pitch < K / G)
+        return RF_ERR_INVALID;
+    if (rows == 0 || K == 0)
+        return RF_OK;
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
+    k_wna16_scale<<<grid_for((uint64_t)rows * (uint64_t)(K / G)), THREADS, 0, c->s>>>(
+        w, (int)w_dtype, rows, K, w_pitch, G, scale, (int)scale_dtype, scale_pitch, c->d_scratch);
+    RF_CUDA_LAUNCH_CHECK();
+    k_wna16_pack<<<grid_for((uint64_t)rows * (uint64_t)(K / 8)), THREADS, 0, c->s>>>(
+        w, (int)w_dtype, rows, K, w_pitch, G, packed, packed_pitch, scale, (int)scale_dtype,
+        scale_pitch);
+    RF_CUDA_LAUNCH_CHECK();
+    return sync_flag(a, s);
+}
+extern "C" const rf_quant_ops_t rf_quant_cuda_ops = {
+    /* .name = */ "cuda",
+    /* .fp8_to_fnuz = */ cu_fp8_to_fnuz,
+    /* .wna16_repack = */ cu_wna16_repack,
+    /* .fp8_quantize = */ cu_fp8_quantize,
+    /* .wna16_quantize = */ cu_wna16_quantize,
+};

@@ -1,0 +1,124 @@
+/*
+ * refit: the host format kernels (rf_quant_host_ops), the reference every device instance is
+ * compared with byte for byte, and the lookup of a table by accelerator (rf_quant_ops_for).
+ * They call formats/quant.c and the wna16 tile repack (rf_wna16_repack, defined here for
+ * formats/format_wna16.c) themselves: those are the rules, so the host table cannot drift.
+ * This file knows whether CUDA was compiled in (REFIT_HAVE_CUDA, set by CMake on this file as
+ * on the accelerator registry).
+ */
+#include <string.h>
+
+#include "refit/accel.h"
+#include "refit/formats.h"
+#include "refit/quant.h"
+#include "refit/quant_ops.h"
+
+#ifdef REFIT_HAVE_CUDA
+extern const rf_quant_ops_t rf_quant_cuda_ops; /* formats/quant_cuda.cu */
+#endif
+
+/* The wna16 tile repack (include/refit/formats.h): tiles of 16 rows x 64 columns. */
+#define TILE_R 16
+#define TILE_C 64
+
+int64_t rf_wna16_repack_index(int64_t R, int64_t C, int64_t r, int64_t c)
+{
+    int64_t r0 = r / TILE_R * TILE_R, c0 = c / TILE_C * TILE_C;
+    int64_t i = r - r0, j = c - c0;
+    int64_t th = R - r0 < TILE_R ? R - r0 : TILE_R;
+    return r0 * C + c0 * th + j * th + (i + j) % th;
+}
+
+void rf_wna16_repack(void *dst, const void *src, int64_t batch, int64_t R, int64_t C,
+                     size_t esize, bool inverse)
+{
+    const char *s = src;
+    char *d = dst;
+    for (int64_t b = 0; b < batch; b++) {
+        size_t base = (size_t)(b * R * C);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) {
+                size_t model = base + (size_t)(r * C + c);
+                size_t rt = base + (size_t)rf_wna16_repack_index(R, C, r, c);
+                if (inverse)
+                    memcpy(d + model * esize, s + rt * esize, esize);
+                else
+                    memcpy(d + rt * esize, s + model * esize, esize);
+            }
+    }
+}
+
+static rf_status_t host_fp8_to_fnuz(rf_accel_t *accel, uint8_t *w, size_t nw, float *scale,
+                                    size_t nscale, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if ((nw && !w) || (nscale && !scale))
+        return RF_ERR_INVALID;
+    for (size_t i = 0; i < nw; i++)
+        w[i] = rf_e4m3_to_fnuz(w[i]);
+    for (size_t i = 0; i < nscale; i++)
+        scale[i] *= 2.0f;
+    return RF_OK;
+}
+
+static rf_status_t host_wna16_repack(rf_accel_t *accel, void *dst, const void *src,
+                                     int64_t batch, int64_t R, int64_t C, size_t esize,
+                                     bool inverse, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (batch < 0 || R < 0 || C < 0 || (esize != 1 && esize != 2 && esize != 4 && esize != 8))
+        return RF_ERR_INVALID;
+    if (batch == 0 || R == 0 || C == 0)
+        return RF_OK;
+    if (!dst || !src)
+        return RF_ERR_INVALID;
+    rf_wna16_repack(dst, src, batch, R, C, esize, inverse);
+    return RF_OK;
+}
+
+static rf_status_t host_fp8_quantize(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                     int64_t rows, int64_t cols, int64_t w_pitch_elems,
+                                     uint8_t *q, int64_t q_pitch, void *scale,
+                                     rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
+                                     rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    return rf_fp8_quantize(w, w_dtype, rows, cols, w_pitch_elems, q, q_pitch, scale, scale_dtype,
+                           scale_pitch_elems, RF_FP8_PLAIN);
+}
+
+static rf_status_t host_wna16_quantize(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                       int64_t rows, int64_t K, int64_t w_pitch_elems, int64_t G,
+                                       uint32_t *packed, int64_t packed_pitch, void *scale,
+                                       rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
+                                       rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    return rf_wna16_quantize(w, w_dtype, rows, K, w_pitch_elems, G, packed, packed_pitch, scale,
+                             scale_dtype, scale_pitch_elems);
+}
+
+const rf_quant_ops_t rf_quant_host_ops = {
+    .name = "host",
+    .fp8_to_fnuz = host_fp8_to_fnuz,
+    .wna16_repack = host_wna16_repack,
+    .fp8_quantize = host_fp8_quantize,
+    .wna16_quantize = host_wna16_quantize,
+};
+
+const rf_quant_ops_t *rf_quant_ops_for(const rf_accel_t *accel)
+{
+    if (!accel)
+        return NULL;
+    if (accel->ops == &rf_accel_host_ops || accel->ops == &rf_accel_host_device_ops)
+        return &rf_quant_host_ops;
+#ifdef REFIT_HAVE_CUDA
+    if (strcmp(accel->ops->name, "cuda") == 0)
+        return &rf_quant_cuda_ops;
+#endif
+    return NULL;
+}

@@ -1,0 +1,65 @@
+/*
+ * refit: the format kernels on an accelerator's memory (DESIGN.md sections 7 and 16; STYLE.md:
+ * ops tables, CUDA in its own module, a host implementation as the reference).
+ *
+ * The quantizers, the fnuz rewrite and the wna16 tile repack are the formats' work, so they
+ * are a table of their own beside the accelerator's (rf_accel_ops_t: memory, streams, copies),
+ * looked up by the accelerator they run on. Two instances: "host" (formats/quant_host.c: the
+ * rules of formats/quant.c and formats/format_wna16.c themselves, for the "host" and
+ * "host-device" accelerators) and "cuda" (formats/quant_cuda.cu: kernels bit-exact with the
+ * host, enqueued on the cuda accelerator's streams). Arguments and errors as rf_accel_ops_t
+ * (include/refit/accel.h): device pointers, stream NULL for the accelerator's own stream.
+ */
+#ifndef REFIT_QUANT_OPS_H
+#define REFIT_QUANT_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "refit/accel.h"
+#include "refit/dtype.h"
+#include "refit/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rf_quant_ops {
+    const char *name; /* "host", "cuda" */
+    /* fp8-block on rocm-fnuz, in place: every byte 0x80 of w[0, nw) becomes 0x00 (w may be
+     * NULL when nw is 0) and every f32 of scale[0, nscale) is multiplied by 2 (exact). */
+    rf_status_t (*fp8_to_fnuz)(rf_accel_t *accel, uint8_t *w, size_t nw, float *scale,
+                               size_t nscale, rf_accel_stream_t *stream);
+    /* rf_wna16_repack on device: batch R x C matrices of esize-byte elements (1, 2, 4, 8),
+     * inverse = false: model -> runtime. dst and src must not overlap. */
+    rf_status_t (*wna16_repack)(rf_accel_t *accel, void *dst, const void *src, int64_t batch,
+                                int64_t R, int64_t C, size_t esize, bool inverse,
+                                rf_accel_stream_t *stream);
+    /* rf_fp8_quantize with the PLAIN rule, same arguments; bit-exact with formats/quant.c.
+     * Synchronizes the stream (non-finite input is detected on device and reported as
+     * RF_ERR_INVALID; outputs are then unspecified). */
+    rf_status_t (*fp8_quantize)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                int64_t rows, int64_t cols, int64_t w_pitch_elems, uint8_t *q,
+                                int64_t q_pitch, void *scale, rf_dtype_t scale_dtype,
+                                int64_t scale_pitch_elems, rf_accel_stream_t *stream);
+    /* rf_wna16_quantize, same arguments; bit-exact with formats/quant.c. Synchronizes the
+     * stream, as fp8_quantize. */
+    rf_status_t (*wna16_quantize)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                  int64_t rows, int64_t K, int64_t w_pitch_elems, int64_t G,
+                                  uint32_t *packed, int64_t packed_pitch, void *scale,
+                                  rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
+                                  rf_accel_stream_t *stream);
+} rf_quant_ops_t;
+
+extern const rf_quant_ops_t rf_quant_host_ops;
+
+/* The format kernels for accelerator accel: the host table for "host" and "host-device", the
+ * CUDA one for "cuda" (refit built with CUDA); NULL for anything else (RF_ERR_UNSUPPORTED to
+ * the caller). */
+const rf_quant_ops_t *rf_quant_ops_for(const rf_accel_t *accel);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_QUANT_OPS_H */
