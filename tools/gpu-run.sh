@@ -30,22 +30,9 @@ step() { # step NAME RC
     [ "$2" -eq 0 ] || status=1
 }
 
-# Debian packages staged by shared/device/stage-debs.sh (Check, libyaml, jansson, xxhash,
-# openssl headers, pkgconf): unpacked under /opt/deps by env.sh.
-if [ -f "$root/.device-deps/env.sh" ]; then
-    # shellcheck disable=SC1091
-    source "$root/.device-deps/env.sh"
-    # Debian keeps openssl/configuration.h in the multiarch include dir, which env.sh's CPATH
-    # does not name.
-    [ -d /opt/deps/usr/include/x86_64-linux-gnu ] &&
-        export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
-    # pkg-config itself may be missing on the host: use the staged pkgconf.
-    if ! command -v pkg-config >/dev/null 2>&1 && [ -x /opt/deps/usr/bin/pkgconf ]; then
-        export PATH="/opt/deps/usr/bin:$PATH"
-        export PKG_CONFIG=/opt/deps/usr/bin/pkgconf
-    fi
-fi
-export PATH="/usr/local/cuda/bin:$PATH"
+# staged Debian packages and nvcc (tools/gpu-env.sh)
+# shellcheck disable=SC1091
+source "$root/tools/gpu-env.sh" "$root"
 
 {
     date -u
