@@ -487,6 +487,15 @@ START_TEST(test_errors)
     ck_assert_ptr_nonnull(strstr(err.msg, "chunk 12"));
     rf_err_clear(&err);
     ck_assert_int_eq(apply_rows(&h.p, -1, -1, 0, 1, buf, 13, &err), RF_ERR_EXTRA);
+    /* a device-memory source needs device storage; an unknown memory kind is refused */
+    rf_piece_src_t dps = {.tensor = rf_inventory_find(&h.inv, q), .sender = -1, .row_begin = 3,
+                          .row_end = 4, .src = buf, .mem = RF_PIECE_DEVICE, .chunk = 19};
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_plan_apply(&h.p, &dps, &err), RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "chunk 19"));
+    dps.mem = (rf_piece_mem_t)7;
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_plan_apply(&h.p, &dps, &err), RF_ERR_INVALID);
     ck_assert_int_eq(piece(&h, "model.norm.weight", 3, 0, 8, 14, &err), RF_ERR_EXTRA);
     ck_assert_ptr_nonnull(strstr(err.msg, "model.norm.weight"));
     ck_assert_int_eq(piece(&h, "model.norm.weight", 0, 0, 8, 15, &err), RF_ERR_EXTRA);
