@@ -135,7 +135,7 @@ static rf_status_t job_unpack_nccl(void *ctx, const rf_chunk_t *chunk,
 {
     job_t *j = ctx;
     RF_CHECK(job_apply_pieces(j, &j->plan, chunk, pieces, payload, true, err));
-    /* rf_plan_apply_device only collects the row copies: launch them now, on the stream the
+    /* rf_plan_apply only collects device pieces' row copies: launch them now, on the stream the
      * transport records its unpack event on, before the chunk buffer may be received into
      * again (and before any LAYERWISE layer they complete is processed) */
     RF_CHECK(rf_plan_flush(&j->plan, err));
@@ -171,12 +171,14 @@ static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_s
         int tensor = j->item_tensor[sg->piece->item];
         /* device arenas: every segment is device memory on this rank's GPU (the pair's
          * weights arena or a staging slot, both mapped by CUDA IPC): device to device */
-        if (j->ipc_dev)
-            RF_CHECK(rf_plan_apply_device(&j->plan, tensor, -1, sg->row_begin, sg->row_end,
-                                          sg->src, chunk->seq, err));
-        else
-            RF_CHECK(rf_plan_apply(&j->plan, tensor, -1, sg->row_begin, sg->row_end, sg->src,
-                                   chunk->seq, err));
+        rf_piece_src_t ps = {.tensor = tensor,
+                             .sender = -1,
+                             .row_begin = sg->row_begin,
+                             .row_end = sg->row_end,
+                             .src = sg->src,
+                             .mem = j->ipc_dev ? RF_PIECE_DEVICE : RF_PIECE_HOST,
+                             .chunk = chunk->seq};
+        RF_CHECK(rf_plan_apply(&j->plan, &ps, err));
     }
     if (j->o->cold_check) {
         char *copy = calloc(1, chunk->payload_bytes + 1);

@@ -88,18 +88,25 @@ rf_status_t job_apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
     const rf_p2p_recv_t *me = j->p2p ? &j->p2p_s.recv[j->rank - j->T] : NULL;
     for (size_t k = 0; k < chunk->piece_count; k++) {
         const rf_chunk_piece_t *pc = &pieces[k];
-        const char *src = (const char *)payload + pc->offset;
+        rf_piece_src_t ps = {.sender = -1,
+                             .row_begin = pc->row_begin,
+                             .row_end = pc->row_end,
+                             .src = (const char *)payload + pc->offset,
+                             .mem = dev ? RF_PIECE_DEVICE : RF_PIECE_HOST,
+                             .chunk = chunk->seq};
         if (me != NULL) {
             const rf_p2p_rect_t *q = &me->rects[pc->item];
-            RF_CHECK((dev ? rf_plan_apply_rect_device : rf_plan_apply_rect)(
-                p, q->tensor, q->sender, (uint64_t)q->reg.r0 + pc->row_begin,
-                (uint64_t)q->reg.r0 + pc->row_end, q->reg.c0, q->reg.c1, q->reg.c1 - q->reg.c0,
-                src, chunk->seq, err));
+            ps.tensor = q->tensor;
+            ps.sender = q->sender;
+            ps.row_begin += (uint64_t)q->reg.r0;
+            ps.row_end += (uint64_t)q->reg.r0;
+            ps.col_begin = q->reg.c0;
+            ps.col_end = q->reg.c1;
+            ps.src_pitch = q->reg.c1 - q->reg.c0;
         } else {
-            RF_CHECK((dev ? rf_plan_apply_device : rf_plan_apply)(
-                p, j->man.entries[pc->item].tensor, -1, pc->row_begin, pc->row_end, src,
-                chunk->seq, err));
+            ps.tensor = j->man.entries[pc->item].tensor;
         }
+        RF_CHECK(rf_plan_apply(p, &ps, err));
     }
     return RF_OK;
 }

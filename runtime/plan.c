@@ -2,8 +2,9 @@
  * refit: the reload planner (see include/refit/plan.h and DESIGN.md section 8).
  *
  * Planning happens once per layer and whenever a signature changed before an update; the
- * per-piece path (rf_plan_apply) is one hash lookup, a cursor check and a loader call, with
- * no scan over other layers and no log line.
+ * per-piece path (rf_plan_apply, the one entry for every piece source: host or device memory,
+ * full-width rows or a p2p column window) is one hash lookup, a cursor check and a loader call,
+ * with no scan over other layers and no log line.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -866,40 +867,6 @@ static rf_status_t stage_rebase(rf_plan_t *p, const rf_app_t *a, uint64_t row_be
     return RF_OK;
 }
 
-static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                              uint64_t row_end, bool rect, int64_t col_begin, int64_t col_end,
-                              int64_t src_pitch, const void *src, bool src_dev, uint32_t chunk,
-                              rf_err_t *err);
-
-rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                          uint64_t row_end, const void *src, uint32_t chunk, rf_err_t *err)
-{
-    return plan_apply(p, tensor, sender, row_begin, row_end, false, 0, 0, 0, src, false, chunk,
-                      err);
-}
-
-rf_status_t rf_plan_apply_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                                 uint64_t row_end, const void *src, uint32_t chunk,
-                                 rf_err_t *err)
-{
-    if (!p->dev)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                          "chunk %u: a device-memory source needs runtime storage on a device",
-                          chunk);
-    return plan_apply(p, tensor, sender, row_begin, row_end, false, 0, 0, 0, src, true, chunk,
-                      err);
-}
-
-rf_status_t rf_plan_apply_rect(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                               uint64_t row_end, int64_t col_begin, int64_t col_end,
-                               int64_t src_pitch, const void *src, uint32_t chunk, rf_err_t *err)
-{
-    return plan_apply(p, tensor, sender, row_begin, row_end, true, col_begin, col_end, src_pitch,
-                      src, false, chunk, err);
-}
-
-static rf_status_t batch_add(rf_plan_t *p, const rf_accel_rows_t *rows, rf_err_t *err);
-
 /* wna16 weight_shape bytes (rows [0, 2) as I32 or I64) against the inventory's [N, K]. */
 static rf_status_t shape_check(rf_plan_t *p, const rf_app_t *a, const void *src, uint32_t chunk,
                                rf_err_t *err)
@@ -989,11 +956,22 @@ rf_status_t rf_plan_check(rf_plan_t *p, uint32_t chunk, rf_err_t *err)
     return RF_OK;
 }
 
-static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                              uint64_t row_end, bool rect, int64_t col_begin, int64_t col_end,
-                              int64_t src_pitch, const void *src, bool src_dev, uint32_t chunk,
-                              rf_err_t *err)
+rf_status_t rf_plan_apply(rf_plan_t *p, const rf_piece_src_t *ps, rf_err_t *err)
 {
+    int tensor = ps->tensor, sender = ps->sender;
+    uint64_t row_begin = ps->row_begin, row_end = ps->row_end;
+    int64_t col_begin = ps->col_begin, col_end = ps->col_end;
+    const void *src = ps->src;
+    uint32_t chunk = ps->chunk;
+    bool rect = col_end != 0; /* a column window: a p2p rectangle */
+    bool src_dev = ps->mem != RF_PIECE_HOST;
+    if (src_dev && ps->mem != RF_PIECE_DEVICE)
+        return rf_err_set(err, RF_ERR_INVALID, "chunk %u: unknown piece memory %d", chunk,
+                          (int)ps->mem);
+    if (src_dev && !p->dev)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "chunk %u: a device-memory source needs runtime storage on a device",
+                          chunk);
     uint64_t idx = 0;
     rf_map_t *map = p->app_index;
     bool found;
@@ -1078,7 +1056,7 @@ static rf_status_t plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row
                                            &L->dst[a->slot], src, a->src_dtype,
                                            row_begin + (uint64_t)a->row0,
                                            row_end + (uint64_t)a->row0, col_begin, col_end,
-                                           src_pitch, &rows)
+                                           ps->src_pitch, &rows)
                        : rf_load_piece_rows(p->inv, &p->rc, tensor, a->local_expert,
                                             &L->dst[a->slot], src, a->src_dtype, row_begin,
                                             row_end, &rows);
@@ -1298,19 +1276,4 @@ rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype,
         if (p->apps[i].tensor == tensor)
             p->apps[i].src_dtype = dtype;
     return RF_OK;
-}
-
-/* p2p over nccl: a rectangle's rows straight from the device chunk buffer (appended here,
- * apart from the other apply paths, to keep merges small). */
-rf_status_t rf_plan_apply_rect_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                                      uint64_t row_end, int64_t col_begin, int64_t col_end,
-                                      int64_t src_pitch, const void *src, uint32_t chunk,
-                                      rf_err_t *err)
-{
-    if (!p->dev)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                          "chunk %u: a device-memory source needs runtime storage on a device",
-                          chunk);
-    return plan_apply(p, tensor, sender, row_begin, row_end, true, col_begin, col_end, src_pitch,
-                      src, true, chunk, err);
 }

@@ -110,7 +110,7 @@ typedef struct rf_app {
     bool declined;
     rf_dtype_t src_dtype; /* dtype the source sends (the manifest's; FP8 scales may be bf16) */
     int64_t shape_nk[2];  /* wna16 weight_shape: the [N, K] it must carry */
-    /* device sources (rf_plan_apply_device): the loader's row copy of the last piece, reused
+    /* device sources (RF_PIECE_DEVICE): the loader's row copy of the last piece, reused
      * while the piece's rows, the destination and the plan epoch are unchanged (every update
      * of a job brings the same pieces: the loader arithmetic runs once per piece per job) */
     uint32_t tmpl_epoch;  /* p->epoch when made; 0: none */
@@ -170,7 +170,7 @@ typedef struct rf_plan {
     const char *stage_host; /* host payload staged into stage_buf[stage_cur] */
     size_t stage_bytes;
     uint64_t stage_h2d, stage_h2d_bytes; /* h2d copies / bytes this update */
-    /* device sources (rf_plan_apply_device): row copies collected and launched together by
+    /* device sources (RF_PIECE_DEVICE): row copies collected and launched together by
      * rf_plan_flush (copy_rows_batch) */
     rf_accel_rows_t *batch;
     size_t nbatch, batch_cap;
@@ -230,64 +230,73 @@ rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype,
  * cursors and per-update counters. */
 rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err);
 
-/*
- * One arriving piece: rows [row_begin, row_end) of `tensor` from `sender` (-1 broadcast),
- * full-width rows in checkpoint layout at src. chunk names the chunk in errors. Errors:
- * RF_ERR_EXTRA (unknown key, or a layer already completed), RF_ERR_SEQUENCE (repeat / gap).
- */
-rf_status_t rf_plan_apply(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                          uint64_t row_end, const void *src, uint32_t chunk, rf_err_t *err);
+/* Where a piece's source bytes live, seen from the plan's storage. */
+typedef enum {
+    RF_PIECE_HOST = 0,  /* host memory (a received chunk payload, a shared-memory segment) */
+    RF_PIECE_DEVICE = 1 /* device memory of the storage's device, or mapped into it (a CUDA IPC
+                         * arena of the colocated pair, a staging slot, nccl's chunk buffer) */
+} rf_piece_mem_t;
+
+/* One arriving piece, as the receiving side knows it (the sink's one input). */
+typedef struct rf_piece_src {
+    int tensor;                  /* inventory tensor */
+    int sender;                  /* -1: broadcast; else the p2p sender's world rank */
+    uint64_t row_begin, row_end; /* tensor rows [row_begin, row_end) */
+    int64_t col_begin, col_end;  /* column window (a p2p rectangle's columns, which must equal
+                                  * the application's); col_end 0: full-width rows */
+    int64_t src_pitch;           /* window only: elements between src rows */
+    const void *src;             /* the rows in checkpoint layout, in the source dtype */
+    rf_piece_mem_t mem;          /* where src lives */
+    uint32_t chunk;              /* names the chunk in errors */
+} rf_piece_src_t;
 
 /*
- * p2p: rows [row_begin, row_end) (tensor rows) of the rectangle `sender` sends, columns
- * [col_begin, col_end) (must equal the application's), src_pitch elements between rows. Same
- * checks as rf_plan_apply; the cursor runs over the rectangle's rows.
+ * Applies one arriving piece: the one entry of the rollout side. Not collective; the per-piece
+ * path is one O(1) lookup of the (tensor, sender) application, a cursor check and a loader
+ * call, with no log line.
+ *
+ * Rows: full-width rows (col_end 0) run the application's cursor over the tensor's rows; a
+ * column window (p2p) runs it over the rectangle's rows (row_begin, row_end still count tensor
+ * rows) and reads src with src_pitch elements between rows.
+ *
+ * Memory: RF_PIECE_HOST works on any storage; its row copy is issued at once (device storage:
+ * from the device copy of the chunk payload rf_plan_stage staged when src lies inside it, else
+ * of the piece staged alone, enqueued on the storage accelerator's stream) and a weight_shape
+ * is checked at once. RF_PIECE_DEVICE needs device storage and goes device to device with no
+ * staging, but deferred: the bookkeeping (cursors, layer completion) happens at once, the row
+ * copy and a weight_shape's check are only collected. The caller then calls rf_plan_flush at
+ * the end of each chunk (one copy_rows_batch for the collected copies, then the LAYERWISE
+ * layers they completed), synchronizes the stream (rf_accel_sync, or an event) before src may
+ * change (the ipc ACK, the next nccl receive) and calls rf_plan_check for that chunk.
+ *
+ * Errors (the message names the chunk, and the tensor where known): RF_ERR_STATE (outside an
+ * update), RF_ERR_EXTRA (unknown (tensor, sender), or the layer already completed),
+ * RF_ERR_MISMATCH (a window other than the application's; a weight_shape not arriving as rows
+ * [0, 2) or not carrying the model's [N, K]), RF_ERR_SEQUENCE (repeated rows, a gap, rows
+ * before the rectangle or past the tensor's end, an empty range), RF_ERR_UNSUPPORTED
+ * (RF_PIECE_DEVICE on host storage), RF_ERR_INVALID (an unknown mem), or the write's status.
  */
-rf_status_t rf_plan_apply_rect(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                               uint64_t row_end, int64_t col_begin, int64_t col_end,
-                               int64_t src_pitch, const void *src, uint32_t chunk,
-                               rf_err_t *err);
+rf_status_t rf_plan_apply(rf_plan_t *p, const rf_piece_src_t *src, rf_err_t *err);
 
 /*
  * Device storage: copies one received chunk payload (host memory, `bytes` bytes) to the device
  * once, into the next of two device staging buffers (an event per buffer guards its reuse);
- * rf_plan_apply calls whose src lies inside that payload then copy device to device from the
+ * RF_PIECE_HOST pieces whose src lies inside that payload then copy device to device from the
  * staged bytes. A src outside the staged payload is staged piece by piece. No-op on host
  * storage. Not collective.
  */
 rf_status_t rf_plan_stage(rf_plan_t *p, const void *payload, size_t bytes, rf_err_t *err);
 
-/* Checks what rf_plan_apply_device deferred for chunk `chunk` (wna16 weight_shape values),
- * after the caller saw that chunk's copies complete. RF_ERR_MISMATCH naming the tensor. */
+/* Checks what rf_plan_apply deferred for chunk `chunk` (RF_PIECE_DEVICE wna16 weight_shape
+ * values), after the caller saw that chunk's copies complete. RF_ERR_MISMATCH naming the
+ * tensor. */
 rf_status_t rf_plan_check(rf_plan_t *p, uint32_t chunk, rf_err_t *err);
 
-/* Launches the row copies collected by rf_plan_apply_device (one copy_rows_batch on the
+/* Launches the row copies rf_plan_apply collected (RF_PIECE_DEVICE; one copy_rows_batch on the
  * storage accelerator's stream), then the LAYERWISE processing of the layers those copies
  * completed (behind them on the stream); enqueued, not waited for. No-op when none are
  * pending. Errors: the launch's, or process_after_loading's naming the layer. */
 rf_status_t rf_plan_flush(rf_plan_t *p, rf_err_t *err);
-
-/*
- * rf_plan_apply with src in device memory of the storage's device (or mapped into it: a CUDA
- * IPC arena of the colocated pair, a staging slot): the piece goes device to device, with no
- * staging. The bookkeeping (expected applications, cursors, layer completion) happens at once;
- * the row copy is only collected: rf_plan_flush launches every collected copy in one
- * copy_rows_batch (a LAYERWISE layer completed meanwhile is processed after it). The caller
- * flushes at the end of each chunk and then synchronizes the stream (rf_accel_sync, or an
- * event) before the source may change (the ipc ACK). RF_ERR_UNSUPPORTED on host storage.
- * Not collective.
- */
-rf_status_t rf_plan_apply_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                                 uint64_t row_end, const void *src, uint32_t chunk,
-                                 rf_err_t *err);
-
-/* rf_plan_apply_rect with src in device memory of the storage's device (p2p over nccl: the
- * received chunk buffer); enqueued like rf_plan_apply_device. RF_ERR_UNSUPPORTED on host
- * storage. Not collective. */
-rf_status_t rf_plan_apply_rect_device(rf_plan_t *p, int tensor, int sender, uint64_t row_begin,
-                                      uint64_t row_end, int64_t col_begin, int64_t col_end,
-                                      int64_t src_pitch, const void *src, uint32_t chunk,
-                                      rf_err_t *err);
 
 /* Finalize: missing applications (RF_ERR_MISSING), the deferred stage, signature
  * re-verification (RF_ERR_MOVED naming the slot). */

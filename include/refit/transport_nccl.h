@@ -18,7 +18,7 @@
  * is on the wire on the communication stream (an event orders the copy before the NCCL call);
  * a receiver keeps B NCCL receives posted ahead; the header (the whole message in integrity
  * mode) comes back d2h on the communication stream; the unpack callback gets the DEVICE
- * payload pointer (rollout: rf_plan_apply_device, enqueued on the accelerator's default
+ * payload pointer (rollout: rf_plan_apply, RF_PIECE_DEVICE, enqueued on the accelerator's default
  * stream) and an event recorded there after it guards the slot's next receive. So chunk k+1
  * is packed while k is in flight and k-1 is unpacked.
  *

@@ -116,6 +116,20 @@ static uint16_t *src_of(const rf_inventory_t *inv, int t, uint32_t u, bool bf16)
     return s;
 }
 
+/* One host piece of full-width rows through the planner's one entry. */
+static rf_status_t apply_rows(rf_plan_t *p, int t, int sender, uint64_t rb, uint64_t re,
+                              const void *src, uint32_t chunk, rf_err_t *err)
+{
+    rf_piece_src_t ps = {.tensor = t,
+                         .sender = sender,
+                         .row_begin = rb,
+                         .row_end = re,
+                         .src = src,
+                         .mem = RF_PIECE_HOST,
+                         .chunk = chunk};
+    return rf_plan_apply(p, &ps, err);
+}
+
 /* Applies every tensor (except `skip`) in pieces of `piece` rows (0: whole). Returns the
  * number of pieces; asserts RF_OK on each. */
 static uint64_t apply_all(h_t *h, uint32_t u, uint64_t piece, bool bf16, int skip)
@@ -133,7 +147,7 @@ static uint64_t apply_all(h_t *h, uint32_t u, uint64_t piece, bool bf16, int ski
         for (uint64_t rb = 0; rb < rows; rb += step) {
             uint64_t re = rb + step < rows ? rb + step : rows;
             rf_err_clear(&err);
-            rf_status_t st = rf_plan_apply(&h->p, t, -1, rb, re, s + rb * w, chunk++, &err);
+            rf_status_t st = apply_rows(&h->p, t, -1, rb, re, s + rb * w, chunk++, &err);
             ck_assert_msg(st == RF_OK, "apply %s [%llu, %llu): %s", tn->name,
                           (unsigned long long)rb, (unsigned long long)re, err.msg);
             pieces++;
@@ -436,7 +450,7 @@ static rf_status_t piece(h_t *h, const char *name, int sender, uint64_t rb, uint
     uint16_t buf[1024];
     memset(buf, 0, sizeof(buf));
     rf_err_clear(err);
-    return rf_plan_apply(&h->p, t, sender, rb, re, buf, chunk, err);
+    return apply_rows(&h->p, t, sender, rb, re, buf, chunk, err);
 }
 
 START_TEST(test_errors)
@@ -468,11 +482,20 @@ START_TEST(test_errors)
     /* unknown tensor index, unknown sender */
     rf_err_clear(&err);
     uint16_t buf[64] = {0};
-    ck_assert_int_eq(rf_plan_apply(&h.p, h.inv.ntensors + 3, -1, 0, 1, buf, 12, &err),
+    ck_assert_int_eq(apply_rows(&h.p, h.inv.ntensors + 3, -1, 0, 1, buf, 12, &err),
                      RF_ERR_EXTRA);
     ck_assert_ptr_nonnull(strstr(err.msg, "chunk 12"));
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_plan_apply(&h.p, -1, -1, 0, 1, buf, 13, &err), RF_ERR_EXTRA);
+    ck_assert_int_eq(apply_rows(&h.p, -1, -1, 0, 1, buf, 13, &err), RF_ERR_EXTRA);
+    /* a device-memory source needs device storage; an unknown memory kind is refused */
+    rf_piece_src_t dps = {.tensor = rf_inventory_find(&h.inv, q), .sender = -1, .row_begin = 3,
+                          .row_end = 4, .src = buf, .mem = RF_PIECE_DEVICE, .chunk = 19};
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_plan_apply(&h.p, &dps, &err), RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "chunk 19"));
+    dps.mem = (rf_piece_mem_t)7;
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_plan_apply(&h.p, &dps, &err), RF_ERR_INVALID);
     ck_assert_int_eq(piece(&h, "model.norm.weight", 3, 0, 8, 14, &err), RF_ERR_EXTRA);
     ck_assert_ptr_nonnull(strstr(err.msg, "model.norm.weight"));
     ck_assert_int_eq(piece(&h, "model.norm.weight", 0, 0, 8, 15, &err), RF_ERR_EXTRA);
@@ -499,7 +522,7 @@ START_TEST(test_errors)
         uint64_t rows = rf_tensor_rows(&h.inv.tensors[t]);
         uint16_t *s = src_of(&h.inv, t, 3, false);
         rf_err_clear(&err);
-        ck_assert_int_eq(rf_plan_apply(&h.p, t, -1, 0, t == tk ? rows - 1 : rows, s, 0, &err),
+        ck_assert_int_eq(apply_rows(&h.p, t, -1, 0, t == tk ? rows - 1 : rows, s, 0, &err),
                          RF_OK);
         free(s);
     }
@@ -664,8 +687,8 @@ static double probes_per_piece(int layers, int experts, int *ntensors_p)
     for (int t = 0; t < h.inv.ntensors; t++) {
         ck_assert_uint_le(h.inv.tensors[t].numel, sizeof(zeros) / 2);
         rf_err_clear(&err);
-        ck_assert_int_eq(rf_plan_apply(&h.p, t, -1, 0, rf_tensor_rows(&h.inv.tensors[t]), zeros,
-                                       (uint32_t)t, &err),
+        ck_assert_int_eq(apply_rows(&h.p, t, -1, 0, rf_tensor_rows(&h.inv.tensors[t]), zeros,
+                                    (uint32_t)t, &err),
                          RF_OK);
     }
     finalize_ok(&h);
@@ -730,8 +753,8 @@ START_TEST(test_moe_declined)
             uint64_t rows = rf_tensor_rows(tn), w = tn->numel / rows;
             for (uint64_t rb = 0; rb < rows; rb += 3) {
                 rf_err_clear(&err);
-                ck_assert_int_eq(rf_plan_apply(&h.p, t, -1, rb, rb + 3 < rows ? rb + 3 : rows,
-                                               s + rb * w, 0, &err),
+                ck_assert_int_eq(apply_rows(&h.p, t, -1, rb, rb + 3 < rows ? rb + 3 : rows,
+                                            s + rb * w, 0, &err),
                                  RF_OK);
             }
             free(s);
