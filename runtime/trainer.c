@@ -858,10 +858,6 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, uint32_t update, int buffers
     if (tr->gather == NULL)
         return rf_err_set(err, RF_ERR_STATE, "trainer rank %d: no stage gather "
                           "(rf_trainer_attach)", tr->me.world_rank);
-    if (buffers < 1)
-        buffers = 1;
-    if (buffers > RF_XFER_GATHER_MAX_SENDS)
-        buffers = RF_XFER_GATHER_MAX_SENDS;
     /* sends of an earlier update never drained: complete them first (under this deadline) */
     RF_CHECK(rf_xfer_gather_settle(tr->gather, 0, deadline, err));
     sr = &tr->plan->stages[tr->stage];
@@ -870,17 +866,6 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, uint32_t update, int buffers
         uint64_t b = contribution_bytes(tr, c, tr->me.world_rank);
         if (b == 0)
             continue;
-        if (rf_xfer_gather_inflight(tr->gather) == buffers) {
-            /* oldest message done before its buffer is reused */
-            rf_err_t e;
-            rf_err_clear(&e);
-            st = rf_xfer_gather_settle(tr->gather, buffers - 1, deadline, &e);
-            if (st != RF_OK)
-                return rf_err_set(err, st,
-                                  "trainer rank %d: sending gather parts of stage %d to rank "
-                                  "%d: %s",
-                                  tr->me.world_rank, tr->stage, sender, e.msg);
-        }
         if (tr->fault_skip_seq >= 0 && (int64_t)c->seq >= tr->fault_skip_seq) {
             /* test hook: the first part at or after the seq is never sent */
             rf_warn("fault: trainer rank %d skips its gather part of chunk %u (update %u)",
@@ -912,21 +897,20 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, uint32_t update, int buffers
         }
         rf_err_t e;
         rf_err_clear(&e);
-        /* the gather takes msg: MPI posts it; a transport's own gather returns once it is on
-         * its way */
-        st = rf_xfer_gather_send(tr->gather, update, c->seq, sender, msg, b, deadline, &e);
+        /* the gather takes msg: MPI posts it (at most `buffers` in flight); a transport's own
+         * gather returns once it is on its way */
+        st = rf_xfer_gather_send(tr->gather, update, c->seq, sender, msg, b, buffers, deadline,
+                                 &e);
         if (st != RF_OK)
             return rf_err_set(err, st, "trainer rank %d: %s", tr->me.world_rank, e.msg);
     }
-    if (rf_xfer_gather_inflight(tr->gather) > 0) {
-        /* on error the sends stay in flight: rf_trainer_drain completes them */
-        rf_err_t e;
-        rf_err_clear(&e);
-        st = rf_xfer_gather_settle(tr->gather, 0, deadline, &e);
-        if (st != RF_OK)
-            rf_err_set(err, st, "trainer rank %d: sending gather parts of stage %d to rank %d: %s",
-                       tr->me.world_rank, tr->stage, sender, e.msg);
-    }
+    /* on error the sends stay in flight: rf_trainer_drain completes them */
+    rf_err_t e;
+    rf_err_clear(&e);
+    st = rf_xfer_gather_settle(tr->gather, 0, deadline, &e);
+    if (st != RF_OK)
+        rf_err_set(err, st, "trainer rank %d: sending gather parts of stage %d to rank %d: %s",
+                   tr->me.world_rank, tr->stage, sender, e.msg);
     return st;
 }
 

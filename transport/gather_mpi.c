@@ -205,11 +205,6 @@ static void out_reap(rf_xfer_gather_t *g)
     g->n_out = k;
 }
 
-int rf_xfer_gather_inflight(const rf_xfer_gather_t *g)
-{
-    return g->n_out;
-}
-
 rf_status_t rf_xfer_gather_settle(rf_xfer_gather_t *g, int keep, double deadline,
                                   rf_err_t *err)
 {
@@ -225,7 +220,8 @@ rf_status_t rf_xfer_gather_settle(rf_xfer_gather_t *g, int keep, double deadline
 }
 
 rf_status_t rf_xfer_gather_send(rf_xfer_gather_t *g, uint32_t update, uint32_t seq, int sender,
-                                void *msg, uint64_t bytes, double deadline, rf_err_t *err)
+                                void *msg, uint64_t bytes, int window, double deadline,
+                                rf_err_t *err)
 {
     if (g->own != NULL) {
         /* returns once the message is on its way, msg reusable */
@@ -241,10 +237,19 @@ rf_status_t rf_xfer_gather_send(rf_xfer_gather_t *g, uint32_t update, uint32_t s
             free(msg); /* else the send is left to the job's end, and its buffer with it */
         return st;
     }
-    if (g->n_out >= RF_XFER_GATHER_MAX_SENDS) {
-        free(msg);
-        return rf_err_set(err, RF_ERR_INTERNAL, "gather: more than %d sends in flight",
-                          RF_XFER_GATHER_MAX_SENDS);
+    if (window < 1)
+        window = 1;
+    if (window > RF_XFER_GATHER_MAX_SENDS)
+        window = RF_XFER_GATHER_MAX_SENDS;
+    if (g->n_out >= window) { /* the oldest message done before its buffer is reused */
+        rf_err_t e;
+        rf_err_clear(&e);
+        rf_status_t st = rf_xfer_gather_settle(g, window - 1, deadline, &e);
+        if (st != RF_OK) {
+            free(msg);
+            return rf_err_set(err, st, "sending gather parts of stage %d to rank %d: %s",
+                              g->stage, sender, e.msg);
+        }
     }
     g->out_bufs[g->n_out] = msg;
     MPI_Isend(msg, (int)bytes, MPI_BYTE, sender, RF_XFER_GATHER_TAG(update, seq), g->comm,

@@ -432,8 +432,8 @@ rf_status_t rf_xfer_drain(rf_xfer_t *x, const uint64_t *posted_from, double dead
  *   rf_xfer_gather_begin                        every update, before rf_ctl_agree;
  *   sender:      rf_xfer_gather_recv (posts one chunk's receives), then, its own parts
  *                copied meanwhile, rf_xfer_gather_wait;
- *   contributor: rf_xfer_gather_send per chunk, rf_xfer_gather_settle to bound the sends in
- *                flight and to complete them;
+ *   contributor: rf_xfer_gather_send per chunk (at most `window` in flight), then
+ *                rf_xfer_gather_settle to complete them;
  *   on FAILED:   rf_xfer_gather_drain on the stage's copies of record.
  * Every wait runs through x's control channel (ABORT + deadline; the drain does not poll
  * ABORT).
@@ -451,7 +451,7 @@ typedef struct rf_xfer_gather rf_xfer_gather_t;
 /*
  * The stage gather of this trainer rank (world rank `rank`, stage `stage`) on x's transport;
  * comm: the trainer-only communicator of world ranks [0, nranks) (borrowed, as x; both must
- * outlive the gather, which is destroyed before them). Local. RF_ERR_NOMEM.
+ * outlive the gather, which is destroyed before them). Local. RF_ERR_INVALID, RF_ERR_NOMEM.
  */
 rf_status_t rf_xfer_gather_create(rf_xfer_t *x, MPI_Comm comm, int rank, int stage, int nranks,
                                   rf_xfer_gather_t **g_p, rf_err_t *err);
@@ -477,17 +477,18 @@ rf_status_t rf_xfer_gather_wait(rf_xfer_gather_t *g, double deadline, rf_err_t *
 
 /*
  * Contributor: sends msg[0..bytes) (malloc'd; the gather frees it) as its part of chunk `seq`
- * to world rank `sender`. MPI gather: posted (counted), RF_OK; a transport's own gather:
- * returns once the message is on its way, or its error.
+ * to world rank `sender`. MPI gather: first completes the oldest sends while `window` (1 to
+ * RF_XFER_GATHER_MAX_SENDS) are in flight (an error: "sending gather parts of stage S to rank
+ * D: <the wait's>"), then posts it (counted); a transport's own gather returns once the
+ * message is on its way, or its error.
  */
 rf_status_t rf_xfer_gather_send(rf_xfer_gather_t *g, uint32_t update, uint32_t seq, int sender,
-                                void *msg, uint64_t bytes, double deadline, rf_err_t *err);
+                                void *msg, uint64_t bytes, int window, double deadline,
+                                rf_err_t *err);
 /* Contributor: waits until at most `keep` sends are in flight (the oldest first; keep 0:
  * all of them). On an error the sends stay in flight for rf_xfer_gather_drain. */
 rf_status_t rf_xfer_gather_settle(rf_xfer_gather_t *g, int keep, double deadline,
                                   rf_err_t *err);
-/* Sends in flight (contributor). */
-int rf_xfer_gather_inflight(const rf_xfer_gather_t *g);
 
 /*
  * After a FAILED verdict: leaves the trainer-only communicator clean for the next update.
