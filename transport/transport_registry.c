@@ -8,7 +8,8 @@
  * transport; this is the one file that names them all.
  *
  * The nccl table is an adapter over include/refit/transport_nccl.h (rf_xfer_nccl_run, the
- * state teardown), valid for the real transport and for the stub built without CUDA / NCCL.
+ * state teardown, the stage gather on its trainer-only communicators), valid for the real
+ * transport and for the stub built without CUDA / NCCL.
  */
 #include <stddef.h>
 #include <string.h>
