@@ -57,56 +57,35 @@ static rf_status_t pack_rows_reserve(job_t *j, size_t n, rf_err_t *err)
     return RF_OK;
 }
 
+/* The trainer's pack callback, broadcast (recv NULL: the stage sender's chunks of the job's
+ * plan) and p2p (one chunk of receiver recv's plan): one rf_trainer_pack. On a resident nccl
+ * trainer the payload is the device chunk buffer: the copies are launched here. */
 typedef struct pack_ctx {
     job_t *j;
     uint32_t update;
     double deadline;
+    const rf_p2p_recv_t *recv;
 } pack_ctx_t;
 
 static rf_status_t job_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
                             void *payload, rf_err_t *err)
 {
     pack_ctx_t *c = ctx;
-    (void)pieces;
     if ((int64_t)chunk->seq == c->j->fault.seq)
-        job_fault_exit_stall(c->j, c->update, c->deadline, "stage sender, packing");
-    if (c->j->nccl_resident) { /* payload is the device chunk buffer */
-        RF_CHECK(pack_rows_reserve(c->j, chunk->piece_count, err));
-        RF_CHECK(rf_trainer_pack_rows(&c->j->tr, chunk, payload, c->j->pack_rows, err));
-        return pack_rows_run(c->j, chunk->piece_count, chunk->seq, err);
-    }
-    return rf_trainer_pack(&c->j->tr, c->j->ctl, c->update, chunk, payload, c->deadline, err);
-}
-
-/* p2p sender: packs the rectangles of one chunk of receiver `recv`'s plan from this rank's
- * own shard buffers. */
-typedef struct p2p_pack_ctx {
-    job_t *j;
-    uint32_t update;
-    double deadline;
-    const rf_p2p_recv_t *recv;
-} p2p_pack_ctx_t;
-
-static rf_status_t p2p_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
-                            void *payload, rf_err_t *err)
-{
-    p2p_pack_ctx_t *c = ctx;
-    if ((int64_t)chunk->seq == c->j->fault.seq)
-        job_fault_exit_stall(c->j, c->update, c->deadline, "p2p sender, packing");
+        job_fault_exit_stall(c->j, c->update, c->deadline,
+                             c->recv != NULL ? "p2p sender, packing" : "stage sender, packing");
     bool dev = c->j->nccl_resident; /* payload is the device chunk buffer */
     if (dev)
         RF_CHECK(pack_rows_reserve(c->j, chunk->piece_count, err));
-    for (size_t k = 0; k < chunk->piece_count; k++) {
-        const rf_chunk_piece_t *pc = &pieces[k];
-        const rf_p2p_rect_t *q = &c->recv->rects[pc->item];
-        rf_region_t part = q->reg;
-        part.r0 = q->reg.r0 + (int64_t)pc->row_begin;
-        part.r1 = q->reg.r0 + (int64_t)pc->row_end;
-        char *dst = (char *)payload + pc->offset;
-        RF_CHECK(dev ? rf_trainer_rect_rows(&c->j->tr, q->entry, &part, dst, &c->j->pack_rows[k],
-                                            err)
-                     : rf_trainer_copy_rect(&c->j->tr, q->entry, &part, dst, err));
-    }
+    rf_pack_req_t req = {.update = c->update,
+                         .chunk = chunk,
+                         .pieces = pieces,
+                         .rects = c->recv != NULL ? c->recv->rects : NULL,
+                         .payload = payload,
+                         .mem = dev ? RF_PACK_DEVICE : RF_PACK_HOST,
+                         .rows = dev ? c->j->pack_rows : NULL,
+                         .deadline = c->deadline};
+    RF_CHECK(rf_trainer_pack(&c->j->tr, &req, err));
     return dev ? pack_rows_run(c->j, chunk->piece_count, chunk->seq, err) : RF_OK;
 }
 
@@ -529,7 +508,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
              * receiver (the plan's stages): no cycle of waits */
             for (int r = 0; r < j->R && st == RF_OK; r++) {
                 const rf_p2p_recv_t *rv = &j->p2p_s.recv[r];
-                p2p_pack_ctx_t pc = {j, v, deadline, rv};
+                pack_ctx_t pc = {j, v, deadline, rv};
                 if (rv->plan->n_stages <= j->rank ||
                     rv->plan->stages[j->rank].chunk_count == 0)
                     continue;
@@ -537,10 +516,10 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                 cfg.items = rv->items;
                 cfg.receivers = &rv->rank;
                 cfg.n_receivers = 1;
-                st = rf_xfer_send(j->xfer, &cfg, p2p_pack, &pc, &err);
+                st = rf_xfer_send(j->xfer, &cfg, job_pack, &pc, &err);
             }
         } else if (j->tr.sender) {
-            pack_ctx_t pc = {j, v, deadline};
+            pack_ctx_t pc = {j, v, deadline, NULL};
             /* ipc: chunks read in place are never packed, so the pack hooks may not fire */
             if (j->ipc)
                 job_fault_exit_stall(j, v, deadline, "stage sender, before its first chunk");
@@ -548,7 +527,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         } else {
             job_fault_exit_stall(j, v, deadline,
                                  "trainer, before contributing to the stage gather");
-            st = rf_trainer_contribute(&j->tr, j->ctl, v, j->topo.buffers, deadline, &err);
+            st = rf_trainer_contribute(&j->tr, v, j->topo.buffers, deadline, &err);
             if (st != RF_OK && st != RF_ERR_PEER)
                 rf_ctl_abort(j->ctl, st, err.msg);
         }
@@ -580,7 +559,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             rf_xfer_drain(j->xfer, verdict.posted_from, drain_deadline, &de) != RF_OK)
             rf_warn("rank %d: update %u: %s", j->rank, v, de.msg);
         rf_err_clear(&de);
-        if (!job_is_rollout(j) && rf_trainer_drain(&j->tr, j->ctl, v, drain_deadline, &de) != RF_OK)
+        if (!job_is_rollout(j) && rf_trainer_drain(&j->tr, v, drain_deadline, &de) != RF_OK)
             rf_warn("rank %d: update %u: %s", j->rank, v, de.msg);
         if (job_is_rollout(j) && j->plan.in_update)
             rf_plan_abort(&j->plan);

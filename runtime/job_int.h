@@ -5,7 +5,7 @@
  *
  *   job.c         rf_job_run, the update loop (run_update), the transfer callbacks, teardown
  *   job_setup.c   job_setup: topology, inventory, storage, plans, manifest, chunk plan, trainer,
- *                 accelerators, nccl and ipc setup, the stage-gather wires; the plan's
+ *                 accelerators, nccl and ipc setup, the trainer's stage gather; the plan's
  *                 broadcast or p2p form (job_plan_build, job_apply_pieces)
  *   job_faults.c  --inject-fault: the parser, the resolution at setup, the hooks
  *   job_oracle.c  the oracle: snapshot, diff rule, scalar verification, reassembly against

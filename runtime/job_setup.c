@@ -5,8 +5,8 @@
  * may ask for in this build, accelerators, inventory, runtime storage and reload plans on
  * rollout ranks, the manifest built by trainer rank 0 and agreed, the chunk plan, the gate's
  * expectation, trainer shards, the resolved fault; then the transport's own setup: nccl
- * communicators and resident trainer weights, the trainer's stage-gather wire (nccl, or the
- * tests' MPI wire), ipc arenas and where every rollout rank reads every piece. Every step ends
+ * communicators and resident trainer weights, the trainer's stage gather on the transport
+ * (rf_trainer_attach; the tests' MPI wire), ipc arenas and where every rollout rank reads every piece. Every step ends
  * in agree_status, so every rank fails with the lowest failing rank's message, together. Also the
  * reload plan's broadcast or p2p form, which setup builds and the update loop and the cold
  * check apply chunks through (job_plan_build, job_apply_pieces).
@@ -434,7 +434,7 @@ static bool nccl_resident_possible(const job_t *j) /* every condition but integr
 {
     return j->nccl && !job_is_rollout(j) && j->accel != NULL && j->place.device >= 0 &&
            j->ck == NULL && j->fault.kind == RF_FAULT_NONE &&
-           (j->p2p || (j->tr.sender && j->tr.wire_recv == NULL));
+           (j->p2p || (j->tr.sender && !rf_xfer_nccl_has_gather(j->xfer, j->me.p)));
 }
 
 static bool nccl_resident_eligible(const job_t *j)
@@ -460,60 +460,6 @@ static rf_status_t setup_nccl_resident(job_t *j, rf_err_t *err)
     }
     free(offs);
     return st;
-}
-
-/* ---- the trainer's stage-gather wires (rf_trainer_t.wire_recv / wire_send) -------------- */
-
-/* The trainer's gather wire on the nccl transport (rf_trainer_t.wire_recv / wire_send). */
-static rf_status_t nccl_gather_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
-                                    void *dst, double deadline, rf_err_t *err)
-{
-    job_t *j = ctx;
-    return rf_xfer_nccl_gather_recv(j->xfer, j->me.p, peers, bytes, n, dst, deadline, err);
-}
-
-static rf_status_t nccl_gather_send(void *ctx, int sender, const void *src, uint64_t bytes,
-                                    double deadline, rf_err_t *err)
-{
-    job_t *j = ctx;
-    return rf_xfer_nccl_gather_send(j->xfer, j->me.p, sender, src, bytes, deadline, err);
-}
-
-/*
- * Tests: REFIT_TEST_GATHER_WIRE=mpi runs the stage gather through the trainer's gather wire
- * (rf_trainer_t.wire_recv / wire_send, the hooks the nccl transport fills) with MPI messages on
- * the trainer communicator, so that path's bookkeeping in runtime/trainer.c runs in CI without
- * GPUs. One tag; MPI keeps one sender's messages in order, as NCCL does. Failure handling is
- * the nccl transport's business (it aborts its communicators); here a failed wait cancels the
- * receives and leaves a send to the job's end, which is enough for the tests' clean runs.
- */
-#define RF_TEST_WIRE_TAG 0x7e57
-static rf_status_t test_wire_recv(void *ctx, const int *peers, const uint64_t *bytes, int n,
-                                  void *dst, double deadline, rf_err_t *err)
-{
-    job_t *j = ctx;
-    MPI_Request reqs[RF_MAX_OWNERS * 4];
-    uint64_t off = 0;
-    if (n > RF_MAX_OWNERS * 4)
-        return rf_err_set(err, RF_ERR_INTERNAL, "test wire: %d peers", n);
-    for (int q = 0; q < n; q++) {
-        MPI_Irecv((char *)dst + off, (int)bytes[q], MPI_BYTE, peers[q], RF_TEST_WIRE_TAG,
-                  j->tr.comm, &reqs[q]);
-        off += bytes[q];
-    }
-    rf_status_t st = rf_ctl_wait(j->ctl, reqs, n, deadline, err);
-    if (st != RF_OK)
-        rf_ctl_cancel_recvs(reqs, n);
-    return st;
-}
-
-static rf_status_t test_wire_send(void *ctx, int sender, const void *src, uint64_t bytes,
-                                  double deadline, rf_err_t *err)
-{
-    job_t *j = ctx;
-    MPI_Request req;
-    MPI_Isend(src, (int)bytes, MPI_BYTE, sender, RF_TEST_WIRE_TAG, j->tr.comm, &req);
-    return rf_ctl_wait(j->ctl, &req, 1, deadline, err);
 }
 
 /* ---- setup ---------------------------------------------------------------------------- */
@@ -733,12 +679,6 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
         if (st == RF_OK)
             st = rf_xfer_nccl_setup(j->xfer, &j->nccl_layout, j->place.device, j->accel, err);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
-        /* broadcast: the stage gather on the stage's trainer-only communicator */
-        if (!job_is_rollout(j) && !j->p2p && rf_xfer_nccl_has_gather(j->xfer, j->me.p)) {
-            j->tr.wire_recv = nccl_gather_recv;
-            j->tr.wire_send = nccl_gather_send;
-            j->tr.wire_ctx = j;
-        }
         if (stages_gather(j))
             j->wire = "nccl gather communicators";
         st = setup_nccl_resident(j, err);
@@ -751,6 +691,10 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
         j->fence = any[0] != 0;
         j->integrity_host_pack = any[1] != 0;
     }
+    /* the stage gather is the transport's (nccl: its trainer-only gather communicators where
+     * a stage has them, set up above; else the MPI gather on the trainer-only communicator) */
+    st = job_is_rollout(j) ? RF_OK : rf_trainer_attach(&j->tr, j->xfer, err);
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
     const char *tw = getenv("REFIT_TEST_GATHER_WIRE");
     if (tw != NULL && tw[0] != '\0' && j->nccl && j->rank == 0)
         rf_warn("REFIT_TEST_GATHER_WIRE is ignored on the nccl transport (its stage gathers use "
@@ -761,11 +705,9 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
                  : rf_err_set(err, RF_ERR_INVALID, "REFIT_TEST_GATHER_WIRE=%s: only 'mpi' (tests: "
                               "the stage gather through the gather wire over MPI)", tw);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
-        if (!job_is_rollout(j) && !j->p2p) {
-            j->tr.wire_recv = test_wire_recv;
-            j->tr.wire_send = test_wire_send;
-            j->tr.wire_ctx = j;
-        }
+        /* tests: the stage gather as a transport's own one runs, over MPI */
+        if (!job_is_rollout(j) && !j->p2p)
+            rf_xfer_gather_use_test_wire(j->tr.gather);
         if (stages_gather(j))
             j->wire = "test wire (REFIT_TEST_GATHER_WIRE=mpi)";
     }

@@ -1,11 +1,14 @@
 /*
- * refit: trainer shards, production and the stage gather (see include/refit/trainer.h and
+ * refit: trainer shards, production and the one pack (see include/refit/trainer.h and
  * DESIGN.md section 6).
  *
- * The stage sender gathers per chunk: for chunk k every other copy of record of the stage
- * sends one message holding, piece by piece, the intersection of its shard with the piece's
- * rows (tag = update mod 8, chunk seq) on the trainer-only communicator; the sender copies
- * its own parts straight from its shard buffers into the payload.
+ * rf_trainer_pack is the trainer's one source: a chunk of the broadcast plan or of one
+ * receiver's p2p plan, into a host payload or, as copy descriptors, a device one. The
+ * broadcast stage sender gathers per chunk: for chunk k every other copy of record of the
+ * stage sends one message holding, piece by piece, the intersection of its shard with the
+ * piece's rows, through the stage gather of the job's transport (rf_xfer_gather_*,
+ * include/refit/transport.h); the sender copies its own parts straight from its shard
+ * buffers into the payload while they travel.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,7 +16,6 @@
 #include <string.h>
 
 #include "refit/accel.h"
-#include "refit/control.h"
 #include "refit/generator.h"
 #include "refit/log.h"
 #include "refit/quant.h"
@@ -168,8 +170,6 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     tr->stage = me->p;
     tr->sender = me->t == 0 && me->c == 0 && me->d == 0;
     tr->fault_skip_seq = -1;
-    for (int i = 0; i < 16; i++)
-        tr->out_reqs[i] = MPI_REQUEST_NULL;
     tr->reg = calloc((size_t)man->n + 1, sizeof(rf_region_t));
     tr->has = calloc((size_t)man->n + 1, sizeof(bool));
     tr->buf = calloc((size_t)man->n + 1, sizeof(char *));
@@ -199,8 +199,7 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     if (tr->sender) {
         tr->gather_cap = plan->chunk_bytes;
         tr->gather_buf = malloc(tr->gather_cap);
-        tr->gather_recv = calloc((size_t)rf_topology_trainer_size(topo) + 1, sizeof(uint64_t));
-        if (tr->gather_buf == NULL || tr->gather_recv == NULL) {
+        if (tr->gather_buf == NULL) {
             rf_trainer_free(tr);
             return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
         }
@@ -247,15 +246,17 @@ void rf_trainer_free(rf_trainer_t *tr)
     free(tr->has);
     free(tr->reg);
     free(tr->gather_buf);
-    free(tr->gather_recv);
-    /* sends still in flight belong to a peer that never received them: release, then free */
-    for (int i = 0; i < tr->n_out; i++) {
-        if (tr->out_reqs[i] != MPI_REQUEST_NULL)
-            MPI_Request_free(&tr->out_reqs[i]); /* its buffer may still be read: leaked */
-        else
-            free(tr->out_bufs[i]);
-    }
+    rf_xfer_gather_destroy(tr->gather);
     memset(tr, 0, sizeof(*tr));
+}
+
+rf_status_t rf_trainer_attach(rf_trainer_t *tr, rf_xfer_t *x, rf_err_t *err)
+{
+    if (tr->gather != NULL)
+        return rf_err_set(err, RF_ERR_STATE, "trainer rank %d: attached twice",
+                          tr->me.world_rank);
+    return rf_xfer_gather_create(x, tr->comm, tr->me.world_rank, tr->stage,
+                                 rf_topology_trainer_size(tr->topo), &tr->gather, err);
 }
 
 /* Index of the manifest entry of inventory tensor `name`, or -1. */
@@ -689,11 +690,6 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
     return st;
 }
 
-static int gather_tag(uint32_t update, uint32_t seq)
-{
-    return (int)(((update & 7u) << 20) | (seq & 0xfffffu));
-}
-
 /* Intersection of an owner's region with piece rows; false when empty. */
 static bool piece_part(const rf_region_t *reg, const rf_chunk_piece_t *pc, rf_region_t *out)
 {
@@ -745,32 +741,14 @@ static void place_part(const rf_trainer_t *tr, char *payload, const rf_chunk_pie
                src + (size_t)(r - part->r0) * src_pitch, run);
 }
 
-/* Cancels the gather receives still active in reqs[0..n) (from peers[]); completed or
- * matched ones count as received. */
-static void gather_cancel(rf_trainer_t *tr, MPI_Request *reqs, const int *peers, int n)
-{
-    for (int q = 0; q < n; q++) {
-        MPI_Status s;
-        int cancelled = 0;
-        if (reqs[q] == MPI_REQUEST_NULL) {
-            tr->gather_recv[peers[q]]++; /* completed during the failed wait */
-            continue;
-        }
-        MPI_Cancel(&reqs[q]);
-        MPI_Wait(&reqs[q], &s);
-        MPI_Test_cancelled(&s, &cancelled);
-        if (!cancelled)
-            tr->gather_recv[peers[q]]++;
-    }
-}
-
-rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
-                            const rf_chunk_t *c, void *payload, double deadline, rf_err_t *err)
+/* Broadcast, host payload: the stage sender's pack of chunk c, its own parts copied while
+ * the peers' parts travel through the stage gather. */
+static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk_t *c,
+                               void *payload, double deadline, rf_err_t *err)
 {
     int T = rf_topology_trainer_size(tr->topo);
-    int peers[RF_MAX_OWNERS * 4], npeers = 0;
-    MPI_Request reqs[RF_MAX_OWNERS * 4];
-    uint64_t offs[RF_MAX_OWNERS * 4], off = 0;
+    int peers[RF_XFER_GATHER_MAX_PEERS], npeers = 0;
+    uint64_t offs[RF_XFER_GATHER_MAX_PEERS], off = 0;
     double t0 = rf_time_now();
     /* peers of this chunk: every other copy of record with a non-empty part */
     for (size_t k = 0; k < c->piece_count; k++) {
@@ -785,28 +763,27 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
             bool seen = own[o].rank == tr->me.world_rank;
             for (int q = 0; q < npeers && !seen; q++)
                 seen = peers[q] == own[o].rank;
-            if (!seen && piece_part(&own[o].reg, pc, &part) && npeers < RF_MAX_OWNERS * 4)
+            if (!seen && piece_part(&own[o].reg, pc, &part) && npeers < RF_XFER_GATHER_MAX_PEERS)
                 peers[npeers++] = own[o].rank;
         }
     }
-    uint64_t sizes[RF_MAX_OWNERS * 4];
-    const bool wire = tr->wire_recv != NULL;
+    uint64_t sizes[RF_XFER_GATHER_MAX_PEERS];
     for (int q = 0; q < npeers; q++) {
         uint64_t b = contribution_bytes(tr, c, peers[q]);
-        if (off + b > tr->gather_cap || peers[q] < 0 || peers[q] >= T) {
-            if (!wire)
-                gather_cancel(tr, reqs, peers, q);
+        if (off + b > tr->gather_cap || peers[q] < 0 || peers[q] >= T)
             return rf_err_set(err, RF_ERR_INTERNAL,
                               "trainer: gather of chunk %u: bad owner rank %d or overflow",
                               c->seq, peers[q]);
-        }
         offs[q] = off;
         sizes[q] = b;
-        if (!wire)
-            MPI_Irecv(tr->gather_buf + off, (int)b, MPI_BYTE, peers[q],
-                      gather_tag(update, c->seq), tr->comm, &reqs[q]);
         off += b;
     }
+    if (npeers > 0 && tr->gather == NULL)
+        return rf_err_set(err, RF_ERR_STATE, "trainer rank %d: chunk %u needs the stage gather "
+                          "(rf_trainer_attach)", tr->me.world_rank, c->seq);
+    if (npeers > 0)
+        RF_CHECK(rf_xfer_gather_recv(tr->gather, update, c->seq, peers, sizes, npeers,
+                                     tr->gather_buf, err));
     /* own parts while the peers' parts travel */
     for (size_t k = 0; k < c->piece_count; k++) {
         if (!piece_on(tr, c->piece_begin + k))
@@ -824,19 +801,11 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
         double tw = rf_time_now();
         rf_err_t e;
         rf_err_clear(&e);
-        rf_status_t st = wire ? tr->wire_recv(tr->wire_ctx, peers, sizes, npeers,
-                                                tr->gather_buf, deadline, &e)
-                              : rf_ctl_wait(ctl, reqs, npeers, deadline, &e);
+        rf_status_t st = rf_xfer_gather_wait(tr->gather, deadline, &e);
         tr->stats.gather_s += rf_time_now() - tw;
-        if (st != RF_OK) {
-            /* parts still missing: cancel (a receive that matched counts for the drain) */
-            if (!wire)
-                gather_cancel(tr, reqs, peers, npeers);
+        if (st != RF_OK)
             return rf_err_set(err, st, "trainer rank %d: gathering chunk %u from %d rank(s): %s",
                               tr->me.world_rank, c->seq, npeers, e.msg);
-        }
-        for (int q = 0; q < npeers && !wire; q++)
-            tr->gather_recv[peers[q]]++;
         tr->stats.bytes_gathered += off;
         tr->stats.gather_msgs += (uint64_t)npeers;
     }
@@ -872,33 +841,13 @@ static bool is_contributor(const rf_trainer_t *tr, const rf_rank_info_t *me)
     return me->role == RF_ROLE_TRAINER && me->p < tr->plan->n_stages && me->world_rank != sender;
 }
 
-/* Frees the buffers of completed contributor sends, compacting the in-flight list. */
-static void out_reap(rf_trainer_t *tr)
-{
-    int k = 0;
-    for (int i = 0; i < tr->n_out; i++) {
-        if (tr->out_reqs[i] == MPI_REQUEST_NULL) {
-            free(tr->out_bufs[i]);
-            continue;
-        }
-        tr->out_reqs[k] = tr->out_reqs[i];
-        tr->out_bufs[k++] = tr->out_bufs[i];
-    }
-    for (int i = k; i < tr->n_out; i++) {
-        tr->out_reqs[i] = MPI_REQUEST_NULL;
-        tr->out_bufs[i] = NULL;
-    }
-    tr->n_out = k;
-}
-
 void rf_trainer_begin(rf_trainer_t *tr)
 {
-    tr->gather_posted = 0;
-    if (tr->gather_recv != NULL)
-        memset(tr->gather_recv, 0, (size_t)rf_topology_trainer_size(tr->topo) * sizeof(uint64_t));
+    if (tr->gather != NULL)
+        rf_xfer_gather_begin(tr->gather);
 }
 
-rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, int buffers,
+rf_status_t rf_trainer_contribute(rf_trainer_t *tr, uint32_t update, int buffers,
                                   double deadline, rf_err_t *err)
 {
     int sender = rf_topology_trainer_rank(tr->topo, 0, 0, 0, tr->stage);
@@ -906,32 +855,17 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
     rf_status_t st = RF_OK;
     if (!is_contributor(tr, &tr->me))
         return RF_OK;
-    if (buffers < 1)
-        buffers = 1;
-    if (buffers > 16)
-        buffers = 16;
+    if (tr->gather == NULL)
+        return rf_err_set(err, RF_ERR_STATE, "trainer rank %d: no stage gather "
+                          "(rf_trainer_attach)", tr->me.world_rank);
     /* sends of an earlier update never drained: complete them first (under this deadline) */
-    if (tr->n_out > 0) {
-        RF_CHECK(rf_ctl_wait(ctl, tr->out_reqs, tr->n_out, deadline, err));
-        out_reap(tr);
-    }
+    RF_CHECK(rf_xfer_gather_settle(tr->gather, 0, deadline, err));
     sr = &tr->plan->stages[tr->stage];
     for (uint32_t k = 0; k < sr->chunk_count; k++) {
         const rf_chunk_t *c = &tr->plan->chunks[sr->chunk_begin + k];
         uint64_t b = contribution_bytes(tr, c, tr->me.world_rank);
         if (b == 0)
             continue;
-        if (tr->n_out == buffers) { /* oldest message done before its buffer is reused */
-            rf_err_t e;
-            rf_err_clear(&e);
-            st = rf_ctl_wait(ctl, &tr->out_reqs[0], 1, deadline, &e);
-            if (st != RF_OK)
-                return rf_err_set(err, st,
-                                  "trainer rank %d: sending gather parts of stage %d to rank "
-                                  "%d: %s",
-                                  tr->me.world_rank, tr->stage, sender, e.msg);
-            out_reap(tr);
-        }
         if (tr->fault_skip_seq >= 0 && (int64_t)c->seq >= tr->fault_skip_seq) {
             /* test hook: the first part at or after the seq is never sent */
             rf_warn("fault: trainer rank %d skips its gather part of chunk %u (update %u)",
@@ -961,152 +895,52 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t upda
             memcpy(w, tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, nb);
             w += nb;
         }
-        if (tr->wire_send != NULL) {
-            /* the gather wire (nccl): returns once the message is on its way, msg reusable */
-            rf_err_t e;
-            rf_err_clear(&e);
-            st = tr->wire_send(tr->wire_ctx, sender, msg, b, deadline, &e);
-            free(msg);
-            if (st != RF_OK)
-                return rf_err_set(err, st, "trainer rank %d: %s", tr->me.world_rank, e.msg);
-            continue;
-        }
-        tr->out_bufs[tr->n_out] = msg;
-        MPI_Isend(msg, (int)b, MPI_BYTE, sender, gather_tag(update, c->seq), tr->comm,
-                  &tr->out_reqs[tr->n_out]);
-        tr->n_out++;
-        tr->gather_posted++;
-    }
-    if (tr->n_out > 0) {
-        /* on error the sends stay in tr->out_reqs: rf_trainer_drain completes them */
         rf_err_t e;
         rf_err_clear(&e);
-        st = rf_ctl_wait(ctl, tr->out_reqs, tr->n_out, deadline, &e);
-        if (st == RF_OK)
-            out_reap(tr);
-        else
-            rf_err_set(err, st, "trainer rank %d: sending gather parts of stage %d to rank %d: %s",
-                       tr->me.world_rank, tr->stage, sender, e.msg);
+        /* the gather takes msg: MPI posts it (at most `buffers` in flight); a transport's own
+         * gather returns once it is on its way */
+        st = rf_xfer_gather_send(tr->gather, update, c->seq, sender, msg, b, buffers, deadline,
+                                 &e);
+        if (st != RF_OK)
+            return rf_err_set(err, st, "trainer rank %d: %s", tr->me.world_rank, e.msg);
     }
+    /* on error the sends stay in flight: rf_trainer_drain completes them */
+    rf_err_t e;
+    rf_err_clear(&e);
+    st = rf_xfer_gather_settle(tr->gather, 0, deadline, &e);
+    if (st != RF_OK)
+        rf_err_set(err, st, "trainer rank %d: sending gather parts of stage %d to rank %d: %s",
+                   tr->me.world_rank, tr->stage, sender, e.msg);
     return st;
 }
 
-typedef struct req_ctx {
-    MPI_Request *reqs;
-    int n;
-} req_ctx_t;
-
-static int reqs_test(void *vctx, rf_err_t *err)
+rf_status_t rf_trainer_drain(rf_trainer_t *tr, uint32_t update, double deadline, rf_err_t *err)
 {
-    req_ctx_t *c = vctx;
-    int flag = 0;
-    if (c->n == 0)
-        return 1;
-    if (MPI_Testall(c->n, c->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-        return rf_err_set(err, RF_ERR_MPI, "trainer drain: MPI_Testall failed");
-    return flag;
-}
-
-typedef struct gdrain_ctx {
-    rf_trainer_t *tr;
-    int src;
-} gdrain_ctx_t;
-
-/* One stale gather message from src, if one is waiting: received into scratch. */
-static int gdrain_test(void *vctx, rf_err_t *err)
-{
-    gdrain_ctx_t *d = vctx;
-    int found = 0, count = 0;
-    MPI_Message m;
-    MPI_Status s;
-    if (MPI_Improbe(d->src, MPI_ANY_TAG, d->tr->comm, &found, &m, &s) != MPI_SUCCESS)
-        return rf_err_set(err, RF_ERR_MPI, "trainer drain: MPI_Improbe failed");
-    if (!found)
-        return 0;
-    MPI_Get_count(&s, MPI_BYTE, &count);
-    char *scratch = malloc((size_t)count + 1);
-    if (scratch == NULL)
-        return rf_err_set(err, RF_ERR_NOMEM, "trainer drain: out of memory");
-    int rc = MPI_Mrecv(scratch, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-    free(scratch);
-    if (rc != MPI_SUCCESS)
-        return rf_err_set(err, RF_ERR_MPI, "trainer drain: MPI_Mrecv failed");
-    return 1;
-}
-
-rf_status_t rf_trainer_drain(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, double deadline,
-                             rf_err_t *err)
-{
-    rf_err_t e;
-    rf_err_clear(&e);
     int T = rf_topology_trainer_size(tr->topo);
-    if (is_contributor(tr, &tr->me)) {
-        int sender = rf_topology_trainer_rank(tr->topo, 0, 0, 0, tr->stage);
-        uint64_t *posted = malloc(sizeof(uint64_t));
-        MPI_Request creq;
-        if (posted == NULL)
-            return rf_err_set(err, RF_ERR_NOMEM, "trainer drain: out of memory");
-        *posted = tr->gather_posted;
-        MPI_Isend(posted, 1, MPI_UINT64_T, sender, RF_TRAINER_COUNT_TAG(update), tr->comm,
-                  &creq);
-        req_ctx_t c = {&creq, 1};
-        rf_status_t st = rf_ctl_wait_fn(ctl, reqs_test, &c, deadline, RF_CTL_WAIT_NO_ABORT, &e);
-        if (st == RF_OK) {
-            c.reqs = tr->out_reqs;
-            c.n = tr->n_out;
-            st = rf_ctl_wait_fn(ctl, reqs_test, &c, deadline, RF_CTL_WAIT_NO_ABORT, &e);
-        }
-        if (st != RF_OK) {
-            if (creq != MPI_REQUEST_NULL)
-                MPI_Request_free(&creq); /* wait no more; `posted` may still be read: leaked */
-            else
-                free(posted);
-            return rf_err_set(err, st,
-                              "trainer drain: rank %d: %d gather send(s) to rank %d still "
-                              "outstanding: %s",
-                              tr->me.world_rank, tr->n_out, sender,
-                              st == RF_ERR_TIMEOUT ? "deadline expired" : e.msg);
-        }
-        free(posted);
-        out_reap(tr);
-        tr->gather_posted = 0;
+    int sender = rf_topology_trainer_rank(tr->topo, 0, 0, 0, tr->stage);
+    if (tr->gather == NULL)
+        return RF_OK; /* never attached: no gather message was ever posted */
+    if (is_contributor(tr, &tr->me))
+        return rf_xfer_gather_drain(tr->gather, update, sender, NULL, 0, NULL, deadline, err);
+    if (!tr->sender)
         return RF_OK;
-    }
-    if (!tr->sender || tr->gather_recv == NULL)
-        return RF_OK;
+    int *contributors = malloc(((size_t)T + 1) * sizeof(int)), n = 0;
     uint64_t drained = 0;
+    if (contributors == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "trainer drain: out of memory");
     for (int r = 0; r < T; r++) {
         rf_rank_info_t info;
-        if (rf_topology_rank_info(tr->topo, r, &info) != RF_OK || info.p != tr->stage ||
-            !is_contributor(tr, &info))
-            continue;
-        uint64_t posted = 0;
-        MPI_Request creq;
-        MPI_Irecv(&posted, 1, MPI_UINT64_T, r, RF_TRAINER_COUNT_TAG(update), tr->comm, &creq);
-        req_ctx_t c = {&creq, 1};
-        rf_status_t st = rf_ctl_wait_fn(ctl, reqs_test, &c, deadline, RF_CTL_WAIT_NO_ABORT, &e);
-        if (st != RF_OK) {
-            rf_ctl_cancel_recvs(&creq, 1);
-            return rf_err_set(err, st, "trainer drain: no gather count from rank %d: %s", r,
-                              st == RF_ERR_TIMEOUT ? "deadline expired" : e.msg);
-        }
-        while (tr->gather_recv[r] < posted) {
-            gdrain_ctx_t d = {tr, r};
-            st = rf_ctl_wait_fn(ctl, gdrain_test, &d, deadline, RF_CTL_WAIT_NO_ABORT, &e);
-            if (st != RF_OK)
-                return rf_err_set(err, st,
-                                  "trainer drain: %" PRIu64 " of %" PRIu64 " gather messages "
-                                  "from rank %d still missing: %s",
-                                  posted - tr->gather_recv[r], posted, r,
-                                  st == RF_ERR_TIMEOUT ? "deadline expired" : e.msg);
-            tr->gather_recv[r]++;
-            drained++;
-        }
+        if (rf_topology_rank_info(tr->topo, r, &info) == RF_OK && info.p == tr->stage &&
+            is_contributor(tr, &info))
+            contributors[n++] = r;
     }
-    if (drained)
+    rf_status_t st = rf_xfer_gather_drain(tr->gather, update, sender, contributors, n, &drained,
+                                          deadline, err);
+    free(contributors);
+    if (st == RF_OK && drained)
         rf_info("trainer rank %d: drained %" PRIu64 " stale gather message(s) of update %u",
                 tr->me.world_rank, drained, update);
-    return RF_OK;
+    return st;
 }
 
 /* rect inside this rank's shard of entry, else RF_ERR_INVALID naming it. */
@@ -1125,8 +959,9 @@ static rf_status_t rect_check(const rf_trainer_t *tr, int entry, const rf_region
     return RF_OK;
 }
 
-rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
-                                 void *dst, rf_err_t *err)
+/* Rectangle `rect` of entry (inside this rank's shard) to host dst, rows packed contiguously. */
+static rf_status_t copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
+                             void *dst, rf_err_t *err)
 {
     RF_CHECK(rect_check(tr, entry, rect, err));
     const rf_region_t *reg = &tr->reg[entry];
@@ -1140,8 +975,9 @@ rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_reg
     return RF_OK;
 }
 
-rf_status_t rf_trainer_rect_rows(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
-                                 void *dst, rf_accel_rows_t *out, rf_err_t *err)
+/* The same copy on a device, as byte rows for the accelerator's copy_rows_batch. Pure. */
+static rf_status_t rect_rows(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
+                             void *dst, rf_accel_rows_t *out, rf_err_t *err)
 {
     RF_CHECK(rect_check(tr, entry, rect, err));
     const rf_region_t *reg = &tr->reg[entry];
@@ -1161,8 +997,10 @@ rf_status_t rf_trainer_rect_rows(const rf_trainer_t *tr, int entry, const rf_reg
     return RF_OK;
 }
 
-rf_status_t rf_trainer_pack_rows(const rf_trainer_t *tr, const rf_chunk_t *c, void *payload,
-                                 rf_accel_rows_t *out, rf_err_t *err)
+/* Broadcast on a device: every piece of chunk c at its payload offset as byte rows, out[k] for
+ * piece k; each piece must be whole rows of this rank's own shard. Pure. */
+static rf_status_t pack_rows(const rf_trainer_t *tr, const rf_chunk_t *c, void *payload,
+                             rf_accel_rows_t *out, rf_err_t *err)
 {
     for (size_t k = 0; k < c->piece_count; k++) {
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
@@ -1176,8 +1014,33 @@ rf_status_t rf_trainer_pack_rows(const rf_trainer_t *tr, const rf_chunk_t *c, vo
                               "trainer rank %d: chunk %u: %s is not whole rows in its own shard "
                               "(a stage gather is needed: pack on the host)",
                               tr->me.world_rank, c->seq, tr->man->entries[ei].name);
-        RF_CHECK(rf_trainer_rect_rows(tr, ei, &rect, (char *)payload + pc->offset, &out[k],
-                                      err));
+        RF_CHECK(rect_rows(tr, ei, &rect, (char *)payload + pc->offset, &out[k], err));
     }
     return RF_OK;
+}
+
+/* p2p: each piece's rows of its rectangle (req->rects[piece item]), host or device. */
+static rf_status_t pack_rects(const rf_trainer_t *tr, const rf_pack_req_t *q, rf_err_t *err)
+{
+    bool dev = q->mem == RF_PACK_DEVICE;
+    for (size_t k = 0; k < q->chunk->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &q->pieces[k];
+        const rf_p2p_rect_t *r = &q->rects[pc->item];
+        rf_region_t part = r->reg;
+        part.r0 = r->reg.r0 + (int64_t)pc->row_begin;
+        part.r1 = r->reg.r0 + (int64_t)pc->row_end;
+        char *dst = (char *)q->payload + pc->offset;
+        RF_CHECK(dev ? rect_rows(tr, r->entry, &part, dst, &q->rows[k], err)
+                     : copy_rect(tr, r->entry, &part, dst, err));
+    }
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_pack(rf_trainer_t *tr, const rf_pack_req_t *req, rf_err_t *err)
+{
+    if (req->rects != NULL)
+        return pack_rects(tr, req, err);
+    if (req->mem == RF_PACK_DEVICE)
+        return pack_rows(tr, req->chunk, req->payload, req->rows, err);
+    return pack_gather(tr, req->update, req->chunk, req->payload, req->deadline, err);
 }

@@ -8,7 +8,8 @@
  * transport; this is the one file that names them all.
  *
  * The nccl table is an adapter over include/refit/transport_nccl.h (rf_xfer_nccl_run, the
- * state teardown), valid for the real transport and for the stub built without CUDA / NCCL.
+ * state teardown, the stage gather on its trainer-only communicators), valid for the real
+ * transport and for the stub built without CUDA / NCCL.
  */
 #include <stddef.h>
 #include <string.h>
@@ -82,6 +83,12 @@ static rf_status_t nccl_drain(rf_xfer_t *x, const uint64_t *posted_from, double 
     return RF_OK;
 }
 
+/* The stage gather on the stage's trainer-only gather communicator, where this rank has one. */
+static int nccl_gather_has(const rf_xfer_t *x, int stage)
+{
+    return rf_xfer_nccl_has_gather(x, stage);
+}
+
 static const rf_xfer_ops_t nccl_xfer_ops = {
     .name = "nccl",
     .wire = "mpi",
@@ -91,6 +98,9 @@ static const rf_xfer_ops_t nccl_xfer_ops = {
     .send = nccl_send,
     .recv = nccl_recv,
     .drain = nccl_drain,
+    .gather_has = nccl_gather_has,
+    .gather_recv = rf_xfer_nccl_gather_recv,
+    .gather_send = rf_xfer_nccl_gather_send,
 };
 
 /* ---- chunk transports -------------------------------------------------------------------- */

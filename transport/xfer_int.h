@@ -70,6 +70,26 @@ struct rf_xfer_ops {
      * (rf_xfer_drain_messages). */
     rf_status_t (*drain)(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
                          rf_err_t *err);
+    /* ---- the stage gather (optional) ---- */
+    /* A transport's own stage gather (include/refit/transport.h, "the stage gather"). Set
+     * gather_recv and gather_send both, or neither: NULL is the MPI gather on the trainer-only
+     * communicator (gather_mpi.c). Called by gather_mpi.c only.
+     *   gather_has: whether this rank takes part in `stage`'s own gather (NULL: always); when
+     *     not, its gather is the MPI one.
+     *   gather_recv (stage sender): n messages of one chunk, bytes[q] from world rank
+     *     peers[q], back to back into host dst; returns once they are in place.
+     *   gather_send (contributor): one message from host src to world rank `sender`; returns
+     *     once src is reusable.
+     * Every wait polls ABORT and the deadline. What the drain after a FAILED update needs of
+     * them: nothing. Their messages are not counted, and the transport's own failure path
+     * resets what is left in flight (nccl: rf_xfer_nccl_fail aborts the communicators, the
+     * next begin re-creates them); the MPI count exchange of rf_xfer_gather_drain runs all
+     * the same, with zero counts. */
+    int (*gather_has)(const rf_xfer_t *x, int stage);
+    rf_status_t (*gather_recv)(rf_xfer_t *x, int stage, const int *peers, const uint64_t *bytes,
+                               int n, void *dst, double deadline, rf_err_t *err);
+    rf_status_t (*gather_send)(rf_xfer_t *x, int stage, int sender, const void *src,
+                               uint64_t bytes, double deadline, rf_err_t *err);
 };
 
 /* ---- the registry (transport_registry.c) ---------------------------------------------- */

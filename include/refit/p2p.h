@@ -41,13 +41,8 @@
 extern "C" {
 #endif
 
-/* One rectangle of one manifest entry, from `sender` to the receiver. */
-typedef struct rf_p2p_rect {
-    int entry;      /* manifest entry */
-    int tensor;     /* inventory tensor */
-    int sender;     /* trainer world rank */
-    rf_region_t reg;
-} rf_p2p_rect_t;
+/* rf_p2p_rect_t, one rectangle of one manifest entry from `sender` to the receiver, is the
+ * trainer's (include/refit/trainer.h): what its pack reads. */
 
 /* One rollout rank's schedule. */
 typedef struct rf_p2p_recv {

@@ -4,7 +4,10 @@
  * Every trainer rank produces only its own shard of each tensor of its stage (generator or
  * checkpoint reader, reading only its bytes), in checkpoint layout. The broadcast sender of
  * stage p (t = 0, c = 0, d = 0) gathers the rest of its stage from the other copies of record
- * over a trainer-only communicator, chunk by chunk, and packs full tensors into chunks.
+ * chunk by chunk, through the stage gather of the job's transport (rf_trainer_attach; the
+ * MPI one on the trainer-only communicator unless the transport has its own), and packs full
+ * tensors into chunks. One entry packs every chunk a trainer sends (rf_trainer_pack:
+ * broadcast or p2p, host or device payload).
  *
  * Shard regions (rows along dim 0; columns = elements within a row):
  *   replicated: everything (copy of record on t = 0);
@@ -23,11 +26,11 @@
 
 #include "refit/accel.h"
 #include "refit/chunk.h"
-#include "refit/control.h"
 #include "refit/manifest.h"
 #include "refit/model.h"
 #include "refit/safetensors.h"
 #include "refit/topology.h"
+#include "refit/transport.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +42,15 @@ extern "C" {
 typedef struct rf_region {
     int64_t r0, r1, c0, c1;
 } rf_region_t;
+
+/* One rectangle of one manifest entry, from `sender` to one receiver: a p2p piece's source
+ * (the p2p schedule, include/refit/p2p.h, lists them per receiver). */
+typedef struct rf_p2p_rect {
+    int entry;      /* manifest entry */
+    int tensor;     /* inventory tensor */
+    int sender;     /* trainer world rank */
+    rf_region_t reg;
+} rf_p2p_rect_t;
 
 typedef struct rf_owner {
     int rank; /* world rank of a copy of record */
@@ -87,28 +99,13 @@ typedef struct rf_trainer {
     char *gather_buf;            /* sender: per-chunk staging for peers' parts (owned) */
     uint64_t gather_cap;
     rf_trainer_stats_t stats;
-    /* gather bookkeeping of the current update, for rf_trainer_drain */
-    uint64_t *gather_recv;       /* sender: [T] gather messages matched per trainer rank */
-    uint64_t gather_posted;      /* contributor: gather messages posted to the sender */
-    MPI_Request out_reqs[16];    /* contributor: sends in flight (MPI_REQUEST_NULL when done) */
-    char *out_bufs[16];          /* their buffers (owned) */
-    int n_out;
+    rf_xfer_gather_t *gather;    /* the stage gather on the job's transport (owned; NULL
+                                    until rf_trainer_attach) */
     int64_t fault_skip_seq;      /* test hook: contributor skips its part of this chunk (-1) */
     bool buf_borrowed;           /* buf[] points into an arena (rf_trainer_use_arena) */
     const uint8_t *gathered;     /* optional [plan->n_pieces]: 0 = nobody reads this piece
                                     from the packed chunk (ipc: read in place), so it is not
                                     gathered nor packed; borrowed */
-    /* Optional gather wire (nccl transport: the stage's trainer-only NCCL communicator,
-     * rf_xfer_nccl_gather_recv / _send); NULL: MPI point-to-point on comm. recv: the n
-     * messages of one chunk, bytes[q] from world rank peers[q], back to back into dst; send:
-     * one message to the stage sender. Both return once the bytes are in place. The MPI drain
-     * has nothing to do for them (the nccl transport aborts and re-creates its communicators
-     * after a FAILED update). */
-    rf_status_t (*wire_recv)(void *ctx, const int *peers, const uint64_t *bytes, int n,
-                               void *dst, double deadline, rf_err_t *err);
-    rf_status_t (*wire_send)(void *ctx, int sender, const void *src, uint64_t bytes,
-                               double deadline, rf_err_t *err);
-    void *wire_ctx;
 } rf_trainer_t;
 
 /*
@@ -135,6 +132,10 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
                             rf_err_t *err);
 void rf_trainer_free(rf_trainer_t *tr);
 
+/* The stage gather of this rank on x's transport (rf_xfer_gather_create on comm; x borrowed,
+ * must outlive tr): call once, after rf_xfer_create, before the first update. Local. */
+rf_status_t rf_trainer_attach(rf_trainer_t *tr, rf_xfer_t *x, rf_err_t *err);
+
 /* Checks this rank's source against the manifest at update begin (names, dtypes, shapes;
  * bf16 sources of quantized tensors by their logical shape). Not collective. */
 rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *err);
@@ -156,56 +157,56 @@ struct rf_accel;
 rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, struct rf_accel *ax,
                                       void *dev_base, const void *host_base, rf_err_t *err);
 
-/* Stage sender: packs chunk `c` into payload, gathering other copies of record's parts
- * (waits under the deadline, polling ABORT through ctl). With tr->gathered, only the pieces
- * it marks (the other pieces' bytes in payload are left as they were). */
-rf_status_t rf_trainer_pack(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update,
-                            const rf_chunk_t *c, void *payload, double deadline, rf_err_t *err);
+/*
+ * One pack: what the chunk transport's pack callback (rf_xfer_pack_fn) asks of a trainer.
+ *   broadcast (rects NULL): the stage sender packs chunk `chunk` of tr->plan, every piece at
+ *     its payload offset, gathering other copies of record's parts through the stage gather
+ *     (waits under the deadline, polling ABORT). With tr->gathered, only the pieces it marks
+ *     (the other pieces' bytes in payload are left as they were).
+ *   p2p (rects: the receiver's rectangles, piece item k = rects[k]): each piece's rows of its
+ *     rectangle, from this rank's own shard, packed contiguously ((c1 - c0) elements a row)
+ *     at its payload offset; RF_ERR_INVALID naming the tensor when one is not inside it.
+ *   mem RF_PACK_DEVICE (shards given to rf_trainer_use_arena are device memory, payload the
+ *     device chunk buffer): nothing is copied; rows[k] gets piece k's copy as byte rows for
+ *     the accelerator's copy_rows_batch (the caller launches them and waits before the
+ *     payload is sent). Broadcast: each piece must be whole rows of this rank's own shard (a
+ *     stage that needs a gather packs on the host): RF_ERR_INTERNAL naming the tensor.
+ * Returns RF_OK or the error, err set.
+ */
+typedef enum rf_pack_mem { RF_PACK_HOST = 0, RF_PACK_DEVICE = 1 } rf_pack_mem_t;
+
+typedef struct rf_pack_req {
+    uint32_t update;
+    const rf_chunk_t *chunk;
+    const rf_chunk_piece_t *pieces; /* [chunk->piece_count] (p2p; broadcast reads tr->plan) */
+    const rf_p2p_rect_t *rects;     /* p2p: the receiver's rectangles; NULL: broadcast */
+    void *payload;
+    rf_pack_mem_t mem;
+    rf_accel_rows_t *rows;          /* RF_PACK_DEVICE: [chunk->piece_count], caller-owned */
+    double deadline;                /* absolute: the stage gather's waits */
+} rf_pack_req_t;
+
+rf_status_t rf_trainer_pack(rf_trainer_t *tr, const rf_pack_req_t *req, rf_err_t *err);
 
 /* Non-sender copies of record: send this rank's parts of every chunk of its stage to the
- * stage sender (at most `buffers` messages in flight). */
-rf_status_t rf_trainer_contribute(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, int buffers,
+ * stage sender through the stage gather (at most `buffers` messages in flight). */
+rf_status_t rf_trainer_contribute(rf_trainer_t *tr, uint32_t update, int buffers,
                                   double deadline, rf_err_t *err);
-
-/* p2p: copies rectangle `rect` of manifest entry `entry` (inside this rank's own shard) to dst,
- * rows packed contiguously ((c1 - c0) elements each). RF_ERR_INVALID when it is not inside the
- * shard. Local. */
-rf_status_t rf_trainer_copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
-                                 void *dst, rf_err_t *err);
-
-/*
- * Device-resident shards (buf[] given to rf_trainer_use_arena are device memory): the copies
- * that pack onto a device payload, as byte rows for the accelerator's copy_rows_batch (the
- * caller launches them and waits before the payload is sent).
- *   rf_trainer_rect_rows: rectangle `rect` of entry (inside this rank's shard, else
- *     RF_ERR_INVALID) to dst, rows packed contiguously, as rf_trainer_copy_rect does on the host.
- *   rf_trainer_pack_rows: every piece of chunk c (broadcast) at its payload offset, out[k] for
- *     piece k (c->piece_count entries, caller-owned); each piece's rows must be whole rows of
- *     this rank's own shard (a stage that needs a gather packs on the host): RF_ERR_INTERNAL
- *     naming the tensor otherwise.
- * Pure (no device access). */
-rf_status_t rf_trainer_rect_rows(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
-                                 void *dst, rf_accel_rows_t *out, rf_err_t *err);
-rf_status_t rf_trainer_pack_rows(const rf_trainer_t *tr, const rf_chunk_t *c, void *payload,
-                                 rf_accel_rows_t *out, rf_err_t *err);
 
 /* Starts an update's gather bookkeeping (every trainer rank, before rf_ctl_agree). Local. */
 void rf_trainer_begin(rf_trainer_t *tr);
 
 /*
  * After a FAILED verdict, on every trainer rank: leaves the trainer-only communicator clean
- * for the next update. Each contributor tells its stage sender how many gather messages it
- * posted this update (tag RF_TRAINER_COUNT_TAG) and completes its sends; the sender cancels
- * what it still had posted, then receives (into scratch) posted - matched messages from each
- * contributor. Every wait ends at `deadline` (absolute; ABORT is not polled: the failure is
- * already known). Collective over each stage's copies of record. Returns RF_OK, or
- * RF_ERR_TIMEOUT naming the rank and how many messages were missing; RF_ERR_MPI, RF_ERR_NOMEM.
+ * for the next update (rf_xfer_gather_drain). Each contributor tells its stage sender how
+ * many gather messages it posted this update (tag RF_XFER_GATHER_COUNT_TAG) and completes its
+ * sends; the sender, whose failed waits cancelled what it still had posted, receives (into
+ * scratch) posted - matched messages from each contributor. Every wait ends at `deadline`
+ * (absolute; ABORT is not polled: the failure is already known). Collective over each
+ * stage's copies of record. Returns RF_OK, or RF_ERR_TIMEOUT naming the rank and how many
+ * messages were missing; RF_ERR_MPI, RF_ERR_NOMEM.
  */
-rf_status_t rf_trainer_drain(rf_trainer_t *tr, rf_ctl_t *ctl, uint32_t update, double deadline,
-                             rf_err_t *err);
-
-/* Tag of the drain's count message (above every gather tag, (update mod 8) << 20 | seq). */
-#define RF_TRAINER_COUNT_TAG(update) ((int)((1u << 23) | ((update) & 7u)))
+rf_status_t rf_trainer_drain(rf_trainer_t *tr, uint32_t update, double deadline, rf_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -412,6 +412,105 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
 rf_status_t rf_xfer_drain(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
                           rf_err_t *err);
 
+/* ---- the stage gather (broadcast mode; DESIGN.md section 6) ------------------------------ */
+
+/*
+ * A broadcast stage sender packs whole tensors, so it gathers the parts its stage's other
+ * copies of record hold: per chunk, each contributor sends it one message (its parts of the
+ * chunk's pieces, back to back) and the sender receives the chunk's messages into one buffer.
+ * The gather belongs to the transport: one with its own (nccl: the stage's trainer-only
+ * gather communicator, the rf_xfer_ops_t gather entries) carries it; every other (mpi, ipc,
+ * nccl on a stage without a gather communicator) gets the MPI gather (transport/gather_mpi.c):
+ * point-to-point on the trainer-only communicator, tag RF_XFER_GATHER_TAG(update, seq), each
+ * message counted (received per peer on the sender, posted on a contributor) so that
+ * rf_xfer_gather_drain leaves the communicator clean after a FAILED update. A transport's own
+ * gather counts nothing: its failure path resets it (nccl aborts and re-creates its
+ * communicators); the drain's count exchange runs all the same (zero counts).
+ *
+ * One rf_xfer_gather_t per trainer rank, for the whole job:
+ *   rf_xfer_gather_create                       after rf_xfer_create (the transport decides);
+ *   rf_xfer_gather_begin                        every update, before rf_ctl_agree;
+ *   sender:      rf_xfer_gather_recv (posts one chunk's receives), then, its own parts
+ *                copied meanwhile, rf_xfer_gather_wait;
+ *   contributor: rf_xfer_gather_send per chunk (at most `window` in flight), then
+ *                rf_xfer_gather_settle to complete them;
+ *   on FAILED:   rf_xfer_gather_drain on the stage's copies of record.
+ * Every wait runs through x's control channel (ABORT + deadline; the drain does not poll
+ * ABORT).
+ */
+/* Tag of a gather message of chunk `seq` (MPI gather). */
+#define RF_XFER_GATHER_TAG(update, seq) ((int)((((update) & 7u) << 20) | ((seq) & 0xfffffu)))
+/* Tag of the drain's count message (above every gather tag). */
+#define RF_XFER_GATHER_COUNT_TAG(update) ((int)((1u << 23) | ((update) & 7u)))
+/* Most messages one chunk's gather receives, and most contributor sends in flight. */
+#define RF_XFER_GATHER_MAX_PEERS 256
+#define RF_XFER_GATHER_MAX_SENDS 16
+
+typedef struct rf_xfer_gather rf_xfer_gather_t;
+
+/*
+ * The stage gather of this trainer rank (world rank `rank`, stage `stage`) on x's transport;
+ * comm: the trainer-only communicator of world ranks [0, nranks) (borrowed, as x; both must
+ * outlive the gather, which is destroyed before them). Local. RF_ERR_INVALID, RF_ERR_NOMEM.
+ */
+rf_status_t rf_xfer_gather_create(rf_xfer_t *x, MPI_Comm comm, int rank, int stage, int nranks,
+                                  rf_xfer_gather_t **g_p, rf_err_t *err);
+/* Local. Sends still in flight are released (their buffers leaked: a peer may still read
+ * them). NULL is fine. */
+void rf_xfer_gather_destroy(rf_xfer_gather_t *g);
+/* Starts an update's counting. Local. */
+void rf_xfer_gather_begin(rf_xfer_gather_t *g);
+
+/*
+ * Sender: posts the receives of chunk `seq`'s gather: n messages (n <= RF_XFER_GATHER_MAX_PEERS),
+ * bytes[q] from world rank peers[q], back to back into host dst (borrowed until
+ * rf_xfer_gather_wait returns; peers and bytes are copied). A transport's own gather receives
+ * in rf_xfer_gather_wait. Local. RF_ERR_INVALID (too many peers).
+ */
+rf_status_t rf_xfer_gather_recv(rf_xfer_gather_t *g, uint32_t update, uint32_t seq,
+                                const int *peers, const uint64_t *bytes, int n, void *dst,
+                                rf_err_t *err);
+/* Sender: waits until the posted messages are in dst. On an error the receives still posted
+ * are cancelled (one that matched counts as received for the drain) and the wait's status is
+ * returned with its message (RF_ERR_TIMEOUT, RF_ERR_PEER, the transport's). */
+rf_status_t rf_xfer_gather_wait(rf_xfer_gather_t *g, double deadline, rf_err_t *err);
+
+/*
+ * Contributor: sends msg[0..bytes) (malloc'd; the gather frees it) as its part of chunk `seq`
+ * to world rank `sender`. MPI gather: first completes the oldest sends while `window` (1 to
+ * RF_XFER_GATHER_MAX_SENDS) are in flight (an error: "sending gather parts of stage S to rank
+ * D: <the wait's>"), then posts it (counted); a transport's own gather returns once the
+ * message is on its way, or its error.
+ */
+rf_status_t rf_xfer_gather_send(rf_xfer_gather_t *g, uint32_t update, uint32_t seq, int sender,
+                                void *msg, uint64_t bytes, int window, double deadline,
+                                rf_err_t *err);
+/* Contributor: waits until at most `keep` sends are in flight (the oldest first; keep 0:
+ * all of them). On an error the sends stay in flight for rf_xfer_gather_drain. */
+rf_status_t rf_xfer_gather_settle(rf_xfer_gather_t *g, int keep, double deadline,
+                                  rf_err_t *err);
+
+/*
+ * After a FAILED verdict: leaves the trainer-only communicator clean for the next update.
+ * A contributor (contributors NULL) tells `sender` how many gather messages it posted this
+ * update (tag RF_XFER_GATHER_COUNT_TAG) and completes its sends; the sender receives the
+ * count of each of contributors[0..n) and then (into scratch) the messages it posted beyond
+ * those received, adding them to *drained_p. Every wait ends at `deadline` (absolute; ABORT
+ * is not polled). Pairs with the peers' drains. Returns RF_OK, RF_ERR_TIMEOUT naming the rank
+ * and how many messages were missing, RF_ERR_MPI, RF_ERR_NOMEM.
+ */
+rf_status_t rf_xfer_gather_drain(rf_xfer_gather_t *g, uint32_t update, int sender,
+                                 const int *contributors, int n, uint64_t *drained_p,
+                                 double deadline, rf_err_t *err);
+
+/*
+ * Tests only (REFIT_TEST_GATHER_WIRE=mpi): this rank's gather runs as a transport's own one
+ * does (a chunk's receives and each send complete in one call, nothing counted for the drain)
+ * but over MPI on comm with one tag, so that path runs in CI without GPUs. Ignored when the
+ * transport has its own. Local.
+ */
+void rf_xfer_gather_use_test_wire(rf_xfer_gather_t *g);
+
 #ifdef __cplusplus
 }
 #endif

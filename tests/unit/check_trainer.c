@@ -1,8 +1,8 @@
 /*
- * check_trainer: the device-pack copies of runtime/trainer.c (rf_trainer_pack_rows,
- * rf_trainer_rect_rows), run through the host accelerator's copy_rows_batch, against the host
- * pack (rf_trainer_pack) and the host rectangle copy (rf_trainer_copy_rect) byte for byte: the
- * arithmetic the nccl transport's resident trainers use on the GPU, checked on the CPU.
+ * check_trainer: the device packs of runtime/trainer.c (rf_trainer_pack with RF_PACK_DEVICE:
+ * broadcast chunks and p2p rectangles as copy descriptors), run through the host accelerator's
+ * copy_rows_batch, against the host packs (RF_PACK_HOST) byte for byte: the arithmetic the
+ * nccl transport's resident trainers use on the GPU, checked on the CPU.
  *
  *   pack_rows_*   every chunk of a one-rank stage (bf16 llama-tiny; wna16 MoE with int32
  *                 weight_packed, bf16 scales and weight_shape; fp8-block) at small chunks, so
@@ -103,7 +103,39 @@ static char *trainer_up(world_t *w, int rank, rf_trainer_t *tr)
     return arena;
 }
 
-/* Every chunk: rf_trainer_pack (host) == rf_trainer_pack_rows + copy_rows_batch (accel). */
+/* rf_trainer_pack of broadcast chunk ch: into host payload, or (rows) as device copies. */
+static rf_status_t pack_chunk(rf_trainer_t *tr, const rf_chunk_t *ch, void *payload,
+                              rf_accel_rows_t *rows, rf_err_t *err)
+{
+    rf_pack_req_t q = {.update = 1,
+                       .chunk = ch,
+                       .payload = payload,
+                       .mem = rows != NULL ? RF_PACK_DEVICE : RF_PACK_HOST,
+                       .rows = rows,
+                       .deadline = 1e30};
+    return rf_trainer_pack(tr, &q, err);
+}
+
+/* rf_trainer_pack of one p2p piece: rectangle r of entry e into dst (host), or (row) as its
+ * device copy. */
+static rf_status_t pack_rect(rf_trainer_t *tr, int e, const rf_region_t *r, void *dst,
+                             rf_accel_rows_t *row, rf_err_t *err)
+{
+    rf_p2p_rect_t rect = {.entry = e, .reg = *r};
+    rf_chunk_piece_t pc = {.item = 0, .row_begin = 0, .row_end = (uint64_t)(r->r1 - r->r0)};
+    rf_chunk_t ch = {.piece_count = 1};
+    rf_pack_req_t q = {.update = 1,
+                       .chunk = &ch,
+                       .pieces = &pc,
+                       .rects = &rect,
+                       .payload = dst,
+                       .mem = row != NULL ? RF_PACK_DEVICE : RF_PACK_HOST,
+                       .rows = row,
+                       .deadline = 1e30};
+    return rf_trainer_pack(tr, &q, err);
+}
+
+/* Every chunk: the host pack == the device pack's copies through copy_rows_batch (accel). */
 static void pack_rows_case(const char *model, const char *quant, uint64_t chunk_bytes)
 {
     world_t w;
@@ -125,9 +157,8 @@ static void pack_rows_case(const char *model, const char *quant, uint64_t chunk_
         const rf_chunk_t *ch = &w.plan->chunks[c];
         memset(host, 0x11, w.plan->chunk_bytes);
         memset(dev, 0x22, w.plan->chunk_bytes);
-        ck_assert_msg(rf_trainer_pack(&tr, NULL, 1, ch, host, 1e30, &err) == RF_OK, "%s",
-                      err.msg);
-        ck_assert_msg(rf_trainer_pack_rows(&tr, ch, dev, rows, &err) == RF_OK, "%s", err.msg);
+        ck_assert_msg(pack_chunk(&tr, ch, host, NULL, &err) == RF_OK, "%s", err.msg);
+        ck_assert_msg(pack_chunk(&tr, ch, dev, rows, &err) == RF_OK, "%s", err.msg);
         ck_assert_int_eq(ax->ops->copy_rows_batch(ax, rows, ch->piece_count, NULL), RF_OK);
         for (size_t k = 0; k < ch->piece_count; k++) {
             const rf_chunk_piece_t *pc = &w.plan->pieces[ch->piece_begin + k];
@@ -195,8 +226,8 @@ START_TEST(test_rect_rows)
         size_t n = (size_t)(r.r1 - r.r0) * (size_t)(r.c1 - r.c0) * es;
         char *a = malloc(n + 1), *b = malloc(n + 1);
         rf_accel_rows_t row;
-        ck_assert_int_eq(rf_trainer_copy_rect(&tr, i, &r, a, &err), RF_OK);
-        ck_assert_int_eq(rf_trainer_rect_rows(&tr, i, &r, b, &row, &err), RF_OK);
+        ck_assert_int_eq(pack_rect(&tr, i, &r, a, NULL, &err), RF_OK);
+        ck_assert_int_eq(pack_rect(&tr, i, &r, b, &row, &err), RF_OK);
         ck_assert_int_eq(ax->ops->copy_rows_batch(ax, &row, 1, NULL), RF_OK);
         ck_assert_msg(memcmp(a, b, n) == 0, "%s: rectangle differs", w.man.entries[i].name);
         colsplit += g->c0 > 0;
@@ -215,10 +246,10 @@ START_TEST(test_rect_rows)
     out.c0 -= 1;
     rf_accel_rows_t row;
     char buf[8];
-    ck_assert_int_eq(rf_trainer_rect_rows(&tr, e, &out, buf, &row, &err), RF_ERR_INVALID);
+    ck_assert_int_eq(pack_rect(&tr, e, &out, buf, &row, &err), RF_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, w.man.entries[e].name));
     rf_err_clear(&err);
-    ck_assert_int_eq(rf_trainer_copy_rect(&tr, e, &out, buf, &err), RF_ERR_INVALID);
+    ck_assert_int_eq(pack_rect(&tr, e, &out, buf, NULL, &err), RF_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "is not inside its shard"));
     /* a stage that needs a gather cannot be packed from one shard */
     rf_accel_rows_t *rows = calloc(w.plan->chunks[0].piece_count + 1, sizeof(*rows));
@@ -227,7 +258,7 @@ START_TEST(test_rect_rows)
     for (size_t c = 0; c < w.plan->n_chunks && st == RF_OK; c++) {
         free(rows);
         rows = calloc(w.plan->chunks[c].piece_count + 1, sizeof(*rows));
-        st = rf_trainer_pack_rows(&tr, &w.plan->chunks[c], buf, rows, &err);
+        st = pack_chunk(&tr, &w.plan->chunks[c], buf, rows, &err);
     }
     ck_assert_int_eq(st, RF_ERR_INTERNAL);
     ck_assert_msg(strstr(err.msg, "a stage gather is needed") != NULL, "%s", err.msg);
