@@ -30,8 +30,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -505,19 +503,13 @@ static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         uint32_t slot = (uint32_t)b, flags = (uint32_t)staged;
         memcpy(msg + 16, &slot, 4);
         memcpy(msg + 20, &flags, 4);
-        rf_xfer_write_u64le(msg + 24, staged ? c->payload_bytes : 0);
+        rf_chunk_u64le_write(msg + 24, staged ? c->payload_bytes : 0);
         if (cfg->integrity) {
-            XXH3_state_t *h = XXH3_createState();
-            if (h == NULL) {
-                st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory");
-                goto fail;
-            }
-            XXH3_64bits_reset(h);
-            XXH3_64bits_update(h, msg, RF_IPC_SEQ_BYTES);
-            if (staged)
-                XXH3_64bits_update(h, payload, (size_t)c->payload_bytes);
-            rf_xfer_write_u64le(msg + bytes, XXH3_64bits_digest(h));
-            XXH3_freeState(h);
+            /* the two-part seal: the message, then the staged payload */
+            RF_CHECK_GOTO(rf_chunk_seal(msg + bytes, msg, RF_IPC_SEQ_BYTES,
+                                        staged ? payload : NULL,
+                                        staged ? (size_t)c->payload_bytes : 0, &e),
+                          st, fail);
             bytes += RF_CHUNK_TRAILER_BYTES;
         }
         if (f->corrupt_seq == (int64_t)c->seq) {
@@ -813,38 +805,19 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_u
             staging = sbase + (size_t)slot * sb;
         }
         if (cfg->integrity) {
-            XXH3_state_t *hs = XXH3_createState();
-            if (hs == NULL) {
-                st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory");
-                goto fail;
-            }
-            XXH3_64bits_reset(hs);
-            XXH3_64bits_update(hs, msg, RF_IPC_SEQ_BYTES);
+            /* the two-part check over a host copy of the staged payload (device arenas: d2h
+             * into the bounce buffer first) */
+            const unsigned char *pb = staging;
             if (staging != NULL && s->ops->device) {
                 unsigned char *hb = NULL;
-                st = bounce_get(s, c->payload_bytes, &hb, &e);
-                if (st == RF_OK)
-                    st = s->ops->to_host(hb, staging, c->payload_bytes, &e);
-                if (st != RF_OK) {
-                    XXH3_freeState(hs);
-                    goto fail;
-                }
-                XXH3_64bits_update(hs, hb, (size_t)c->payload_bytes);
-            } else if (staging != NULL) {
-                XXH3_64bits_update(hs, staging, (size_t)c->payload_bytes);
+                RF_CHECK_GOTO(bounce_get(s, c->payload_bytes, &hb, &e), st, fail);
+                RF_CHECK_GOTO(s->ops->to_host(hb, staging, c->payload_bytes, &e), st, fail);
+                pb = hb;
             }
-            uint64_t have = XXH3_64bits_digest(hs),
-                     want = rf_xfer_read_u64le(msg + RF_IPC_SEQ_BYTES);
-            XXH3_freeState(hs);
-            if (have != want) {
-                char names[RF_ERR_MSG_MAX / 2];
-                rf_xfer_chunk_tensors(cfg, c, names, sizeof(names));
-                st = rf_err_set(&e, RF_ERR_INTEGRITY,
-                                "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
-                                ") before unpacking; chunk carries %s",
-                                have, want, names);
-                goto fail;
-            }
+            RF_CHECK_GOTO(rf_chunk_check(msg + RF_IPC_SEQ_BYTES, msg, RF_IPC_SEQ_BYTES, pb,
+                                         pb != NULL ? (size_t)c->payload_bytes : 0, plan,
+                                         cfg->items, c, &e),
+                          st, fail);
         }
         /* a rank that slept past the deadline (the verdict may be out, the trainer may write
          * again) reads nothing more */

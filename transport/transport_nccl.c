@@ -26,7 +26,6 @@
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <xxhash.h>
 
 #include "control_int.h"
 #include "refit/checks.h"
@@ -727,7 +726,7 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                     goto fail;
                 size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
                 if (cfg->integrity)
-                    rf_xfer_write_u64le(h + covered, XXH3_64bits(h, covered));
+                    RF_CHECK_GOTO(rf_chunk_seal(h + covered, h, covered, NULL, 0, &e), st, fail);
                 if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
                     h[RF_CHUNK_HEADER_BYTES + c->payload_bytes / 2] ^= 0x10;
                     rf_warn("fault: rank %d flipped a payload byte of chunk %u (update %u)",
@@ -851,16 +850,9 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
             }
             if (cfg->integrity) {
                 const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-                uint64_t want = rf_xfer_read_u64le(h + covered), have = XXH3_64bits(h, covered);
-                if (want != have) {
-                    char names[RF_ERR_MSG_MAX / 2];
-                    rf_xfer_chunk_tensors(cfg, c, names, sizeof(names));
-                    st = rf_err_set(&e, RF_ERR_INTEGRITY,
-                                    "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
-                                    ") before unpacking; chunk carries %s",
-                                    have, want, names);
-                    goto fail;
-                }
+                RF_CHECK_GOTO(rf_chunk_check(h + covered, h, covered, NULL, 0, plan, cfg->items,
+                                             c, &e),
+                              st, fail);
             }
             double t0 = rf_time_now();
             st = unpack(unpack_ctx, c, &plan->pieces[c->piece_begin],

@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
-
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -205,7 +203,7 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
             goto fail;
         size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
         if (cfg->integrity) {
-            rf_xfer_write_u64le(buf + bytes, XXH3_64bits(buf, bytes));
+            RF_CHECK_GOTO(rf_chunk_seal(buf + bytes, buf, bytes, NULL, 0, &e), st, fail);
             bytes += RF_CHUNK_TRAILER_BYTES;
         }
         if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
@@ -353,16 +351,9 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
         }
         if (cfg->integrity) {
             const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-            uint64_t want = rf_xfer_read_u64le(buf + covered), have = XXH3_64bits(buf, covered);
-            if (want != have) {
-                char names[RF_ERR_MSG_MAX / 2];
-                rf_xfer_chunk_tensors(cfg, c, names, sizeof(names));
-                st = rf_err_set(&e, RF_ERR_INTEGRITY,
-                                "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
-                                ") before unpacking; chunk carries %s",
-                                have, want, names);
-                goto fail;
-            }
+            RF_CHECK_GOTO(rf_chunk_check(buf + covered, buf, covered, NULL, 0, plan, cfg->items,
+                                         c, &e),
+                          st, fail);
         }
         t0 = rf_time_now();
         st = unpack(ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);

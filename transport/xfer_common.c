@@ -3,8 +3,7 @@
  * (transport/xfer.c), the ipc transport (transport/transport_ipc.c) and the nccl transport
  * (transport/transport_nccl.c) all use these, so none of them calls into another.
  *
- * Little-endian u64 codec of the trailers, the "tensors a chunk carries" text of error
- * messages, the error wrapper, the in-flight counter, cancelling posted receives, the probe
+ * The error wrapper, the in-flight counter, cancelling posted receives, the probe
  * for extra chunk messages after the last expected one, and the message drain after a FAILED
  * verdict (chunk messages over the message transport x->tp: mpi, and ipc's SEQ / READY / ACK).
  */
@@ -16,45 +15,6 @@
 #include "refit/log.h"
 #include "refit/transport.h"
 #include "xfer_int.h"
-
-void rf_xfer_write_u64le(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-uint64_t rf_xfer_read_u64le(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* "a, b[rows 0-63], ..." : the tensors chunk c carries (for error messages). */
-void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out,
-                           size_t cap)
-{
-    size_t len = 0;
-    out[0] = '\0';
-    for (size_t k = 0; k < c->piece_count && len + 1 < cap; k++) {
-        const rf_chunk_piece_t *pc = &cfg->plan->pieces[c->piece_begin + k];
-        const char *name = cfg->items && cfg->items[pc->item].name ? cfg->items[pc->item].name
-                                                                   : NULL;
-        int w;
-        if (name)
-            w = snprintf(out + len, cap - len, "%s%s rows %" PRIu64 "-%" PRIu64, k ? ", " : "",
-                         name, pc->row_begin, pc->row_end);
-        else
-            w = snprintf(out + len, cap - len, "%sitem %zu rows %" PRIu64 "-%" PRIu64,
-                         k ? ", " : "", pc->item, pc->row_begin, pc->row_end);
-        if (w < 0)
-            break;
-        len += (size_t)w;
-    }
-    if (len + 1 >= cap && cap > 4)
-        memcpy(out + cap - 4, "...", 4);
-}
 
 /* err = "<where>: <inner message>" (the first error is kept). */
 rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where)

@@ -84,8 +84,6 @@ const rf_xfer_ops_t *rf_xfer_ipc_ops(void);
 
 /* err = "<where>: <inner message>". */
 rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where);
-/* "a rows 0-63, ..." : the tensors chunk c carries (for error messages). */
-void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out, size_t cap);
 void rf_xfer_update_inflight(rf_xfer_t *x, int inflight);
 /* Cancels this rank's posted receives (rreqs); a matched one counts as received. */
 void rf_xfer_cancel_posted(rf_xfer_t *x);
@@ -94,8 +92,6 @@ void rf_xfer_cancel_posted(rf_xfer_t *x);
  * RF_ERR_SEQUENCE. A failing probe returns its status with probe_err filled. */
 rf_status_t rf_xfer_probe_extra(rf_xfer_t *x, const rf_xfer_config_t *cfg, size_t n, int *extra_p,
                                 rf_err_t *probe_err, rf_err_t *err);
-void rf_xfer_write_u64le(unsigned char *p, uint64_t v);
-uint64_t rf_xfer_read_u64le(const unsigned char *p);
 /* rf_xfer_drain's message part (its contract): receives the chunk messages still owed by
  * each source from x->tp, then completes this rank's outstanding sends. */
 rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, double deadline,

@@ -112,7 +112,8 @@ typedef struct rf_xfer_fault {
 
 /*
  * Integrity mode (DESIGN.md section 9, topology transfer.integrity or refit-run --integrity):
- * every chunk message carries an 8-byte trailer after its payload,
+ * every chunk message carries an 8-byte trailer after its payload (sealed and checked by the
+ * chunk codec, include/refit/chunk.h, for every transport),
  *
  *     [16-byte header][payload, payload_bytes][u64 XXH3-64 of header + payload, little endian]
  *
@@ -122,8 +123,6 @@ typedef struct rf_xfer_fault {
  * payload and compares it with the trailer BEFORE unpacking anything: a mismatch fails the
  * update with RF_ERR_INTEGRITY naming the chunk seq, its sender and the tensors it carries.
  */
-#define RF_CHUNK_TRAILER_BYTES 8
-
 /* chunk_bytes a chunk plan must use for buffers of chunk_bytes (integrity: room for the
  * trailer). Local. */
 static inline uint64_t rf_xfer_plan_bytes(uint64_t chunk_bytes, int integrity)
