@@ -9,6 +9,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "refit/control.h"
@@ -144,5 +145,29 @@ rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, do
         return rf_err_set(err, st, "drain: %s", e.msg);
     if (drained)
         rf_debug("rank %d: drained %" PRIu64 " chunk messages", x->rank, drained);
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_segments(rf_xfer_t *x, size_t n, rf_err_t *err)
+{
+    if (n <= x->segcap && x->segs != NULL)
+        return RF_OK;
+    rf_xfer_segment_t *g = realloc(x->segs, (n ? n : 1) * sizeof(*g));
+    if (g == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
+    x->segs = g;
+    x->segcap = n ? n : 1;
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_piece_segments(rf_xfer_t *x, const rf_chunk_plan_t *plan, const rf_chunk_t *c,
+                                   const void *payload, rf_xfer_mem_t mem, rf_err_t *err)
+{
+    RF_CHECK(rf_xfer_segments(x, c->piece_count, err));
+    for (size_t k = 0; k < c->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &plan->pieces[c->piece_begin + k];
+        x->segs[k] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end,
+                                         (const unsigned char *)payload + pc->offset, 1, mem};
+    }
     return RF_OK;
 }
