@@ -344,9 +344,10 @@ typedef struct rf_xfer rf_xfer_t;
 
 /*
  * Creates a transfer engine on the control channel ctl (borrowed, must outlive it) with the
- * chunk transport `transport` ("mpi", "ipc" or "nccl") and `buffers` slots (0 = 2) of chunk_bytes each
- * (allocated here with rf_chunk_buffer_alloc, reused by every update; on ipc the slots are
- * message-sized and the payload slots are the staging arena, see rf_xfer_ipc_export).
+ * chunk transport `transport` ("mpi", "ipc" or "nccl") and `buffers` slots (0 = 2) of
+ * chunk_bytes each (allocated here with rf_chunk_buffer_alloc, reused by every update; on ipc
+ * the slots are message-sized and the payload slots are the staging arena, see
+ * rf_xfer_ipc_export).
  * Collective. Returns RF_OK and
  * *x_p (free with rf_xfer_destroy); RF_ERR_INVALID, RF_ERR_NOMEM, RF_ERR_MPI,
  * RF_ERR_UNSUPPORTED.

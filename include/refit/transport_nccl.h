@@ -87,8 +87,8 @@ void rf_xfer_nccl_fail(rf_xfer_t *x);
  * One rank's part of an update over NCCL: the chunks of cfg->plan whose stage sender is this
  * rank (when pack != NULL) are packed and sent, the chunks this rank receives (it is in
  * cfg->receivers, recv != NULL) are received, checked (header, size, integrity trailer) and
- * handed to recv as device segments of the chunk buffer, all in one pipeline in plan order. rf_xfer_send / rf_xfer_recv call it with one of
- * the two callbacks; the one-rank tests pass both (send and receive to self). Errors as for
+ * handed to recv as device segments of the chunk buffer, all in one pipeline in plan order.
+ * rf_xfer_send / rf_xfer_recv call it with one of the two callbacks; the one-rank tests pass both (send and receive to self). Errors as for
  * rf_xfer_send / rf_xfer_recv (RF_ERR_NCCL / RF_ERR_CUDA for the libraries' errors, with their
  * error strings); the communicators are aborted before it returns an error.
  */
