@@ -88,9 +88,10 @@ void rf_xfer_nccl_fail(rf_xfer_t *x);
  * rank (when pack != NULL) are packed and sent, the chunks this rank receives (it is in
  * cfg->receivers, recv != NULL) are received, checked (header, size, integrity trailer) and
  * handed to recv as device segments of the chunk buffer, all in one pipeline in plan order.
- * rf_xfer_send / rf_xfer_recv call it with one of the two callbacks; the one-rank tests pass both (send and receive to self). Errors as for
- * rf_xfer_send / rf_xfer_recv (RF_ERR_NCCL / RF_ERR_CUDA for the libraries' errors, with their
- * error strings); the communicators are aborted before it returns an error.
+ * rf_xfer_send / rf_xfer_recv call it with one of the two callbacks; the one-rank tests pass
+ * both (send and receive to self). Errors as for rf_xfer_send / rf_xfer_recv (RF_ERR_NCCL /
+ * RF_ERR_CUDA for the libraries' errors, with their error strings); the communicators are
+ * aborted before it returns an error.
  */
 rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
                              void *pack_ctx, rf_xfer_recv_fn recv, void *recv_ctx,
