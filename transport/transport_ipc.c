@@ -350,7 +350,8 @@ rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *nam
 rf_status_t rf_xfer_ipc_import(rf_xfer_t *x, int owner, rf_ipc_kind_t kind,
                                const rf_ipc_handle_t *h, rf_err_t *err)
 {
-    if (ipc_of(x) == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS || owner < 0 || owner >= x->nranks)
+    if (ipc_of(x) == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS || owner < 0 ||
+        owner >= x->nranks)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: bad arena import");
     rf_ipc_arena_t *a = &ipc_of(x)->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner];
     if (h->bytes == 0 || a->base != NULL)
@@ -380,7 +381,8 @@ rf_status_t rf_xfer_ipc_protect(rf_xfer_t *x, int readonly, rf_err_t *err)
 
 const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind)
 {
-    if (ipc_of(x) == NULL || owner < 0 || owner >= x->nranks || (int)kind < 0 || kind >= RF_IPC_KINDS)
+    if (ipc_of(x) == NULL || owner < 0 || owner >= x->nranks || (int)kind < 0 ||
+        kind >= RF_IPC_KINDS)
         return NULL;
     if (owner == x->rank)
         return ipc_of(x)->own[kind].base;
