@@ -127,12 +127,13 @@ static rf_status_t pack_host(void *vctx, const rf_chunk_t *c, const rf_chunk_pie
     return RF_OK;
 }
 
-static rf_status_t unpack_none(void *vctx, const rf_chunk_t *c, const rf_chunk_piece_t *pieces,
-                               const void *payload, rf_err_t *err)
+static rf_status_t unpack_none(void *vctx, const rf_chunk_t *c, const rf_xfer_segment_t *segs,
+                               size_t nsegs, const void *payload, rf_err_t *err)
 {
     (void)vctx;
     (void)c;
-    (void)pieces;
+    (void)segs;
+    (void)nsegs;
     (void)payload;
     (void)err;
     return RF_OK;
@@ -274,12 +275,11 @@ int main(int argc, char **argv)
                 uint32_t v = update++;
                 if (rf_ctl_begin(ctl, v, &err) != RF_OK)
                     die(err.msg);
-                rf_xfer_begin(x, v);
                 double dl = rf_time_now() + 300.0;
-                if (rf_xfer_nccl_begin(x, dl, &err) != RF_OK)
+                if (rf_xfer_begin(x, v, dl, &err) != RF_OK)
                     die(err.msg);
                 rf_xfer_config_t cfg = {v,    plan, &sender0, receivers, nranks - 1, dl,
-                                        RF_XFER_FAULT_NONE, 0, &item, NULL, mode == 0};
+                                        RF_XFER_FAULT_NONE, 0, &item, mode == 0, NULL};
                 MPI_Barrier(MPI_COMM_WORLD);
                 double t0 = MPI_Wtime();
                 rf_status_t st =

@@ -89,134 +89,94 @@ static rf_status_t job_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_p
     return dev ? pack_rows_run(c->j, chunk->piece_count, chunk->seq, err) : RF_OK;
 }
 
-static rf_status_t job_unpack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
-                              const void *payload, rf_err_t *err)
+/* The cold check's copy of one chunk (job_cold_keep): the whole payload when it sits in one
+ * buffer, else the backed rows of every segment at their payload offsets (the loaders read no
+ * other rows, so the replay lands the same bytes); device memory comes back d2h. */
+static rf_status_t cold_copy(job_t *j, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                             size_t nsegs, const void *payload, bool dev, rf_err_t *err)
 {
-    job_t *j = ctx;
-    RF_CHECK(rf_plan_stage(&j->plan, payload, chunk->payload_bytes, err)); /* GPU: one h2d */
-    RF_CHECK(job_apply_pieces(j, &j->plan, chunk, pieces, payload, false, err));
-    if (j->o->cold_check) {
-        char *copy = malloc(chunk->payload_bytes + 1);
-        if (copy == NULL)
-            return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
-        memcpy(copy, payload, chunk->payload_bytes);
-        RF_CHECK(job_cold_keep(j, chunk, copy, err));
+    char *copy = calloc(1, chunk->payload_bytes + 1);
+    if (copy == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    rf_status_t cs = RF_OK;
+    for (size_t k = 0; k < (payload != NULL ? 1 : nsegs) && cs == RF_OK; k++) {
+        const rf_xfer_segment_t *sg = &segs[k];
+        uint64_t rb = j->items[sg->piece->item].row_bytes;
+        char *dst = payload != NULL ? copy
+                                    : copy + sg->piece->offset +
+                                          (sg->row_begin - sg->piece->row_begin) * rb;
+        const void *src = payload != NULL ? payload : sg->src;
+        size_t bytes = payload != NULL ? (size_t)chunk->payload_bytes
+                                       : (size_t)((sg->row_end - sg->row_begin) * rb);
+        if (payload == NULL && !sg->backed)
+            continue;
+        if (dev)
+            cs = j->accel->ops->copy(j->accel, dst, src, bytes, RF_COPY_D2H, NULL);
+        else if (bytes > 0)
+            memcpy(dst, src, bytes);
     }
-    return job_fault_after_chunk(j, chunk, err);
-}
-
-/* nccl: the payload is the device chunk buffer on this rank's GPU: pieces go device to
- * device on the accelerator's stream (the transport records an event after them before it
- * receives into the buffer again); the cold-check copy comes back d2h. */
-static rf_status_t job_unpack_nccl(void *ctx, const rf_chunk_t *chunk,
-                                   const rf_chunk_piece_t *pieces, const void *payload,
-                                   rf_err_t *err)
-{
-    job_t *j = ctx;
-    RF_CHECK(job_apply_pieces(j, &j->plan, chunk, pieces, payload, true, err));
-    /* rf_plan_apply only collects device pieces' row copies: launch them now, on the stream the
-     * transport records its unpack event on, before the chunk buffer may be received into
-     * again (and before any LAYERWISE layer they complete is processed) */
-    RF_CHECK(rf_plan_flush(&j->plan, err));
-    if (j->o->cold_check) {
-        char *copy = malloc(chunk->payload_bytes + 1);
-        rf_status_t cs = copy == NULL ? RF_ERR_NOMEM
-                                      : j->accel->ops->copy(j->accel, copy, payload,
-                                                            (size_t)chunk->payload_bytes,
-                                                            RF_COPY_D2H, NULL);
-        if (cs == RF_OK)
-            cs = rf_accel_sync(j->accel);
-        if (cs != RF_OK) {
-            free(copy);
-            return rf_err_set(err, cs, "rank %d: chunk %u: copying the payload d2h for the cold "
-                              "check failed", j->rank, chunk->seq);
-        }
-        RF_CHECK(job_cold_keep(j, chunk, copy, err));
+    if (cs == RF_OK && dev)
+        cs = rf_accel_sync(j->accel);
+    if (cs != RF_OK) {
+        free(copy);
+        return rf_err_set(err, cs, "rank %d: chunk %u: copying the payload d2h for the cold "
+                          "check failed", j->rank, chunk->seq);
     }
-    return job_fault_after_chunk(j, chunk, err);
+    return job_cold_keep(j, chunk, copy, err);
 }
 
 /*
- * ipc: applies one chunk as segments read in place from the pair's arena or from a staging
- * slot. The cold-check copy gets the backed rows at their payload offsets (the loaders read
- * no other rows, so the replay lands the same bytes).
+ * The one receive callback (rf_xfer_recv_fn), for every transport: applies each segment of a
+ * received chunk through the plan, in the plan's form (broadcast: the manifest tensor, sender
+ * -1; p2p: this rank's rectangle of the piece). Host memory in one payload (mpi) is staged to
+ * a GPU storage in one h2d first; device memory (nccl's chunk buffer, a CUDA IPC arena or
+ * staging slot) goes device to device, its row copies launched at once on the stream the
+ * transport records its event on, before the memory may be reused (and before any LAYERWISE
+ * layer they complete is processed).
  */
-static rf_status_t job_apply(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
-                             size_t nsegs, rf_err_t *err)
+static rf_status_t job_receive(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                               size_t nsegs, const void *payload, rf_err_t *err)
 {
     job_t *j = ctx;
+    const bool dev = nsegs > 0 && segs[0].mem == RF_XFER_MEM_DEVICE;
+    const rf_p2p_recv_t *me = j->p2p ? &j->p2p_s.recv[j->rank - j->T] : NULL;
+    if (payload != NULL && !dev)
+        RF_CHECK(rf_plan_stage(&j->plan, payload, chunk->payload_bytes, err)); /* GPU: one h2d */
     for (size_t k = 0; k < nsegs; k++) {
         const rf_xfer_segment_t *sg = &segs[k];
-        int tensor = j->item_tensor[sg->piece->item];
-        /* device arenas: every segment is device memory on this rank's GPU (the pair's
-         * weights arena or a staging slot, both mapped by CUDA IPC): device to device */
-        rf_piece_src_t ps = {.tensor = tensor,
-                             .sender = -1,
+        rf_piece_src_t ps = {.sender = -1,
                              .row_begin = sg->row_begin,
                              .row_end = sg->row_end,
                              .src = sg->src,
-                             .mem = j->ipc_dev ? RF_PIECE_DEVICE : RF_PIECE_HOST,
+                             .mem = dev ? RF_PIECE_DEVICE : RF_PIECE_HOST,
                              .chunk = chunk->seq};
+        if (me != NULL) { /* p2p: this rank's rectangle of the piece */
+            const rf_p2p_rect_t *q = &me->rects[sg->piece->item];
+            ps.tensor = q->tensor;
+            ps.sender = q->sender;
+            ps.row_begin = (uint64_t)q->reg.r0 + sg->row_begin;
+            ps.row_end = (uint64_t)q->reg.r0 + sg->row_end;
+            ps.col_begin = q->reg.c0;
+            ps.col_end = q->reg.c1;
+            ps.src_pitch = q->reg.c1 - q->reg.c0;
+        } else {
+            ps.tensor = j->item_tensor[sg->piece->item];
+        }
         RF_CHECK(rf_plan_apply(&j->plan, &ps, err));
     }
-    if (j->o->cold_check) {
-        char *copy = calloc(1, chunk->payload_bytes + 1);
-        const rf_ipc_arena_ops_t *ao = rf_xfer_ipc_backend(j->xfer);
-        if (copy == NULL)
-            return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
-        for (size_t k = 0; k < nsegs; k++) {
-            const rf_xfer_segment_t *sg = &segs[k];
-            uint64_t rb = j->items[sg->piece->item].row_bytes;
-            rf_status_t cs = RF_OK;
-            if (sg->backed)
-                cs = ao->to_host(copy + sg->piece->offset +
-                                     (sg->row_begin - sg->piece->row_begin) * rb,
-                                 sg->src, (sg->row_end - sg->row_begin) * rb, err);
-            if (cs != RF_OK) {
-                free(copy);
-                return cs;
-            }
-        }
-        RF_CHECK(job_cold_keep(j, chunk, copy, err));
-    }
-    if (j->ipc_dev) {
-        /* every row copy of the chunk in one launch, then an event: the ACK waits for it
-         * (job_complete) while the next chunk's copies queue behind these */
+    if (dev) /* device pieces' row copies are only collected: launch them now */
         RF_CHECK(rf_plan_flush(&j->plan, err));
-        int k = j->ipc_ev_next;
-        j->ipc_ev_next ^= 1;
-        j->ipc_ev_seq[k] = chunk->seq;
-        rf_status_t es = j->accel->ops->event_record(j->ipc_ev[k], NULL);
-        if (es != RF_OK)
-            return rf_err_set(err, es, "rank %d: chunk %u: recording the device event after its "
-                              "copies failed", j->rank, chunk->seq);
-    }
+    if (j->o->cold_check)
+        RF_CHECK(cold_copy(j, chunk, segs, nsegs, payload, dev, err));
     return job_fault_after_chunk(j, chunk, err);
 }
 
-/* The ACK of chunk may go: its device copies completed (the trainer may write its source). */
+/* Device receive memory: the transport saw the chunk's copies complete (ipc: before its ACK,
+ * the trainer may then write the source again): check what they brought back. */
 static rf_status_t job_complete(void *ctx, const rf_chunk_t *chunk, rf_err_t *err)
 {
     job_t *j = ctx;
-    int k = j->ipc_ev_seq[0] == chunk->seq ? 0 : 1;
-    if (j->ipc_ev_seq[k] != chunk->seq)
-        return rf_err_set(err, RF_ERR_INTERNAL, "rank %d: chunk %u has no device event", j->rank,
-                          chunk->seq);
-    rf_status_t ss = j->accel->ops->event_sync(j->ipc_ev[k]);
-    if (ss != RF_OK)
-        return rf_err_set(err, ss, "rank %d: chunk %u: waiting for its device copies before the "
-                          "ACK failed", j->rank, chunk->seq);
-    return rf_plan_check(&j->plan, chunk->seq, err); /* what the copies brought back */
-}
-
-/* The ipc transport's receiver callbacks (rf_xfer_ipc_config_t) are the update loop's: every
- * chunk applied by job_apply; on device arenas its ACK after job_complete (the copies done). */
-static void attach_ipc(job_t *j)
-{
-    j->ipc_cfg.apply = job_apply;
-    j->ipc_cfg.apply_ctx = j;
-    if (job_is_rollout(j) && j->ipc_dev)
-        j->ipc_cfg.complete = job_complete;
+    return rf_plan_check(&j->plan, chunk->seq, err);
 }
 
 /* What the trainer's source offers for one manifest entry (its view of the source). */
@@ -303,7 +263,7 @@ static rf_status_t check_source(job_t *j, bool from_ckpt, uint32_t v, rf_err_t *
 static rf_status_t produce_arena(job_t *j, uint32_t v, bool from_ckpt, rf_err_t *err)
 {
     double t0 = rf_time_now();
-    rf_status_t st = rf_xfer_ipc_protect(j->xfer, 0, err);
+    rf_status_t st = rf_xfer_sources(j->xfer, v, RF_XFER_SOURCES_WRITABLE, err);
     if (st == RF_OK && !j->ipc_dev) { /* host arenas: POSIX shared memory, written in place */
         st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, err);
     } else if (st == RF_OK && !from_ckpt) {
@@ -336,7 +296,7 @@ static rf_status_t produce_arena(job_t *j, uint32_t v, bool from_ckpt, rf_err_t 
     if (st == RF_OK)
         st = job_fault_bad_weight_shape(j, v, err);
     if (st == RF_OK)
-        st = rf_xfer_ipc_protect(j->xfer, 1, err);
+        st = rf_xfer_sources(j->xfer, v, RF_XFER_SOURCES_FINAL, err);
     j->js.resident_s = rf_time_now() - t0;
     return st;
 }
@@ -411,19 +371,18 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         return RF_JOB_PEER_LOST;
     double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(j->ctl, v, &e2);
-    rf_xfer_begin(j->xfer, v);
-    if (!job_is_rollout(j))
-        rf_trainer_begin(&j->tr);
     double deadline = rf_deadline_for_update(j->topo.timeout_s, j->topo.slack_s,
                                              j->man.payload_bytes, j->topo.min_bandwidth);
     j->deadline = deadline;
-    /* nccl: (re)create the communicators when missing (first update, after a FAILED one),
-     * under this update's deadline and ABORT; a failure fails the begin agreement */
-    rf_status_t nst = RF_OK;
+    /* the transport's begin (nccl: (re)create the communicators when missing, the first update
+     * or after a FAILED one) under this update's deadline and ABORT; a failure fails the begin
+     * agreement */
+    rf_status_t nst;
     rf_err_t nerr;
     rf_err_clear(&nerr);
-    if (j->nccl)
-        nst = rf_xfer_nccl_begin(j->xfer, deadline, &nerr);
+    nst = rf_xfer_begin(j->xfer, v, deadline, &nerr);
+    if (!job_is_rollout(j))
+        rf_trainer_begin(&j->tr);
     t = rf_time_now();
     if (job_is_rollout(j)) {
         uint64_t rebuilds = j->plan.stats.rebuilds;
@@ -463,16 +422,23 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             st = rf_trainer_produce(&j->tr, v, from_ckpt ? j->ck : NULL, &err);
         if (st == RF_OK && !j->ipc)
             st = job_fault_bad_weight_shape(j, v, &err);
-        if (st == RF_OK && j->ipc)
-            st = rf_xfer_ipc_ready(j->xfer, v, j->pair_of[j->rank], &err);
+        if (st == RF_OK)
+            st = rf_xfer_sources(j->xfer, v, RF_XFER_SOURCES_READY, &err);
         if (st != RF_OK)
             rf_ctl_abort(j->ctl, st, err.msg);
     }
     if (st == RF_OK) {
-        rf_xfer_config_t cfg = {v,         j->cplan,           j->senders,
-                                j->receivers, j->R,          deadline,
-                                RF_XFER_FAULT_NONE, j->integrity, j->items,
-                                j->ipc ? &j->ipc_cfg : NULL, j->nccl_resident};
+        rf_xfer_config_t cfg = {.update = v,
+                                .plan = j->cplan,
+                                .stage_senders = j->senders,
+                                .receivers = j->receivers,
+                                .n_receivers = j->R,
+                                .deadline = deadline,
+                                .fault = RF_XFER_FAULT_NONE,
+                                .integrity = j->integrity,
+                                .items = j->items,
+                                .pack_device = j->nccl_resident,
+                                .complete = job_complete};
         if (job_fault_here(j, v, RF_FAULT_DROP_CHUNK))
             cfg.fault.drop_seq = j->fault.seq;
         if (job_fault_here(j, v, RF_FAULT_DUPLICATE_CHUNK))
@@ -494,7 +460,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             }
         }
         if (job_is_rollout(j)) {
-            st = rf_xfer_recv(j->xfer, &cfg, j->nccl ? job_unpack_nccl : job_unpack, j, &err);
+            st = rf_xfer_recv(j->xfer, &cfg, job_receive, j, &err);
             j->js.receive_s = rf_time_now() - t;
             if (st == RF_OK) {
                 t = rf_time_now();
@@ -520,8 +486,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             }
         } else if (j->tr.sender) {
             pack_ctx_t pc = {j, v, deadline, NULL};
-            /* ipc: chunks read in place are never packed, so the pack hooks may not fire */
-            if (j->ipc)
+            /* chunks read in place are never packed, so the pack hooks may not fire */
+            if (rf_xfer_caps(j->xfer) & RF_XFER_CAP_IN_PLACE)
                 job_fault_exit_stall(j, v, deadline, "stage sender, before its first chunk");
             st = rf_xfer_send(j->xfer, &cfg, job_pack, &pc, &err);
         } else {
@@ -563,8 +529,9 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             rf_warn("rank %d: update %u: %s", j->rank, v, de.msg);
         if (job_is_rollout(j) && j->plan.in_update)
             rf_plan_abort(&j->plan);
-        if (j->nccl) /* ncclCommAbort on every rank; re-created at the next update's begin */
-            rf_xfer_nccl_fail(j->xfer);
+        /* the transport's failure step (nccl: ncclCommAbort on every rank; re-created at the
+         * next update's begin) */
+        rf_xfer_fail(j->xfer);
     } else if (job_is_rollout(j)) {
         j->paused = false; /* serve version v */
     }
@@ -702,9 +669,6 @@ static void teardown(job_t *j)
         j->accel->ops->free(j->accel, j->nccl_wdev);
     j->nccl_wdev = NULL;
     free(j->pack_rows);
-    for (int k = 0; k < 2; k++)
-        if (j->ipc_ev[k] != NULL)
-            j->accel->ops->event_destroy(j->ipc_ev[k]);
     rf_accel_close(j->accel); /* after the storage and plan that used it */
     j->accel = NULL;
     if (j->ref)
@@ -757,8 +721,6 @@ int rf_job_run(const rf_job_opts_t *opts)
         teardown(&j);
         return 1;
     }
-    if (j.ipc)
-        attach_ipc(&j);
     job_profile_open(&j);
     if (j.rank == 0 && !opts->quiet) {
         job_print(

@@ -130,16 +130,12 @@ typedef struct job {
     rf_ipc_piece_t *ipc_pieces; /* rollout: [n_pieces] where this rank reads each piece */
     int *item_tensor;           /* [man.n]: the inventory tensor of each manifest entry (the
                                    per-piece hot path reads this, not the large entries) */
-    rf_xfer_ipc_config_t ipc_cfg;
     bool ipc_dev;          /* the arena backend is device memory (cuda, or host-device in tests) */
     void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
     void *ipc_mirror;      /* trainer, ipc_dev: pinned host mirror the trainer produces into */
     uint64_t ipc_wbytes;   /* trainer, ipc_dev: bytes of both */
-    rf_accel_event_t *ipc_ev[2]; /* rollout, ipc_dev: recorded after a chunk's copies */
     double *hist_verdict_s;      /* rank 0, --bench-json: per update, slowest rank */
     int *hist_committed;
-    uint32_t ipc_ev_seq[2];      /* the chunk seq each event belongs to */
-    int ipc_ev_next;
     /* p2p mode: every trainer rank sends each rollout rank the rectangles it needs */
     bool p2p;
     rf_p2p_schedule_t p2p_s;

@@ -364,15 +364,6 @@ static rf_status_t setup_ipc(job_t *j, rf_err_t *err)
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err)); /* every importer mapped: unlink */
     st = rf_xfer_ipc_unlink(j->xfer, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
-    /* where every piece is read; the update loop attaches its callbacks (attach_ipc in job.c) */
-    j->ipc_cfg = (rf_xfer_ipc_config_t){j->ipc_staged, j->ipc_pieces, j->pair_of[j->rank],
-                                        NULL, NULL, NULL};
-    if (job_is_rollout(j) && j->ipc_dev) {
-        for (int k = 0; k < 2 && st == RF_OK; k++)
-            st = j->accel->ops->event_create(j->accel, &j->ipc_ev[k]);
-        if (st != RF_OK)
-            return rf_err_set(err, st, "rank %d: cannot create the ipc chunk events", j->rank);
-    }
     return RF_OK;
 }
 
@@ -671,14 +662,28 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
     RF_CHECK(rf_ctl_create(MPI_COMM_WORLD, &j->ctl, err));
     RF_CHECK(rf_xfer_create(j->ctl, rf_transport_name(j->topo.transport), j->topo.chunk_bytes,
                             j->topo.buffers, &j->xfer, err));
+    /* the transport's setup: nccl's communicator layout (DESIGN.md section 9: one communicator
+     * per stage, broadcast: its sender + every rollout rank; p2p: its trainer ranks + every
+     * rollout rank; created at the first update's begin and re-created after a FAILED one);
+     * ipc's arena backend (cuda when this rank has a GPU, a pair shares it; host-device with
+     * the tests' host-device accelerator; else host shared memory), pair and piece placement */
+    rf_xfer_setup_t xs = {
+        .device = j->place.device,
+        .accel = j->accel,
+        .layout = j->nccl ? &j->nccl_layout : NULL,
+        .arena_backend = j->place.device >= 0 ? "cuda"
+                         : (j->accel != NULL && j->accel->ops == &rf_accel_host_device_ops)
+                             ? "host-device"
+                             : "host",
+        .pair = j->pair_of != NULL ? j->pair_of[j->rank] : -1,
+        .staged = j->ipc_staged,
+        .pieces = j->ipc_pieces,
+    };
+    st = j->nccl ? rf_nccl_layout_build(&j->topo, &j->nccl_layout, err) : RF_OK;
+    if (st == RF_OK)
+        st = rf_xfer_setup(j->xfer, &xs, err);
+    RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
     if (j->nccl) {
-        /* DESIGN.md section 9: one communicator per stage (broadcast: its sender + every
-         * rollout rank; p2p: its trainer ranks + every rollout rank), created at the first
-         * update's begin and re-created after a FAILED one */
-        st = rf_nccl_layout_build(&j->topo, &j->nccl_layout, err);
-        if (st == RF_OK)
-            st = rf_xfer_nccl_setup(j->xfer, &j->nccl_layout, j->place.device, j->accel, err);
-        RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
         if (stages_gather(j))
             j->wire = "nccl gather communicators";
         st = setup_nccl_resident(j, err);
@@ -712,21 +717,8 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
             j->wire = "test wire (REFIT_TEST_GATHER_WIRE=mpi)";
     }
     if (j->ipc) {
-        /* the arena backend: cuda when this rank has a GPU (a pair shares it), host-device
-         * with the tests' host-device accelerator, else host shared memory */
-        const char *be = j->place.device >= 0 ? "cuda"
-                         : (j->accel != NULL && j->accel->ops == &rf_accel_host_device_ops)
-                             ? "host-device"
-                             : "host";
-        int mine = 0, all = 0;
-        st = rf_xfer_ipc_set_backend(j->xfer, be, err);
-        if (st == RF_OK) {
-            mine = rf_xfer_ipc_backend(j->xfer)->device != 0;
-            if (mine && j->accel == NULL)
-                st = rf_err_set(err, RF_ERR_INTERNAL, "rank %d: device ipc without a device",
-                                j->rank);
-        }
-        RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
+        /* device arenas (rf_xfer_setup chose the backend) on every rank or none */
+        int mine = (rf_xfer_caps(j->xfer) & RF_XFER_CAP_DEVICE_PAYLOAD) != 0, all = 0;
         MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         j->ipc_dev = all == j->size; /* the same on every rank (the teardown barrier) */
         if (all != 0 && all != j->size) {

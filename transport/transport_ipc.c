@@ -30,8 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
+#include "refit/accel.h"
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -199,6 +198,8 @@ const rf_ipc_arena_ops_t *rf_ipc_arena_lookup(const char *name)
 
 /* ---- the ipc state of an xfer --------------------------------------------------------- */
 
+typedef struct rf_ipc_state rf_ipc_state_t;
+
 struct rf_ipc_state {
     const rf_ipc_arena_ops_t *ops;
     rf_ipc_arena_t own[RF_IPC_KINDS];
@@ -212,8 +213,16 @@ struct rf_ipc_state {
     unsigned char *ack_sbuf; /* [buffers * 16] */
     unsigned char ready_sbuf[RF_IPC_ACK_BYTES];
     unsigned char ready_rbuf[RF_IPC_ACK_BYTES];
-    rf_xfer_segment_t *segs;
-    size_t segcap;
+    /* rf_xfer_setup: the pair, where chunks and pieces are read, the receiver's accelerator */
+    int pair;
+    const uint8_t *staged;        /* [n_chunks] borrowed */
+    const rf_ipc_piece_t *pieces; /* [n_pieces] borrowed; receiver */
+    rf_accel_t *accel;            /* borrowed; NULL: none */
+    /* receiver on a device backend: an event recorded after each chunk's copies (the ACK
+     * waits for it; two: one chunk of lookahead), and the chunk seq each belongs to */
+    rf_accel_event_t *ev[2];
+    uint32_t ev_seq[2];
+    int ev_next;
     /* device backends: host copy of a staged chunk (sender: packed here, then copied into
      * the slot; receiver: integrity hashes it) */
     unsigned char *bounce;
@@ -235,6 +244,12 @@ static rf_status_t bounce_get(rf_ipc_state_t *s, uint64_t bytes, unsigned char *
     return RF_OK;
 }
 
+/* x's ipc state; NULL when x is not on ipc. */
+static rf_ipc_state_t *ipc_of(const rf_xfer_t *x)
+{
+    return x != NULL && x->ops == rf_xfer_ipc_ops() ? x->priv : NULL;
+}
+
 /* The ipc state of x (rf_xfer_create); arenas come later (rf_xfer_ipc_export / _import). */
 static rf_status_t ipc_open(rf_xfer_t *x, rf_err_t *err)
 {
@@ -249,7 +264,7 @@ static rf_status_t ipc_open(rf_xfer_t *x, rf_err_t *err)
     s->ack_rbuf = calloc(nb, RF_IPC_ACK_BYTES);
     s->slot_seq = calloc((size_t)x->buffers, sizeof(uint32_t));
     s->ack_sbuf = calloc((size_t)x->buffers, RF_IPC_ACK_BYTES);
-    x->ipc = s;
+    x->priv = s;
     if (!s->imports || !s->areqs || !s->ack_posted || !s->ack_rbuf || !s->slot_seq || !s->ack_sbuf)
         return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory");
     for (size_t i = 0; i < nb; i++)
@@ -260,9 +275,12 @@ static rf_status_t ipc_open(rf_xfer_t *x, rf_err_t *err)
 /* Releases the ipc state, arenas included (rf_xfer_destroy). */
 static void ipc_close(rf_xfer_t *x)
 {
-    rf_ipc_state_t *s = x->ipc;
+    rf_ipc_state_t *s = ipc_of(x);
     if (s == NULL)
         return;
+    for (int k = 0; k < 2; k++)
+        if (s->ev[k] != NULL)
+            s->accel->ops->event_destroy(s->ev[k]);
     if (s->areqs != NULL)
         rf_ctl_cancel_recvs(s->areqs, x->buffers * x->nranks);
     /* importers unmap first; an exporter's name goes with its release */
@@ -277,15 +295,14 @@ static void ipc_close(rf_xfer_t *x)
     free(s->ack_rbuf);
     free(s->slot_seq);
     free(s->ack_sbuf);
-    free(s->segs);
     free(s->bounce);
     free(s);
-    x->ipc = NULL;
+    x->priv = NULL;
 }
 
 rf_status_t rf_xfer_ipc_set_backend(rf_xfer_t *x, const char *name, rf_err_t *err)
 {
-    if (x->ipc == NULL)
+    if (ipc_of(x) == NULL)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: backend choice on a non-ipc transfer");
     const rf_ipc_arena_ops_t *o = rf_ipc_arena_lookup(name);
     if (o == NULL)
@@ -293,34 +310,34 @@ rf_status_t rf_xfer_ipc_set_backend(rf_xfer_t *x, const char *name, rf_err_t *er
                           "ipc: arena backend %s is unknown or not compiled in (host, cuda)",
                           name ? name : "(null)");
     for (int k = 0; k < RF_IPC_KINDS; k++)
-        if (x->ipc->own[k].base != NULL)
+        if (ipc_of(x)->own[k].base != NULL)
             return rf_err_set(err, RF_ERR_STATE, "ipc: backend changed after an export");
     for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
-        if (x->ipc->imports[i].base != NULL)
+        if (ipc_of(x)->imports[i].base != NULL)
             return rf_err_set(err, RF_ERR_STATE, "ipc: backend changed after an import");
-    x->ipc->ops = o;
+    ipc_of(x)->ops = o;
     return RF_OK;
 }
 
 const rf_ipc_arena_ops_t *rf_xfer_ipc_backend(const rf_xfer_t *x)
 {
-    return x->ipc ? x->ipc->ops : NULL;
+    return ipc_of(x) ? ipc_of(x)->ops : NULL;
 }
 
 void rf_xfer_ipc_close_imports(rf_xfer_t *x)
 {
-    if (x == NULL || x->ipc == NULL || x->ipc->imports == NULL)
+    if (x == NULL || ipc_of(x) == NULL || ipc_of(x)->imports == NULL)
         return;
     for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
-        x->ipc->ops->release(&x->ipc->imports[i]);
+        ipc_of(x)->ops->release(&ipc_of(x)->imports[i]);
 }
 
 rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *name, uint64_t bytes,
                                void **base_p, rf_ipc_handle_t *h_p, rf_err_t *err)
 {
-    if (x->ipc == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS)
+    if (ipc_of(x) == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: arena export on a non-ipc transfer");
-    rf_ipc_state_t *s = x->ipc;
+    rf_ipc_state_t *s = ipc_of(x);
     if (s->own[kind].base != NULL)
         return rf_err_set(err, RF_ERR_STATE, "ipc: rank %d exported arena kind %d twice", x->rank,
                           (int)kind);
@@ -333,12 +350,13 @@ rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *nam
 rf_status_t rf_xfer_ipc_import(rf_xfer_t *x, int owner, rf_ipc_kind_t kind,
                                const rf_ipc_handle_t *h, rf_err_t *err)
 {
-    if (x->ipc == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS || owner < 0 || owner >= x->nranks)
+    if (ipc_of(x) == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS || owner < 0 ||
+        owner >= x->nranks)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: bad arena import");
-    rf_ipc_arena_t *a = &x->ipc->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner];
+    rf_ipc_arena_t *a = &ipc_of(x)->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner];
     if (h->bytes == 0 || a->base != NULL)
         return RF_OK; /* nothing exported, or already mapped (cached for the job) */
-    rf_status_t st = x->ipc->ops->import_arena(h, a, err);
+    rf_status_t st = ipc_of(x)->ops->import_arena(h, a, err);
     if (st == RF_OK)
         rf_debug("rank %d: mapped %s of rank %d (%" PRIu64 " bytes)", x->rank, h->name, owner,
                  h->bytes);
@@ -347,38 +365,39 @@ rf_status_t rf_xfer_ipc_import(rf_xfer_t *x, int owner, rf_ipc_kind_t kind,
 
 rf_status_t rf_xfer_ipc_unlink(rf_xfer_t *x, rf_err_t *err)
 {
-    if (x->ipc == NULL)
+    if (ipc_of(x) == NULL)
         return RF_OK;
     for (int k = 0; k < RF_IPC_KINDS; k++)
-        RF_CHECK(x->ipc->ops->unlink_arena(&x->ipc->own[k], err));
+        RF_CHECK(ipc_of(x)->ops->unlink_arena(&ipc_of(x)->own[k], err));
     return RF_OK;
 }
 
 rf_status_t rf_xfer_ipc_protect(rf_xfer_t *x, int readonly, rf_err_t *err)
 {
-    if (x->ipc == NULL)
+    if (ipc_of(x) == NULL)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: protect on a non-ipc transfer");
-    return x->ipc->ops->protect(&x->ipc->own[RF_IPC_WEIGHTS], readonly, err);
+    return ipc_of(x)->ops->protect(&ipc_of(x)->own[RF_IPC_WEIGHTS], readonly, err);
 }
 
 const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind)
 {
-    if (x->ipc == NULL || owner < 0 || owner >= x->nranks || (int)kind < 0 || kind >= RF_IPC_KINDS)
+    if (ipc_of(x) == NULL || owner < 0 || owner >= x->nranks || (int)kind < 0 ||
+        kind >= RF_IPC_KINDS)
         return NULL;
     if (owner == x->rank)
-        return x->ipc->own[kind].base;
-    return x->ipc->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner].base;
+        return ipc_of(x)->own[kind].base;
+    return ipc_of(x)->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner].base;
 }
 
 rf_status_t rf_xfer_ipc_ready(rf_xfer_t *x, uint32_t update, int pair, rf_err_t *err)
 {
-    if (x->ipc == NULL || pair < 0 || pair >= x->nranks)
+    if (ipc_of(x) == NULL || pair < 0 || pair >= x->nranks)
         return rf_err_set(err, RF_ERR_INVALID, "ipc: READY without an ipc pair");
     MPI_Request *r = &x->sreqs[rf_xfer_sreq_count(x) - 1];
     if (*r != MPI_REQUEST_NULL)
         MPI_Wait(r, MPI_STATUS_IGNORE); /* 16 bytes: eager, long complete */
-    rf_chunk_header_write(x->ipc->ready_sbuf, update, RF_IPC_READY_SEQ, 0);
-    RF_CHECK(x->tp->ops->isend(x->tp, x->ipc->ready_sbuf, RF_IPC_ACK_BYTES, pair,
+    rf_chunk_header_write(ipc_of(x)->ready_sbuf, update, RF_IPC_READY_SEQ, 0);
+    RF_CHECK(x->tp->ops->isend(x->tp, ipc_of(x)->ready_sbuf, RF_IPC_ACK_BYTES, pair,
                                RF_IPC_TAG_READY(update), r, err));
     x->stats.peers[pair].chunks_sent++;
     x->stats.peers[pair].bytes_sent += RF_IPC_ACK_BYTES;
@@ -397,7 +416,7 @@ static uint64_t slot_bytes(uint64_t chunk_bytes)
 /* Counts the ACK of slot b from peer as received and checks it; clears the posted flag. */
 static rf_status_t ack_check(rf_xfer_t *x, uint32_t update, int b, int peer, rf_err_t *err)
 {
-    rf_ipc_state_t *s = x->ipc;
+    rf_ipc_state_t *s = ipc_of(x);
     size_t i = (size_t)b * (size_t)x->nranks + (size_t)peer;
     rf_chunk_header_t h;
     s->ack_posted[i] = 0;
@@ -414,7 +433,7 @@ static rf_status_t ack_check(rf_xfer_t *x, uint32_t update, int b, int peer, rf_
 /* Sender: cancels ACK receives still posted (a matched one counts as received). */
 static void ipc_cancel_acks(rf_xfer_t *x)
 {
-    rf_ipc_state_t *s = x->ipc;
+    rf_ipc_state_t *s = ipc_of(x);
     for (int b = 0; b < x->buffers; b++)
         for (int p = 0; p < x->nranks; p++) {
             size_t i = (size_t)b * (size_t)x->nranks + (size_t)p;
@@ -438,7 +457,7 @@ static void ipc_cancel_acks(rf_xfer_t *x)
 /* Slot b is free again: its sends completed and every receiver acked its chunk. */
 static rf_status_t wait_slot(rf_xfer_t *x, uint32_t update, int b, double deadline, rf_err_t *err)
 {
-    rf_ipc_state_t *s = x->ipc;
+    rf_ipc_state_t *s = ipc_of(x);
     int per = 2 * x->nranks;
     double t0 = rf_time_now();
     rf_status_t st = rf_ctl_wait(x->ctl, &x->sreqs[b * per], per, deadline, err);
@@ -457,7 +476,7 @@ static rf_status_t wait_slot(rf_xfer_t *x, uint32_t update, int b, double deadli
 static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
                             void *ctx, rf_err_t *err)
 {
-    rf_ipc_state_t *s = x->ipc;
+    rf_ipc_state_t *s = ipc_of(x);
     const rf_chunk_plan_t *plan = cfg->plan;
     const rf_xfer_fault_t *f = &cfg->fault;
     const int per = 2 * x->nranks;
@@ -468,8 +487,8 @@ static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
     uint32_t seq = 0;
     int stage = -1, peer = -1, j = 0;
 
-    if (cfg->ipc == NULL || cfg->ipc->staged == NULL)
-        return rf_err_set(err, RF_ERR_INVALID, "ipc: send without the ipc config");
+    if (s->staged == NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc: send without the ipc setup (rf_xfer_setup)");
     for (int b = 0; b < x->buffers; b++)
         RF_CHECK_GOTO(wait_slot(x, cfg->update, b, cfg->deadline, &e), st, fail);
     for (size_t k = 0; k < plan->n_chunks; k++) {
@@ -480,7 +499,7 @@ static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         stage = c->stage;
         peer = -1;
         const int b = j++ % x->buffers;
-        const int staged = cfg->ipc->staged[c->seq] != 0;
+        const int staged = s->staged[c->seq] != 0;
         unsigned char *payload = NULL;
         RF_CHECK_GOTO(rf_ctl_poll(x->ctl, &e), st, fail);
         RF_CHECK_GOTO(wait_slot(x, cfg->update, b, cfg->deadline, &e), st, fail);
@@ -505,19 +524,13 @@ static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         uint32_t slot = (uint32_t)b, flags = (uint32_t)staged;
         memcpy(msg + 16, &slot, 4);
         memcpy(msg + 20, &flags, 4);
-        rf_xfer_write_u64le(msg + 24, staged ? c->payload_bytes : 0);
+        rf_chunk_u64le_write(msg + 24, staged ? c->payload_bytes : 0);
         if (cfg->integrity) {
-            XXH3_state_t *h = XXH3_createState();
-            if (h == NULL) {
-                st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory");
-                goto fail;
-            }
-            XXH3_64bits_reset(h);
-            XXH3_64bits_update(h, msg, RF_IPC_SEQ_BYTES);
-            if (staged)
-                XXH3_64bits_update(h, payload, (size_t)c->payload_bytes);
-            rf_xfer_write_u64le(msg + bytes, XXH3_64bits_digest(h));
-            XXH3_freeState(h);
+            /* the two-part seal: the message, then the staged payload */
+            RF_CHECK_GOTO(rf_chunk_seal(msg + bytes, msg, RF_IPC_SEQ_BYTES,
+                                        staged ? payload : NULL,
+                                        staged ? (size_t)c->payload_bytes : 0, &e),
+                          st, fail);
             bytes += RF_CHUNK_TRAILER_BYTES;
         }
         if (f->corrupt_seq == (int64_t)c->seq) {
@@ -635,25 +648,21 @@ static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, con
                                   const unsigned char *staging, const unsigned char *pair_base,
                                   size_t *nseg_p, rf_err_t *err)
 {
-    rf_ipc_state_t *s = x->ipc;
-    size_t need = 3 * c->piece_count + 1, n = 0;
-    if (need > s->segcap) {
-        rf_xfer_segment_t *g = realloc(s->segs, need * sizeof(*g));
-        if (g == NULL)
-            return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
-        s->segs = g;
-        s->segcap = need;
-    }
+    rf_ipc_state_t *s = ipc_of(x);
+    const rf_xfer_mem_t mem = s->ops->device ? RF_XFER_MEM_DEVICE : RF_XFER_MEM_HOST;
+    size_t n = 0;
+    RF_CHECK(rf_xfer_segments(x, 3 * c->piece_count + 1, err));
+    rf_xfer_segment_t *segs = x->segs;
     for (size_t k = 0; k < c->piece_count; k++) {
         size_t gi = c->piece_begin + k;
         const rf_chunk_piece_t *pc = &cfg->plan->pieces[gi];
-        const rf_ipc_piece_t *ip = &cfg->ipc->pieces[gi];
+        const rf_ipc_piece_t *ip = &s->pieces[gi];
         uint64_t rb = cfg->items[pc->item].row_bytes;
         if (ip->staged) {
             if (staging == NULL)
                 return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu is staged, the chunk not", gi);
-            s->segs[n++] =
-                (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, staging + pc->offset, 1};
+            segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, staging + pc->offset,
+                                            1, mem};
             continue;
         }
         if (pair_base == NULL)
@@ -661,16 +670,16 @@ static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, con
         const unsigned char *src = pair_base + ip->arena_offset;
         uint64_t lo = ip->row_lo, hi = ip->row_hi;
         if (lo >= hi) { /* this rank's loaders read none of the piece's rows */
-            s->segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, pair_base, 0};
+            segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, pair_base, 0, mem};
             continue;
         }
         if (lo < pc->row_begin || hi > pc->row_end)
             return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu: in-place rows out of range", gi);
         if (lo > pc->row_begin)
-            s->segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, lo, src, 0};
-        s->segs[n++] = (rf_xfer_segment_t){pc, lo, hi, src, 1};
+            segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, lo, src, 0, mem};
+        segs[n++] = (rf_xfer_segment_t){pc, lo, hi, src, 1, mem};
         if (hi < pc->row_end)
-            s->segs[n++] = (rf_xfer_segment_t){pc, hi, pc->row_end, src + (hi - lo) * rb, 0};
+            segs[n++] = (rf_xfer_segment_t){pc, hi, pc->row_end, src + (hi - lo) * rb, 0, mem};
     }
     *nseg_p = n;
     return RF_OK;
@@ -680,7 +689,7 @@ static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, con
 static rf_status_t send_ack(rf_xfer_t *x, const rf_xfer_config_t *cfg, int b, uint32_t seq,
                             int src, rf_err_t *err)
 {
-    rf_ipc_state_t *s = x->ipc;
+    rf_ipc_state_t *s = ipc_of(x);
     const int per = 2 * x->nranks;
     unsigned char *ab = s->ack_sbuf + (size_t)b * RF_IPC_ACK_BYTES;
     RF_CHECK(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, err));
@@ -693,13 +702,51 @@ static rf_status_t send_ack(rf_xfer_t *x, const rf_xfer_config_t *cfg, int b, ui
     return RF_OK;
 }
 
-/* Waits for chunk c's copies (ic->complete), then ACKs it. c's index in the plan gives its
+/* Device backends: records the event after chunk c's copies (enqueued by the receive
+ * callback on the accelerator's default stream). */
+static rf_status_t copies_record(rf_xfer_t *x, const rf_chunk_t *c, rf_err_t *err)
+{
+    rf_ipc_state_t *s = ipc_of(x);
+    for (int k = 0; k < 2; k++) {
+        rf_status_t cs = s->ev[k] == NULL ? s->accel->ops->event_create(s->accel, &s->ev[k])
+                                          : RF_OK;
+        if (cs != RF_OK)
+            return rf_err_set(err, cs, "rank %d: cannot create the ipc chunk events", x->rank);
+    }
+    int k = s->ev_next;
+    s->ev_next ^= 1;
+    s->ev_seq[k] = c->seq;
+    rf_status_t es = s->accel->ops->event_record(s->ev[k], NULL);
+    if (es != RF_OK)
+        return rf_err_set(err, es, "rank %d: chunk %u: recording the device event after its "
+                          "copies failed", x->rank, c->seq);
+    return RF_OK;
+}
+
+/* Device backends: waits until chunk c's copies completed (the trainer may write its source
+ * again), then the consumer's complete callback. */
+static rf_status_t copies_wait(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
+                               void *ctx, rf_err_t *err)
+{
+    rf_ipc_state_t *s = ipc_of(x);
+    int k = s->ev_seq[0] == c->seq ? 0 : 1;
+    if (s->ev[k] == NULL || s->ev_seq[k] != c->seq)
+        return rf_err_set(err, RF_ERR_INTERNAL, "rank %d: chunk %u has no device event", x->rank,
+                          c->seq);
+    rf_status_t ss = s->accel->ops->event_sync(s->ev[k]);
+    if (ss != RF_OK)
+        return rf_err_set(err, ss, "rank %d: chunk %u: waiting for its device copies before the "
+                          "ACK failed", x->rank, c->seq);
+    return cfg->complete != NULL ? cfg->complete(ctx, c, err) : RF_OK;
+}
+
+/* Waits for chunk c's copies (copies_wait), then ACKs it. c's index in the plan gives its
  * message slot. */
 static rf_status_t ack_pending(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
-                               rf_err_t *err)
+                               void *ctx, rf_err_t *err)
 {
     double t0 = rf_time_now();
-    rf_status_t st = cfg->ipc->complete(cfg->ipc->apply_ctx, c, err);
+    rf_status_t st = copies_wait(x, cfg, c, ctx, err);
     x->stats.unpack_s += rf_time_now() - t0;
     if (st != RF_OK)
         return st;
@@ -708,14 +755,13 @@ static rf_status_t ack_pending(rf_xfer_t *x, const rf_xfer_config_t *cfg, const 
                     cfg->stage_senders[c->stage], err);
 }
 
-/* The chunks arrive as segments for cfg->ipc->apply: unpack is not used. */
-static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpack_fn unpack,
+/* The chunks go to recv as segments read in place or from a staging slot. On a device backend
+ * recv only enqueues the copies: the event after them gates the ACK, one chunk behind. */
+static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
                             void *ctx, rf_err_t *err)
 {
-    (void)unpack;
-    (void)ctx;
-    rf_ipc_state_t *s = x->ipc;
-    const rf_xfer_ipc_config_t *ic = cfg->ipc;
+    rf_ipc_state_t *s = ipc_of(x);
+    const bool defer = s->ops->device && s->accel != NULL; /* ACK after the copies' event */
     const rf_chunk_plan_t *plan = cfg->plan;
     const size_t n = plan->n_chunks;
     const int B = x->buffers, per = 2 * x->nranks;
@@ -728,16 +774,17 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_u
     uint32_t seq = 0;
     int stage = -1, src = -1;
     recv_done_t d;
-    const rf_chunk_t *pending = NULL; /* applied, ACK not sent yet (ic->complete) */
+    const rf_chunk_t *pending = NULL; /* applied, ACK not sent yet (defer) */
 
-    if (ic == NULL || ic->staged == NULL || ic->pieces == NULL || ic->apply == NULL ||
-        cfg->items == NULL || ic->pair < 0 || ic->pair >= x->nranks)
-        return rf_err_set(err, RF_ERR_INVALID, "ipc: receive without the ipc config");
-    const unsigned char *pair_base = rf_xfer_ipc_base(x, ic->pair, RF_IPC_WEIGHTS);
+    if (s->staged == NULL || s->pieces == NULL || cfg->items == NULL || s->pair < 0 ||
+        s->pair >= x->nranks)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc: receive without the ipc setup "
+                          "(rf_xfer_setup) or the items");
+    const unsigned char *pair_base = rf_xfer_ipc_base(x, s->pair, RF_IPC_WEIGHTS);
 
     /* READY: the pair's shards of this update are produced and write-protected */
-    src = ic->pair;
-    RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, s->ready_rbuf, RF_IPC_ACK_BYTES, ic->pair,
+    src = s->pair;
+    RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, s->ready_rbuf, RF_IPC_ACK_BYTES, s->pair,
                                     RF_IPC_TAG_READY(cfg->update), &x->rreqs[B], &e),
                   st, fail);
     RF_CHECK_GOTO(wait_one(x, &x->rreqs[B], cfg->deadline, &d, &e), st, fail_ready);
@@ -745,8 +792,8 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_u
         size_t got = 0;
         rf_chunk_header_t h;
         RF_CHECK_GOTO(x->tp->ops->recv_bytes(x->tp, &d.status, &got, &e), st, fail_ready);
-        x->stats.peers[ic->pair].chunks_recv++;
-        x->stats.peers[ic->pair].bytes_recv += got;
+        x->stats.peers[s->pair].chunks_recv++;
+        x->stats.peers[s->pair].bytes_recv += got;
         rf_chunk_header_read(s->ready_rbuf, &h);
         if (got != RF_IPC_ACK_BYTES || h.update != cfg->update || h.seq != RF_IPC_READY_SEQ) {
             st = rf_err_set(&e, RF_ERR_SEQUENCE, "READY carries update %u seq %u (%zu bytes)",
@@ -795,12 +842,12 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_u
         memcpy(&slot, msg + 16, 4);
         memcpy(&flags, msg + 20, 4);
         if (h.payload_bytes != c->payload_bytes || got != RF_IPC_SEQ_BYTES + trailer ||
-            slot >= (uint32_t)B || (flags & 1u) != (ic->staged[c->seq] ? 1u : 0u)) {
+            slot >= (uint32_t)B || (flags & 1u) != (s->staged[c->seq] ? 1u : 0u)) {
             st = rf_err_set(&e, RF_ERR_MISMATCH,
                             "ipc message of %zu bytes: payload %" PRIu64 " (expected %" PRIu64
                             "), slot %u, staged %u (expected %u)",
                             got, h.payload_bytes, c->payload_bytes, slot, flags & 1u,
-                            ic->staged[c->seq] ? 1u : 0u);
+                            s->staged[c->seq] ? 1u : 0u);
             goto fail;
         }
         const unsigned char *staging = NULL;
@@ -813,38 +860,19 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_u
             staging = sbase + (size_t)slot * sb;
         }
         if (cfg->integrity) {
-            XXH3_state_t *hs = XXH3_createState();
-            if (hs == NULL) {
-                st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory");
-                goto fail;
-            }
-            XXH3_64bits_reset(hs);
-            XXH3_64bits_update(hs, msg, RF_IPC_SEQ_BYTES);
+            /* the two-part check over a host copy of the staged payload (device arenas: d2h
+             * into the bounce buffer first) */
+            const unsigned char *pb = staging;
             if (staging != NULL && s->ops->device) {
                 unsigned char *hb = NULL;
-                st = bounce_get(s, c->payload_bytes, &hb, &e);
-                if (st == RF_OK)
-                    st = s->ops->to_host(hb, staging, c->payload_bytes, &e);
-                if (st != RF_OK) {
-                    XXH3_freeState(hs);
-                    goto fail;
-                }
-                XXH3_64bits_update(hs, hb, (size_t)c->payload_bytes);
-            } else if (staging != NULL) {
-                XXH3_64bits_update(hs, staging, (size_t)c->payload_bytes);
+                RF_CHECK_GOTO(bounce_get(s, c->payload_bytes, &hb, &e), st, fail);
+                RF_CHECK_GOTO(s->ops->to_host(hb, staging, c->payload_bytes, &e), st, fail);
+                pb = hb;
             }
-            uint64_t have = XXH3_64bits_digest(hs),
-                     want = rf_xfer_read_u64le(msg + RF_IPC_SEQ_BYTES);
-            XXH3_freeState(hs);
-            if (have != want) {
-                char names[RF_ERR_MSG_MAX / 2];
-                rf_xfer_chunk_tensors(cfg, c, names, sizeof(names));
-                st = rf_err_set(&e, RF_ERR_INTEGRITY,
-                                "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
-                                ") before unpacking; chunk carries %s",
-                                have, want, names);
-                goto fail;
-            }
+            RF_CHECK_GOTO(rf_chunk_check(msg + RF_IPC_SEQ_BYTES, msg, RF_IPC_SEQ_BYTES, pb,
+                                         pb != NULL ? (size_t)c->payload_bytes : 0, plan,
+                                         cfg->items, c, &e),
+                          st, fail);
         }
         /* a rank that slept past the deadline (the verdict may be out, the trainer may write
          * again) reads nothing more */
@@ -856,7 +884,7 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_u
         size_t nseg = 0;
         RF_CHECK_GOTO(build_segments(x, cfg, c, staging, pair_base, &nseg, &e), st, fail);
         for (size_t k = 0; k < nseg; k++) {
-            const rf_xfer_segment_t *sg = &s->segs[k];
+            const rf_xfer_segment_t *sg = &x->segs[k];
             uint64_t nb = (sg->row_end - sg->row_begin) * cfg->items[sg->piece->item].row_bytes;
             if (!sg->backed)
                 continue;
@@ -867,20 +895,22 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_u
                 x->stats.ipc_bytes_in_place += nb;
         }
         double t0 = rf_time_now();
-        st = ic->apply(ic->apply_ctx, c, s->segs, nseg, &e);
+        st = recv(ctx, c, x->segs, nseg, NULL, &e);
+        if (st == RF_OK && defer)
+            st = copies_record(x, c, &e);
         x->stats.unpack_s += rf_time_now() - t0;
         if (st != RF_OK)
             goto fail;
         x->stats.chunks_received++;
-        /* ACK: the chunk is applied (without ic->complete, apply returned after the copies
-         * completed; with it, the previous chunk's ACK goes now that this one is queued) */
-        if (ic->complete == NULL) {
+        /* ACK: the chunk is applied (host: recv returned after the copies completed; device:
+         * the previous chunk's ACK goes now that this one is queued) */
+        if (!defer) {
             RF_CHECK_GOTO(send_ack(x, cfg, b, c->seq, src, &e), st, fail);
         } else if (B < 2) { /* one slot: the sender needs this ACK before the next chunk */
-            RF_CHECK_GOTO(ack_pending(x, cfg, c, &e), st, fail);
+            RF_CHECK_GOTO(ack_pending(x, cfg, c, ctx, &e), st, fail);
         } else {
             if (pending != NULL)
-                RF_CHECK_GOTO(ack_pending(x, cfg, pending, &e), st, fail);
+                RF_CHECK_GOTO(ack_pending(x, cfg, pending, ctx, &e), st, fail);
             pending = c;
         }
         if (posted < n) {
@@ -893,7 +923,7 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_u
         }
     }
     if (pending != NULL)
-        RF_CHECK_GOTO(ack_pending(x, cfg, pending, &e), st, fail);
+        RF_CHECK_GOTO(ack_pending(x, cfg, pending, ctx, &e), st, fail);
     for (int b = 0; b < B; b++)
         RF_CHECK_GOTO(rf_ctl_wait(x->ctl, &x->sreqs[b * per], 1, cfg->deadline, &e), st, fail_end);
     int extra = 0;
@@ -913,7 +943,7 @@ fail_ready:
     {
         char where[160];
         snprintf(where, sizeof(where), "update %u: ipc: READY from pair rank %d", cfg->update,
-                 ic->pair);
+                 s->pair);
         rf_xfer_wrap(err, st, &e, where);
     }
     if (st != RF_ERR_PEER)
@@ -952,15 +982,46 @@ static rf_status_t ipc_drain(rf_xfer_t *x, const uint64_t *posted_from, double d
     return rf_xfer_drain_messages(x, posted_from, deadline, err);
 }
 
+/* The arena backend (before any export or import), the pair and the piece placement. A
+ * device backend adds RF_XFER_CAP_DEVICE_PAYLOAD and needs the receiver's accelerator. */
+static rf_status_t ipc_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err)
+{
+    rf_ipc_state_t *s = ipc_of(x);
+    RF_CHECK(rf_xfer_ipc_set_backend(x, setup->arena_backend ? setup->arena_backend : "host",
+                                     err));
+    if (s->ops->device && setup->accel == NULL)
+        return rf_err_set(err, RF_ERR_INTERNAL, "rank %d: device ipc without a device", x->rank);
+    s->pair = setup->pair;
+    s->staged = setup->staged;
+    s->pieces = setup->pieces;
+    s->accel = setup->accel;
+    if (s->ops->device)
+        x->caps |= RF_XFER_CAP_DEVICE_PAYLOAD;
+    return RF_OK;
+}
+
+/* The trainer's weights arena: writable while it produces, read-only from then until the next
+ * production; READY tells the pair it may read it. */
+static rf_status_t ipc_sources(rf_xfer_t *x, uint32_t update, rf_xfer_sources_t state,
+                               rf_err_t *err)
+{
+    if (state == RF_XFER_SOURCES_READY)
+        return rf_xfer_ipc_ready(x, update, ipc_of(x)->pair, err);
+    return rf_xfer_ipc_protect(x, state == RF_XFER_SOURCES_FINAL, err);
+}
+
 static const rf_xfer_ops_t ipc_xfer_ops = {
     .name = "ipc",
+    .caps = RF_XFER_CAP_IN_PLACE,
     .wire = "mpi",
     .buf_bytes = ipc_buf_bytes,
     .open = ipc_open,
-    .close = ipc_close,
+    .setup = ipc_setup,
+    .sources = ipc_sources,
     .send = ipc_send,
     .recv = ipc_recv,
     .drain = ipc_drain,
+    .close = ipc_close,
 };
 
 const rf_xfer_ops_t *rf_xfer_ipc_ops(void)

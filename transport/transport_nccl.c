@@ -26,7 +26,6 @@
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <xxhash.h>
 
 #include "control_int.h"
 #include "refit/checks.h"
@@ -51,6 +50,8 @@ typedef struct nccl_comm {
     int gather;      /* the stage's trainer-only gather communicator */
     int *ranks;      /* [size] world ranks, owned */
 } nccl_comm_t;
+
+typedef struct rf_nccl_state rf_nccl_state_t;
 
 struct rf_nccl_state {
     int p2p;
@@ -80,6 +81,12 @@ bool rf_xfer_nccl_built(void)
     return true;
 }
 
+/* x's nccl state (rf_xfer_nccl_setup); NULL when x is not on nccl or not set up. */
+static rf_nccl_state_t *nccl_of(const rf_xfer_t *x)
+{
+    return x != NULL && x->ops == rf_xfer_nccl_ops() ? x->priv : NULL;
+}
+
 /* ---- teardown and abort ------------------------------------------------------------------ */
 
 typedef struct drain_ctx {
@@ -106,7 +113,7 @@ static int streams_idle(void *vctx, rf_err_t *err)
  * the streams drained (an aborted kernel returns). Marks the set for re-creation. */
 static void abort_all(rf_xfer_t *x, const char *why)
 {
-    rf_nccl_state_t *s = x->nccl;
+    rf_nccl_state_t *s = nccl_of(x);
     int n = 0;
     if (s->device >= 0)
         cudaSetDevice(s->device);
@@ -165,9 +172,9 @@ static int finalized(void *vctx, rf_err_t *err)
     return 1;
 }
 
-void rf_nccl_state_destroy(rf_xfer_t *x)
+static void nccl_state_destroy(rf_xfer_t *x)
 {
-    rf_nccl_state_t *s = x->nccl;
+    rf_nccl_state_t *s = nccl_of(x);
     if (s == NULL)
         return;
     if (s->device >= 0)
@@ -234,7 +241,7 @@ void rf_nccl_state_destroy(rf_xfer_t *x)
     free(s->unpack_ev);
     free(s->unpack_busy);
     free(s);
-    x->nccl = NULL;
+    x->priv = NULL;
 }
 
 /* ---- setup ------------------------------------------------------------------------------- */
@@ -245,13 +252,13 @@ rf_status_t rf_xfer_nccl_setup(rf_xfer_t *x, const rf_nccl_layout_t *layout, int
     rf_status_t st = RF_OK;
     if (x == NULL || layout == NULL || layout->n <= 0)
         return rf_err_set(err, RF_ERR_INVALID, "transport nccl: no communicator layout");
-    if (!x->on_nccl || x->nccl != NULL)
+    if (x->ops != rf_xfer_nccl_ops() || x->priv != NULL)
         return rf_err_set(err, RF_ERR_STATE, "transport nccl: xfer is not on nccl or already "
                           "set up");
     rf_nccl_state_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "transport nccl: out of memory");
-    x->nccl = s;
+    x->priv = s;
     s->p2p = layout->p2p;
     s->device = device;
     s->accel = accel;
@@ -333,7 +340,7 @@ rf_status_t rf_xfer_nccl_setup(rf_xfer_t *x, const rf_nccl_layout_t *layout, int
     }
 out:
     if (st != RF_OK)
-        rf_nccl_state_destroy(x);
+        nccl_state_destroy(x);
     return st;
 }
 
@@ -366,7 +373,7 @@ static int inits_done(void *vctx, rf_err_t *err)
 
 rf_status_t rf_xfer_nccl_begin(rf_xfer_t *x, double deadline, rf_err_t *err)
 {
-    rf_nccl_state_t *s = x->nccl;
+    rf_nccl_state_t *s = nccl_of(x);
     rf_status_t st = RF_OK;
     rf_err_t e;
     rf_err_clear(&e);
@@ -459,18 +466,18 @@ fail:
 
 void rf_xfer_nccl_fail(rf_xfer_t *x)
 {
-    if (x == NULL || x->nccl == NULL || x->nccl->nmine == 0)
+    if (nccl_of(x) == NULL || nccl_of(x)->nmine == 0)
         return;
     abort_all(x, "the update failed (re-created at the next update)");
 }
 
 void rf_xfer_nccl_counters(const rf_xfer_t *x, rf_xfer_nccl_counters_t *c)
 {
-    if (x == NULL || x->nccl == NULL) {
+    if (nccl_of(x) == NULL) {
         memset(c, 0, sizeof(*c));
         return;
     }
-    *c = x->nccl->counters;
+    *c = nccl_of(x)->counters;
 }
 
 /* ---- one update ------------------------------------------------------------------------ */
@@ -561,7 +568,7 @@ static rf_status_t slots_ready(rf_nccl_state_t *s, int send, rf_err_t *err)
 static rf_status_t build_ops(rf_xfer_t *x, const rf_xfer_config_t *cfg, bool packs, bool unpacks,
                              nccl_op_t **ops_p, size_t *n_p, rf_err_t *err)
 {
-    rf_nccl_state_t *s = x->nccl;
+    rf_nccl_state_t *s = nccl_of(x);
     const rf_chunk_plan_t *plan = cfg->plan;
     const size_t trailer = cfg->integrity ? RF_CHUNK_TRAILER_BYTES : 0;
     const bool recv_me = unpacks && is_receiver(cfg, x->rank);
@@ -641,10 +648,10 @@ static rf_status_t build_ops(rf_xfer_t *x, const rf_xfer_config_t *cfg, bool pac
 }
 
 rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
-                             void *pack_ctx, rf_xfer_unpack_fn unpack, void *unpack_ctx,
+                             void *pack_ctx, rf_xfer_recv_fn recv, void *recv_ctx,
                              rf_err_t *err)
 {
-    rf_nccl_state_t *s = x->nccl;
+    rf_nccl_state_t *s = nccl_of(x);
     const rf_chunk_plan_t *plan = cfg->plan;
     const rf_xfer_fault_t *f = &cfg->fault;
     const int B = s != NULL ? s->B : 1;
@@ -670,7 +677,7 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                         "is not on the host to hash)");
         goto fail;
     }
-    RF_CHECK_GOTO(build_ops(x, cfg, pack != NULL, unpack != NULL, &ops, &nops, &e), st, fail);
+    RF_CHECK_GOTO(build_ops(x, cfg, pack != NULL, recv != NULL, &ops, &nops, &e), st, fail);
     RF_CUDA_CHECK_ERR_GOTO(cudaSetDevice(s->device), &e, st, fail);
     for (size_t i = 0; i < nops; i++) {
         if (ops[i].snd)
@@ -727,7 +734,7 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                     goto fail;
                 size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
                 if (cfg->integrity)
-                    rf_xfer_write_u64le(h + covered, XXH3_64bits(h, covered));
+                    RF_CHECK_GOTO(rf_chunk_seal(h + covered, h, covered, NULL, 0, &e), st, fail);
                 if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
                     h[RF_CHUNK_HEADER_BYTES + c->payload_bytes / 2] ^= 0x10;
                     rf_warn("fault: rank %d flipped a payload byte of chunk %u (update %u)",
@@ -851,20 +858,16 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
             }
             if (cfg->integrity) {
                 const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-                uint64_t want = rf_xfer_read_u64le(h + covered), have = XXH3_64bits(h, covered);
-                if (want != have) {
-                    char names[RF_ERR_MSG_MAX / 2];
-                    rf_xfer_chunk_tensors(cfg, c, names, sizeof(names));
-                    st = rf_err_set(&e, RF_ERR_INTEGRITY,
-                                    "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
-                                    ") before unpacking; chunk carries %s",
-                                    have, want, names);
-                    goto fail;
-                }
+                RF_CHECK_GOTO(rf_chunk_check(h + covered, h, covered, NULL, 0, plan, cfg->items,
+                                             c, &e),
+                              st, fail);
             }
             double t0 = rf_time_now();
-            st = unpack(unpack_ctx, c, &plan->pieces[c->piece_begin],
-                        (const unsigned char *)s->drecv[b] + RF_CHUNK_HEADER_BYTES, &e);
+            const unsigned char *payload =
+                (const unsigned char *)s->drecv[b] + RF_CHUNK_HEADER_BYTES;
+            st = rf_xfer_piece_segments(x, plan, c, payload, RF_XFER_MEM_DEVICE, &e);
+            if (st == RF_OK)
+                st = recv(recv_ctx, c, x->segs, c->piece_count, payload, &e);
             if (st == RF_OK && s->accel != NULL) {
                 st = s->accel->ops->event_record(s->unpack_ev[b], NULL);
                 if (st != RF_OK)
@@ -936,7 +939,7 @@ static int gather_comm(const rf_nccl_state_t *s, int stage)
 
 bool rf_xfer_nccl_has_gather(const rf_xfer_t *x, int stage)
 {
-    return x != NULL && x->nccl != NULL && gather_comm(x->nccl, stage) >= 0;
+    return nccl_of(x) != NULL && gather_comm(nccl_of(x), stage) >= 0;
 }
 
 /* Communicator rank of world rank w in c, -1 when not a member. */
@@ -959,7 +962,7 @@ static rf_status_t gather_step(rf_xfer_t *x, int stage, int send, const int *pee
                                const uint64_t *bytes, int n, const void *src, void *dst,
                                double deadline, rf_err_t *err)
 {
-    rf_nccl_state_t *s = x->nccl;
+    rf_nccl_state_t *s = nccl_of(x);
     int k = gather_comm(s, stage);
     uint64_t total = 0;
     if (k < 0 || !s->ready)
@@ -1050,4 +1053,65 @@ rf_status_t rf_xfer_nccl_gather_send(rf_xfer_t *x, int stage, int sender, const 
         rf_err_set(err, st, "sending the stage %d gather part to rank %d (nccl): %s", stage,
                    sender, e.msg);
     return st;
+}
+
+/* ---- the chunk transport table (transport/xfer_int.h; found by transport_registry.c) ----- */
+
+/* Chunks travel through NCCL on device buffers; x->bufs holds a header (+ trailer) only. */
+static uint64_t nccl_buf_bytes(uint64_t chunk_bytes)
+{
+    (void)chunk_bytes;
+    return RF_CHUNK_HEADER_BYTES + RF_CHUNK_TRAILER_BYTES;
+}
+
+static rf_status_t nccl_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err)
+{
+    return rf_xfer_nccl_setup(x, setup->layout, setup->device, setup->accel, err);
+}
+
+static rf_status_t nccl_begin(rf_xfer_t *x, uint32_t update, double deadline, rf_err_t *err)
+{
+    (void)update;
+    return rf_xfer_nccl_begin(x, deadline, err);
+}
+
+static rf_status_t nccl_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
+                             void *ctx, rf_err_t *err)
+{
+    return rf_xfer_nccl_run(x, cfg, pack, ctx, NULL, NULL, err);
+}
+
+static rf_status_t nccl_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
+                             void *ctx, rf_err_t *err)
+{
+    return rf_xfer_nccl_run(x, cfg, NULL, NULL, recv, ctx, err);
+}
+
+/* The stage gather on the stage's trainer-only gather communicator, where this rank has one. */
+static int nccl_gather_has(const rf_xfer_t *x, int stage)
+{
+    return rf_xfer_nccl_has_gather(x, stage);
+}
+
+/* No drain: no chunk message travels over MPI; the communicators are aborted (fail) and
+ * re-created by the next begin instead. */
+static const rf_xfer_ops_t nccl_xfer_ops = {
+    .name = "nccl",
+    .caps = RF_XFER_CAP_DEVICE_PAYLOAD | RF_XFER_CAP_GATHER,
+    .wire = "mpi",
+    .buf_bytes = nccl_buf_bytes,
+    .setup = nccl_setup,
+    .begin = nccl_begin,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .fail = rf_xfer_nccl_fail,
+    .close = nccl_state_destroy,
+    .gather_has = nccl_gather_has,
+    .gather_recv = rf_xfer_nccl_gather_recv,
+    .gather_send = rf_xfer_nccl_gather_send,
+};
+
+const rf_xfer_ops_t *rf_xfer_nccl_ops(void)
+{
+    return &nccl_xfer_ops;
 }

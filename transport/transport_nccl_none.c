@@ -43,15 +43,15 @@ void rf_xfer_nccl_fail(rf_xfer_t *x)
 }
 
 rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
-                             void *pack_ctx, rf_xfer_unpack_fn unpack, void *unpack_ctx,
+                             void *pack_ctx, rf_xfer_recv_fn recv, void *recv_ctx,
                              rf_err_t *err)
 {
     (void)x;
     (void)cfg;
     (void)pack;
     (void)pack_ctx;
-    (void)unpack;
-    (void)unpack_ctx;
+    (void)recv;
+    (void)recv_ctx;
     return not_built(err);
 }
 
@@ -59,11 +59,6 @@ void rf_xfer_nccl_counters(const rf_xfer_t *x, rf_xfer_nccl_counters_t *c)
 {
     (void)x;
     memset(c, 0, sizeof(*c));
-}
-
-void rf_nccl_state_destroy(rf_xfer_t *x)
-{
-    (void)x;
 }
 
 bool rf_xfer_nccl_has_gather(const rf_xfer_t *x, int stage)
@@ -97,4 +92,55 @@ rf_status_t rf_xfer_nccl_gather_send(rf_xfer_t *x, int stage, int sender, const 
     (void)bytes;
     (void)deadline;
     return not_built(err);
+}
+
+/* ---- the chunk transport table: every entry that can fail says it is not built ----------- */
+
+static rf_status_t none_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err)
+{
+    (void)x;
+    (void)setup;
+    return not_built(err);
+}
+
+static rf_status_t none_begin(rf_xfer_t *x, uint32_t update, double deadline, rf_err_t *err)
+{
+    (void)update;
+    return rf_xfer_nccl_begin(x, deadline, err);
+}
+
+static rf_status_t none_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
+                             void *ctx, rf_err_t *err)
+{
+    return rf_xfer_nccl_run(x, cfg, pack, ctx, NULL, NULL, err);
+}
+
+static rf_status_t none_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
+                             void *ctx, rf_err_t *err)
+{
+    return rf_xfer_nccl_run(x, cfg, NULL, NULL, recv, ctx, err);
+}
+
+/* The stage gather on the stage's trainer-only gather communicator, where this rank has one. */
+static int nccl_gather_has(const rf_xfer_t *x, int stage)
+{
+    return rf_xfer_nccl_has_gather(x, stage);
+}
+
+static const rf_xfer_ops_t none_xfer_ops = {
+    .name = "nccl",
+    .caps = RF_XFER_CAP_DEVICE_PAYLOAD | RF_XFER_CAP_GATHER,
+    .wire = "mpi",
+    .setup = none_setup,
+    .begin = none_begin,
+    .send = none_send,
+    .recv = none_recv,
+    .gather_has = nccl_gather_has,
+    .gather_recv = rf_xfer_nccl_gather_recv,
+    .gather_send = rf_xfer_nccl_gather_send,
+};
+
+const rf_xfer_ops_t *rf_xfer_nccl_ops(void)
+{
+    return &none_xfer_ops;
 }

@@ -3,58 +3,19 @@
  * (transport/xfer.c), the ipc transport (transport/transport_ipc.c) and the nccl transport
  * (transport/transport_nccl.c) all use these, so none of them calls into another.
  *
- * Little-endian u64 codec of the trailers, the "tensors a chunk carries" text of error
- * messages, the error wrapper, the in-flight counter, cancelling posted receives, the probe
+ * The error wrapper, the in-flight counter, cancelling posted receives, the probe
  * for extra chunk messages after the last expected one, and the message drain after a FAILED
  * verdict (chunk messages over the message transport x->tp: mpi, and ipc's SEQ / READY / ACK).
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
 #include "xfer_int.h"
-
-void rf_xfer_write_u64le(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-uint64_t rf_xfer_read_u64le(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* "a, b[rows 0-63], ..." : the tensors chunk c carries (for error messages). */
-void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out,
-                           size_t cap)
-{
-    size_t len = 0;
-    out[0] = '\0';
-    for (size_t k = 0; k < c->piece_count && len + 1 < cap; k++) {
-        const rf_chunk_piece_t *pc = &cfg->plan->pieces[c->piece_begin + k];
-        const char *name = cfg->items && cfg->items[pc->item].name ? cfg->items[pc->item].name
-                                                                   : NULL;
-        int w;
-        if (name)
-            w = snprintf(out + len, cap - len, "%s%s rows %" PRIu64 "-%" PRIu64, k ? ", " : "",
-                         name, pc->row_begin, pc->row_end);
-        else
-            w = snprintf(out + len, cap - len, "%sitem %zu rows %" PRIu64 "-%" PRIu64,
-                         k ? ", " : "", pc->item, pc->row_begin, pc->row_end);
-        if (w < 0)
-            break;
-        len += (size_t)w;
-    }
-    if (len + 1 >= cap && cap > 4)
-        memcpy(out + cap - 4, "...", 4);
-}
 
 /* err = "<where>: <inner message>" (the first error is kept). */
 rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where)
@@ -184,5 +145,29 @@ rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, do
         return rf_err_set(err, st, "drain: %s", e.msg);
     if (drained)
         rf_debug("rank %d: drained %" PRIu64 " chunk messages", x->rank, drained);
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_segments(rf_xfer_t *x, size_t n, rf_err_t *err)
+{
+    if (n <= x->segcap && x->segs != NULL)
+        return RF_OK;
+    rf_xfer_segment_t *g = realloc(x->segs, (n ? n : 1) * sizeof(*g));
+    if (g == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
+    x->segs = g;
+    x->segcap = n ? n : 1;
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_piece_segments(rf_xfer_t *x, const rf_chunk_plan_t *plan, const rf_chunk_t *c,
+                                   const void *payload, rf_xfer_mem_t mem, rf_err_t *err)
+{
+    RF_CHECK(rf_xfer_segments(x, c->piece_count, err));
+    for (size_t k = 0; k < c->piece_count; k++) {
+        const rf_chunk_piece_t *pc = &plan->pieces[c->piece_begin + k];
+        x->segs[k] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end,
+                                         (const unsigned char *)payload + pc->offset, 1, mem};
+    }
     return RF_OK;
 }

@@ -1,44 +1,42 @@
 /*
- * refit: the transfer engine's private state and the chunk transport table, shared by the
- * scheduler (transport/xfer.c), the helpers every chunk path uses (transport/xfer_common.c),
- * the registry (transport/transport_registry.c) and the transports (transport_ipc.c,
- * transport_nccl.c).
+ * refit: the transfer engine's private state and the ONE chunk transport interface
+ * (rf_xfer_ops_t), shared by the core (transport/xfer.c), the helpers every chunk path uses
+ * (transport/xfer_common.c), the registry (transport/transport_registry.c) and the
+ * transports: mpi (transport_mpi_chunks.c), ipc (transport_ipc.c), nccl (transport_nccl.c, or
+ * the stub transport_nccl_none.c).
  *
- * How the scheduler reaches a transport: rf_xfer_create asks the registry for the name it was
- * given. A message transport ("mpi", rf_transport_ops_t) gets x->ops == NULL: the scheduler's
- * own send / receive / drain move each chunk as one message through x->tp. A chunk transport
- * ("ipc", "nccl") is an rf_xfer_ops_t: it carries the chunks its own way, its small messages
- * over the message transport it names (wire), and the scheduler calls it only through x->ops,
- * so xfer.c names no transport.
+ * As NCCL's ncclTransport and UCX's uct_iface_ops: every transport fills one static const
+ * table; rf_xfer_create asks the registry for the table of the name it was given and the core
+ * calls it only through x->ops, so xfer.c names no transport. A transport keeps its state in
+ * x->priv (its own struct, which only its file knows) and runs its small messages, if any, over
+ * the message transport x->tp it named as `wire`.
  */
 #ifndef REFIT_XFER_INT_H
 #define REFIT_XFER_INT_H
 
 #include "refit/transport.h"
 
-typedef struct rf_ipc_state rf_ipc_state_t;
-typedef struct rf_nccl_state rf_nccl_state_t;
-
 typedef struct rf_xfer_ops rf_xfer_ops_t;
 
 struct rf_xfer {
     rf_ctl_t *ctl; /* borrowed */
-    const rf_xfer_ops_t *ops; /* the chunk transport; NULL: chunks are messages of tp */
-    rf_transport_t *tp;
+    const rf_xfer_ops_t *ops; /* the chunk transport */
+    void *priv;         /* the transport's state (open / setup), owned by it; NULL: none */
+    unsigned caps;      /* RF_XFER_CAP_*: ops->caps, plus what setup added */
+    rf_transport_t *tp; /* the message transport ops->wire */
     uint64_t chunk_bytes;
-    uint64_t buf_bytes; /* bytes of each bufs[] entry: chunk_bytes (mpi), a message (ipc) */
+    uint64_t buf_bytes; /* bytes of each bufs[] entry (ops->buf_bytes; chunk_bytes) */
     int buffers;
     int rank;
     int nranks;
-    void **bufs;        /* [buffers] chunk (mpi) or message (ipc) buffers, owned */
+    void **bufs;        /* [buffers] chunk (mpi) or message (ipc, nccl) buffers, owned */
     MPI_Request *sreqs; /* [buffers * 2 * nranks + 1] sends per slot (2: duplicate fault);
-                           the last one: ipc READY */
-    MPI_Request *rreqs; /* [buffers + 1] receives (ipc: the last one is READY) */
+                           the last one: a transport's own (ipc READY) */
+    MPI_Request *rreqs; /* [buffers + 1] receives (the last one: a transport's own, ipc READY) */
     int *slot_busy;     /* [buffers] sender: posted, completion not yet seen */
+    rf_xfer_segment_t *segs; /* receiver: one chunk's segments (rf_xfer_segments), owned */
+    size_t segcap;
     rf_xfer_stats_t stats;
-    rf_ipc_state_t *ipc; /* NULL on mpi */
-    int on_nccl;         /* created with transport "nccl" (set by its table's open) */
-    rf_nccl_state_t *nccl; /* set by rf_xfer_nccl_setup */
 };
 
 static inline int rf_xfer_sreq_count(const rf_xfer_t *x)
@@ -47,29 +45,44 @@ static inline int rf_xfer_sreq_count(const rf_xfer_t *x)
 }
 
 /*
- * A chunk transport. send and recv are required; every other entry may be NULL. Called by
- * transport/xfer.c only, on the calls named; x is set up as for the message path (ctl, tp on
- * `wire`, buffers of buf_bytes, requests) before open.
+ * A chunk transport. Called by transport/xfer.c only, from the public call named with each
+ * entry (include/refit/transport.h has the caller's contract); x is set up (ctl, tp on `wire`,
+ * buffers of buf_bytes, requests, counters) before open. send and recv are required; every
+ * other entry may be NULL where the transport has nothing to do. Collectiveness is the public
+ * call's: open, setup, begin, close are collective over x's world (every rank calls them in
+ * the same order); sources, send, recv, drain, fail are local (send and recv pair with the
+ * peers', drain with the peers' drains).
  */
 struct rf_xfer_ops {
     const char *name; /* as rf_xfer_create takes it */
+    unsigned caps;    /* RF_XFER_CAP_* always true of it; setup may add to x->caps */
     const char *wire; /* the message transport under it (rf_transport_create) */
     /* Bytes of each x->bufs[] entry for chunks of chunk_bytes. NULL: chunk_bytes. */
     uint64_t (*buf_bytes)(uint64_t chunk_bytes);
-    /* rf_xfer_create, last: the transport's state on x. Collective as rf_xfer_create; on an
-     * error rf_xfer_create destroys x (close included) and returns the status. */
+    /* rf_xfer_create, last: the transport's state on x (x->priv). On an error rf_xfer_create
+     * destroys x (close included) and returns the status. */
     rf_status_t (*open)(rf_xfer_t *x, rf_err_t *err);
-    /* rf_xfer_destroy, after the message requests: releases the transport's state on x. */
-    void (*close)(rf_xfer_t *x);
+    /* rf_xfer_setup: once, before the first update; reads its part of *setup. */
+    rf_status_t (*setup)(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err);
+    /* rf_xfer_begin, after the counters were reset: ready for `update` by deadline (nccl:
+     * communicators). Posts ABORT on failure (unless RF_ERR_PEER). */
+    rf_status_t (*begin)(rf_xfer_t *x, uint32_t update, double deadline, rf_err_t *err);
+    /* rf_xfer_sources: the sender's sources changed state (ipc: protect, READY). */
+    rf_status_t (*sources)(rf_xfer_t *x, uint32_t update, rf_xfer_sources_t state,
+                           rf_err_t *err);
     /* rf_xfer_send / rf_xfer_recv after the config check, with their contract. */
     rf_status_t (*send)(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
                         void *ctx, rf_err_t *err);
-    rf_status_t (*recv)(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpack_fn unpack,
+    rf_status_t (*recv)(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
                         void *ctx, rf_err_t *err);
-    /* rf_xfer_drain, after the posted chunk receives were cancelled. NULL: the message drain
-     * (rf_xfer_drain_messages). */
+    /* rf_xfer_drain, after the posted receives were cancelled: what the peers still owe this
+     * rank, then this rank's outstanding sends. NULL: nothing travels that could be owed. */
     rf_status_t (*drain)(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
                          rf_err_t *err);
+    /* rf_xfer_fail, after the drain of a FAILED update (nccl: ncclCommAbort). */
+    void (*fail)(rf_xfer_t *x);
+    /* rf_xfer_destroy, after the message requests: releases x->priv. */
+    void (*close)(rf_xfer_t *x);
     /* ---- the stage gather (optional) ---- */
     /* A transport's own stage gather (include/refit/transport.h, "the stage gather"). Set
      * gather_recv and gather_send both, or neither: NULL is the MPI gather on the trainer-only
@@ -94,18 +107,17 @@ struct rf_xfer_ops {
 
 /* ---- the registry (transport_registry.c) ---------------------------------------------- */
 
-/* The chunk transport named `name` ("ipc", "nccl"); NULL for a message transport's name (or
- * NULL, or an unknown one: rf_transport_create decides). */
+/* The chunk transport named `name` ("mpi", NULL = "mpi", "ipc", "nccl"); NULL when unknown. */
 const rf_xfer_ops_t *rf_xfer_ops_lookup(const char *name);
-/* ipc's table (transport_ipc.c). */
-const rf_xfer_ops_t *rf_xfer_ipc_ops(void);
+/* The tables, each in its transport's file. */
+const rf_xfer_ops_t *rf_xfer_mpi_ops(void);  /* transport_mpi_chunks.c */
+const rf_xfer_ops_t *rf_xfer_ipc_ops(void);  /* transport_ipc.c */
+const rf_xfer_ops_t *rf_xfer_nccl_ops(void); /* transport_nccl.c / transport_nccl_none.c */
 
 /* ---- shared by the chunk paths (xfer_common.c) ----------------------------------------- */
 
 /* err = "<where>: <inner message>". */
 rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where);
-/* "a rows 0-63, ..." : the tensors chunk c carries (for error messages). */
-void rf_xfer_chunk_tensors(const rf_xfer_config_t *cfg, const rf_chunk_t *c, char *out, size_t cap);
 void rf_xfer_update_inflight(rf_xfer_t *x, int inflight);
 /* Cancels this rank's posted receives (rreqs); a matched one counts as received. */
 void rf_xfer_cancel_posted(rf_xfer_t *x);
@@ -114,14 +126,15 @@ void rf_xfer_cancel_posted(rf_xfer_t *x);
  * RF_ERR_SEQUENCE. A failing probe returns its status with probe_err filled. */
 rf_status_t rf_xfer_probe_extra(rf_xfer_t *x, const rf_xfer_config_t *cfg, size_t n, int *extra_p,
                                 rf_err_t *probe_err, rf_err_t *err);
-void rf_xfer_write_u64le(unsigned char *p, uint64_t v);
-uint64_t rf_xfer_read_u64le(const unsigned char *p);
+/* The receiver's segment array for n segments (x->segs, grown as needed). RF_ERR_NOMEM. */
+rf_status_t rf_xfer_segments(rf_xfer_t *x, size_t n, rf_err_t *err);
+/* Chunk c's pieces as whole segments of one contiguous payload (mpi: host, nccl: device):
+ * x->segs[0..c->piece_count). */
+rf_status_t rf_xfer_piece_segments(rf_xfer_t *x, const rf_chunk_plan_t *plan, const rf_chunk_t *c,
+                                   const void *payload, rf_xfer_mem_t mem, rf_err_t *err);
 /* rf_xfer_drain's message part (its contract): receives the chunk messages still owed by
  * each source from x->tp, then completes this rank's outstanding sends. */
 rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
                                    rf_err_t *err);
-
-/* nccl (transport_nccl.c, or the stub transport_nccl_none.c) */
-void rf_nccl_state_destroy(rf_xfer_t *x);
 
 #endif /* REFIT_XFER_INT_H */

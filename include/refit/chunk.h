@@ -16,8 +16,9 @@
  *     starts a new chunk);
  *   - a single row wider than the capacity is an error naming the tensor (RF_ERR_INVALID);
  *   - chunks never span stages; seq numbers form one global stage-major sequence 0..n-1;
- *   - integrity mode appends an 8-byte XXH3-64 trailer after the payload (format in
- *     include/refit/transport.h): such plans are built for chunk_bytes - 8.
+ *   - integrity mode appends an 8-byte XXH3-64 trailer after the payload (the chunk codec
+ *     below; when it is used: include/refit/transport.h): such plans are built for
+ *     chunk_bytes - 8.
  *
  * Rows: a tensor of shape [d0, d1, ...] is d0 rows of prod(d1...) x elem bytes. A 1-D tensor
  * is numel rows of one element, so it splits at element boundaries. A 0-byte tensor gets a
@@ -116,6 +117,51 @@ void rf_chunk_header_read(const void *buf, rf_chunk_header_t *hdr_p);
 void *rf_chunk_buffer_alloc(uint64_t chunk_bytes);
 /* Frees a buffer from rf_chunk_buffer_alloc (NULL is fine). */
 void rf_chunk_buffer_free(void *buf);
+
+/* ---- the chunk codec: the integrity trailer (transport/chunk_codec.c) --------------------
+ *
+ * Every transport seals and checks its chunks with these, so the trailer is computed in one
+ * place. The trailer is the XXH3-64 (seed 0) of the bytes it covers, written little endian
+ * right after them:
+ *
+ *     [16-byte header][payload, payload_bytes][u64 XXH3-64 of header + payload]
+ *
+ * mpi and nccl cover one part (the message: header + payload); ipc covers two (its sequence
+ * message, then the staged payload when the chunk is staged), hashed as if concatenated.
+ * All local and thread safe; none is collective.
+ */
+#define RF_CHUNK_TRAILER_BYTES 8
+
+/* Little-endian u64 at p (trailers and other in-band fields). */
+void rf_chunk_u64le_write(void *p, uint64_t v);
+uint64_t rf_chunk_u64le_read(const void *p);
+
+/* XXH3-64 of a[0..na) followed by b[0..nb) (b may be NULL when nb is 0). RF_ERR_NOMEM only
+ * for a two-part digest (the streaming state). */
+rf_status_t rf_chunk_digest(const void *a, size_t na, const void *b, size_t nb, uint64_t *h_p,
+                            rf_err_t *err);
+
+/* Seals: writes the trailer of a + b at `trailer` (RF_CHUNK_TRAILER_BYTES bytes). The
+ * one-part form of a message msg of `covered` bytes: rf_chunk_seal(msg + covered, msg,
+ * covered, NULL, 0, err). RF_OK, or RF_ERR_NOMEM as rf_chunk_digest. */
+rf_status_t rf_chunk_seal(void *trailer, const void *a, size_t na, const void *b, size_t nb,
+                          rf_err_t *err);
+
+/*
+ * Checks: recomputes the digest of a + b and compares it with the trailer at `trailer`.
+ * RF_OK when equal; RF_ERR_INTEGRITY otherwise, err "checksum mismatch (xxh3 <have>, trailer
+ * <want>) before unpacking; chunk carries <tensors>" (rf_chunk_describe of chunk c of plan;
+ * items optional, for the names); RF_ERR_NOMEM as rf_chunk_digest. The caller prefixes where
+ * (update, chunk seq, stage, sender).
+ */
+rf_status_t rf_chunk_check(const void *trailer, const void *a, size_t na, const void *b,
+                           size_t nb, const rf_chunk_plan_t *plan, const rf_chunk_item_t *items,
+                           const rf_chunk_t *c, rf_err_t *err);
+
+/* "a rows 0-63, b rows 0-1, ..." (or "item 3 rows 0-63" without items): the tensors chunk c
+ * of plan carries, for error messages; cut with "..." at cap. */
+void rf_chunk_describe(const rf_chunk_plan_t *plan, const rf_chunk_item_t *items,
+                       const rf_chunk_t *c, char *out, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -1,26 +1,37 @@
 /*
  * refit: transports and the pipelined chunk transfer (DESIGN.md section 9).
  *
- * A transport moves chunk messages between world ranks; an implementation is a static const
- * rf_transport_ops_t chosen by name (rf_transport_create). "mpi": host buffers, tagged
- * point-to-point on a duplicate of world (MPI_Isend / MPI_Irecv, tag =
- * ((update mod 8) << 12) | stage, never a collective). Completion is an MPI_Request so that
- * every wait goes through the control channel's wait loop (ABORT + deadline). "ipc"
- * (colocated topologies, see "the ipc transport" below) moves no payload over MPI: only small
- * sequence / ack messages travel through the same MPI message ops, the bytes are read from
- * shared arenas.
+ * Two layers. A message transport (rf_transport_ops_t, "mpi") moves one message at a time
+ * between world ranks: host buffers, tagged point-to-point on a duplicate of world
+ * (MPI_Isend / MPI_Irecv, tag = ((update mod 8) << 12) | stage, never a collective);
+ * completion is an MPI_Request so that every wait goes through the control channel's wait
+ * loop (ABORT + deadline). A chunk transport carries an update's chunks from the stage senders
+ * to the receivers; rf_xfer_t is one, created by name ("mpi", "ipc", "nccl") and driven only
+ * through the generic calls below, so its caller names no transport. Every chunk transport
+ * implements the same table (transport/xfer_int.h, rf_xfer_ops_t: open, setup, begin, sources,
+ * send, recv, drain, fail, close) and says what it can do in capability bits (rf_xfer_caps):
+ *   mpi  : each chunk one message of the mpi message transport (transport_mpi_chunks.c);
+ *   ipc  : colocated pairs: the bytes are read from shared arenas, in place or from staging
+ *          slots, only small sequence / ack messages go over mpi (transport_ipc.c; below);
+ *   nccl : device chunk buffers over NCCL communicators (transport_nccl.c,
+ *          include/refit/transport_nccl.h).
+ * Every transport seals and checks chunks with the chunk codec (include/refit/chunk.h) and
+ * hands a received chunk to its consumer the same way: as segments (rf_xfer_segment_t) to one
+ * receive callback (rf_xfer_recv_fn).
  *
- * The scheduler (rf_xfer_t) runs one update in broadcast mode: each stage has one sender (a
- * world rank) that sends every chunk of its stage to every receiver (root-to-each). Chunks go
- * in the plan's global stage-major sequence. Both sides use `buffers` slots (default 2): the
- * sender packs chunk k+1 while chunk k is on the wire (a slot is reused only when all of its
- * sends completed); the receiver keeps `buffers` receives posted ahead in the sequence and
- * unpacks in sequence order. Receive memory is buffers x chunk_bytes per rank in total.
+ * The scheduler runs one update in broadcast mode: each stage has one sender (a world rank)
+ * that sends every chunk of its stage to every receiver (root-to-each). Chunks go in the
+ * plan's global stage-major sequence. Both sides use `buffers` slots (default 2): the sender
+ * packs chunk k+1 while chunk k is on the wire (a slot is reused only when all of its sends
+ * completed); the receiver keeps `buffers` receives posted ahead in the sequence and hands
+ * chunks over in sequence order. Receive memory is buffers x chunk_bytes per rank in total.
  *
- * One update, driven by the caller:
- *   rf_ctl_begin; rf_ctl_agree (GO); rf_xfer_begin; rf_xfer_send (stage senders) and/or
+ * A job, driven by the caller:
+ *   rf_xfer_create; rf_xfer_setup (once, collective); per update:
+ *   [sender: rf_xfer_sources WRITABLE, produce, FINAL]; rf_ctl_begin; rf_xfer_begin;
+ *   rf_ctl_agree (GO); [sender: rf_xfer_sources READY]; rf_xfer_send (stage senders) and/or
  *   rf_xfer_recv (receivers); rf_gate_record_set_result + rf_xfer_stats -> rf_gate_run;
- *   on FAILED: rf_xfer_drain with the verdict's posted_from, on every rank.
+ *   on FAILED: rf_xfer_drain with the verdict's posted_from, then rf_xfer_fail, on every rank.
  */
 #ifndef REFIT_TRANSPORT_H
 #define REFIT_TRANSPORT_H
@@ -93,10 +104,52 @@ void rf_transport_destroy(rf_transport_t *t);
 typedef rf_status_t (*rf_xfer_pack_fn)(void *ctx, const rf_chunk_t *chunk,
                                        const rf_chunk_piece_t *pieces, void *payload,
                                        rf_err_t *err);
-/* Consumes a received, checked chunk; payload valid only during the call. */
-typedef rf_status_t (*rf_xfer_unpack_fn)(void *ctx, const rf_chunk_t *chunk,
-                                         const rf_chunk_piece_t *pieces, const void *payload,
-                                         rf_err_t *err);
+
+/* Capability bits of a chunk transport (rf_xfer_caps). */
+#define RF_XFER_CAP_DEVICE_PAYLOAD 0x1u /* the receive callback may get device memory */
+#define RF_XFER_CAP_IN_PLACE       0x2u /* receivers read pieces in place in the senders' memory */
+#define RF_XFER_CAP_GATHER         0x4u /* the stage gather runs on the transport's own wire */
+
+/* Where a segment's bytes are. */
+typedef enum {
+    RF_XFER_MEM_HOST = 0,   /* ordinary host memory (the CPU may read it) */
+    RF_XFER_MEM_DEVICE = 1, /* device memory of the receiver's accelerator, or mapped into it
+                               (a CUDA IPC arena); the CPU must not dereference it */
+} rf_xfer_mem_t;
+
+/* One row range of a piece handed to the consumer. src holds rows [row_begin, row_end) full
+ * width when backed; when !backed the consumer's loaders read none of these rows (src is a
+ * valid but unrelated pointer). mem: where src points. */
+typedef struct rf_xfer_segment {
+    const rf_chunk_piece_t *piece;
+    uint64_t row_begin, row_end;
+    const void *src;
+    int backed;
+    rf_xfer_mem_t mem;
+} rf_xfer_segment_t;
+
+/*
+ * The one receive callback, for every transport: consumes a received, checked chunk as
+ * segments in piece order (mpi: each piece whole in the host payload; nccl: each piece whole
+ * in the device chunk buffer; ipc: a piece's rows read in place from the pair's arena, or the
+ * piece from a staging slot). payload: the whole payload when the chunk sits in one buffer
+ * (mpi: host, nccl: device; segs[k].src == payload + piece offset), NULL when its segments
+ * are scattered (ipc). Every byte is valid only during the call; device segments may be read
+ * by copies the callback only enqueues on the accelerator's default stream (the transport
+ * waits for them, by an event recorded after the call, before the memory is reused).
+ */
+typedef rf_status_t (*rf_xfer_recv_fn)(void *ctx, const rf_chunk_t *chunk,
+                                       const rf_xfer_segment_t *segs, size_t nsegs,
+                                       const void *payload, rf_err_t *err);
+
+/*
+ * Optional, receiver: chunk's enqueued copies are complete (the transport saw the event
+ * recorded after the receive callback), so the consumer may check what they brought. A
+ * transport that releases the sender's sources per chunk calls it first (ipc on device arenas:
+ * before the chunk's ACK); one that receives into its own buffers (mpi, nccl) does not call
+ * it. Gets the receive callback's ctx.
+ */
+typedef rf_status_t (*rf_xfer_complete_fn)(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
 
 /* Fault hooks for tests (sender side). -1 disables. */
 typedef struct rf_xfer_fault {
@@ -112,7 +165,8 @@ typedef struct rf_xfer_fault {
 
 /*
  * Integrity mode (DESIGN.md section 9, topology transfer.integrity or refit-run --integrity):
- * every chunk message carries an 8-byte trailer after its payload,
+ * every chunk message carries an 8-byte trailer after its payload (sealed and checked by the
+ * chunk codec, include/refit/chunk.h, for every transport),
  *
  *     [16-byte header][payload, payload_bytes][u64 XXH3-64 of header + payload, little endian]
  *
@@ -122,8 +176,6 @@ typedef struct rf_xfer_fault {
  * payload and compares it with the trailer BEFORE unpacking anything: a mismatch fails the
  * update with RF_ERR_INTEGRITY naming the chunk seq, its sender and the tensors it carries.
  */
-#define RF_CHUNK_TRAILER_BYTES 8
-
 /* chunk_bytes a chunk plan must use for buffers of chunk_bytes (integrity: room for the
  * trailer). Local. */
 static inline uint64_t rf_xfer_plan_bytes(uint64_t chunk_bytes, int integrity)
@@ -221,39 +273,6 @@ typedef struct rf_ipc_piece {
     uint64_t arena_offset;
 } rf_ipc_piece_t;
 
-/* One row range of a piece handed to the consumer. src holds rows [row_begin, row_end) full
- * width when backed; when !backed the consumer's loaders read none of these rows (src is a
- * valid but unrelated pointer). */
-typedef struct rf_xfer_segment {
-    const rf_chunk_piece_t *piece;
-    uint64_t row_begin, row_end;
-    const void *src;
-    int backed;
-} rf_xfer_segment_t;
-
-/* Consumes one chunk as segments (ipc receivers). src bytes valid only during the call. */
-typedef rf_status_t (*rf_xfer_apply_fn)(void *ctx, const rf_chunk_t *chunk,
-                                        const rf_xfer_segment_t *segs, size_t nsegs,
-                                        rf_err_t *err);
-
-/* Waits until everything apply enqueued for `chunk` has completed (its source bytes were
- * read): a device receiver's stream event. */
-typedef rf_status_t (*rf_xfer_complete_fn)(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
-
-/* The ipc part of an update's config (NULL on mpi). Borrowed. */
-typedef struct rf_xfer_ipc_config {
-    const uint8_t *staged;        /* [plan->n_chunks] 1: the stage sender stages the chunk */
-    const rf_ipc_piece_t *pieces; /* receiver: [plan->n_pieces] */
-    int pair;                     /* receiver: world rank of its pair (READY comes from it) */
-    rf_xfer_apply_fn apply;       /* receiver */
-    void *apply_ctx;
-    /* receiver, optional. NULL: apply returns with the chunk's copies complete and the ACK
-     * follows at once. Set: apply only enqueues; the ACK of chunk k is sent after chunk k + 1
-     * was applied (enqueued) and complete(k) returned, so the device copies of k + 1 queue
-     * behind those of k while the host waits (one chunk of lookahead, never more). */
-    rf_xfer_complete_fn complete;
-} rf_xfer_ipc_config_t;
-
 /*
  * The ipc protocol of one update (rf_xfer_send / rf_xfer_recv when x is on ipc; the chunk
  * plan, its global sequence and the stage senders are the mpi transport's):
@@ -299,11 +318,11 @@ typedef struct rf_xfer_config {
                                      rf_xfer_plan_bytes); same on every rank */
     const rf_chunk_item_t *items; /* optional: the plan's items, to name tensors in errors
                                      (required on ipc: row bytes) */
-    const rf_xfer_ipc_config_t *ipc; /* ipc transport only */
     int pack_device;              /* nccl only, integrity 0: the pack callback gets the DEVICE
                                      chunk buffer's payload (sources resident on the GPU) and
                                      returns with its writes complete; only the header goes
                                      h2d (bench/nccl-bw.c). 0: pack into pinned host memory */
+    rf_xfer_complete_fn complete; /* receiver, optional (rf_xfer_complete_fn) */
 } rf_xfer_config_t;
 
 /* Counters of the current update (reset by rf_xfer_begin). */
@@ -325,9 +344,10 @@ typedef struct rf_xfer rf_xfer_t;
 
 /*
  * Creates a transfer engine on the control channel ctl (borrowed, must outlive it) with the
- * transport `transport` ("mpi" or "ipc") and `buffers` slots (0 = 2) of chunk_bytes each
- * (allocated here with rf_chunk_buffer_alloc, reused by every update; on ipc the slots are
- * message-sized and the payload slots are the staging arena, see rf_xfer_ipc_export).
+ * chunk transport `transport` ("mpi", "ipc" or "nccl") and `buffers` slots (0 = 2) of
+ * chunk_bytes each (allocated here with rf_chunk_buffer_alloc, reused by every update; on ipc
+ * the slots are message-sized and the payload slots are the staging arena, see
+ * rf_xfer_ipc_export).
  * Collective. Returns RF_OK and
  * *x_p (free with rf_xfer_destroy); RF_ERR_INVALID, RF_ERR_NOMEM, RF_ERR_MPI,
  * RF_ERR_UNSUPPORTED.
@@ -336,6 +356,45 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
                            int buffers, rf_xfer_t **x_p, rf_err_t *err);
 /* Collective. Sends still outstanding are waited for briefly, then released. */
 void rf_xfer_destroy(rf_xfer_t *x);
+
+/* What a transport needs once, before the first update (rf_xfer_setup). Each transport reads
+ * its part and ignores the rest; all pointers borrowed for the call (ipc keeps staged and
+ * pieces: they must outlive x). */
+typedef struct rf_xfer_setup {
+    int device;                          /* this rank's CUDA device, -1: none */
+    struct rf_accel *accel;              /* the accelerator the receive callback enqueues
+                                            device copies on (its default stream); NULL */
+    const struct rf_nccl_layout *layout; /* nccl: the communicators (rf_nccl_layout_build) */
+    const char *arena_backend;           /* ipc: "host", "host-device", "cuda" (NULL: host) */
+    int pair;                            /* ipc: world rank of this rank's pair */
+    const uint8_t *staged;               /* ipc: [plan->n_chunks] the stage sender stages it */
+    const rf_ipc_piece_t *pieces;        /* ipc, receiver: [plan->n_pieces] where it reads */
+} rf_xfer_setup_t;
+
+/*
+ * Once, after rf_xfer_create, on every rank (collective over x's world): the transport's
+ * setup (nccl: communicator layout, device, streams; ipc: arena backend, pair, piece
+ * placement). May add capability bits (ipc on a device backend: RF_XFER_CAP_DEVICE_PAYLOAD).
+ * RF_OK for a transport with nothing to set up (mpi); else the transport's errors.
+ */
+rf_status_t rf_xfer_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err);
+
+/* The transport's capability bits (RF_XFER_CAP_*), as set up. Local. */
+unsigned rf_xfer_caps(const rf_xfer_t *x);
+
+/* The sender side's sources (what pack and in-place receivers read) for an update. */
+typedef enum {
+    RF_XFER_SOURCES_WRITABLE = 0, /* the producer writes them (ipc: write protection off) */
+    RF_XFER_SOURCES_FINAL = 1,    /* produced: read-only until the next WRITABLE, verdict
+                                     included (ipc: the weights arena write-protected) */
+    RF_XFER_SOURCES_READY = 2,    /* after the begin agreement: receivers may read them (ipc:
+                                     READY{update} to the pair, counted like a chunk) */
+} rf_xfer_sources_t;
+
+/* Trainer ranks: the state of this rank's sources for `update`. Local. RF_OK on a transport
+ * whose receivers read no sender memory (mpi, nccl); else the transport's errors. */
+rf_status_t rf_xfer_sources(rf_xfer_t *x, uint32_t update, rf_xfer_sources_t state,
+                            rf_err_t *err);
 
 /*
  * ipc arenas of this rank (the xfer owns them; released by rf_xfer_destroy). Export: creates
@@ -369,11 +428,19 @@ void rf_xfer_ipc_close_imports(rf_xfer_t *x);
 /*
  * Trainer, after producing its shards: READY{update} to its pair (world rank `pair`), which
  * reads its weights arena in place only after it. Counted like a chunk message. Local.
+ * (rf_xfer_sources READY sends it to the pair of rf_xfer_setup.)
  */
 rf_status_t rf_xfer_ipc_ready(rf_xfer_t *x, uint32_t update, int pair, rf_err_t *err);
 
-/* Resets the counters for update `update`. Local. */
-void rf_xfer_begin(rf_xfer_t *x, uint32_t update);
+/*
+ * Start of update `update` (after rf_ctl_begin, before the begin agreement): resets the
+ * counters, then the transport's begin under deadline (absolute) and ABORT (nccl: creates
+ * the communicators when missing: the first update, or after rf_xfer_fail; else checks their
+ * asynchronous errors). Collective over the transport's members (every rank calls it). On a
+ * failure the transport posts ABORT (unless RF_ERR_PEER) and the next call tries again.
+ * RF_OK (mpi, ipc: counters only), RF_ERR_TIMEOUT, RF_ERR_PEER, RF_ERR_NCCL, RF_ERR_MPI.
+ */
+rf_status_t rf_xfer_begin(rf_xfer_t *x, uint32_t update, double deadline, rf_err_t *err);
 /* The counters (borrowed from x, valid until the next rf_xfer_begin / destroy). Local. */
 const rf_xfer_stats_t *rf_xfer_stats(const rf_xfer_t *x);
 
@@ -393,12 +460,13 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
  * Receiver side: receives every chunk of the plan, in sequence order, from its stage's
  * sender, checks header update / seq (RF_ERR_SEQUENCE on a repeat or gap, naming the chunk)
  * and payload size (RF_ERR_MISMATCH), in integrity mode the checksum trailer
- * (RF_ERR_INTEGRITY naming the chunk and its tensors, before unpacking), and calls
- * unpack(ctx, ...). After the last chunk probes
- * each source once and fails on an extra message (RF_ERR_SEQUENCE). Local. Errors as for
- * rf_xfer_send (ABORT posted unless RF_ERR_PEER); posted receives are cancelled on error.
+ * (RF_ERR_INTEGRITY naming the chunk and its tensors, before unpacking), and hands the chunk
+ * to recv(ctx, ...) as segments (cfg->complete, when set: see rf_xfer_complete_fn). After the
+ * last chunk probes each source once and fails on an extra message (RF_ERR_SEQUENCE). Local.
+ * Errors as for rf_xfer_send (ABORT posted unless RF_ERR_PEER); posted receives are cancelled
+ * on error.
  */
-rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpack_fn unpack,
+rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
                          void *ctx, rf_err_t *err);
 
 /*
@@ -411,6 +479,13 @@ rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_unpa
  */
 rf_status_t rf_xfer_drain(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
                           rf_err_t *err);
+
+/*
+ * After a FAILED verdict, on every rank, after rf_xfer_drain: the transport's failure step
+ * (nccl: ncclCommAbort on every communicator not aborted yet; the next rf_xfer_begin
+ * re-creates them). Local. Never fails (problems are logged); nothing on mpi and ipc.
+ */
+void rf_xfer_fail(rf_xfer_t *x);
 
 /* ---- the stage gather (broadcast mode; DESIGN.md section 6) ------------------------------ */
 

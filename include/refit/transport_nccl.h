@@ -3,9 +3,11 @@
  *
  * Device buffers; the chunk plan, its global stage-major sequence, the in-band 16-byte header
  * (update, seq, payload bytes), the integrity trailer and the gate's per-peer counts are the
- * mpi scheduler's. An xfer created with transport "nccl" (rf_xfer_create) gets its
- * communicators from rf_xfer_nccl_setup (the layout of rf_nccl_layout_build); rf_xfer_send /
- * rf_xfer_recv then run over NCCL:
+ * mpi transport's. An xfer created with transport "nccl" (rf_xfer_create) gets its
+ * communicators from rf_xfer_setup (rf_xfer_nccl_setup: the layout of rf_nccl_layout_build);
+ * rf_xfer_begin / rf_xfer_fail are rf_xfer_nccl_begin / rf_xfer_nccl_fail, and rf_xfer_send /
+ * rf_xfer_recv run over NCCL (the transport's table in transport/transport_nccl.c; the
+ * functions below are its entries, public for the tests and bench/nccl-bw.c):
  *
  *   broadcast: per chunk one ncclBroadcast on the stage's communicator, root = the stage
  *              sender (communicator rank 0), count = header + payload (+ trailer) bytes;
@@ -84,14 +86,15 @@ void rf_xfer_nccl_fail(rf_xfer_t *x);
 /*
  * One rank's part of an update over NCCL: the chunks of cfg->plan whose stage sender is this
  * rank (when pack != NULL) are packed and sent, the chunks this rank receives (it is in
- * cfg->receivers, unpack != NULL) are received, checked (header, size, integrity trailer) and
- * unpacked, all in one pipeline in plan order. rf_xfer_send / rf_xfer_recv call it with one of
- * the two callbacks; the one-rank tests pass both (send and receive to self). Errors as for
- * rf_xfer_send / rf_xfer_recv (RF_ERR_NCCL / RF_ERR_CUDA for the libraries' errors, with their
- * error strings); the communicators are aborted before it returns an error.
+ * cfg->receivers, recv != NULL) are received, checked (header, size, integrity trailer) and
+ * handed to recv as device segments of the chunk buffer, all in one pipeline in plan order.
+ * rf_xfer_send / rf_xfer_recv call it with one of the two callbacks; the one-rank tests pass
+ * both (send and receive to self). Errors as for rf_xfer_send / rf_xfer_recv (RF_ERR_NCCL /
+ * RF_ERR_CUDA for the libraries' errors, with their error strings); the communicators are
+ * aborted before it returns an error.
  */
 rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
-                             void *pack_ctx, rf_xfer_unpack_fn unpack, void *unpack_ctx,
+                             void *pack_ctx, rf_xfer_recv_fn recv, void *recv_ctx,
                              rf_err_t *err);
 
 /*

@@ -73,12 +73,13 @@ static rf_status_t pack(void *vctx, const rf_chunk_t *chunk, const rf_chunk_piec
 }
 
 /* payload is the DEVICE chunk buffer: read every piece back d2h */
-static rf_status_t unpack(void *vctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
-                          const void *payload, rf_err_t *err)
+static rf_status_t unpack(void *vctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                          size_t nsegs, const void *payload, rf_err_t *err)
 {
     test_ctx_t *c = vctx;
+    ck_assert_uint_eq(nsegs, chunk->piece_count);
     for (size_t k = 0; k < chunk->piece_count; k++) {
-        const rf_chunk_piece_t *pc = &pieces[k];
+        const rf_chunk_piece_t *pc = segs[k].piece;
         uint64_t g0 = pc->row_begin * items[pc->item].row_bytes;
         rf_status_t st = ax->ops->copy(ax, c->dst[pc->item] + g0,
                                        (const char *)payload + pc->offset, (size_t)pc->bytes,
@@ -136,8 +137,7 @@ static void fixture_down(fixture_t *f)
 static rf_status_t begin(fixture_t *f, uint32_t v, double secs, rf_err_t *err)
 {
     ck_assert_int_eq(rf_ctl_begin(f->ctl, v, err), RF_OK);
-    rf_xfer_begin(f->x, v);
-    return rf_xfer_nccl_begin(f->x, rf_time_now() + secs, err);
+    return rf_xfer_begin(f->x, v, rf_time_now() + secs, err);
 }
 
 /* One transfer to self; returns its status. fault: RF_XFER_FAULT_NONE or one fault. */
@@ -147,7 +147,7 @@ static rf_status_t transfer(fixture_t *f, uint32_t v, int integrity, rf_xfer_fau
     static const int zero = 0;
     const rf_chunk_plan_t *plan = integrity ? f->plan_integrity : f->plan;
     rf_xfer_config_t cfg = {v, plan, &zero, &zero, 1, rf_time_now() + secs, fault,
-                            integrity, items, NULL, 0};
+                            integrity, items, 0, NULL};
     memset(tc, 0, sizeof(*tc));
     tc->update = v;
     for (int i = 0; i < NITEMS; i++) {

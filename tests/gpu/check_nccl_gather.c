@@ -74,8 +74,7 @@ static void fixture_down(fixture_t *f)
 static rf_status_t begin(fixture_t *f, uint32_t v, rf_err_t *err)
 {
     ck_assert_int_eq(rf_ctl_begin(f->ctl, v, err), RF_OK);
-    rf_xfer_begin(f->x, v);
-    return rf_xfer_nccl_begin(f->x, rf_time_now() + 120.0, err);
+    return rf_xfer_begin(f->x, v, rf_time_now() + 120.0, err);
 }
 
 /* Every message of update v, rank 1 -> rank 0, checked on rank 0. */

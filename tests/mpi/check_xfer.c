@@ -64,13 +64,14 @@ static rf_status_t pack(void *vctx, const rf_chunk_t *chunk, const rf_chunk_piec
     return RF_OK;
 }
 
-static rf_status_t unpack(void *vctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
-                          const void *payload, rf_err_t *err)
+static rf_status_t unpack(void *vctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                          size_t nsegs, const void *payload, rf_err_t *err)
 {
     payload_ctx_t *c = vctx;
     const unsigned char *p = payload;
+    ck_assert_uint_eq(nsegs, chunk->piece_count);
     for (size_t j = 0; j < chunk->piece_count; j++) {
-        const rf_chunk_piece_t *pc = &pieces[j];
+        const rf_chunk_piece_t *pc = segs[j].piece;
         for (uint64_t r = pc->row_begin; r < pc->row_end; r++)
             for (uint64_t b = 0; b < ROW; b++)
                 if (p[pc->offset + (r - pc->row_begin) * ROW + b] !=
@@ -132,8 +133,8 @@ static void run_update(const run_opts_t *o, run_result_t *res)
     ck_assert_int_eq(rf_ctl_begin(T.ctl, v, &err), RF_OK);
     double deadline = rf_deadline_for_update(o->timeout_s, 1.0, T.plan->payload_bytes, 0);
     ck_assert_int_eq(rf_ctl_agree(T.ctl, v, RF_OK, NULL, deadline, &err), RF_OK);
-    rf_xfer_begin(T.x, v);
-    rf_xfer_config_t cfg = {v, T.plan, senders, receivers, 2, deadline, o->fault[T.rank], 0, NULL, NULL, 0};
+    ck_assert_int_eq(rf_xfer_begin(T.x, v, deadline, &err), RF_OK);
+    rf_xfer_config_t cfg = {v, T.plan, senders, receivers, 2, deadline, o->fault[T.rank], 0, NULL, 0, NULL};
     res->pc.update = v;
     double t0 = rf_time_now();
     switch (o->act[T.rank]) {
