@@ -21,8 +21,8 @@
 
 #include "refit/accel.h"
 #include "refit/model.h"
+#include "refit/slot.h"
 #include "refit/status.h"
-#include "refit/storage.h"
 
 #ifdef __cplusplus
 extern "C" {
