@@ -294,9 +294,9 @@ static kind_t dtype_kind(rf_dtype_t dt)
 
 static const char *kind_name(kind_t k)
 {
-    return k == K_FLOAT ? "an IEEE float" : k == K_SIGNED ? "a signed integer"
-                                        : k == K_BOOL    ? "an unsigned 1-byte integer or enum"
-                                                         : "an unsigned integer";
+    return k == K_FLOAT ? "IEEE float" : k == K_SIGNED ? "signed integer"
+                                       : k == K_BOOL    ? "unsigned integer or enum"
+                                                        : "unsigned integer";
 }
 
 /* The HDF5 type refit writes for dt (caller closes). F16: the half h5py writes. */
@@ -434,7 +434,7 @@ static rf_status_t check_dataset(rf_h5_file_t *f, hid_t d, const char *nm, rf_st
     const char *why = NULL;
     if (!type_fits(t, e->dtype, &why)) {
         st = rf_err_set(err, RF_ERR_PARSE,
-                        "%s: %s: dtype attribute says %s (%zu-byte %s) but the HDF5 type is a "
+                        "%s: %s: dtype attribute says %s (stored as a %zu-byte %s) but the HDF5 type is a "
                         "%zu-byte %s (%s disagrees)",
                         path, where, dts, rf_dtype_size(e->dtype), kind_name(dtype_kind(e->dtype)),
                         H5Tget_size(t), class_name(t), why);
