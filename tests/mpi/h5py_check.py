@@ -61,6 +61,10 @@ def read_h5(path):
         for k, ds in f["tensors"].items():
             dt = ds.attrs["dtype"]
             dt = dt.decode() if isinstance(dt, bytes) else dt
+            ok = [np.dtype(NP[dt])] + ([np.dtype("<u1")] if dt == "BOOL" else [])
+            if ds.dtype not in ok:  # the documented HDF5 type of each dtype (BOOL: u8 or enum)
+                raise SystemExit("%s: %s stored as %s, the container says %s"
+                                 % (k, dt, ds.dtype, np.dtype(NP[dt])))
             a = ds[()]
             out[k] = (dt, list(ds.shape), np.ascontiguousarray(a).tobytes())
     return out
