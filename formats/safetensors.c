@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "formats_names_int.h"
+#include "refit/hdf5.h"
+#include "refit/model.h"
 
 struct rf_st_file {
     char *path;
@@ -27,6 +29,7 @@ struct rf_st_file {
     uint64_t size;
     uint64_t header_bytes_read;
     rf_st_header_t header;
+    rf_h5_file_t *h5; /* an HDF5 checkpoint: reads go through it (fd is -1) */
 };
 
 struct rf_ckpt {
@@ -523,6 +526,7 @@ void rf_st_file_close(rf_st_file_t *f)
         return;
     if (f->fd >= 0)
         close(f->fd);
+    rf_h5_close(f->h5);
     rf_st_header_free(&f->header);
     free(f->path);
     free(f);
@@ -743,10 +747,39 @@ out:
     return st;
 }
 
+/* An HDF5 checkpoint as the one file of ck: the header holds its datasets. */
+static rf_status_t open_h5(rf_ckpt_t *ck, const char *path, rf_err_t *err)
+{
+    rf_st_file_t *f = calloc(1, sizeof(*f));
+    ck->files = calloc(1, sizeof(*ck->files));
+    if (f == NULL || ck->files == NULL || (f->path = strdup(path)) == NULL) {
+        free(f);
+        return rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", path);
+    }
+    f->fd = -1;
+    rf_status_t st = rf_h5_open(path, &f->h5, &f->header, err);
+    if (st != RF_OK) {
+        rf_st_file_close(f);
+        return st;
+    }
+    f->size = rf_h5_size(f->h5);
+    for (size_t i = 0; i < f->header.count; i++)
+        f->header.entries[i].file = f;
+    ck->files[0] = f;
+    ck->nfiles = 1;
+    return RF_OK;
+}
+
+static bool has_h5_suffix(const char *p)
+{
+    size_t n = strlen(p);
+    return (n > 3 && strcmp(p + n - 3, ".h5") == 0) || (n > 5 && strcmp(p + n - 5, ".hdf5") == 0);
+}
+
 rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err)
 {
     rf_status_t st = RF_OK;
-    char *ipath = NULL, *spath = NULL;
+    char *ipath = NULL, *spath = NULL, *hpath = NULL;
     const char **names = NULL;
     struct stat sb;
     rf_ckpt_t *ck = calloc(1, sizeof(*ck));
@@ -756,7 +789,8 @@ rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err)
     }
     ipath = path_join(dir, RF_ST_INDEX_NAME);
     spath = path_join(dir, RF_ST_SINGLE_NAME);
-    if (ipath == NULL || spath == NULL) {
+    hpath = path_join(dir, RF_H5_SINGLE_NAME);
+    if (ipath == NULL || spath == NULL || hpath == NULL) {
         st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }
@@ -770,6 +804,11 @@ rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err)
         }
         RF_CHECK_GOTO(rf_st_file_open(spath, &ck->files[0], err), st, fail);
         ck->nfiles = 1;
+    } else if (stat(hpath, &sb) == 0) {
+        RF_CHECK_GOTO(open_h5(ck, hpath, err), st, fail);
+    } else if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode) &&
+               (has_h5_suffix(dir) || rf_h5_is_hdf5(dir))) {
+        RF_CHECK_GOTO(open_h5(ck, dir, err), st, fail);
     } else if (dir[0] == '\0') {
         st = rf_err_set(err, RF_ERR_IO, "checkpoint: an empty path is not a directory");
         goto fail;
@@ -778,13 +817,13 @@ rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err)
         goto fail;
     } else if (!S_ISDIR(sb.st_mode)) {
         st = rf_err_set(err, RF_ERR_IO,
-                        "checkpoint %s: not a directory (--checkpoint names the folder holding "
-                        "%s or %s)",
-                        dir, RF_ST_INDEX_NAME, RF_ST_SINGLE_NAME);
+                        "checkpoint %s: not a directory or an HDF5 file (--checkpoint names the "
+                        "folder holding %s, %s or %s, or a .h5 file)",
+                        dir, RF_ST_INDEX_NAME, RF_ST_SINGLE_NAME, RF_H5_SINGLE_NAME);
         goto fail;
     } else {
-        st = rf_err_set(err, RF_ERR_IO, "%s: no %s or %s in the directory", dir,
-                        RF_ST_INDEX_NAME, RF_ST_SINGLE_NAME);
+        st = rf_err_set(err, RF_ERR_IO, "%s: no %s, %s or %s in the directory", dir,
+                        RF_ST_INDEX_NAME, RF_ST_SINGLE_NAME, RF_H5_SINGLE_NAME);
         goto fail;
     }
     qsort(ck->files, ck->nfiles, sizeof(*ck->files), cmp_file_p);
@@ -821,12 +860,14 @@ rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err)
     free(names);
     free(ipath);
     free(spath);
+    free(hpath);
     *ck_p = ck;
     return RF_OK;
 fail:
     free(names);
     free(ipath);
     free(spath);
+    free(hpath);
     rf_ckpt_close(ck);
     return st;
 }
@@ -897,7 +938,11 @@ rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_beg
                           e->file->path, e->name, dst_pitch, (unsigned long long)width);
     char *d = dst;
     uint64_t off = e->offset + row_begin * row_bytes + col_byte_begin;
-    if (width == row_bytes && (nrows == 1 || dst_pitch == row_bytes)) {
+    if (e->file->h5 != NULL) {
+        /* one hyperslab of the dataset: still only the shard's bytes */
+        RF_CHECK(rf_h5_read(e->file->h5, (size_t)(e - e->file->header.entries), row_begin,
+                            row_end, col_byte_begin, col_byte_end, dst, dst_pitch, err));
+    } else if (width == row_bytes && (nrows == 1 || dst_pitch == row_bytes)) {
         RF_CHECK(pread_full(e->file->fd, d, nrows * width, off, e->file->path, e->name, err));
     } else {
         for (uint64_t r = 0; r < nrows; r++)
@@ -949,6 +994,33 @@ rf_status_t rf_ckpt_compare(rf_ckpt_t *ck, const rf_st_entry_t *a, const rf_st_e
     }
     free(x);
     free(y);
+    return st;
+}
+
+const char *rf_ckpt_format(const rf_ckpt_t *ck)
+{
+    return ck->nfiles == 1 && ck->files[0]->h5 != NULL ? "hdf5" : "safetensors";
+}
+
+const char *rf_ckpt_config(const rf_ckpt_t *ck)
+{
+    return ck->nfiles == 1 && ck->files[0]->h5 != NULL ? rf_h5_config(ck->files[0]->h5) : NULL;
+}
+
+rf_status_t rf_ckpt_check_config(const rf_ckpt_t *ck, const char *path,
+                                 const rf_model_config_t *topo, rf_quant_t quant, int64_t group,
+                                 rf_err_t *err)
+{
+    const char *cj = ck != NULL ? rf_ckpt_config(ck) : NULL;
+    if (cj == NULL)
+        return rf_model_config_check_checkpoint(path, topo, quant, group, err);
+    /* an HDF5 file's config attribute stands for a directory's config.json */
+    char name[512];
+    snprintf(name, sizeof(name), "%s (root attribute config)", path);
+    rf_model_config_t cfg;
+    RF_CHECK(rf_model_config_parse(cj, strlen(cj), name, &cfg, err));
+    rf_status_t st = rf_model_config_compare(&cfg, topo, quant, group, name, err);
+    rf_model_config_free(&cfg);
     return st;
 }
 

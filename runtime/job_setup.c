@@ -544,8 +544,8 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
      * the reference, to count its entries against what the oracle checked */
     st = RF_OK;
     if (j->rank == 0 && j->ck != NULL)
-        st = rf_model_config_check_checkpoint(j->o->checkpoint, &j->cfg, j->topo.quantization,
-                                              j->topo.group_size, err);
+        st = rf_ckpt_check_config(j->ck, j->o->checkpoint, &j->cfg, j->topo.quantization,
+                                  j->topo.group_size, err);
     if (j->rank == 0 && st == RF_OK)
         st = rf_manifest_build(&j->inv, &j->topo, j->ck, j->o->checkpoint, &j->man, err);
     if (j->rank == 0 && st == RF_OK && j->ck != NULL && j->o->reference && j->ref == NULL)

@@ -14,6 +14,11 @@
  * count them: bytes_read (tensor data) apart from header_bytes_read (8-byte prefixes and
  * headers), DESIGN.md section 16.
  *
+ * rf_ckpt_open also opens an HDF5 checkpoint (refit/hdf5.h): a .h5 / .hdf5 file, a file
+ * with the HDF5 signature, or a directory holding model.h5 (after the two safetensors
+ * names); it is then one "file" whose entries are its datasets (offset: the dataset's file
+ * address) and reads are hyperslabs of them.
+ *
  * Nothing here is collective. Parsing and opening are not thread safe on one object; reads
  * on one open checkpoint may run from several threads (pread, atomic counters).
  */
@@ -24,6 +29,7 @@
 #include <stdint.h>
 
 #include "refit/dtype.h"
+#include "refit/model.h"
 #include "refit/status.h"
 
 #ifdef __cplusplus
@@ -111,7 +117,9 @@ uint64_t rf_st_file_size(const rf_st_file_t *f);
 uint64_t rf_st_file_header_bytes_read(const rf_st_file_t *f);
 
 /*
- * Opens checkpoint directory dir (borrowed). With model.safetensors.index.json: its
+ * Opens checkpoint directory dir (borrowed), or an HDF5 checkpoint (above): the file itself,
+ * or dir/model.h5 when dir holds neither safetensors name; the HDF5 rules are rf_h5_open's,
+ * and header_bytes_read starts (and stays) at 0, HDF5's own metadata reads not counted. With model.safetensors.index.json: its
  * "weight_map" (tensor -> file name in dir, no absolute path or ".." component) is read,
  * every file named opened once, and the index and the headers must agree exactly: a tensor
  * of the index absent from its file's header, or a header tensor absent from the index (or
@@ -156,6 +164,21 @@ rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_beg
  */
 rf_status_t rf_ckpt_compare(rf_ckpt_t *ck, const rf_st_entry_t *a, const rf_st_entry_t *b,
                             size_t block_bytes, int64_t *first_row, rf_err_t *err);
+
+/* "hdf5" for an HDF5 checkpoint, else "safetensors". Static. */
+const char *rf_ckpt_format(const rf_ckpt_t *ck);
+/* An HDF5 checkpoint's root config attribute (the model's config.json; owned by ck), or NULL
+ * (safetensors, or none stored). */
+const char *rf_ckpt_config(const rf_ckpt_t *ck);
+/*
+ * The checkpoint's own model config against the topology's (rf_model_config_compare): an
+ * HDF5 config attribute when ck has one (messages name "PATH (root attribute config)"), else
+ * PATH/config.json when it exists (rf_model_config_check_checkpoint; RF_OK when absent).
+ * ck may be NULL. Errors as rf_model_config_parse / rf_model_config_compare.
+ */
+rf_status_t rf_ckpt_check_config(const rf_ckpt_t *ck, const char *path,
+                                 const rf_model_config_t *topo, rf_quant_t quant, int64_t group,
+                                 rf_err_t *err);
 
 /* Tensor data bytes read since open or the last reset. */
 uint64_t rf_ckpt_bytes_read(const rf_ckpt_t *ck);
