@@ -14,7 +14,8 @@
 #
 # Env: OUT (log folder), REFIT_GPU_BUILD (build folder, default build-gpu),
 # REFIT_SANITIZER_BENCH_MIB (copy size for the sanitizer run, default 256), REFIT_GPU_MEMCHECK=0
-# (skip compute-sanitizer), REFIT_GPU_BENCH=1 (then run bench/colocated.sh, logs in
+# (skip compute-sanitizer), REFIT_GPU_EXCLUDE (a ctest -E regex of GPU tests to leave out, e.g.
+# qwen3_0_6b for a short run), REFIT_GPU_BENCH=1 (then run bench/colocated.sh, logs in
 # $OUT/bench; STEPS, SHAPES, BASELINES pass through), REFIT_GPU_TESTS=0 (skip ctest -L gpu).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -68,7 +69,7 @@ step build $rc
 step "ctest check_accel (host reference)" $?
 
 if [ "${REFIT_GPU_TESTS:-1}" != 0 ]; then
-(cd "$build" && ctest -L gpu --output-on-failure -V) > "$out/ctest-gpu.log" 2>&1
+(cd "$build" && ctest -L gpu ${REFIT_GPU_EXCLUDE:+-E "$REFIT_GPU_EXCLUDE"} --output-on-failure -V) > "$out/ctest-gpu.log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && grep -qiE 'skipped|not run' "$out/ctest-gpu.log"; then
     echo "gpu tests were skipped on the GPU host" >> "$out/ctest-gpu.log"
