@@ -32,61 +32,16 @@ static rf_status_t produce_nccl_resident(job_t *j, uint32_t v, rf_err_t *err)
     return st;
 }
 
-/* Launches n device pack copies (j->pack_rows) and waits for them: the chunk buffer is sent
- * right after the pack callback returns. */
-static rf_status_t pack_rows_run(job_t *j, size_t n, uint32_t seq, rf_err_t *err)
+/* The tests' fault hooks before a chunk is packed (the source's `before`, set only when a
+ * fault is armed): exit or stall at the fault's chunk. */
+static rf_status_t job_before_pack(void *ctx, const rf_chunk_t *chunk, rf_err_t *err)
 {
-    rf_status_t st = n ? j->accel->ops->copy_rows_batch(j->accel, j->pack_rows, n, NULL) : RF_OK;
-    if (st == RF_OK)
-        st = rf_accel_sync(j->accel);
-    if (st != RF_OK)
-        return rf_err_set(err, st, "trainer rank %d: packing chunk %u on GPU %d failed", j->rank,
-                          seq, j->place.device);
+    job_t *j = ctx;
+    (void)err;
+    if ((int64_t)chunk->seq == j->fault.seq)
+        job_fault_exit_stall(j, j->update, j->deadline,
+                             j->p2p ? "p2p sender, packing" : "stage sender, packing");
     return RF_OK;
-}
-
-static rf_status_t pack_rows_reserve(job_t *j, size_t n, rf_err_t *err)
-{
-    if (n <= j->pack_cap)
-        return RF_OK;
-    rf_accel_rows_t *r = realloc(j->pack_rows, n * sizeof(*r));
-    if (r == NULL)
-        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
-    j->pack_rows = r;
-    j->pack_cap = n;
-    return RF_OK;
-}
-
-/* The trainer's pack callback, broadcast (recv NULL: the stage sender's chunks of the job's
- * plan) and p2p (one chunk of receiver recv's plan): one rf_trainer_pack. On a resident nccl
- * trainer the payload is the device chunk buffer: the copies are launched here. */
-typedef struct pack_ctx {
-    job_t *j;
-    uint32_t update;
-    double deadline;
-    const rf_p2p_recv_t *recv;
-} pack_ctx_t;
-
-static rf_status_t job_pack(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
-                            void *payload, rf_err_t *err)
-{
-    pack_ctx_t *c = ctx;
-    if ((int64_t)chunk->seq == c->j->fault.seq)
-        job_fault_exit_stall(c->j, c->update, c->deadline,
-                             c->recv != NULL ? "p2p sender, packing" : "stage sender, packing");
-    bool dev = c->j->nccl_resident; /* payload is the device chunk buffer */
-    if (dev)
-        RF_CHECK(pack_rows_reserve(c->j, chunk->piece_count, err));
-    rf_pack_req_t req = {.update = c->update,
-                         .chunk = chunk,
-                         .pieces = pieces,
-                         .rects = c->recv != NULL ? c->recv->rects : NULL,
-                         .payload = payload,
-                         .mem = dev ? RF_PACK_DEVICE : RF_PACK_HOST,
-                         .rows = dev ? c->j->pack_rows : NULL,
-                         .deadline = c->deadline};
-    RF_CHECK(rf_trainer_pack(&c->j->tr, &req, err));
-    return dev ? pack_rows_run(c->j, chunk->piece_count, chunk->seq, err) : RF_OK;
 }
 
 /* The cold check's copy of one chunk (job_cold_keep): the whole payload when it sits in one
@@ -125,58 +80,16 @@ static rf_status_t cold_copy(job_t *j, const rf_chunk_t *chunk, const rf_xfer_se
     return job_cold_keep(j, chunk, copy, err);
 }
 
-/*
- * The one receive callback (rf_xfer_recv_fn), for every transport: applies each segment of a
- * received chunk through the plan, in the plan's form (broadcast: the manifest tensor, sender
- * -1; p2p: this rank's rectangle of the piece). Host memory in one payload (mpi) is staged to
- * a GPU storage in one h2d first; device memory (nccl's chunk buffer, a CUDA IPC arena or
- * staging slot) goes device to device, its row copies launched at once on the stream the
- * transport records its event on, before the memory may be reused (and before any LAYERWISE
- * layer they complete is processed).
- */
-static rf_status_t job_receive(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
-                               size_t nsegs, const void *payload, rf_err_t *err)
+/* After each applied chunk (the sink's `after`, set only with --cold-check or an armed
+ * fault): the cold check's copy, the rollout's fault hooks. */
+static rf_status_t job_after_chunk(void *ctx, const rf_chunk_t *chunk,
+                                   const rf_xfer_segment_t *segs, size_t nsegs,
+                                   const void *payload, bool dev, rf_err_t *err)
 {
     job_t *j = ctx;
-    const bool dev = nsegs > 0 && segs[0].mem == RF_XFER_MEM_DEVICE;
-    const rf_p2p_recv_t *me = j->p2p ? &j->p2p_s.recv[j->rank - j->T] : NULL;
-    if (payload != NULL && !dev)
-        RF_CHECK(rf_plan_stage(&j->plan, payload, chunk->payload_bytes, err)); /* GPU: one h2d */
-    for (size_t k = 0; k < nsegs; k++) {
-        const rf_xfer_segment_t *sg = &segs[k];
-        rf_piece_src_t ps = {.sender = -1,
-                             .row_begin = sg->row_begin,
-                             .row_end = sg->row_end,
-                             .src = sg->src,
-                             .mem = dev ? RF_PIECE_DEVICE : RF_PIECE_HOST,
-                             .chunk = chunk->seq};
-        if (me != NULL) { /* p2p: this rank's rectangle of the piece */
-            const rf_p2p_rect_t *q = &me->rects[sg->piece->item];
-            ps.tensor = q->tensor;
-            ps.sender = q->sender;
-            ps.row_begin = (uint64_t)q->reg.r0 + sg->row_begin;
-            ps.row_end = (uint64_t)q->reg.r0 + sg->row_end;
-            ps.col_begin = q->reg.c0;
-            ps.col_end = q->reg.c1;
-            ps.src_pitch = q->reg.c1 - q->reg.c0;
-        } else {
-            ps.tensor = j->item_tensor[sg->piece->item];
-        }
-        RF_CHECK(rf_plan_apply(&j->plan, &ps, err));
-    }
-    if (dev) /* device pieces' row copies are only collected: launch them now */
-        RF_CHECK(rf_plan_flush(&j->plan, err));
     if (j->o->cold_check)
         RF_CHECK(cold_copy(j, chunk, segs, nsegs, payload, dev, err));
     return job_fault_after_chunk(j, chunk, err);
-}
-
-/* Device receive memory: the transport saw the chunk's copies complete (ipc: before its ACK,
- * the trainer may then write the source again): check what they brought back. */
-static rf_status_t job_complete(void *ctx, const rf_chunk_t *chunk, rf_err_t *err)
-{
-    job_t *j = ctx;
-    return rf_plan_check(&j->plan, chunk->seq, err);
 }
 
 /* What the trainer's source offers for one manifest entry (its view of the source). */
@@ -438,7 +351,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                                 .integrity = j->integrity,
                                 .items = j->items,
                                 .pack_device = j->nccl_resident,
-                                .complete = job_complete};
+                                .complete = rf_sink_complete};
         if (job_fault_here(j, v, RF_FAULT_DROP_CHUNK))
             cfg.fault.drop_seq = j->fault.seq;
         if (job_fault_here(j, v, RF_FAULT_DUPLICATE_CHUNK))
@@ -447,6 +360,19 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             cfg.fault.corrupt_seq = j->fault.seq;
         if (!job_is_rollout(j))
             j->tr.fault_skip_seq = job_fault_here(j, v, RF_FAULT_GATHER_DROP) ? j->fault.seq : -1;
+        /* the rollout's sink and the trainer's source take each chunk straight from the
+         * transport; the job's hooks only where a test asks for them */
+        bool hooks = j->fault.kind != RF_FAULT_NONE;
+        rf_sink_t sink = {.plan = &j->plan,
+                          .item_tensor = j->item_tensor,
+                          .after = hooks || j->o->cold_check ? job_after_chunk : NULL,
+                          .after_ctx = j};
+        j->src.tr = &j->tr;
+        j->src.update = v;
+        j->src.deadline = deadline;
+        j->src.rects = NULL;
+        j->src.before = hooks ? job_before_pack : NULL;
+        j->src.before_ctx = j;
         t = rf_time_now();
         if (j->p2p) {
             /* p2p: this rank's own plan (rollout) or one plan per receiver (trainer) */
@@ -457,10 +383,11 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                 cfg.items = me->items;
                 cfg.receivers = &me->rank;
                 cfg.n_receivers = 1;
+                sink.rects = me->rects;
             }
         }
         if (job_is_rollout(j)) {
-            st = rf_xfer_recv(j->xfer, &cfg, job_receive, j, &err);
+            st = rf_xfer_recv(j->xfer, &cfg, rf_sink_receive, &sink, &err);
             j->js.receive_s = rf_time_now() - t;
             if (st == RF_OK) {
                 t = rf_time_now();
@@ -474,7 +401,6 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
              * receiver (the plan's stages): no cycle of waits */
             for (int r = 0; r < j->R && st == RF_OK; r++) {
                 const rf_p2p_recv_t *rv = &j->p2p_s.recv[r];
-                pack_ctx_t pc = {j, v, deadline, rv};
                 if (rv->plan->n_stages <= j->rank ||
                     rv->plan->stages[j->rank].chunk_count == 0)
                     continue;
@@ -482,14 +408,14 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                 cfg.items = rv->items;
                 cfg.receivers = &rv->rank;
                 cfg.n_receivers = 1;
-                st = rf_xfer_send(j->xfer, &cfg, job_pack, &pc, &err);
+                j->src.rects = rv->rects;
+                st = rf_xfer_send(j->xfer, &cfg, rf_trainer_source_pack, &j->src, &err);
             }
         } else if (j->tr.sender) {
-            pack_ctx_t pc = {j, v, deadline, NULL};
             /* chunks read in place are never packed, so the pack hooks may not fire */
             if (rf_xfer_caps(j->xfer) & RF_XFER_CAP_IN_PLACE)
                 job_fault_exit_stall(j, v, deadline, "stage sender, before its first chunk");
-            st = rf_xfer_send(j->xfer, &cfg, job_pack, &pc, &err);
+            st = rf_xfer_send(j->xfer, &cfg, rf_trainer_source_pack, &j->src, &err);
         } else {
             job_fault_exit_stall(j, v, deadline,
                                  "trainer, before contributing to the stage gather");
@@ -668,7 +594,7 @@ static void teardown(job_t *j)
     if (j->nccl_wdev != NULL)
         j->accel->ops->free(j->accel, j->nccl_wdev);
     j->nccl_wdev = NULL;
-    free(j->pack_rows);
+    rf_trainer_source_free(&j->src);
     rf_accel_close(j->accel); /* after the storage and plan that used it */
     j->accel = NULL;
     if (j->ref)

@@ -32,6 +32,7 @@
 #include "refit/plan.h"
 #include "refit/reference.h"
 #include "refit/safetensors.h"
+#include "refit/sink.h"
 #include "refit/storage.h"
 #include "refit/topology.h"
 #include "refit/trainer.h"
@@ -146,8 +147,7 @@ typedef struct job {
      * the device before the update begins, packed device to device into the chunk buffer */
     bool nccl_resident;
     void *nccl_wdev;             /* its weights arena (device), rf_trainer_arena_layout bytes */
-    rf_accel_rows_t *pack_rows;  /* device pack descriptors, grown as needed */
-    size_t pack_cap;
+    rf_trainer_source_t src;     /* the trainer as the transfer's source (its row list owned) */
     bool fence;                  /* some trainer produces before the update: update_fence */
     const char *wire;            /* the stage gather's wire when not MPI point-to-point: "nccl
                                     gather communicators" or the tests' "test wire" */

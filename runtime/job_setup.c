@@ -445,6 +445,10 @@ static rf_status_t setup_nccl_resident(job_t *j, rf_err_t *err)
     if (st == RF_OK) {
         rf_trainer_use_arena(&j->tr, j->nccl_wdev, offs);
         j->nccl_resident = true;
+        /* the source packs onto the device chunk buffer: copies launched on this accelerator */
+        j->src.mem = RF_PACK_DEVICE;
+        j->src.accel = j->accel;
+        j->src.device = j->place.device;
     } else {
         rf_err_set(err, st, "trainer rank %d: no %" PRIu64 "-byte weights arena on GPU %d",
                    j->rank, bytes, j->place.device);

@@ -1044,3 +1044,53 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, const rf_pack_req_t *req, rf_err_t
         return pack_rows(tr, req->chunk, req->payload, req->rows, err);
     return pack_gather(tr, req->update, req->chunk, req->payload, req->deadline, err);
 }
+
+/* ---- the trainer as the transfer's source ------------------------------------------------ */
+
+rf_status_t rf_trainer_source_pack(void *ctx, const rf_chunk_t *chunk,
+                                   const rf_chunk_piece_t *pieces, void *payload, rf_err_t *err)
+{
+    rf_trainer_source_t *s = ctx;
+    bool dev = s->mem == RF_PACK_DEVICE;
+    if (s->before != NULL)
+        RF_CHECK(s->before(s->before_ctx, chunk, err));
+    if (dev && chunk->piece_count > s->rows_cap) {
+        rf_accel_rows_t *r = realloc(s->rows, chunk->piece_count * sizeof(*r));
+        if (r == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory",
+                              s->tr->me.world_rank);
+        s->rows = r;
+        s->rows_cap = chunk->piece_count;
+    }
+    rf_pack_req_t req = {.update = s->update,
+                         .chunk = chunk,
+                         .pieces = pieces,
+                         .rects = s->rects,
+                         .payload = payload,
+                         .mem = s->mem,
+                         .rows = dev ? s->rows : NULL,
+                         .deadline = s->deadline};
+    RF_CHECK(rf_trainer_pack(s->tr, &req, err));
+    if (!dev)
+        return RF_OK;
+    /* the chunk buffer is sent right after the pack returns: launch and wait */
+    rf_status_t st = chunk->piece_count
+                         ? s->accel->ops->copy_rows_batch(s->accel, s->rows, chunk->piece_count,
+                                                          NULL)
+                         : RF_OK;
+    if (st == RF_OK)
+        st = rf_accel_sync(s->accel);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "trainer rank %d: packing chunk %u on GPU %d failed",
+                          s->tr->me.world_rank, chunk->seq, s->device);
+    return RF_OK;
+}
+
+void rf_trainer_source_free(rf_trainer_source_t *src)
+{
+    if (src == NULL)
+        return;
+    free(src->rows);
+    src->rows = NULL;
+    src->rows_cap = 0;
+}

@@ -188,6 +188,34 @@ typedef struct rf_pack_req {
 
 rf_status_t rf_trainer_pack(rf_trainer_t *tr, const rf_pack_req_t *req, rf_err_t *err);
 
+/*
+ * The trainer as the transfer's source: rf_trainer_source_pack is an rf_xfer_pack_fn (ctx: an
+ * rf_trainer_source_t) handed straight to rf_xfer_send, so a chunk goes from the transport to
+ * the trainer's pack without passing through the caller. One source per send call (update,
+ * deadline, p2p rectangles). mem RF_PACK_DEVICE: the source launches the device copies on
+ * accel (copy_rows_batch) and waits for them before returning, its row list grown as needed
+ * (rows / rows_cap, owned by the source: free with rf_trainer_source_free). before (optional,
+ * tests' fault hooks): called with the chunk first; an error is returned as the pack's.
+ */
+typedef struct rf_trainer_source {
+    rf_trainer_t *tr;            /* borrowed */
+    uint32_t update;
+    double deadline;
+    const rf_p2p_rect_t *rects;  /* p2p: the receiver's rectangles; NULL: broadcast */
+    rf_pack_mem_t mem;
+    struct rf_accel *accel;      /* RF_PACK_DEVICE: the accelerator of the device shards */
+    int device;                  /* its GPU ordinal (errors) */
+    rf_accel_rows_t *rows;       /* owned */
+    size_t rows_cap;
+    rf_status_t (*before)(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
+    void *before_ctx;
+} rf_trainer_source_t;
+
+rf_status_t rf_trainer_source_pack(void *src, const rf_chunk_t *chunk,
+                                   const rf_chunk_piece_t *pieces, void *payload, rf_err_t *err);
+/* Frees the row list (the source may be reused after). NULL is fine. */
+void rf_trainer_source_free(rf_trainer_source_t *src);
+
 /* Non-sender copies of record: send this rank's parts of every chunk of its stage to the
  * stage sender through the stage gather (at most `buffers` messages in flight). */
 rf_status_t rf_trainer_contribute(rf_trainer_t *tr, uint32_t update, int buffers,
