@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin check libsubunit-dev
-      libyaml-dev libjansson-dev libxxhash-dev libssl-dev)
+      libyaml-dev libjansson-dev libxxhash-dev libssl-dev
+      python3-torch python3-mpi4py) # python3-*: the Python binding's test (python/tests)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
