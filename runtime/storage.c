@@ -273,3 +273,55 @@ rf_status_t rf_storage_read(const rf_storage_t *st, void *dst, const void *data,
                           st->accel->device);
     return RF_OK;
 }
+
+/* "[4, 96]" into buf. */
+static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t cap)
+{
+    size_t off = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && off < cap; d++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%lld", d ? ", " : "",
+                                (long long)shape[d]);
+    if (off < cap)
+        snprintf(buf + off, cap - off, "]");
+    return buf;
+}
+
+rf_status_t rf_signature_check(const rf_signature_t *got, const rf_slot_shape_t *want,
+                               const char *name, rf_err_t *err)
+{
+    char a[160], b[160];
+    if (got->dtype != want->dtype)
+        return rf_err_set(err, RF_ERR_MISMATCH, "%s: dtype %s, expected %s", name,
+                          rf_dtype_name(got->dtype), rf_dtype_name(want->dtype));
+    bool same = got->ndim == want->ndim;
+    for (int d = 0; same && d < got->ndim; d++)
+        same = got->shape[d] == want->shape[d];
+    if (!same)
+        return rf_err_set(err, RF_ERR_MISMATCH, "%s: shape %s, expected %s", name,
+                          shape_str(got->ndim, got->shape, a, sizeof(a)),
+                          shape_str(want->ndim, want->shape, b, sizeof(b)));
+    if (!rf_signature_contiguous(got))
+        return rf_err_set(err, RF_ERR_INVALID, "%s: strides %s for shape %s are not row-major "
+                          "contiguous", name, shape_str(got->ndim, got->stride, a, sizeof(a)),
+                          shape_str(got->ndim, got->shape, b, sizeof(b)));
+    if (got->data == NULL && rf_signature_bytes(got) > 0)
+        return rf_err_set(err, RF_ERR_INVALID, "%s: NULL data for %llu bytes", name,
+                          (unsigned long long)rf_signature_bytes(got));
+    return RF_OK;
+}
+
+rf_status_t rf_storage_rebind(rf_storage_t *st, const char *name, const rf_signature_t *sig,
+                              rf_err_t *err)
+{
+    rf_slot_t *s = rf_storage_find(st, name);
+    if (s == NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "storage: no slot %s", name);
+    bool same = s->sig.dtype == sig->dtype && s->sig.ndim == sig->ndim;
+    for (int d = 0; same && d < sig->ndim; d++)
+        same = s->sig.shape[d] == sig->shape[d];
+    if (!same)
+        return rf_err_set(err, RF_ERR_MISMATCH, "storage: %s rebound with another dtype or "
+                          "shape", name);
+    s->sig = *sig; /* borrowed like the first registration: never freed here */
+    return RF_OK;
+}

@@ -75,9 +75,29 @@ bool rf_storage_on_device(const rf_storage_t *st);
 rf_status_t rf_storage_read(const rf_storage_t *st, void *dst, const void *data, size_t bytes,
                             rf_err_t *err);
 
-/* Registers a caller-owned tensor (library mode). The memory stays the caller's. */
+/* Registers a caller-owned tensor (library mode): the slot BORROWS sig's memory, which
+ * rf_storage_free never frees. The memory stays the caller's. */
 rf_status_t rf_storage_register(rf_storage_t *st, int m, const char *name, bool derived,
                                 const rf_signature_t *sig, rf_err_t *err);
+
+/*
+ * Library mode: checks a caller's tensor `got` against the slot shape `want` it is to be
+ * (`name` names it in the message): the same dtype (RF_ERR_MISMATCH), rank and shape
+ * (RF_ERR_MISMATCH, both shapes named), row-major contiguous strides (RF_ERR_INVALID; a dim of
+ * size 1 may have any stride), and data not NULL when it holds bytes (RF_ERR_INVALID). The
+ * device is the caller's business. Pure.
+ */
+rf_status_t rf_signature_check(const rf_signature_t *got, const rf_slot_shape_t *want,
+                               const char *name, rf_err_t *err);
+
+/*
+ * Library mode: slot `name`, registered with rf_storage_register, now lives at `sig` (the
+ * engine re-allocated the tensor): the same dtype and shape (RF_ERR_MISMATCH otherwise), new
+ * pointers. The memory stays the caller's (never freed here); a plan built on the old
+ * signature rebuilds at its next rf_plan_begin. RF_ERR_INVALID when no slot has the name.
+ */
+rf_status_t rf_storage_rebind(rf_storage_t *st, const char *name, const rf_signature_t *sig,
+                              rf_err_t *err);
 
 /* Slot lookup by full name, or NULL. */
 rf_slot_t *rf_storage_find(rf_storage_t *st, const char *name);

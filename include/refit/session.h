@@ -1,0 +1,226 @@
+/*
+ * refit: the session API, librefit as a library (issue 15; docs/api.md).
+ *
+ * A training job and an inference engine hand refit their live tensors; refit moves the
+ * trainer's weights into the engine's tensors in place, with the same verdict (COMMITTED or
+ * FAILED) on every rank. One session per job, over a duplicate of the caller's communicator:
+ *
+ *   rf_session_create    collective  topology, model inventory, placement; this rank's role
+ *   rf_session_register  local       trainer ranks: their shards; rollout ranks: the engine's
+ *                                    tensors (repeatable until the set is complete)
+ *   rf_session_plan      collective  the registered set checked everywhere, the manifest, the
+ *                                    reload plans against the registered tensors
+ *   rf_session_update    collective  one weight update: begin, transfer, finish, gate
+ *   rf_session_abort     local       this rank's next update fails (every rank's, then)
+ *   rf_session_destroy   collective
+ *
+ * Collective calls are made by every rank of the communicator, in the same order, from one
+ * thread per process. A collective call returns the same status on every rank (an error on
+ * one rank is carried to all with its text); a local call's error is this rank's alone.
+ * Nothing here prints, exits or aborts MPI: errors come back as rf_status_t with their text in
+ * rf_session_last_error.
+ *
+ * MPI: MPI_Init(_thread) before rf_session_create, MPI_Finalize after rf_session_destroy.
+ * refit makes its MPI calls from the thread that calls rf_session_*, inside those calls
+ * only, so the thread level MPI provides must allow that thread to call MPI:
+ * MPI_THREAD_SINGLE or MPI_THREAD_FUNNELED when it is the main thread (MPI_Is_thread_main),
+ * MPI_THREAD_SERIALIZED (the caller keeps other threads' MPI calls apart from refit's) or
+ * MPI_THREAD_MULTIPLE from any thread. rf_session_create refuses anything else with
+ * RF_ERR_STATE.
+ *
+ * What this step covers (docs/api.md, "Not yet"): host memory (device -1), the mpi transport
+ * (broadcast and p2p modes), unquantized models (quantization none), trainer layout megatron
+ * (DESIGN.md section 6: every trainer rank registers its shard of each checkpoint tensor it
+ * holds, as refit-run's trainer holds it) and rollout layout vllm (the fused engine modules:
+ * qkv_proj, gate_up_proj, ..., per rollout rank, as runtime/storage.c lays them out).
+ */
+#ifndef REFIT_SESSION_H
+#define REFIT_SESSION_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "refit/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a declaration below changes incompatibly (the Python binding checks it). */
+#define RF_SESSION_ABI_VERSION 1
+/* RF_SESSION_ABI_VERSION of the library actually linked or loaded. */
+int rf_session_abi_version(void);
+
+#define RF_SESSION_MAX_DIMS 8
+
+typedef struct rf_session rf_session_t;
+
+/* A session's role on this rank (from the topology: world ranks [0, T) train, the rest serve). */
+typedef enum { RF_SESSION_TRAINER = 0, RF_SESSION_ROLLOUT = 1 } rf_session_role_t;
+
+/* Options of rf_session_create; NULL or a zeroed struct gives the defaults. The same on every
+ * rank. */
+typedef struct rf_session_options {
+    int layerwise; /* 1: every engine layer LAYERWISE (comparison runs); 0: the planner decides */
+    int integrity; /* per-chunk checksums: 0 the topology's transfer.integrity, 1 on, -1 off */
+} rf_session_options_t;
+
+/*
+ * One tensor handed to refit; refit keeps the pointer (never copies, frees or reallocates
+ * the memory) until the session is destroyed or the name is registered again.
+ *   name     checkpoint name on trainer ranks ("model.layers.0.self_attn.q_proj.weight"),
+ *            engine parameter name on rollout ranks ("model.layers.0.self_attn.qkv_proj.weight")
+ *   dtype    "BF16", "bfloat16" or "torch.bfloat16" (any spelling refit/dtype.h parses)
+ *   ndim     0 .. RF_SESSION_MAX_DIMS; shape[ndim] in elements
+ *   strides  in elements, strides[ndim]; every tensor must be row-major contiguous (a dim of
+ *            size 1 may have any stride)
+ *   data     first element (may be NULL only when the tensor has no element)
+ *   device   -1: host memory (the only kind this step takes; a CUDA ordinal is refused)
+ * Borrowed for the call (name and dtype are copied).
+ */
+typedef struct rf_tensor_desc {
+    const char *name;
+    const char *dtype;
+    int ndim;
+    int64_t shape[RF_SESSION_MAX_DIMS];
+    int64_t strides[RF_SESSION_MAX_DIMS];
+    void *data;
+    int device;
+} rf_tensor_desc_t;
+
+/* What rf_session_plan agreed: the same on every rank. */
+typedef struct rf_session_plan_info {
+    uint64_t layers[3];      /* engine layers per reload mode, summed over every rollout rank:
+                                [0] DIRECT, [1] RUNTIME_VIEW, [2] LAYERWISE */
+    uint64_t hash;           /* hash64 over the topology hash, the manifest digest and every
+                                rollout rank's per-layer decisions, in rank order */
+    uint64_t manifest_digest;
+    int tensors;             /* manifest entries (checkpoint tensors one update carries) */
+    uint64_t payload_bytes;  /* their bytes */
+} rf_session_plan_info_t;
+
+/* What one rf_session_update ended with: the same verdict on every rank. */
+typedef struct rf_session_result {
+    int committed;          /* 1: COMMITTED (the engine's tensors hold version), 0: FAILED */
+    uint64_t version;       /* the update's version (trainer rank 0's, agreed) */
+    int status;             /* rf_status_t of the verdict: RF_OK or the failing rank's code */
+    int failed_rank;        /* rank named by a FAILED verdict, -1 when committed */
+    char reason[RF_ERR_MSG_MAX]; /* "" or the failing rank's message */
+    double seconds;         /* this rank: the call's wall time */
+    uint64_t bytes_sent, bytes_received;   /* this rank: chunk bytes, headers included */
+    uint64_t chunks_sent, chunks_received; /* this rank */
+    uint64_t rebuilds;      /* rollout: plan rebuilds at this update's begin (tensors
+                               registered again with a new pointer) */
+} rf_session_result_t;
+
+/*
+ * Collective over comm (borrowed; refit works on its own duplicate, so the caller's
+ * communicator carries none of refit's messages). comm's size must be the topology's
+ * trainer + rollout ranks; comm rank i is the topology's world rank i (rank order is the
+ * placement order: trainers first). topology: a YAML file (docs/topology.md), read on comm
+ * rank 0 only and broadcast with its model config.json; NULL: the compiled-in default.
+ * options: NULL for the defaults. On success *s_p is a session to free with
+ * rf_session_destroy; on failure *s_p is NULL on every rank, the same status everywhere, the
+ * text in rf_session_last_error(NULL). Errors: RF_ERR_STATE (MPI not initialized, finalized,
+ * or a thread level this thread may not call MPI at), RF_ERR_INVALID (NULL s_p, comm
+ * MPI_COMM_NULL), RF_ERR_IO / RF_ERR_TOPOLOGY / RF_ERR_CONFIG (the files, the sizes),
+ * RF_ERR_UNSUPPORTED (what this step does not run: GPUs, transports other than mpi,
+ * quantized models), RF_ERR_MPI, RF_ERR_NOMEM.
+ */
+rf_status_t rf_session_create(MPI_Comm comm, const char *topology,
+                              const rf_session_options_t *options, rf_session_t **s_p);
+
+/*
+ * Collective. Frees everything refit allocated; the registered tensors stay the caller's,
+ * untouched. NULL is a no-op (on every rank alike). Call before MPI_Finalize.
+ */
+void rf_session_destroy(rf_session_t *s);
+
+/* This rank's role. Local. */
+rf_session_role_t rf_session_role(const rf_session_t *s);
+/* "trainer" / "rollout". Local. */
+const char *rf_session_role_name(const rf_session_t *s);
+/* The version of the last COMMITTED update (0: none yet). Local. */
+uint64_t rf_session_version(const rf_session_t *s);
+/* The tensors this rank must register (before rf_session_plan: all of them must be). Local. */
+int rf_session_expected_count(const rf_session_t *s);
+/* The i-th of them, 0 <= i < rf_session_expected_count: its name, and (may be NULL) its dtype
+ * (safetensors spelling), ndim and shape[RF_SESSION_MAX_DIMS]. NULL when i is out of range.
+ * Borrowed from s. Local. */
+const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype_p, int *ndim_p,
+                                int64_t *shape_p);
+
+/*
+ * Local: registers n tensors (descs: n entries, borrowed for the call) on this rank.
+ * Each is checked against what this rank holds under the topology: the name must be one of
+ * rf_session_expected, with its dtype and shape, contiguous, host memory. The first bad one
+ * stops the call: RF_ERR_INVALID (NULL s or descs with n > 0, n < 0, a NULL name or data, an
+ * unknown dtype spelling, ndim out of range, non-contiguous strides), RF_ERR_EXTRA (a name
+ * this rank does not hold), RF_ERR_MISMATCH (dtype or shape; both named), RF_ERR_UNSUPPORTED
+ * (device >= 0), RF_ERR_INVALID too for a name registered twice before rf_session_plan; the
+ * message names the tensor and this rank. Descriptors before it stay registered; the bad one
+ * and those after it are not.
+ *
+ * A refused registration is remembered: the next collective call that uses the registered
+ * set fails on every rank carrying its text (before a plan: rf_session_plan; after: the next
+ * rf_session_update, which then moves nothing), then it is forgotten and the session is
+ * usable again: register what was wrong, and plan or update again.
+ *
+ * After a successful rf_session_plan, a registration must name a registered tensor with the
+ * same dtype and shape (the caller re-allocated it): refit reads or writes the new memory
+ * from the next update on (rollout ranks rebuild that update's reload plan; its result
+ * counts the rebuild). Nothing is written into any tensor by this call.
+ */
+rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, int n);
+
+/*
+ * Collective, once per session (RF_ERR_STATE afterwards, or before any rf_session_create
+ * succeeded): every rank checks that it registered every tensor it holds (RF_ERR_MISSING
+ * naming the first missing one and the count) and had no refused registration; a failure on
+ * any rank fails every rank with the lowest failing rank's text, and the session stays
+ * usable (register, plan again). Then the manifest (trainer rank 0 builds it from the
+ * inventory, every rank validates it), the chunk plan and the reload plans against the
+ * registered tensors' real signatures. *info (may be NULL): what was agreed. Writes nothing
+ * into any registered tensor.
+ */
+rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info);
+
+/*
+ * Collective: one weight update. version: the trainer's number for these weights (0: the last
+ * version + 1); trainer rank 0's is the update's, and any other trainer rank passing a
+ * different non-zero one fails the update; rollout ranks pass 0 (their value is ignored).
+ * Begin (every rank agrees to go, or the update FAILED: a refused registration, an
+ * rf_session_abort, a rebuilt plan that no longer fits), transfer (trainer ranks read their
+ * registered shards in place; rollout ranks write into their registered tensors), finish
+ * (every expected piece arrived), then the completion gate: COMMITTED on every rank or FAILED
+ * on every rank, in *result (required). A FAILED begin writes nothing into the engine's
+ * tensors; a failure during the transfer may have written part of them (the engine must not
+ * serve them before the next COMMITTED update).
+ *
+ * Returns RF_OK when the update ran to a verdict (committed or not: see result->committed);
+ * RF_ERR_STATE before a successful rf_session_plan (nothing communicated: every rank is in
+ * the same state), RF_ERR_INVALID for NULL arguments; otherwise the verdict's error when this
+ * rank got no verdict (RF_ERR_TIMEOUT, RF_ERR_MPI).
+ */
+rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_result_t *result);
+
+/*
+ * Local: this rank's next rf_session_update fails at its begin, with "aborted by the caller:
+ * <reason>" (reason may be NULL) as the verdict's reason on every rank; nothing moves.
+ */
+rf_status_t rf_session_abort(rf_session_t *s, const char *reason);
+
+/*
+ * The text of this rank's last error on s (the last call that failed; "" when none). NULL:
+ * the last rf_session_create failure of this thread. Borrowed; valid until the next call on s.
+ */
+const char *rf_session_last_error(const rf_session_t *s);
+
+/* "RF_ERR_MISMATCH" / "mismatch" for a status (refit/status.h). */
+const char *rf_session_status_name(int status);
+const char *rf_session_status_string(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_SESSION_H */

@@ -1,0 +1,280 @@
+"""refit: move freshly trained weights from trainer ranks into an engine's live tensors.
+
+A ctypes binding of librefit's session API (include/refit/session.h; docs/api.md):
+
+    import refit
+    s = refit.Session(comm, "topology.yaml")   # mpi4py communicator; collective
+    s.role                                      # "trainer" or "rollout"
+    s.register({name: tensor, ...})             # torch tensors, kept by pointer; local
+    plan = s.plan()                             # plan.counts, plan.hash; collective
+    r = s.update(version=None)                  # r.committed, r.reason, r.version, r.stats
+    s.close()                                   # collective
+
+librefit.so is found through $REFIT_LIB (a file), else beside this package, else the build
+tree (<repo>/build). Its ABI version is checked at import. Errors raise refit.Error carrying
+the library's message; register raises on the calling rank only, plan on every rank or none;
+update returns a FAILED result (committed False) rather than raising.
+"""
+import atexit
+import ctypes
+import glob
+import os
+import weakref
+
+ABI_VERSION = 1  # RF_SESSION_ABI_VERSION this binding speaks
+MAX_DIMS = 8
+_MSG_MAX = 512
+_MODES = ("DIRECT", "RUNTIME_VIEW", "LAYERWISE")
+
+
+class Error(Exception):
+    """A librefit error: .status (its name, "RF_ERR_MISMATCH") and the message."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _find_library():
+    env = os.environ.get("REFIT_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (here, os.path.join(here, "..", "..", "build")):
+        for name in ("librefit.so.%d" % ABI_VERSION, "librefit.so"):
+            p = os.path.join(d, name)
+            if os.path.exists(p):
+                return p
+    raise ImportError("refit: librefit.so not found: set REFIT_LIB, put it beside %s or build "
+                      "the tree (cmake -S . -B build && cmake --build build)" % here)
+
+
+_lib = ctypes.CDLL(_find_library(), mode=ctypes.RTLD_GLOBAL)
+_lib.rf_session_abi_version.restype = ctypes.c_int
+if _lib.rf_session_abi_version() != ABI_VERSION:
+    raise ImportError("refit: %s has ABI version %d, this binding speaks %d"
+                      % (_lib._name, _lib.rf_session_abi_version(), ABI_VERSION))
+
+
+class _Desc(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p), ("ndim", ctypes.c_int),
+                ("shape", ctypes.c_int64 * MAX_DIMS), ("strides", ctypes.c_int64 * MAX_DIMS),
+                ("data", ctypes.c_void_p), ("device", ctypes.c_int)]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("layerwise", ctypes.c_int), ("integrity", ctypes.c_int)]
+
+
+class _PlanInfo(ctypes.Structure):
+    _fields_ = [("layers", ctypes.c_uint64 * 3), ("hash", ctypes.c_uint64),
+                ("manifest_digest", ctypes.c_uint64), ("tensors", ctypes.c_int),
+                ("payload_bytes", ctypes.c_uint64)]
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [("committed", ctypes.c_int), ("version", ctypes.c_uint64),
+                ("status", ctypes.c_int), ("failed_rank", ctypes.c_int),
+                ("reason", ctypes.c_char * _MSG_MAX), ("seconds", ctypes.c_double),
+                ("bytes_sent", ctypes.c_uint64), ("bytes_received", ctypes.c_uint64),
+                ("chunks_sent", ctypes.c_uint64), ("chunks_received", ctypes.c_uint64),
+                ("rebuilds", ctypes.c_uint64)]
+
+
+def _comm_type():
+    from mpi4py import MPI
+    # Open MPI: MPI_Comm is a pointer; MPICH: an int
+    return ctypes.c_int if MPI._sizeof(MPI.Comm) == ctypes.sizeof(ctypes.c_int) \
+        else ctypes.c_void_p
+
+
+_P = ctypes.c_void_p
+_lib.rf_session_create.argtypes = [_comm_type(), ctypes.c_char_p, ctypes.POINTER(_Options),
+                                   ctypes.POINTER(_P)]
+_lib.rf_session_create.restype = ctypes.c_int
+_lib.rf_session_destroy.argtypes = [_P]
+_lib.rf_session_destroy.restype = None
+_lib.rf_session_role.argtypes = [_P]
+_lib.rf_session_role.restype = ctypes.c_int
+_lib.rf_session_version.argtypes = [_P]
+_lib.rf_session_version.restype = ctypes.c_uint64
+_lib.rf_session_expected_count.argtypes = [_P]
+_lib.rf_session_expected_count.restype = ctypes.c_int
+_lib.rf_session_expected.argtypes = [_P, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+                                     ctypes.POINTER(ctypes.c_int), ctypes.c_int64 * MAX_DIMS]
+_lib.rf_session_expected.restype = ctypes.c_char_p
+_lib.rf_session_register.argtypes = [_P, ctypes.POINTER(_Desc), ctypes.c_int]
+_lib.rf_session_register.restype = ctypes.c_int
+_lib.rf_session_plan.argtypes = [_P, ctypes.POINTER(_PlanInfo)]
+_lib.rf_session_plan.restype = ctypes.c_int
+_lib.rf_session_update.argtypes = [_P, ctypes.c_uint64, ctypes.POINTER(_Result)]
+_lib.rf_session_update.restype = ctypes.c_int
+_lib.rf_session_abort.argtypes = [_P, ctypes.c_char_p]
+_lib.rf_session_abort.restype = ctypes.c_int
+_lib.rf_session_last_error.argtypes = [_P]
+_lib.rf_session_last_error.restype = ctypes.c_char_p
+_lib.rf_session_status_name.argtypes = [ctypes.c_int]
+_lib.rf_session_status_name.restype = ctypes.c_char_p
+
+
+def status_name(status):
+    return _lib.rf_session_status_name(status).decode()
+
+
+class Plan:
+    """What rf_session_plan agreed, the same on every rank."""
+
+    def __init__(self, info):
+        self.counts = {m: int(info.layers[i]) for i, m in enumerate(_MODES)}
+        self.hash = int(info.hash)
+        self.manifest_digest = int(info.manifest_digest)
+        self.tensors = int(info.tensors)
+        self.payload_bytes = int(info.payload_bytes)
+
+    def __repr__(self):
+        return "Plan(counts=%r, hash=%016x)" % (self.counts, self.hash)
+
+
+class Result:
+    """One update's verdict (the same committed / reason / version on every rank)."""
+
+    def __init__(self, r):
+        self.committed = bool(r.committed)
+        self.version = int(r.version)
+        self.status = status_name(r.status)
+        self.failed_rank = int(r.failed_rank)
+        self.reason = r.reason.decode(errors="replace")
+        self.stats = {"seconds": r.seconds, "bytes_sent": int(r.bytes_sent),
+                      "bytes_received": int(r.bytes_received),
+                      "chunks_sent": int(r.chunks_sent),
+                      "chunks_received": int(r.chunks_received),
+                      "rebuilds": int(r.rebuilds)}
+
+    def __repr__(self):
+        return "Result(committed=%r, version=%d, reason=%r)" % (self.committed, self.version,
+                                                                self.reason)
+
+
+def _sig(t):
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device))
+
+
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # before mpi4py finalizes MPI (atexit runs in reverse order: refit was imported after
+    # mpi4py), so that no session calls MPI after MPI_Finalize
+    for s in list(_live):
+        s.close()
+
+
+class Session:
+    """A refit session over an mpi4py communicator (collective: every rank creates one)."""
+
+    def __init__(self, comm, topology=None, layerwise=False, integrity=None):
+        from mpi4py import MPI
+        self._MPI = MPI
+        opts = _Options(1 if layerwise else 0,
+                        0 if integrity is None else (1 if integrity else -1))
+        ptr = _P()
+        handle = MPI._handleof(comm)
+        st = _lib.rf_session_create(handle, topology.encode() if topology else None,
+                                    ctypes.byref(opts), ctypes.byref(ptr))
+        if st != 0:
+            raise Error(status_name(st), _lib.rf_session_last_error(None).decode())
+        self._s = ptr
+        self._tensors = {}  # name -> tensor: refit holds the pointers, we hold the tensors
+        self._sigs = {}
+        self._planned = False
+        _live.add(self)
+
+    def _check(self, st):
+        if st != 0:
+            raise Error(status_name(st), _lib.rf_session_last_error(self._s).decode())
+
+    def _handle(self):
+        if self._s is None:
+            raise Error("RF_ERR_STATE", "refit: the session is closed")
+        return self._s
+
+    @property
+    def role(self):
+        return "rollout" if _lib.rf_session_role(self._handle()) == 1 else "trainer"
+
+    @property
+    def version(self):
+        return int(_lib.rf_session_version(self._handle()))
+
+    def expected(self):
+        """[(name, dtype, shape)] of the tensors this rank must register."""
+        s, out = self._handle(), []
+        for i in range(_lib.rf_session_expected_count(s)):
+            dt, nd, shape = ctypes.c_char_p(), ctypes.c_int(), (ctypes.c_int64 * MAX_DIMS)()
+            name = _lib.rf_session_expected(s, i, ctypes.byref(dt), ctypes.byref(nd), shape)
+            out.append((name.decode(), dt.value.decode(), tuple(shape[:nd.value])))
+        return out
+
+    def register(self, tensors):
+        """Registers {name: tensor} on this rank (local); refit keeps each tensor's pointer.
+        Raises refit.Error naming the first bad tensor (those before it stay registered)."""
+        s = self._handle()
+        for name, t in tensors.items():
+            if t.dim() > MAX_DIMS:
+                raise Error("RF_ERR_INVALID", "refit: %s: %d dims" % (name, t.dim()))
+            d = _Desc()
+            d.name, d.dtype, d.ndim = name.encode(), str(t.dtype).encode(), t.dim()
+            for k in range(t.dim()):
+                d.shape[k], d.strides[k] = t.shape[k], t.stride(k)
+            d.data = t.data_ptr() or None
+            d.device = t.device.index if t.device.type == "cuda" else -1
+            self._check(_lib.rf_session_register(s, ctypes.byref(d), 1))
+            self._tensors[name] = t
+            self._sigs[name] = _sig(t)
+
+    def plan(self):
+        """Collective: checks the registered set everywhere and builds the plans."""
+        info = _PlanInfo()
+        self._check(_lib.rf_session_plan(self._handle(), ctypes.byref(info)))
+        self._planned = True
+        return Plan(info)
+
+    def update(self, version=None):
+        """Collective: one update; returns a Result (committed or not, on every rank alike).
+        Tensors that moved since they were registered (a new data_ptr) are registered again
+        first, so refit reads or writes where they are now."""
+        s = self._handle()
+        if self._planned:
+            moved = {n: t for n, t in self._tensors.items() if _sig(t) != self._sigs[n]}
+            if moved:
+                try:
+                    self.register(moved)
+                except Error:
+                    pass  # refused: refit fails this update on every rank with the reason
+        r = _Result()
+        self._check(_lib.rf_session_update(s, 0 if version is None else int(version),
+                                           ctypes.byref(r)))
+        return Result(r)
+
+    def abort(self, reason=None):
+        """Local: this rank's next update fails (on every rank) with the reason."""
+        self._check(_lib.rf_session_abort(self._handle(), reason.encode() if reason else None))
+
+    def close(self):
+        """Collective: frees the session (the tensors stay yours). Idempotent."""
+        if getattr(self, "_s", None) is None:
+            return
+        s, self._s = self._s, None
+        _live.discard(self)
+        if self._MPI.Is_finalized():
+            return  # no MPI call after MPI_Finalize: the memory goes with the process
+        _lib.rf_session_destroy(s)
+        self._tensors.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,437 @@
+/* MPI test: the session API (include/refit/session.h) on the tests/data llama-tiny fixture,
+ * under the topology given as argv[1] (2 ranks TP 1 -> TP 1, 4 ranks TP 2 -> TP 2, broadcast
+ * and p2p). Trainer ranks register their shards filled from the generator at update v's step;
+ * rollout ranks register their engine tensors (filled with a sentinel), and after a COMMITTED
+ * update every element must be what the oracle's scalar locator (runtime/verify.c) says the
+ * loaders put there: the generator's value of the checkpoint element it maps to, or zero
+ * padding. Bad inputs must be refused naming the tensor, a collective failure carry the same
+ * text to every rank, and failed updates leave the engine's tensors untouched. CK_FORK=no. */
+#include <check.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/generator.h"
+#include "refit/hashes.h"
+#include "refit/model.h"
+#include "refit/refit.h"
+#include "refit/topology.h"
+#include "refit/trainer.h"
+#include "refit/verify.h"
+
+#define SENTINEL 0xa5
+
+static const char *topo_path;
+static int rank, size;
+/* the test's own view of the job, for the reference values */
+static rf_topology_t topo;
+static rf_model_config_t cfg;
+static rf_inventory_t inv;
+static rf_rank_info_t me;
+
+typedef struct sess {
+    rf_session_t *s;
+    int n;
+    void **buf;
+    size_t *bytes;
+    rf_tensor_desc_t *descs;
+} sess_t;
+
+static void sess_open(sess_t *x)
+{
+    memset(x, 0, sizeof(*x));
+    rf_status_t st = rf_session_create(MPI_COMM_WORLD, topo_path, NULL, &x->s);
+    ck_assert_msg(st == RF_OK, "rf_session_create: %s", rf_session_last_error(NULL));
+    ck_assert_str_eq(rf_session_role_name(x->s), me.role == RF_ROLE_ROLLOUT ? "rollout"
+                                                                             : "trainer");
+    x->n = rf_session_expected_count(x->s);
+    ck_assert_int_gt(x->n, 0);
+    x->buf = calloc((size_t)x->n, sizeof(void *));
+    x->bytes = calloc((size_t)x->n, sizeof(size_t));
+    x->descs = calloc((size_t)x->n, sizeof(rf_tensor_desc_t));
+    for (int i = 0; i < x->n; i++) {
+        rf_tensor_desc_t *d = &x->descs[i];
+        d->name = rf_session_expected(x->s, i, &d->dtype, &d->ndim, d->shape);
+        ck_assert_ptr_nonnull(d->name);
+        uint64_t numel = 1;
+        for (int k = d->ndim - 1; k >= 0; k--) {
+            d->strides[k] = (int64_t)numel;
+            numel *= (uint64_t)d->shape[k];
+        }
+        x->bytes[i] = numel * rf_dtype_size(rf_dtype_parse(d->dtype));
+        x->buf[i] = malloc(x->bytes[i] + 1);
+        memset(x->buf[i], SENTINEL, x->bytes[i]);
+        d->data = x->buf[i];
+        d->device = -1;
+    }
+}
+
+static void sess_close(sess_t *x)
+{
+    rf_session_destroy(x->s);
+    for (int i = 0; i < x->n; i++)
+        free(x->buf[i]);
+    free(x->buf);
+    free(x->bytes);
+    free(x->descs);
+}
+
+/* Trainer: every registered shard from the generator at `step`, at its global indices. */
+static void trainer_fill(sess_t *x, uint64_t step)
+{
+    for (int i = 0; i < x->n; i++) {
+        int ti = rf_inventory_find(&inv, x->descs[i].name);
+        ck_assert_int_ge(ti, 0);
+        const rf_tensor_t *t = &inv.tensors[ti];
+        rf_region_t reg;
+        ck_assert(rf_trainer_shard(&topo, &inv, t, &me, &reg));
+        uint64_t cols = t->numel / rf_tensor_rows(t), h = rf_gen_name_hash(t->name);
+        uint16_t *b = (uint16_t *)x->descs[i].data;
+        int64_t w = reg.c1 - reg.c0;
+        for (int64_t r = 0; r < reg.r1 - reg.r0; r++)
+            for (int64_t c = 0; c < w; c++)
+                b[r * w + c] = (uint16_t)rf_gen_value_bits(
+                    h, (uint64_t)(reg.r0 + r) * cols + (uint64_t)(reg.c0 + c), step,
+                    RF_DTYPE_BF16);
+    }
+}
+
+/* Rollout: elements of the registered tensors that differ from the loaders' result for the
+ * generator at `step` (the oracle's locator); the first one's tensor in bad. */
+static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t cap)
+{
+    rf_err_t err;
+    uint64_t nbad = 0;
+    int i = 0;
+    bad[0] = '\0';
+    for (int m = 0; m < inv.nmodules; m++) {
+        rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS];
+        int ns;
+        rf_err_clear(&err);
+        ck_assert_msg(rf_module_slots(&inv, m, &me.rc, sh, &ns, &err) == RF_OK, "%s", err.msg);
+        for (int k = 0; k < ns; k++, i++) {
+            char name[RF_NAME_MAX + 40];
+            snprintf(name, sizeof(name), "%.159s.%.31s", inv.modules[m].name, sh[k].name);
+            ck_assert_int_lt(i, x->n);
+            ck_assert_str_eq(name, x->descs[i].name);
+            rf_ref_locator_t *l;
+            ck_assert_msg(rf_ref_locator_create(&inv, m, k, &me.rc, &l, &err) == RF_OK, "%s",
+                          err.msg);
+            const uint16_t *b = x->buf[i];
+            for (uint64_t e = 0; e < rf_ref_locator_numel(l); e++) {
+                rf_ref_elem_t r;
+                rf_ref_locator_at(l, e, &r);
+                uint16_t want = r.kind == RF_REF_TENSOR
+                                    ? (uint16_t)rf_gen_value_bits(
+                                          rf_gen_name_hash(inv.tensors[r.tensor].name), r.index,
+                                          step, RF_DTYPE_BF16)
+                                    : 0;
+                if (b[e] != want && nbad++ == 0)
+                    snprintf(bad, cap, "%s element %llu: %04x, expected %04x", name,
+                             (unsigned long long)e, b[e], want);
+            }
+            rf_ref_locator_destroy(l);
+        }
+    }
+    ck_assert_int_eq(i, x->n);
+    return nbad;
+}
+
+/* Rollout: XXH3 over every registered tensor's bytes (0 on trainers). */
+static uint64_t rollout_hash(const sess_t *x)
+{
+    uint64_t h = 0;
+    for (int i = 0; me.role == RF_ROLE_ROLLOUT && i < x->n; i++)
+        h ^= rf_hash64(x->buf[i], x->bytes[i]) + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    return h;
+}
+
+/* Every rank holds the same text (hash compared) and it contains `needle`. */
+static void same_text_everywhere(const char *text, const char *needle)
+{
+    uint64_t h = rf_hash64_str(text), lo, hi;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    ck_assert_msg(lo == hi, "rank %d: the ranks' texts differ; mine: %s", rank, text);
+    ck_assert_msg(strstr(text, needle) != NULL, "'%s' does not name '%s'", text, needle);
+}
+
+static void same_int_everywhere(int v)
+{
+    int lo, hi;
+    MPI_Allreduce(&v, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&v, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    ck_assert_msg(lo == hi, "rank %d: %d differs across ranks (%d .. %d)", rank, v, lo, hi);
+}
+
+static void check_committed(sess_t *x, const rf_session_result_t *r, uint64_t version)
+{
+    char bad[256];
+    ck_assert_msg(r->committed, "rank %d: update FAILED: %s", rank, r->reason);
+    ck_assert_uint_eq(r->version, version);
+    ck_assert_uint_eq(rf_session_version(x->s), version);
+    uint64_t nbad = me.role == RF_ROLE_ROLLOUT ? rollout_mismatches(x, version, bad, sizeof(bad))
+                                               : 0;
+    ck_assert_msg(nbad == 0, "rank %d: %llu elements wrong after update %llu; first: %s", rank,
+                  (unsigned long long)nbad, (unsigned long long)version, bad);
+}
+
+/* Two updates move exactly the trainer's bytes into the engine's tensors; the plan's counts
+ * and hash are the same everywhere. */
+START_TEST(test_update_bytes)
+{
+    sess_t x;
+    rf_session_plan_info_t pi;
+    rf_session_result_t r;
+    sess_open(&x);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 1);
+    ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
+                  rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_plan(x.s, &pi) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_uint_eq(pi.layers[0] + pi.layers[1] + pi.layers[2],
+                      (uint64_t)inv.nmodules * (uint64_t)rf_topology_rollout_size(&topo));
+    ck_assert_uint_eq(pi.layers[0], (uint64_t)inv.nmodules * rf_topology_rollout_size(&topo));
+    ck_assert_int_eq(pi.tensors, inv.ntensors);
+    same_int_everywhere((int)(pi.hash & 0x7fffffff));
+    same_int_everywhere((int)(pi.hash >> 33));
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    check_committed(&x, &r, 1);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 7);
+    ck_assert_int_eq(rf_session_update(x.s, 7, &r), RF_OK);
+    check_committed(&x, &r, 7);
+    ck_assert_uint_eq(r.rebuilds, 0);
+    if (me.role == RF_ROLE_ROLLOUT)
+        ck_assert_uint_gt(r.bytes_received, 0);
+    sess_close(&x);
+}
+END_TEST
+
+/* Register-time errors name the tensor and leave the session usable; the plan carries the
+ * lowest rank's first error to every rank; nothing is written into the engine's tensors. */
+START_TEST(test_bad_inputs)
+{
+    sess_t x;
+    rf_session_result_t r;
+    rf_tensor_desc_t d;
+    sess_open(&x);
+    uint64_t h0 = rollout_hash(&x);
+    const char *first = x.descs[0].name, *last = x.descs[x.n - 1].name;
+    ck_assert_int_eq(rf_session_register(NULL, x.descs, 1), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_register(x.s, NULL, 1), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_register(x.s, x.descs, -1), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_plan(NULL, NULL), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_update(x.s, 0, NULL), RF_ERR_INVALID);
+    /* wrong shape, dtype, strides, device, name, NULL data */
+    d = x.descs[0];
+    d.shape[0] += 1;
+    ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "shape"));
+    d = x.descs[0];
+    d.dtype = "torch.float32";
+    ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "F32"));
+    d = x.descs[0];
+    d.dtype = "bfloat17";
+    ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
+    for (int i = 0; i < x.n; i++) /* a 2-D tensor stored column-major */
+        if (x.descs[i].ndim == 2 && x.descs[i].shape[0] > 1 && x.descs[i].shape[1] > 1) {
+            d = x.descs[i];
+            d.strides[0] = 1;
+            d.strides[1] = d.shape[0];
+            ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_INVALID);
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), d.name));
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "contiguous"));
+            break;
+        }
+    d = x.descs[0];
+    d.device = 0;
+    ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
+    d = x.descs[0];
+    d.name = "model.layers.0.self_attn.bogus.weight";
+    ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_EXTRA);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), d.name));
+    d = x.descs[0];
+    d.data = NULL;
+    ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
+    /* update before plan: refused on every rank, nothing communicated */
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
+    /* all but the last registered: the plan fails everywhere with rank 0's first refusal */
+    ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n - 1), RF_OK);
+    rf_status_t st = rf_session_plan(x.s, NULL);
+    ck_assert_int_eq(st, RF_ERR_INVALID);
+    same_text_everywhere(rf_session_last_error(x.s), "rank 0 (trainer)");
+    same_text_everywhere(rf_session_last_error(x.s), "NULL descs");
+    /* that refusal is reported and forgotten: now the missing tensor fails it, named */
+    st = rf_session_plan(x.s, NULL);
+    ck_assert_int_eq(st, RF_ERR_MISSING);
+    same_text_everywhere(rf_session_last_error(x.s), "not registered");
+    char want[300];
+    snprintf(want, sizeof(want), "%s not registered", rank == 0 ? last : "");
+    if (rank == 0)
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), want));
+    /* a duplicate is refused, and fails the next plan */
+    ck_assert_int_eq(rf_session_register(x.s, &x.descs[x.n - 1], 1), RF_OK);
+    ck_assert_int_eq(rf_session_register(x.s, &x.descs[0], 1), RF_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "registered twice"));
+    ck_assert_int_eq(rf_session_plan(x.s, NULL), RF_ERR_INVALID);
+    same_text_everywhere(rf_session_last_error(x.s), "registered twice");
+    /* the session stayed usable */
+    ck_assert_msg(rf_session_plan(x.s, NULL) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(rf_session_plan(x.s, NULL), RF_ERR_STATE);
+    ck_assert_uint_eq(rollout_hash(&x), h0); /* every refusal wrote nothing */
+    for (int i = 0; i < x.n && me.role == RF_ROLE_ROLLOUT; i++)
+        for (size_t b = 0; b < x.bytes[i]; b++)
+            ck_assert_int_eq(((unsigned char *)x.buf[i])[b], SENTINEL);
+    /* after the plan: an unknown name is still refused, naming it */
+    d = x.descs[0];
+    d.name = "lm_head.bias";
+    ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_EXTRA);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "lm_head.bias"));
+    /* ... which fails the next update on every rank, before anything moves */
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    ck_assert(!r.committed);
+    same_int_everywhere(r.committed);
+    same_text_everywhere(r.reason, "lm_head.bias");
+    ck_assert_uint_eq(rollout_hash(&x), h0);
+    sess_close(&x);
+}
+END_TEST
+
+/* Failed updates (a trainer tensor re-registered with another shape, an abort) leave the
+ * engine's tensors unchanged and committed false on every rank; a tensor re-registered at a
+ * new address makes the rollout's plan rebuild, and the next update writes the new memory. */
+START_TEST(test_failed_updates)
+{
+    sess_t x;
+    rf_session_result_t r;
+    char bad[256];
+    sess_open(&x);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 1);
+    ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n), RF_OK);
+    ck_assert_msg(rf_session_plan(x.s, NULL) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    check_committed(&x, &r, 1);
+    uint64_t h1 = rollout_hash(&x);
+
+    /* the last trainer rank's first tensor changed shape between updates */
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 2);
+    int victim = rf_topology_trainer_size(&topo) - 1;
+    char vname[RF_NAME_MAX + 32];
+    snprintf(vname, sizeof(vname), "%s", x.descs[0].name);
+    MPI_Bcast(vname, (int)sizeof(vname), MPI_CHAR, victim, MPI_COMM_WORLD);
+    if (rank == victim) {
+        rf_tensor_desc_t d = x.descs[0];
+        d.shape[0] *= 2;
+        ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), d.name));
+    }
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    ck_assert(!r.committed);
+    same_int_everywhere(r.committed);
+    same_int_everywhere(r.failed_rank);
+    ck_assert_int_eq(r.failed_rank, victim);
+    same_text_everywhere(r.reason, vname);
+    ck_assert_uint_eq(rollout_hash(&x), h1);
+    ck_assert_uint_eq(rf_session_version(x.s), 1);
+
+    /* a deliberately failed update: the first rollout rank aborts it */
+    if (rank == rf_topology_trainer_size(&topo))
+        ck_assert_int_eq(rf_session_abort(x.s, "engine busy"), RF_OK);
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    ck_assert(!r.committed);
+    same_int_everywhere(r.committed);
+    same_text_everywhere(r.reason, "aborted by the caller: engine busy");
+    ck_assert_uint_eq(rollout_hash(&x), h1);
+
+    /* the session recovered: the next update commits version 2 (1 + 1) */
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    check_committed(&x, &r, 2);
+
+    /* the engine re-allocates one tensor: registered again at the new address, the plan
+     * rebuilds at the next begin and the update fills the new memory */
+    if (me.role == RF_ROLE_ROLLOUT) {
+        int k = x.n / 2;
+        void *nb = malloc(x.bytes[k] + 1);
+        memset(nb, SENTINEL, x.bytes[k]);
+        free(x.buf[k]);
+        x.buf[k] = nb;
+        x.descs[k].data = nb;
+        ck_assert_int_eq(rf_session_register(x.s, &x.descs[k], 1), RF_OK);
+    } else {
+        trainer_fill(&x, 3);
+    }
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    check_committed(&x, &r, 3);
+    if (me.role == RF_ROLE_ROLLOUT)
+        ck_assert_uint_eq(r.rebuilds, 1);
+    if (me.role == RF_ROLE_ROLLOUT)
+        ck_assert_msg(rollout_mismatches(&x, 3, bad, sizeof(bad)) == 0, "%s", bad);
+    sess_close(&x);
+}
+END_TEST
+
+/* Creation errors: the same status and text on every rank, no session. */
+START_TEST(test_create_errors)
+{
+    rf_session_t *s = (rf_session_t *)&s;
+    ck_assert_int_eq(rf_session_create(MPI_COMM_WORLD, topo_path, NULL, NULL), RF_ERR_INVALID);
+    rf_status_t st = rf_session_create(MPI_COMM_WORLD, "/nonexistent/topology.yaml", NULL, &s);
+    ck_assert_int_ne(st, RF_OK);
+    ck_assert_ptr_null(s);
+    same_text_everywhere(rf_session_last_error(NULL), "/nonexistent/topology.yaml");
+    rf_session_destroy(NULL);
+    ck_assert_int_eq(rf_session_abi_version(), RF_SESSION_ABI_VERSION);
+    ck_assert_str_eq(rf_session_status_name(RF_ERR_MISMATCH), "RF_ERR_MISMATCH");
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    rf_err_t err;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc < 2) {
+        if (rank == 0)
+            fprintf(stderr, "usage: check_session TOPOLOGY.yaml\n");
+        MPI_Finalize();
+        return EXIT_FAILURE;
+    }
+    topo_path = argv[1];
+    rf_err_clear(&err);
+    if (rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err) != RF_OK ||
+        rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) != RF_OK ||
+        rf_topology_rank_info(&topo, rank, &me) != RF_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+        MPI_Finalize();
+        return EXIT_FAILURE;
+    }
+    Suite *s = suite_create("session");
+    TCase *tc = tcase_create("session");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_update_bytes);
+    tcase_add_test(tc, test_bad_inputs);
+    tcase_add_test(tc, test_failed_updates);
+    tcase_add_test(tc, test_create_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* fork breaks MPI */
+    srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr), any;
+    srunner_free(sr);
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+    MPI_Finalize();
+    return any == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

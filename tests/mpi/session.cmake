@@ -1,0 +1,29 @@
+# The session API (include/refit/session.h): check_session under mpiexec on the tests/data
+# llama-tiny fixture, one topology per case (tests/mpi/topologies/session-*.yaml).
+add_executable(check_session ${CMAKE_CURRENT_SOURCE_DIR}/check_session.c)
+target_link_libraries(check_session PRIVATE refit PkgConfig::CHECK)
+function(refit_session_test name np topology)
+  add_test(NAME ${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topology}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 300
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+endfunction()
+refit_session_test(check_session_tp1_np2 2 session-llama-tiny-tp1-to-tp1.yaml)
+refit_session_test(check_session_tp2_np4 4 session-llama-tiny-tp2-to-tp2.yaml)
+refit_session_test(check_session_tp2_p2p_np4 4 session-llama-tiny-tp2-to-tp2-p2p.yaml)
+
+# The Python package (python/refit, ctypes over librefit.so) under mpiexec with Debian's
+# /usr/bin/python3, python3-torch and python3-mpi4py (tools/setup.sh installs them): a torch
+# trainer and a vLLM-layout engine (python/tests/test_session_llama.py)
+add_test(NAME python_session_llama_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -x REFIT_LIB -np 2 /usr/bin/python3
+                 ${CMAKE_SOURCE_DIR}/python/tests/test_session_llama.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-tiny-tp1-to-tp1.yaml
+                 ${REFIT_TEST_DATA}/llama-tiny/config.json
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(python_session_llama_np2 PROPERTIES LABELS "mpi;python" TIMEOUT 300
+                     ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
