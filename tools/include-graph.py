@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/include-graph.py: refit's include graph by folder (docs/architecture.md).
 
-Reads every .c / .cu / .h under the library's folders, cli/ and bench/, and turns each
+Reads every .c / .cu / .h under the library's folders, cli/, bench/ and include/refit/, and
+turns each
 `#include "..."` into an arrow from the including file's folder to the folder that owns the
 header: a folder's private header (`foo_int.h`) is its own; a public header
 include/refit/X.h is owned by the folder that defines most of the functions it declares (a
@@ -11,7 +12,8 @@ up the layer order, every circle (a strongly connected set of folders), and with
 draws the layers (ground floor at the bottom) with matplotlib.
 
     python3 tools/include-graph.py                 # the table
-    python3 tools/include-graph.py --png docs/architecture.png
+    /usr/bin/python3 tools/include-graph.py --png docs/architecture.png   # + the picture
+                                                   # (Debian's python3-matplotlib)
 """
 import argparse
 import collections
@@ -81,21 +83,31 @@ def owners(root, files):
         else:
             stem = n[:-2]
             home = [f for f, p in files if os.path.basename(p) in (stem + ".c", stem + ".cu")]
-            owner["refit/" + n] = home[0] if home else "core"
+            owner["refit/" + n] = home[0] if home else None
+    # a header of types and macros alone with no .c of its name: an umbrella (refit.h) stands
+    # with the highest folder it includes, anything else on the ground floor
+    for h in [h for h, f in owner.items() if f is None]:
+        incs = INCLUDE.findall(read(os.path.join(pub, h[len("refit/"):])))
+        up = [owner.get(i) for i in incs if owner.get(i)]
+        owner[h] = max(up, key=lambda f: RANK[f]) if up else "core"
     return owner
 
 
 def graph(root):
     files = list(sources(root))
     owner = owners(root, files)
+    # a public header is its owner's: what it includes counts as its owner's arrows
+    pub = os.path.join(root, "include", "refit")
+    files += [(owner["refit/" + n], os.path.join(pub, n))
+              for n in sorted(os.listdir(pub)) if n.endswith(".h")]
     arrows = collections.defaultdict(set)  # (from, to) -> {"file -> header"}
     for folder, path in files:
         rel = os.path.relpath(path, root)
         for inc in INCLUDE.findall(read(path)):
             if inc.startswith("refit/"):
                 to = owner.get(inc)
-            elif not "/" in inc and os.path.exists(os.path.join(os.path.dirname(path), inc)):
-                to = folder
+            elif "/" not in inc and os.path.exists(os.path.join(os.path.dirname(path), inc)):
+                to = owner.get("refit/" + inc, folder) if path.startswith(pub) else folder
             else:
                 to = None
             if to is not None and to != folder:
@@ -138,35 +150,45 @@ def circles(arrows):
     return out
 
 
+# where each folder's box stands: floors bottom to top, staggered so that arrows spread out
+XPOS = {"core": 0.5, "topology": 0.22, "model": 0.78, "formats": 0.3, "transport": 0.7,
+        "runtime": 0.5, "cli": 0.3, "bench": 0.7}
+
+
 def draw(arrows, up, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
 
-    pos = {}
-    for y, fs in enumerate(LAYERS):
-        for i, f in enumerate(fs):
-            pos[f] = ((i + 1) / (len(fs) + 1), y)
-    fig, ax = plt.subplots(figsize=(7, 8))
+    present = {a for a, _ in arrows} | {b for _, b in arrows}
+    pos = {f: (XPOS.get(f, 0.5), y) for y, fs in enumerate(LAYERS) for f in fs if f in present}
+    fig, ax = plt.subplots(figsize=(8, 9))
     for (a, b), why in sorted(arrows.items()):
         (x0, y0), (x1, y1) = pos[a], pos[b]
         bad = (a, b) in up
-        ax.annotate("", xy=(x1, y1 + 0.22), xytext=(x0, y0 - 0.22),
-                    arrowprops=dict(arrowstyle="-|>", lw=0.6 + 0.15 * min(len(why), 12),
-                                    color="crimson" if bad else "0.45",
-                                    connectionstyle="arc3,rad=%.2f" % (0.25 if bad else 0.08)))
+        skip = abs(y0 - y1)
+        rad = (0.0 if skip <= 1 else 0.12 * skip) * (1 if x0 <= x1 else -1)
+        ax.annotate("", xy=(x1, y1 + (0.2 if y1 < y0 else -0.2)),
+                    xytext=(x0, y0 + (-0.2 if y1 < y0 else 0.2)),
+                    arrowprops=dict(arrowstyle="-|>", lw=0.5 + 0.12 * min(len(why), 20),
+                                    color="crimson" if bad else "0.5", shrinkA=2, shrinkB=2,
+                                    connectionstyle="arc3,rad=%.2f" % rad))
+        mx, my = (x0 + x1) / 2, (y0 + y1) / 2
+        ax.text(mx + rad * 0.5, my, str(len(why)), fontsize=7, color="0.35",
+                ha="center", va="center")
     for f, (x, y) in pos.items():
-        ax.add_patch(FancyBboxPatch((x - 0.13, y - 0.2), 0.26, 0.4,
+        ax.add_patch(FancyBboxPatch((x - 0.12, y - 0.18), 0.24, 0.36,
                                     boxstyle="round,pad=0.02", fc="#e8f0fa", ec="#3b6ea5"))
         ax.text(x, y, f + "/", ha="center", va="center", fontsize=12, family="monospace")
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.6, len(LAYERS) - 0.4)
     ax.axis("off")
     ax.set_title("refit: includes by folder, ground floor at the bottom\n"
-                 "(arrow width ~ number of includes; red: runs back up)", fontsize=10)
+                 "(numbers: includes behind each arrow; red: an arrow that runs back up)",
+                 fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def main():
