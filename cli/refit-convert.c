@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "refit/checkpoint.h"
 #include "refit/generator.h"
 #include "refit/hdf5.h"
 #include "refit/model.h"

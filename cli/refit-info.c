@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "refit/checkpoint.h"
 #include "refit/hdf5.h"
 #include "refit/model.h"
 #include "refit/safetensors.h"

@@ -19,9 +19,6 @@
 #include "refit/checks.h"
 #include "refit/log.h"
 
-#define THREADS 256
-#define MAX_BLOCKS 65535u * 8u
-
 /* Per accelerator: the default stream. Per stream: 16 bytes of device scratch (checksum
  * accumulator, quantizer non-finite flag) and a pinned host mirror (refit/accel_cuda.h). */
 typedef rf_accel_cuda_stream_t cuda_stream_t;
@@ -47,14 +44,6 @@ typedef struct cuda_accel {
 } cuda_accel_t;
 
 extern "C" const rf_accel_ops_t rf_accel_cuda_ops;
-
-static unsigned grid_for(uint64_t n)
-{
-    uint64_t b = (n + THREADS - 1) / THREADS;
-    if (b == 0)
-        b = 1;
-    return b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)b;
-}
 
 extern "C" int rf_accel_cuda_device_count_raw(void)
 {
@@ -89,7 +78,10 @@ static cuda_stream_t *stream_impl(rf_accel_t *a, rf_accel_stream_t *s)
     return (cuda_stream_t *)s->impl;
 }
 
-static cudaStream_t cs(rf_accel_t *a, rf_accel_stream_t *s) { return stream_impl(a, s)->s; }
+static cudaStream_t cs(rf_accel_t *a, rf_accel_stream_t *s)
+{
+    return stream_impl(a, s)->s;
+}
 
 extern "C" rf_accel_cuda_stream_t *rf_accel_cuda_stream(rf_accel_t *a, rf_accel_stream_t *s)
 {
@@ -358,27 +350,6 @@ static rf_status_t cu_memset(rf_accel_t *a, void *dst, int value, size_t bytes,
     return RF_OK;
 }
 
-/* ---- device conversions (same integer code as formats/quant.c; the quantizers' own are in
- * formats/quant_cuda.cu) ---------------------------------------------------------------- */
-
-__device__ static inline float d_bf16_to_f32(uint16_t h)
-{
-    return __uint_as_float((uint32_t)h << 16);
-}
-
-__device__ static inline float d_f16_to_f32(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        /* m 2^-24 is exact in f32; ldexpf((float)m, -24) on the host */
-        float v = __fmul_rn((float)m, 5.9604644775390625e-8f);
-        return s ? -v : v;
-    }
-    if (e == 31)
-        return __uint_as_float(s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
-    return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
-}
-
 /* ---- the strided row copy ------------------------------------------------------------------ */
 
 template <typename T>
@@ -406,7 +377,8 @@ __global__ void k_copy_rows_conv(float *dbase, int64_t rs, int64_t cstr, const u
         int64_t i = row_major ? (int64_t)(t / cols) : (int64_t)(t % rows);
         int64_t c = row_major ? (int64_t)(t % cols) : (int64_t)(t / rows);
         uint16_t h = src[i * sp + c];
-        dbase[i * rs + c * cstr] = sdt == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+        dbase[i * rs + c * cstr] =
+            sdt == RF_DTYPE_BF16 ? rf_cuda_bf16_to_f32(h) : rf_cuda_f16_to_f32(h);
     }
 }
 
@@ -453,24 +425,24 @@ static rf_status_t cu_copy_rows(rf_accel_t *a, const rf_accel_rows_t *r, rf_acce
         return RF_OK;
     }
     bool rm = row_major_walk(d->row_stride, d->col_stride);
-    unsigned g = grid_for((uint64_t)r->rows * (uint64_t)r->cols);
+    unsigned g = rf_cuda_grid_for((uint64_t)r->rows * (uint64_t)r->cols);
     const char *src = (const char *)r->src;
     if (conv)
-        k_copy_rows_conv<<<g, THREADS, 0, st>>>((float *)base, d->row_stride, d->col_stride,
-                                                (const uint16_t *)src, r->src_pitch, r->rows,
-                                                r->cols, rm, (int)r->src_dtype);
+        k_copy_rows_conv<<<g, RF_CUDA_THREADS, 0, st>>>((float *)base, d->row_stride, d->col_stride,
+                                                        (const uint16_t *)src, r->src_pitch,
+                                                        r->rows, r->cols, rm, (int)r->src_dtype);
     else if (es == 1)
-        k_copy_rows<uint8_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
-                                                    r->src_pitch, r->rows, r->cols, rm);
+        k_copy_rows<uint8_t><<<g, RF_CUDA_THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
+                                                            r->src_pitch, r->rows, r->cols, rm);
     else if (es == 2)
-        k_copy_rows<uint16_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
-                                                     r->src_pitch, r->rows, r->cols, rm);
+        k_copy_rows<uint16_t><<<g, RF_CUDA_THREADS, 0, st>>>(
+            base, d->row_stride, d->col_stride, src, r->src_pitch, r->rows, r->cols, rm);
     else if (es == 4)
-        k_copy_rows<uint32_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
-                                                     r->src_pitch, r->rows, r->cols, rm);
+        k_copy_rows<uint32_t><<<g, RF_CUDA_THREADS, 0, st>>>(
+            base, d->row_stride, d->col_stride, src, r->src_pitch, r->rows, r->cols, rm);
     else
-        k_copy_rows<uint64_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, src,
-                                                     r->src_pitch, r->rows, r->cols, rm);
+        k_copy_rows<uint64_t><<<g, RF_CUDA_THREADS, 0, st>>>(
+            base, d->row_stride, d->col_stride, src, r->src_pitch, r->rows, r->cols, rm);
     RF_CUDA_LAUNCH_CHECK();
     return RF_OK;
 }
@@ -565,7 +537,7 @@ __device__ static void tile_conv(const batch_seg_t &g, uint64_t t0, uint64_t t1)
         int64_t c = g.row_major ? (int64_t)(t % g.width) : (int64_t)(t / g.height);
         uint16_t h = reinterpret_cast<const uint16_t *>(g.src)[i * g.spitch + c];
         reinterpret_cast<float *>(g.dst)[i * g.dpitch + c * g.dcol] =
-            g.conv == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+            g.conv == RF_DTYPE_BF16 ? rf_cuda_bf16_to_f32(h) : rf_cuda_f16_to_f32(h);
     }
 }
 
@@ -757,11 +729,11 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
         return RF_ERR_INTERNAL;
     cudaStream_t st = cs(a, s);
     RF_CUDA_CHECK(cudaMemcpyAsync(b->d, b->h, need, cudaMemcpyHostToDevice, st));
-    uint64_t all = tiles + (ntiny + THREADS - 1) / THREADS;
+    uint64_t all = tiles + (ntiny + RF_CUDA_THREADS - 1) / RF_CUDA_THREADS;
     unsigned grid = all > (1u << 30) ? (1u << 30) : (unsigned)all;
-    k_copy_batch<<<grid, THREADS, 0, st>>>((const batch_seg_t *)b->d, (unsigned)nmain,
-                                           (const uint32_t *)(b->d + segb), tiles,
-                                           (unsigned)ntiny);
+    k_copy_batch<<<grid, RF_CUDA_THREADS, 0, st>>>((const batch_seg_t *)b->d, (unsigned)nmain,
+                                                   (const uint32_t *)(b->d + segb), tiles,
+                                                   (unsigned)ntiny);
     RF_CUDA_LAUNCH_CHECK();
     RF_CUDA_CHECK(cudaEventRecord(b->done, st));
     b->used = true;
@@ -786,15 +758,19 @@ static rf_status_t cu_zero_rows(rf_accel_t *a, const rf_accel_dst_t *d, int64_t 
         return RF_OK;
     }
     bool rm = row_major_walk(d->row_stride, d->col_stride);
-    unsigned g = grid_for((uint64_t)nrows * (uint64_t)cols);
+    unsigned g = rf_cuda_grid_for((uint64_t)nrows * (uint64_t)cols);
     if (es == 1)
-        k_zero<uint8_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
+        k_zero<uint8_t>
+            <<<g, RF_CUDA_THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
     else if (es == 2)
-        k_zero<uint16_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
+        k_zero<uint16_t>
+            <<<g, RF_CUDA_THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
     else if (es == 4)
-        k_zero<uint32_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
+        k_zero<uint32_t>
+            <<<g, RF_CUDA_THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
     else
-        k_zero<uint64_t><<<g, THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
+        k_zero<uint64_t>
+            <<<g, RF_CUDA_THREADS, 0, st>>>(base, d->row_stride, d->col_stride, nrows, cols, rm);
     RF_CUDA_LAUNCH_CHECK();
     return RF_OK;
 }
@@ -814,7 +790,7 @@ __device__ static inline uint64_t d_fmix64(uint64_t x)
 __global__ void k_checksum(const unsigned char *p, uint64_t bytes, bool aligned,
                            unsigned long long *acc)
 {
-    __shared__ unsigned long long red[THREADS];
+    __shared__ unsigned long long red[RF_CUDA_THREADS];
     uint64_t nw = (bytes + 7) / 8, S = 0;
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < nw;
          i += (uint64_t)gridDim.x * blockDim.x) {
@@ -846,7 +822,7 @@ static rf_status_t cu_checksum(rf_accel_t *a, const void *buf, size_t bytes, uin
     cuda_stream_t *c = stream_impl(a, s);
     RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
     if (bytes) {
-        k_checksum<<<grid_for((bytes + 7) / 8), THREADS, 0, c->s>>>(
+        k_checksum<<<rf_cuda_grid_for((bytes + 7) / 8), RF_CUDA_THREADS, 0, c->s>>>(
             (const unsigned char *)buf, bytes, ((uintptr_t)buf & 7) == 0, c->d_scratch);
         RF_CUDA_LAUNCH_CHECK();
     }

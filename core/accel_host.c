@@ -277,33 +277,25 @@ static rf_status_t host_checksum(rf_accel_t *accel, const void *buf, size_t byte
     return RF_OK;
 }
 
+/* The entries the host table and the host-device table below share: all but the name, the
+ * memory type and create. */
+#define HOST_OPS_SHARED                                                                            \
+    .device_count = host_device_count, .destroy = host_destroy, .select = host_select,             \
+    .alloc = host_alloc, .free = host_free, .alloc_host = host_alloc, .free_host = host_free,      \
+    .stream_create = host_stream_create, .stream_destroy = host_stream_destroy,                    \
+    .stream_sync = host_stream_sync, .event_create = host_event_create,                            \
+    .event_destroy = host_event_destroy, .event_record = host_event_record,                        \
+    .event_sync = host_event_sync, .event_query = host_event_query,                                \
+    .event_elapsed_ms = host_event_elapsed_ms, .copy = host_copy, .copy_2d = host_copy_2d,         \
+    .memset = host_memset, .copy_rows = host_copy_rows,                                            \
+    .copy_rows_batch = host_copy_rows_batch, .zero_rows = host_zero_rows,                          \
+    .checksum = host_checksum
+
 const rf_accel_ops_t rf_accel_host_ops = {
     .name = "host",
     .mem_type = RF_MEM_HOST,
-    .device_count = host_device_count,
     .create = host_create,
-    .destroy = host_destroy,
-    .select = host_select,
-    .alloc = host_alloc,
-    .free = host_free,
-    .alloc_host = host_alloc,
-    .free_host = host_free,
-    .stream_create = host_stream_create,
-    .stream_destroy = host_stream_destroy,
-    .stream_sync = host_stream_sync,
-    .event_create = host_event_create,
-    .event_destroy = host_event_destroy,
-    .event_record = host_event_record,
-    .event_sync = host_event_sync,
-    .event_query = host_event_query,
-    .event_elapsed_ms = host_event_elapsed_ms,
-    .copy = host_copy,
-    .copy_2d = host_copy_2d,
-    .memset = host_memset,
-    .copy_rows = host_copy_rows,
-    .copy_rows_batch = host_copy_rows_batch,
-    .zero_rows = host_zero_rows,
-    .checksum = host_checksum,
+    HOST_OPS_SHARED,
 };
 
 /*
@@ -321,30 +313,8 @@ static rf_status_t host_dev_create(int device, rf_accel_t **accel_p)
 const rf_accel_ops_t rf_accel_host_device_ops = {
     .name = "host-device",
     .mem_type = RF_MEM_CUDA,
-    .device_count = host_device_count,
     .create = host_dev_create,
-    .destroy = host_destroy,
-    .select = host_select,
-    .alloc = host_alloc,
-    .free = host_free,
-    .alloc_host = host_alloc,
-    .free_host = host_free,
-    .stream_create = host_stream_create,
-    .stream_destroy = host_stream_destroy,
-    .stream_sync = host_stream_sync,
-    .event_create = host_event_create,
-    .event_destroy = host_event_destroy,
-    .event_record = host_event_record,
-    .event_sync = host_event_sync,
-    .event_query = host_event_query,
-    .event_elapsed_ms = host_event_elapsed_ms,
-    .copy = host_copy,
-    .copy_2d = host_copy_2d,
-    .memset = host_memset,
-    .copy_rows = host_copy_rows,
-    .copy_rows_batch = host_copy_rows_batch,
-    .zero_rows = host_zero_rows,
-    .checksum = host_checksum,
+    HOST_OPS_SHARED,
 };
 
 /* ---- shared by every implementation ---------------------------------------------------- */

@@ -18,27 +18,20 @@
 #include "refit/log.h"
 #include "refit/quant_ops.h"
 
-#define THREADS 256
-#define MAX_BLOCKS 65535u * 8u
-
 typedef rf_accel_cuda_stream_t cuda_stream_t;
-
-static unsigned grid_for(uint64_t n)
-{
-    uint64_t b = (n + THREADS - 1) / THREADS;
-    if (b == 0)
-        b = 1;
-    return b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)b;
-}
 
 static cuda_stream_t *stream_impl(rf_accel_t *a, rf_accel_stream_t *s)
 {
     return rf_accel_cuda_stream(a, s);
 }
 
-static cudaStream_t cs(rf_accel_t *a, rf_accel_stream_t *s) { return stream_impl(a, s)->s; }
+static cudaStream_t cs(rf_accel_t *a, rf_accel_stream_t *s)
+{
+    return stream_impl(a, s)->s;
+}
 
-/* ---- device conversions (same integer code as formats/quant.c) --------------------------- */
+/* ---- device conversions (same integer code as formats/quant.c; bf16 / f16 -> f32 are
+ * refit/accel_cuda.h's) ------------------------------------------------------------------- */
 
 __device__ static inline uint32_t d_rne_shift(uint32_t m, unsigned sh)
 {
@@ -71,11 +64,6 @@ __device__ static inline uint8_t d_f32_to_e4m3(float f)
     return (uint8_t)(sign | d_rne_shift(m, sh));
 }
 
-__device__ static inline float d_bf16_to_f32(uint16_t h)
-{
-    return __uint_as_float((uint32_t)h << 16);
-}
-
 __device__ static inline uint16_t d_f32_to_bf16(float f)
 {
     uint32_t u = __float_as_uint(f);
@@ -83,19 +71,6 @@ __device__ static inline uint16_t d_f32_to_bf16(float f)
         return (uint16_t)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
-}
-
-__device__ static inline float d_f16_to_f32(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        /* m 2^-24 is exact in f32; ldexpf((float)m, -24) on the host */
-        float v = __fmul_rn((float)m, 5.9604644775390625e-8f);
-        return s ? -v : v;
-    }
-    if (e == 31)
-        return __uint_as_float(s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
-    return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
 }
 
 __device__ static inline uint16_t d_f32_to_f16(float f)
@@ -123,13 +98,18 @@ __device__ static inline uint16_t d_f32_to_f16(float f)
 __device__ static inline float d_load_f32(const void *p, int dt, int64_t i)
 {
     if (dt == RF_DTYPE_BF16)
-        return d_bf16_to_f32(((const uint16_t *)p)[i]);
+        return rf_cuda_bf16_to_f32(((const uint16_t *)p)[i]);
     if (dt == RF_DTYPE_F16)
-        return d_f16_to_f32(((const uint16_t *)p)[i]);
+        return rf_cuda_f16_to_f32(((const uint16_t *)p)[i]);
     return ((const float *)p)[i];
 }
 
-__device__ static inline bool d_finite(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }/* ---- fnuz ---------------------------------------------------------------------------------- */
+__device__ static inline bool d_finite(float v)
+{
+    return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+/* ---- fnuz ---------------------------------------------------------------------------------- */
 
 __global__ void k_fnuz(uint8_t *w, uint64_t nw, float *scale, uint64_t ns)
 {
@@ -148,7 +128,8 @@ static rf_status_t cu_fp8_to_fnuz(rf_accel_t *a, uint8_t *w, size_t nw, float *s
         return RF_ERR_INVALID;
     if (!nw && !nscale)
         return RF_OK;
-    k_fnuz<<<grid_for(nw > nscale ? nw : nscale), THREADS, 0, cs(a, s)>>>(w, nw, scale, nscale);
+    k_fnuz<<<rf_cuda_grid_for(nw > nscale ? nw : nscale), RF_CUDA_THREADS, 0, cs(a, s)>>>(
+        w, nw, scale, nscale);
     RF_CUDA_LAUNCH_CHECK();
     return RF_OK;
 }
@@ -206,9 +187,9 @@ static void launch_repack(void *dst, const void *src, int64_t batch, int64_t R, 
                           bool inverse, cudaStream_t st)
 {
     uint64_t tiles = (uint64_t)batch * (uint64_t)((R + 15) / 16) * (uint64_t)((C + 63) / 64);
-    unsigned g = tiles > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)tiles;
-    k_repack<T><<<g, THREADS, 0, st>>>((T *)dst, (const T *)src, (uint64_t)batch, (uint64_t)R,
-                                       (uint64_t)C, inverse);
+    unsigned g = tiles > RF_CUDA_MAX_BLOCKS ? RF_CUDA_MAX_BLOCKS : (unsigned)tiles;
+    k_repack<T><<<g, RF_CUDA_THREADS, 0, st>>>((T *)dst, (const T *)src, (uint64_t)batch,
+                                               (uint64_t)R, (uint64_t)C, inverse);
 }
 
 static rf_status_t cu_wna16_repack(rf_accel_t *a, void *dst, const void *src, int64_t batch,
@@ -247,7 +228,7 @@ __global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, 
                             uint8_t *q, int64_t qp, void *scale, int sdt, int64_t sp,
                             unsigned long long *flag)
 {
-    __shared__ float red[THREADS];
+    __shared__ float red[RF_CUDA_THREADS];
     int64_t r0 = (int64_t)blockIdx.y * 128, c0 = (int64_t)blockIdx.x * 128;
     int64_t nr = rows - r0 < 128 ? rows - r0 : 128, nc = cols - c0 < 128 ? cols - c0 : 128;
     float amax = 0.0f;
@@ -309,7 +290,7 @@ static rf_status_t cu_fp8_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_dt
         return RF_ERR_INVALID;
     cuda_stream_t *c = stream_impl(a, s);
     RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
-    k_fp8_quant<<<dim3((unsigned)gx, (unsigned)gy), THREADS, 0, c->s>>>(
+    k_fp8_quant<<<dim3((unsigned)gx, (unsigned)gy), RF_CUDA_THREADS, 0, c->s>>>(
         w, (int)w_dtype, rows, cols, w_pitch, q, q_pitch, scale, (int)scale_dtype, scale_pitch,
         c->d_scratch);
     RF_CUDA_LAUNCH_CHECK();
@@ -338,7 +319,7 @@ __global__ void k_wna16_scale(const void *w, int wdt, int64_t rows, int64_t K, i
             atomicOr(&flag[1], 1ull);
         float sv = __fdiv_rn(amax, 7.5f);
         uint16_t h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(sv) : d_f32_to_f16(sv);
-        float back = sdt == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+        float back = sdt == RF_DTYPE_BF16 ? rf_cuda_bf16_to_f32(h) : rf_cuda_f16_to_f32(h);
         if (back == 0.0f)
             h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(1.0f / 128.0f) : d_f32_to_f16(1.0f / 1024.0f);
         ((uint16_t *)scale)[r * sp + g] = h;
@@ -359,7 +340,7 @@ __global__ void k_wna16_pack(const void *w, int wdt, int64_t rows, int64_t K, in
         for (int e = 0; e < 8; e++) {
             int64_t k = 8 * j + e;
             uint16_t h = ((const uint16_t *)scale)[r * sp + k / G];
-            float s = sdt == RF_DTYPE_BF16 ? d_bf16_to_f32(h) : d_f16_to_f32(h);
+            float s = sdt == RF_DTYPE_BF16 ? rf_cuda_bf16_to_f32(h) : rf_cuda_f16_to_f32(h);
             float x = rintf(__fdiv_rn(d_load_f32(w, wdt, r * wp + k), s));
             int qv = x < -8.0f ? -8 : (x > 7.0f ? 7 : (int)x);
             word |= (uint32_t)(qv + 8) << (4 * e);
@@ -382,12 +363,13 @@ static rf_status_t cu_wna16_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_
         return RF_OK;
     cuda_stream_t *c = stream_impl(a, s);
     RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
-    k_wna16_scale<<<grid_for((uint64_t)rows * (uint64_t)(K / G)), THREADS, 0, c->s>>>(
-        w, (int)w_dtype, rows, K, w_pitch, G, scale, (int)scale_dtype, scale_pitch, c->d_scratch);
+    k_wna16_scale<<<rf_cuda_grid_for((uint64_t)rows * (uint64_t)(K / G)), RF_CUDA_THREADS, 0,
+                    c->s>>>(w, (int)w_dtype, rows, K, w_pitch, G, scale, (int)scale_dtype,
+                            scale_pitch, c->d_scratch);
     RF_CUDA_LAUNCH_CHECK();
-    k_wna16_pack<<<grid_for((uint64_t)rows * (uint64_t)(K / 8)), THREADS, 0, c->s>>>(
-        w, (int)w_dtype, rows, K, w_pitch, G, packed, packed_pitch, scale, (int)scale_dtype,
-        scale_pitch);
+    k_wna16_pack<<<rf_cuda_grid_for((uint64_t)rows * (uint64_t)(K / 8)), RF_CUDA_THREADS, 0,
+                   c->s>>>(w, (int)w_dtype, rows, K, w_pitch, G, packed, packed_pitch, scale,
+                           (int)scale_dtype, scale_pitch);
     RF_CUDA_LAUNCH_CHECK();
     return sync_flag(a, s);
 }

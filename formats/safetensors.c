@@ -1,17 +1,17 @@
 /*
- * refit formats: safetensors reader and writer, and checkpoint directories.
+ * refit formats: safetensors reader and writer.
  *
  * The header is parsed with jansson (UTF-8 checked, duplicate keys refused) and then checked
  * field by field against DESIGN.md section 11; every size is computed in uint64 with
  * overflow checks before it is trusted. Reads go through pread, looping on short reads and
- * EINTR, and count the bytes they move.
+ * EINTR, and count the bytes they move. Checkpoint directories of these files (and HDF5
+ * checkpoints) are formats/checkpoint.c, above this file, a client of refit/safetensors.h.
  */
 #include "refit/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,27 +20,13 @@
 #include <unistd.h>
 
 #include "formats_names_int.h"
-#include "refit/hdf5.h"
-#include "refit/model.h"
 
 struct rf_st_file {
     char *path;
-    int fd;
+    int fd; /* -1: adopted (rf_st_file_adopt), read by whoever parsed its header */
     uint64_t size;
     uint64_t header_bytes_read;
     rf_st_header_t header;
-    rf_h5_file_t *h5; /* an HDF5 checkpoint: reads go through it (fd is -1) */
-};
-
-struct rf_ckpt {
-    char *dir;
-    size_t nfiles;
-    rf_st_file_t **files;          /* owned, sorted by path */
-    size_t count;
-    const rf_st_entry_t **entries; /* borrowed from files' headers, sorted by name */
-    rf_name_table_t names;
-    _Atomic uint64_t bytes_read;
-    _Atomic uint64_t header_bytes_read;
 };
 
 /* Tensor names in messages: long enough to identify, short enough to leave room. */
@@ -420,9 +406,8 @@ uint64_t rf_st_entry_row_bytes(const rf_st_entry_t *e)
 
 /* ---- files ---------------------------------------------------------------------------- */
 
-/* preads exactly len bytes at off; RF_ERR_IO on error or end of file. */
-static rf_status_t pread_full(int fd, void *buf, uint64_t len, uint64_t off, const char *path,
-                              const char *what, rf_err_t *err)
+rf_status_t rf_st_pread_full(int fd, void *buf, uint64_t len, uint64_t off, const char *path,
+                             const char *what, rf_err_t *err)
 {
     char *p = buf;
     while (len > 0) {
@@ -483,7 +468,7 @@ rf_status_t rf_st_file_open(const char *path, rf_st_file_t **f_p, rf_err_t *err)
         goto fail;
     }
     unsigned char lenb[8];
-    RF_CHECK_GOTO(pread_full(f->fd, lenb, 8, 0, path, "header length", err), st, fail);
+    RF_CHECK_GOTO(rf_st_pread_full(f->fd, lenb, 8, 0, path, "header length", err), st, fail);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | lenb[i];
@@ -505,7 +490,7 @@ rf_status_t rf_st_file_open(const char *path, rf_st_file_t **f_p, rf_err_t *err)
                         (unsigned long long)n);
         goto fail;
     }
-    RF_CHECK_GOTO(pread_full(f->fd, hdr, n, 8, path, "header", err), st, fail);
+    RF_CHECK_GOTO(rf_st_pread_full(f->fd, hdr, n, 8, path, "header", err), st, fail);
     f->header_bytes_read += n;
     RF_CHECK_GOTO(rf_st_parse_header(hdr, (size_t)n, f->size - 8 - n, path, &f->header, err),
                   st, fail);
@@ -526,7 +511,6 @@ void rf_st_file_close(rf_st_file_t *f)
         return;
     if (f->fd >= 0)
         close(f->fd);
-    rf_h5_close(f->h5);
     rf_st_header_free(&f->header);
     free(f->path);
     free(f);
@@ -552,492 +536,28 @@ uint64_t rf_st_file_header_bytes_read(const rf_st_file_t *f)
     return f->header_bytes_read;
 }
 
-/* ---- checkpoint directories ------------------------------------------------------------ */
-
-static char *path_join(const char *dir, const char *name)
+int rf_st_file_fd(const rf_st_file_t *f)
 {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (p == NULL)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
+    return f->fd;
 }
 
-/* A shard name must stay inside the directory. */
-static bool shard_name_ok(const char *s)
-{
-    if (s[0] == '\0' || s[0] == '/')
-        return false;
-    for (const char *c = s; *c;) {
-        const char *slash = strchr(c, '/');
-        size_t len = slash ? (size_t)(slash - c) : strlen(c);
-        if (len == 2 && c[0] == '.' && c[1] == '.')
-            return false;
-        if (slash == NULL)
-            break;
-        c = slash + 1;
-    }
-    return true;
-}
-
-static rf_status_t read_small_file(const char *path, char **buf_p, size_t *len_p, rf_err_t *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0)
-        return rf_err_set(err, RF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return rf_err_set(err, RF_ERR_IO, "%s: not a readable regular file", path);
-    }
-    if ((uint64_t)sb.st_size > RF_ST_MAX_HEADER_BYTES) {
-        close(fd);
-        return rf_err_set(err, RF_ERR_PARSE, "%s: %llu bytes, more than %llu", path,
-                          (unsigned long long)sb.st_size, RF_ST_MAX_HEADER_BYTES);
-    }
-    char *buf = malloc((size_t)sb.st_size + 1);
-    if (buf == NULL) {
-        close(fd);
-        return rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", path);
-    }
-    rf_status_t st = pread_full(fd, buf, (uint64_t)sb.st_size, 0, path, "file", err);
-    close(fd);
-    if (st != RF_OK) {
-        free(buf);
-        return st;
-    }
-    buf[sb.st_size] = '\0';
-    *buf_p = buf;
-    *len_p = (size_t)sb.st_size;
-    return RF_OK;
-}
-
-static int cmp_str_p(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-static int cmp_entry_name_p(const void *a, const void *b)
-{
-    const rf_st_entry_t *x = *(const rf_st_entry_t *const *)a;
-    const rf_st_entry_t *y = *(const rf_st_entry_t *const *)b;
-    return strcmp(x->name, y->name);
-}
-
-static int cmp_file_p(const void *a, const void *b)
-{
-    return strcmp((*(rf_st_file_t *const *)a)->path, (*(rf_st_file_t *const *)b)->path);
-}
-
-/* Opens the files of the index and checks the index against their headers. */
-static rf_status_t open_sharded(rf_ckpt_t *ck, const char *ipath, rf_err_t *err)
-{
-    rf_status_t st = RF_OK;
-    char *buf = NULL, *fpath = NULL;
-    size_t len = 0;
-    json_error_t jerr;
-    json_t *root = NULL;
-    const char **fnames = NULL;
-    RF_CHECK(read_small_file(ipath, &buf, &len, err));
-    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-    free(buf);
-    if (root == NULL)
-        return rf_err_set(err, RF_ERR_PARSE, "%s: not valid json (line %d column %d: %s)",
-                          ipath, jerr.line, jerr.column, jerr.text);
-    json_t *wm = json_object_get(root, "weight_map");
-    if (!json_is_object(root) || !json_is_object(wm)) {
-        st = rf_err_set(err, RF_ERR_PARSE, "%s: no weight_map object", ipath);
-        goto out;
-    }
-    /* Distinct file names, sorted. */
-    size_t nw = json_object_size(wm), nf = 0;
-    fnames = malloc((nw ? nw : 1) * sizeof(*fnames));
-    if (fnames == NULL) {
-        st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", ipath);
-        goto out;
-    }
-    const char *key;
-    json_t *val;
-    json_object_foreach(wm, key, val) {
-        if (!json_is_string(val) || !shard_name_ok(json_string_value(val))) {
-            st = rf_err_set(err, RF_ERR_PARSE,
-                            "%s: weight_map entry of tensor " NAME_FMT
-                            " is not a file name inside the directory",
-                            ipath, key);
-            goto out;
-        }
-        fnames[nf++] = json_string_value(val);
-    }
-    qsort(fnames, nf, sizeof(*fnames), cmp_str_p);
-    size_t u = 0;
-    for (size_t i = 0; i < nf; i++)
-        if (u == 0 || strcmp(fnames[u - 1], fnames[i]) != 0)
-            fnames[u++] = fnames[i];
-    ck->files = calloc(u ? u : 1, sizeof(*ck->files));
-    if (ck->files == NULL) {
-        st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", ipath);
-        goto out;
-    }
-    for (size_t i = 0; i < u; i++) {
-        struct stat sb;
-        fpath = path_join(ck->dir, fnames[i]);
-        if (fpath == NULL) {
-            st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", ipath);
-            goto out;
-        }
-        if (stat(fpath, &sb) != 0 && errno == ENOENT) {
-            const char *who = "";
-            json_object_foreach(wm, key, val) {
-                if (strcmp(json_string_value(val), fnames[i]) == 0) {
-                    who = key;
-                    break;
-                }
-            }
-            st = rf_err_set(err, RF_ERR_PARSE,
-                            "%s: weight_map maps tensor " NAME_FMT " to file %s, which does "
-                            "not exist",
-                            ipath, who, fpath);
-            goto out;
-        }
-        RF_CHECK_GOTO(rf_st_file_open(fpath, &ck->files[i], err), st, out);
-        ck->nfiles++;
-        free(fpath);
-        fpath = NULL;
-    }
-    /* Index -> headers. Files are sorted by path and fnames by name: same order. */
-    json_object_foreach(wm, key, val) {
-        const char **slot = bsearch(&(const char *){json_string_value(val)}, fnames, u,
-                                    sizeof(*fnames), cmp_str_p);
-        const rf_st_file_t *f = ck->files[slot - fnames];
-        if (rf_st_header_find(&f->header, key) == NULL) {
-            st = rf_err_set(err, RF_ERR_PARSE,
-                            "%s: weight_map maps tensor " NAME_FMT
-                            " to %s, whose header has no such tensor",
-                            ipath, key, f->path);
-            goto out;
-        }
-    }
-    /* Headers -> index. */
-    for (size_t i = 0; i < ck->nfiles; i++) {
-        const rf_st_file_t *f = ck->files[i];
-        for (size_t k = 0; k < f->header.count; k++) {
-            const char *name = f->header.entries[k].name;
-            json_t *m = json_object_get(wm, name);
-            if (m == NULL) {
-                st = rf_err_set(err, RF_ERR_PARSE,
-                                "%s: tensor " NAME_FMT " is not in the weight_map of %s",
-                                f->path, name, ipath);
-                goto out;
-            }
-            if (strcmp(json_string_value(m), fnames[i]) != 0) {
-                st = rf_err_set(err, RF_ERR_PARSE,
-                                "%s: tensor " NAME_FMT " is mapped to %s by %s", f->path, name,
-                                json_string_value(m), ipath);
-                goto out;
-            }
-        }
-    }
-out:
-    free(fpath);
-    free(fnames);
-    json_decref(root);
-    return st;
-}
-
-/* An HDF5 checkpoint as the one file of ck: the header holds its datasets. */
-static rf_status_t open_h5(rf_ckpt_t *ck, const char *path, rf_err_t *err)
+rf_status_t rf_st_file_adopt(const char *path, uint64_t size, rf_st_header_t *hdr,
+                             rf_st_file_t **f_p, rf_err_t *err)
 {
     rf_st_file_t *f = calloc(1, sizeof(*f));
-    ck->files = calloc(1, sizeof(*ck->files));
-    if (f == NULL || ck->files == NULL || (f->path = strdup(path)) == NULL) {
+    if (f == NULL || (f->path = strdup(path)) == NULL) {
         free(f);
+        rf_st_header_free(hdr);
         return rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", path);
     }
     f->fd = -1;
-    rf_status_t st = rf_h5_open(path, &f->h5, &f->header, err);
-    if (st != RF_OK) {
-        rf_st_file_close(f);
-        return st;
-    }
-    f->size = rf_h5_size(f->h5);
+    f->size = size;
+    f->header = *hdr;
+    memset(hdr, 0, sizeof(*hdr));
     for (size_t i = 0; i < f->header.count; i++)
         f->header.entries[i].file = f;
-    ck->files[0] = f;
-    ck->nfiles = 1;
+    *f_p = f;
     return RF_OK;
-}
-
-static bool has_h5_suffix(const char *p)
-{
-    size_t n = strlen(p);
-    return (n > 3 && strcmp(p + n - 3, ".h5") == 0) || (n > 5 && strcmp(p + n - 5, ".hdf5") == 0);
-}
-
-rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err)
-{
-    rf_status_t st = RF_OK;
-    char *ipath = NULL, *spath = NULL, *hpath = NULL;
-    const char **names = NULL;
-    struct stat sb;
-    rf_ckpt_t *ck = calloc(1, sizeof(*ck));
-    if (ck == NULL || (ck->dir = strdup(dir)) == NULL) {
-        free(ck);
-        return rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", dir);
-    }
-    ipath = path_join(dir, RF_ST_INDEX_NAME);
-    spath = path_join(dir, RF_ST_SINGLE_NAME);
-    hpath = path_join(dir, RF_H5_SINGLE_NAME);
-    if (ipath == NULL || spath == NULL || hpath == NULL) {
-        st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", dir);
-        goto fail;
-    }
-    if (stat(ipath, &sb) == 0) {
-        RF_CHECK_GOTO(open_sharded(ck, ipath, err), st, fail);
-    } else if (stat(spath, &sb) == 0) {
-        ck->files = calloc(1, sizeof(*ck->files));
-        if (ck->files == NULL) {
-            st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", dir);
-            goto fail;
-        }
-        RF_CHECK_GOTO(rf_st_file_open(spath, &ck->files[0], err), st, fail);
-        ck->nfiles = 1;
-    } else if (stat(hpath, &sb) == 0) {
-        RF_CHECK_GOTO(open_h5(ck, hpath, err), st, fail);
-    } else if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode) &&
-               (has_h5_suffix(dir) || rf_h5_is_hdf5(dir))) {
-        RF_CHECK_GOTO(open_h5(ck, dir, err), st, fail);
-    } else if (dir[0] == '\0') {
-        st = rf_err_set(err, RF_ERR_IO, "checkpoint: an empty path is not a directory");
-        goto fail;
-    } else if (stat(dir, &sb) != 0) {
-        st = rf_err_set(err, RF_ERR_IO, "checkpoint %s: %s", dir, strerror(errno));
-        goto fail;
-    } else if (!S_ISDIR(sb.st_mode)) {
-        st = rf_err_set(err, RF_ERR_IO,
-                        "checkpoint %s: not a directory or an HDF5 file (--checkpoint names the "
-                        "folder holding %s, %s or %s, or a .h5 file)",
-                        dir, RF_ST_INDEX_NAME, RF_ST_SINGLE_NAME, RF_H5_SINGLE_NAME);
-        goto fail;
-    } else {
-        st = rf_err_set(err, RF_ERR_IO, "%s: no %s, %s or %s in the directory", dir,
-                        RF_ST_INDEX_NAME, RF_ST_SINGLE_NAME, RF_H5_SINGLE_NAME);
-        goto fail;
-    }
-    qsort(ck->files, ck->nfiles, sizeof(*ck->files), cmp_file_p);
-
-    uint64_t hb = 0;
-    for (size_t i = 0; i < ck->nfiles; i++) {
-        ck->count += ck->files[i]->header.count;
-        hb += ck->files[i]->header_bytes_read;
-    }
-    atomic_store(&ck->header_bytes_read, hb);
-    ck->entries = malloc((ck->count ? ck->count : 1) * sizeof(*ck->entries));
-    names = malloc((ck->count ? ck->count : 1) * sizeof(*names));
-    if (ck->entries == NULL || names == NULL) {
-        st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", dir);
-        goto fail;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < ck->nfiles; i++)
-        for (size_t j = 0; j < ck->files[i]->header.count; j++)
-            ck->entries[k++] = &ck->files[i]->header.entries[j];
-    qsort(ck->entries, ck->count, sizeof(*ck->entries), cmp_entry_name_p);
-    for (size_t i = 0; i < ck->count; i++)
-        names[i] = ck->entries[i]->name;
-    size_t dup = 0;
-    st = rf_name_table_build(&ck->names, names, ck->count, &dup);
-    if (st == RF_ERR_INVALID) {
-        st = rf_err_set(err, RF_ERR_PARSE, "%s: tensor " NAME_FMT " is in %s and in another file",
-                        dir, names[dup], ck->entries[dup]->file->path);
-        goto fail;
-    } else if (st != RF_OK) {
-        st = rf_err_set(err, st, "%s: out of memory", dir);
-        goto fail;
-    }
-    free(names);
-    free(ipath);
-    free(spath);
-    free(hpath);
-    *ck_p = ck;
-    return RF_OK;
-fail:
-    free(names);
-    free(ipath);
-    free(spath);
-    free(hpath);
-    rf_ckpt_close(ck);
-    return st;
-}
-
-void rf_ckpt_close(rf_ckpt_t *ck)
-{
-    if (ck == NULL)
-        return;
-    rf_name_table_free(&ck->names);
-    free(ck->entries);
-    for (size_t i = 0; i < ck->nfiles; i++)
-        rf_st_file_close(ck->files[i]);
-    free(ck->files);
-    free(ck->dir);
-    free(ck);
-}
-
-size_t rf_ckpt_count(const rf_ckpt_t *ck)
-{
-    return ck->count;
-}
-
-const rf_st_entry_t *rf_ckpt_entry(const rf_ckpt_t *ck, size_t i)
-{
-    return i < ck->count ? ck->entries[i] : NULL;
-}
-
-const rf_st_entry_t *rf_ckpt_find(const rf_ckpt_t *ck, const char *name)
-{
-    size_t i = rf_name_table_find(&ck->names, name);
-    return i == SIZE_MAX ? NULL : ck->entries[i];
-}
-
-size_t rf_ckpt_file_count(const rf_ckpt_t *ck)
-{
-    return ck->nfiles;
-}
-
-const rf_st_file_t *rf_ckpt_file(const rf_ckpt_t *ck, size_t i)
-{
-    return i < ck->nfiles ? ck->files[i] : NULL;
-}
-
-rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_begin,
-                         uint64_t row_end, uint64_t col_byte_begin, uint64_t col_byte_end,
-                         void *dst, size_t dst_pitch, rf_err_t *err)
-{
-    if (ck == NULL || e == NULL || e->file == NULL)
-        return rf_err_set(err, RF_ERR_INVALID, "rf_ckpt_read: NULL checkpoint or entry");
-    uint64_t rows = rf_st_entry_rows(e);
-    uint64_t row_bytes = rf_st_entry_row_bytes(e);
-    if (row_begin > row_end || row_end > rows)
-        return rf_err_set(err, RF_ERR_INVALID,
-                          "%s: tensor " NAME_FMT " rows [%llu, %llu) outside [0, %llu)",
-                          e->file->path, e->name, (unsigned long long)row_begin,
-                          (unsigned long long)row_end, (unsigned long long)rows);
-    if (col_byte_begin > col_byte_end || col_byte_end > row_bytes)
-        return rf_err_set(err, RF_ERR_INVALID,
-                          "%s: tensor " NAME_FMT " row bytes [%llu, %llu) outside [0, %llu)",
-                          e->file->path, e->name, (unsigned long long)col_byte_begin,
-                          (unsigned long long)col_byte_end, (unsigned long long)row_bytes);
-    uint64_t nrows = row_end - row_begin, width = col_byte_end - col_byte_begin;
-    if (nrows == 0 || width == 0)
-        return RF_OK;
-    if (dst == NULL || (nrows > 1 && dst_pitch < width))
-        return rf_err_set(err, RF_ERR_INVALID,
-                          "%s: tensor " NAME_FMT " destination NULL or pitch %zu < %llu bytes",
-                          e->file->path, e->name, dst_pitch, (unsigned long long)width);
-    char *d = dst;
-    uint64_t off = e->offset + row_begin * row_bytes + col_byte_begin;
-    if (e->file->h5 != NULL) {
-        /* one hyperslab of the dataset: still only the shard's bytes */
-        RF_CHECK(rf_h5_read(e->file->h5, (size_t)(e - e->file->header.entries), row_begin,
-                            row_end, col_byte_begin, col_byte_end, dst, dst_pitch, err));
-    } else if (width == row_bytes && (nrows == 1 || dst_pitch == row_bytes)) {
-        RF_CHECK(pread_full(e->file->fd, d, nrows * width, off, e->file->path, e->name, err));
-    } else {
-        for (uint64_t r = 0; r < nrows; r++)
-            RF_CHECK(pread_full(e->file->fd, d + r * dst_pitch, width, off + r * row_bytes,
-                                e->file->path, e->name, err));
-    }
-    atomic_fetch_add_explicit(&ck->bytes_read, nrows * width, memory_order_relaxed);
-    return RF_OK;
-}
-
-rf_status_t rf_ckpt_compare(rf_ckpt_t *ck, const rf_st_entry_t *a, const rf_st_entry_t *b,
-                            size_t block_bytes, int64_t *first_row, rf_err_t *err)
-{
-    if (ck == NULL || a == NULL || b == NULL || first_row == NULL)
-        return rf_err_set(err, RF_ERR_INVALID, "rf_ckpt_compare: NULL argument");
-    uint64_t rows = rf_st_entry_rows(a), rb = rf_st_entry_row_bytes(a);
-    if (rows != rf_st_entry_rows(b) || rb != rf_st_entry_row_bytes(b) || rb == UINT64_MAX)
-        return rf_err_set(err, RF_ERR_INVALID,
-                          "rf_ckpt_compare: tensors " NAME_FMT " and " NAME_FMT
-                          " differ in rows or row bytes",
-                          a->name, b->name);
-    *first_row = -1;
-    if (block_bytes == 0)
-        block_bytes = (size_t)4 << 20;
-    /* whole rows per block where a row fits, else one row in column slices: never more
-     * than two blocks in memory, whatever the tensor's size (an embedding may be GBs) */
-    uint64_t step_rows = rb == 0 ? rows : (rb <= block_bytes ? block_bytes / rb : 1);
-    uint64_t step_cols = rb <= block_bytes ? rb : block_bytes;
-    size_t cap = (size_t)(rb <= block_bytes ? step_rows * rb : step_cols);
-    char *x = malloc(cap + 1), *y = malloc(cap + 1);
-    rf_status_t st = x && y ? RF_OK : rf_err_set(err, RF_ERR_NOMEM, "rf_ckpt_compare: out of "
-                                                                    "memory");
-    for (uint64_t r = 0; st == RF_OK && *first_row < 0 && r < rows; r += step_rows) {
-        uint64_t re = r + step_rows < rows ? r + step_rows : rows;
-        for (uint64_t c = 0; st == RF_OK && c < rb; c += step_cols) {
-            uint64_t ce = c + step_cols < rb ? c + step_cols : rb, w = ce - c;
-            st = rf_ckpt_read(ck, a, r, re, c, ce, x, (size_t)w, err);
-            if (st == RF_OK)
-                st = rf_ckpt_read(ck, b, r, re, c, ce, y, (size_t)w, err);
-            if (st != RF_OK || memcmp(x, y, (size_t)((re - r) * w)) == 0)
-                continue;
-            for (uint64_t i = 0; i < re - r; i++)
-                if (memcmp(x + i * w, y + i * w, (size_t)w) != 0) {
-                    *first_row = (int64_t)(r + i);
-                    break;
-                }
-            break;
-        }
-    }
-    free(x);
-    free(y);
-    return st;
-}
-
-const char *rf_ckpt_format(const rf_ckpt_t *ck)
-{
-    return ck->nfiles == 1 && ck->files[0]->h5 != NULL ? "hdf5" : "safetensors";
-}
-
-const char *rf_ckpt_config(const rf_ckpt_t *ck)
-{
-    return ck->nfiles == 1 && ck->files[0]->h5 != NULL ? rf_h5_config(ck->files[0]->h5) : NULL;
-}
-
-rf_status_t rf_ckpt_check_config(const rf_ckpt_t *ck, const char *path,
-                                 const rf_model_config_t *topo, rf_quant_t quant, int64_t group,
-                                 rf_err_t *err)
-{
-    const char *cj = ck != NULL ? rf_ckpt_config(ck) : NULL;
-    if (cj == NULL)
-        return rf_model_config_check_checkpoint(path, topo, quant, group, err);
-    /* an HDF5 file's config attribute stands for a directory's config.json */
-    char name[512];
-    snprintf(name, sizeof(name), "%s (root attribute config)", path);
-    rf_model_config_t cfg;
-    RF_CHECK(rf_model_config_parse(cj, strlen(cj), name, &cfg, err));
-    rf_status_t st = rf_model_config_compare(&cfg, topo, quant, group, name, err);
-    rf_model_config_free(&cfg);
-    return st;
-}
-
-uint64_t rf_ckpt_bytes_read(const rf_ckpt_t *ck)
-{
-    return atomic_load(&((rf_ckpt_t *)ck)->bytes_read);
-}
-
-uint64_t rf_ckpt_header_bytes_read(const rf_ckpt_t *ck)
-{
-    return atomic_load(&((rf_ckpt_t *)ck)->header_bytes_read);
-}
-
-void rf_ckpt_reset_counters(rf_ckpt_t *ck)
-{
-    atomic_store(&ck->bytes_read, 0);
-    atomic_store(&ck->header_bytes_read, 0);
 }
 
 /* ---- writer ---------------------------------------------------------------------------- */

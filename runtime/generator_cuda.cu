@@ -13,18 +13,10 @@
 #include "refit/generator_bits.h"
 #include "refit/log.h"
 
-#define THREADS 256
-#define MAX_BLOCKS 65535u * 8u
-
-static unsigned grid_for(uint64_t n)
+static cudaStream_t cs(rf_accel_t *a, rf_accel_stream_t *s)
 {
-    uint64_t b = (n + THREADS - 1) / THREADS;
-    if (b == 0)
-        b = 1;
-    return b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)b;
+    return rf_accel_cuda_stream(a, s)->s;
 }
-
-static cudaStream_t cs(rf_accel_t *a, rf_accel_stream_t *s) { return rf_accel_cuda_stream(a, s)->s; }
 
 /* ---- the generator (gen_fill) ---------------------------------------------------------- */
 
@@ -53,7 +45,7 @@ static rf_status_t cu_gen_fill(rf_accel_t *a, const rf_accel_gen_t *g, rf_accel_
         g->dst_pitch < (g->col_end - g->col_begin) * rf_dtype_size(g->dtype))
         return RF_ERR_INVALID;
     uint64_t rows = g->row_end - g->row_begin, cols = g->col_end - g->col_begin;
-    k_gen_fill<<<grid_for(rows * cols), THREADS, 0, cs(a, s)>>>(
+    k_gen_fill<<<rf_cuda_grid_for(rows * cols), RF_CUDA_THREADS, 0, cs(a, s)>>>(
         rf_gen_key(g->name_hash, g->step), (int)g->dtype, g->ncols, g->row_begin, g->col_begin,
         rows, cols, (char *)g->dst, g->dst_pitch);
     RF_CUDA_LAUNCH_CHECK();

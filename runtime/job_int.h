@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "refit/accel.h"
+#include "refit/checkpoint.h"
 #include "refit/chunk.h"
 #include "refit/control.h"
 #include "refit/format.h"
@@ -31,7 +32,6 @@
 #include "refit/p2p.h"
 #include "refit/plan.h"
 #include "refit/reference.h"
-#include "refit/safetensors.h"
 #include "refit/sink.h"
 #include "refit/storage.h"
 #include "refit/topology.h"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "refit/formats.h"
+#include "refit/loader.h"
 #include "refit/log.h"
 #include "refit/transport_nccl.h"
 #include "job_int.h"
@@ -144,47 +145,22 @@ static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
 /* ---- ipc transport (colocated; DESIGN.md section 9) ----------------------------------- */
 
 /*
- * Rows [lo, hi) of checkpoint tensor t that the loaders of a rollout rank with coordinates rc
- * read (rf_load_piece's arithmetic, runtime/loader.c); every row where this is not worked
- * out (row-parallel columns, experts): all rows, which only makes fewer pieces in place.
+ * Rows [lo, hi) of checkpoint tensor `tensor` that the loaders of a rollout rank with
+ * coordinates rc read: the loader's own row window (rf_load_need_rows, runtime/loader.c) for
+ * the vocab, QKV and merged modules; every row where this is not worked out (row-parallel
+ * columns, experts) and for a tensor the loaders do not store (wna16 weight_shape, which the
+ * planner reads whole): all rows, which only makes fewer pieces in place.
  */
-static void ipc_rows_read(const job_t *j, const rf_rollout_coords_t *rc, const rf_tensor_t *t,
+static void ipc_rows_read(const job_t *j, const rf_rollout_coords_t *rc, int tensor,
                           uint64_t *lo_p, uint64_t *hi_p)
 {
-    const rf_model_config_t *c = &j->inv.cfg;
-    const rf_module_t *m = &j->inv.modules[t->module];
-    int64_t T = rc->tp, r = rc->tp_rank, u = rf_tensor_row_unit(t);
-    int64_t rows = (int64_t)rf_tensor_rows(t), lo = 0, n = rows;
-    switch (m->kind) {
-    case RF_MOD_VOCAB: {
-        int64_t per = rf_vocab_padded(c->vocab_size) / T;
-        lo = r * per < c->vocab_size ? r * per : c->vocab_size;
-        int64_t hi = (r + 1) * per < c->vocab_size ? (r + 1) * per : c->vocab_size;
-        n = hi - lo;
-        break;
-    }
-    case RF_MOD_QKV: {
-        int64_t d = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
-        int64_t nh_p = nh / T, rep = T > nkv ? T / nkv : 1, nkv_p = nkv >= T ? nkv / T : 1;
-        lo = t->shard == 0 ? r * nh_p * d : (r / rep) * nkv_p * d;
-        n = t->shard == 0 ? nh_p * d : nkv_p * d;
-        break;
-    }
-    case RF_MOD_MERGED:
-        lo = r * ((m->n / 2) / T);
-        n = (m->n / 2) / T;
-        break;
-    default:
-        break;
-    }
-    if (u != 1 && (m->kind == RF_MOD_QKV || m->kind == RF_MOD_MERGED)) {
-        int64_t end = (lo + n + u - 1) / u;
-        lo /= u;
-        n = end - lo;
-    }
-    if (t->slot < 0) { /* wna16 weight_shape: the planner reads both values */
-        lo = 0;
-        n = rows;
+    const rf_tensor_t *t = &j->inv.tensors[tensor];
+    rf_module_kind_t kind = j->inv.modules[t->module].kind;
+    int64_t rows = (int64_t)rf_tensor_rows(t), lo = 0, n = rows, r0, r1;
+    if ((kind == RF_MOD_VOCAB || kind == RF_MOD_QKV || kind == RF_MOD_MERGED) &&
+        rf_load_need_rows(&j->inv, rc, tensor, &r0, &r1)) {
+        lo = r0;
+        n = r1 - r0;
     }
     lo = lo < 0 ? 0 : (lo > rows ? rows : lo);
     n = lo + n > rows ? rows - lo : n;
@@ -229,11 +205,12 @@ static rf_status_t ipc_plan(job_t *j, rf_err_t *err)
             for (size_t k = 0; k < ch->piece_count; k++) {
                 size_t gi = ch->piece_begin + k;
                 const rf_chunk_piece_t *pc = &cp->pieces[gi];
-                const rf_tensor_t *t = &j->inv.tensors[j->man.entries[pc->item].tensor];
+                int tensor = j->man.entries[pc->item].tensor;
+                const rf_tensor_t *t = &j->inv.tensors[tensor];
                 rf_ipc_piece_t ip = {.staged = 1};
                 rf_region_t reg;
                 uint64_t lo, hi;
-                ipc_rows_read(j, &ri.rc, t, &lo, &hi);
+                ipc_rows_read(j, &ri.rc, tensor, &lo, &hi);
                 lo = lo < pc->row_begin ? pc->row_begin : lo;
                 hi = hi > pc->row_end ? pc->row_end : hi;
                 if (hi <= lo) {

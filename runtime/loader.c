@@ -219,6 +219,17 @@ bool rf_load_need(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int 
     return true;
 }
 
+bool rf_load_need_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t *r0, int64_t *r1)
+{
+    need_t nd;
+    if (!need_of(inv, rc, tensor, &nd))
+        return false;
+    *r0 = nd.lo;
+    *r1 = nd.lo + nd.n;
+    return true;
+}
+
 bool rf_load_rect_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
                        int64_t local_expert, const rf_dst_t *dst, const void *src,
                        rf_dtype_t sdt, uint64_t row_begin, uint64_t row_end, int64_t col_begin,

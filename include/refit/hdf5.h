@@ -16,7 +16,7 @@
  * printed (refit turns HDF5's automatic error printing off for the process). Data are read
  * as stored (memory type = file type: no conversion, bit-exact), one hyperslab per read.
  *
- * Checkpoints open through rf_ckpt_open (refit/safetensors.h), which detects an HDF5 file
+ * Checkpoints open through rf_ckpt_open (refit/checkpoint.h), which detects an HDF5 file
  * or a directory holding model.h5; the calls here are the container itself, for the tools
  * (refit-convert, refit-info), the tests and the fuzz target. Nothing here is thread safe
  * (HDF5 is not, in the parallel build): calls are serialized by one process-wide lock.

@@ -75,6 +75,14 @@ bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc
  */
 bool rf_load_need(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
                   int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1);
+/*
+ * The rows of rf_load_need before its checks: source rows [*r0, *r1) of checkpoint tensor
+ * `tensor` (its own row units) that this rank's loaders read, possibly empty or past the
+ * tensor's rows, whether or not its expert is local. false only when the tensor is not stored
+ * (wna16 weight_shape). Pure.
+ */
+bool rf_load_need_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t *r0, int64_t *r1);
 
 /*
  * rf_load_piece_rows for a rectangle: src holds rows [row_begin, row_end) x columns

@@ -13,8 +13,8 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "refit/checkpoint.h"
 #include "refit/model.h"
-#include "refit/safetensors.h"
 #include "refit/status.h"
 #include "refit/topology.h"
 

@@ -25,10 +25,10 @@
 #include <stdint.h>
 
 #include "refit/accel.h"
+#include "refit/checkpoint.h"
 #include "refit/chunk.h"
 #include "refit/manifest.h"
 #include "refit/model.h"
-#include "refit/safetensors.h"
 #include "refit/topology.h"
 #include "refit/transport.h"
 

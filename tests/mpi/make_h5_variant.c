@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "refit/checkpoint.h"
 #include "refit/hdf5.h"
 #include "refit/safetensors.h"
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "refit/checkpoint.h"
 #include "refit/hashes.h"
 #include "refit/safetensors.h"
 

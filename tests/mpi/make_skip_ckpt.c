@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "refit/checkpoint.h"
 #include "refit/safetensors.h"
 
 int main(int argc, char **argv)

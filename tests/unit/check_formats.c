@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "refit/checkpoint.h"
 #include "refit/format.h"
 #include "refit/formats.h"
 #include "refit/loader.h"

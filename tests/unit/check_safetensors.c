@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "refit/checkpoint.h"
 #include "refit/hashes.h"
 #include "refit/reference.h"
 #include "refit/safetensors.h"
