@@ -108,7 +108,8 @@ rf_status_t rf_model_config_copy(rf_model_config_t *dst, const rf_model_config_t
  * as written (the orig_* sizes, before model.overrides) and the topology's effective
  * quantization q / wna16 group size `group`: model_type, hidden_size, intermediate_size,
  * moe_intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
- * head_dim, vocab_size, num_experts, tie_word_embeddings, and when ck has a
+ * head_dim, vocab_size, num_experts, word_embed_proj_dim and max_position_embeddings (OPT),
+ * tie_word_embeddings, and when ck has a
  * quantization_config its method, fp8 weight_block_size and wna16 group_size (a checkpoint
  * without one is a bf16 source the trainer may quantize, DESIGN.md section 7). Both were
  * parsed by rf_model_config_parse, so every key spelling is already normalized. Errors:
