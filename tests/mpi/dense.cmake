@@ -78,3 +78,18 @@ foreach(case "opt-125m;opt OPTForCausalLM, 12 layers, 196 tensors, 125239296 che
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(refit_plan_${m} PROPERTIES LABELS plan TIMEOUT 120)
 endforeach()
+
+# the device branches on the CPU (REFIT_TEST_DEVICE_ACCEL=host-device: staged payloads, batched
+# row copies): GPT-NeoX's several copies per piece through them, DIRECT and LAYERWISE
+foreach(case "auto;DIRECT 15" "layerwise;LAYERWISE 15")
+  list(GET case 0 pol)
+  list(GET case 1 re)
+  refit_run_test(emu_refit_gpt_neox_tiny_b_tp2_${pol} 4 ok
+                 "${re};refit: COMMITTED 2 update\\(s\\), verified 28 tensors"
+                 --topology ${DENSE_TTOPO}/gpt-neox-tiny-b-tp2-to-tp2.yaml
+                 --checkpoint ${DATA}/gpt-neox-tiny-b
+                 --reference ${DATA}/gpt-neox-tiny-b/tensors.reference.json --steps 2 --cold-check
+                 --reload-policy ${pol})
+  set_tests_properties(emu_refit_gpt_neox_tiny_b_tp2_${pol} PROPERTIES LABELS "mpi;device-emu"
+                       ENVIRONMENT "REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
