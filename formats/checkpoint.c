@@ -366,6 +366,93 @@ void rf_ckpt_close(rf_ckpt_t *ck)
     free(ck);
 }
 
+rf_status_t rf_ckpt_rename_prefix(rf_ckpt_t *ck, const char *stored, const char *canonical,
+                                  size_t *renamed_p, rf_err_t *err)
+{
+    size_t sl = strlen(stored), n = 0;
+    const char **names = NULL;
+    char **old = NULL;
+    rf_status_t st = RF_OK;
+    if (renamed_p != NULL)
+        *renamed_p = 0;
+    for (size_t i = 0; i < ck->count; i++)
+        n += strncmp(ck->entries[i]->name, stored, sl) == 0;
+    if (n == 0)
+        return RF_OK;
+    old = calloc(n, sizeof(*old));
+    names = malloc(ck->count * sizeof(*names));
+    if (old == NULL || names == NULL) {
+        st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", ck->dir);
+        goto out;
+    }
+    /* both spellings of one tensor in one checkpoint: which one is meant is unknowable */
+    for (size_t i = 0; i < ck->count; i++) {
+        const char *nm = ck->entries[i]->name;
+        char *c;
+        if (strncmp(nm, stored, sl) != 0)
+            continue;
+        if ((c = malloc(strlen(canonical) + strlen(nm + sl) + 1)) == NULL) {
+            st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", ck->dir);
+            goto out;
+        }
+        strcpy(c, canonical);
+        strcat(c, nm + sl);
+        if (rf_ckpt_find(ck, c) != NULL) {
+            st = rf_err_set(err, RF_ERR_PARSE, "%s: tensor " NAME_FMT " is stored as " NAME_FMT
+                            " too (two names of one tensor)", ck->dir, c, nm);
+            free(c);
+            goto out;
+        }
+        free(c);
+    }
+    /* entries are owned by their files' headers: rename them there (reads go by offset; the
+     * headers' own name tables are only used while opening, rebuilt below all the same) */
+    size_t k = 0;
+    for (size_t i = 0; i < ck->count; i++) {
+        rf_st_entry_t *e = (rf_st_entry_t *)ck->entries[i];
+        if (strncmp(e->name, stored, sl) != 0)
+            continue;
+        char *c = malloc(strlen(canonical) + strlen(e->name + sl) + 1);
+        if (c == NULL) {
+            st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", ck->dir);
+            goto out;
+        }
+        strcpy(c, canonical);
+        strcat(c, e->name + sl);
+        old[k++] = (char *)e->name;
+        e->name = c;
+    }
+    qsort(ck->entries, ck->count, sizeof(*ck->entries), cmp_entry_name_p);
+    for (size_t i = 0; i < ck->count; i++)
+        names[i] = ck->entries[i]->name;
+    rf_name_table_free(&ck->names);
+    if (rf_name_table_build(&ck->names, names, ck->count, NULL) != RF_OK) {
+        st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", ck->dir);
+        goto out;
+    }
+    for (size_t f = 0; f < ck->nfiles; f++) {
+        rf_st_header_t *h = (rf_st_header_t *)rf_st_file_header(ck->files[f]);
+        if (h->names_ == NULL)
+            continue;
+        for (size_t i = 0; i < h->count; i++)
+            names[i] = h->entries[i].name;
+        rf_name_table_free(h->names_);
+        if (rf_name_table_build(h->names_, names, h->count, NULL) != RF_OK) {
+            st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", ck->dir);
+            goto out;
+        }
+    }
+    if (renamed_p != NULL)
+        *renamed_p = n;
+out:
+    if (old != NULL)
+        for (size_t i = 0; i < n; i++)
+            free(old[i]);
+    free(old);
+    free(names);
+    return st;
+}
+
 size_t rf_ckpt_count(const rf_ckpt_t *ck)
 {
     return ck->count;

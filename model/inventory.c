@@ -30,8 +30,37 @@ const char *rf_module_kind_name(rf_module_kind_t k)
         return "replicated";
     case RF_MOD_MOE:
         return "moe";
+    case RF_MOD_COLUMN:
+        return "column";
+    case RF_MOD_QKV_HEADS:
+        return "qkv_heads";
     }
     return "?";
+}
+
+const char *rf_family_layer_prefix(rf_family_t f)
+{
+    switch (f) {
+    case RF_FAMILY_GPT_NEOX:
+        return "gpt_neox.layers.";
+    case RF_FAMILY_OPT:
+        return "model.decoder.layers.";
+    default:
+        return "model.layers.";
+    }
+}
+
+int rf_family_aliases(rf_family_t f, const char *stored[], const char *canonical[], int max)
+{
+    /* the published OPT checkpoints (facebook/opt-*) name their tensors decoder.*, what
+     * transformers writes (and vLLM's modules) model.decoder.* */
+    if (f != RF_FAMILY_OPT)
+        return 0;
+    if (max > 0) {
+        stored[0] = "decoder.";
+        canonical[0] = "model.decoder.";
+    }
+    return 1;
 }
 
 typedef struct inv_builder {
@@ -221,6 +250,103 @@ static rf_status_t inv_norm(inv_builder_t *b, const char *name_w, const char *mo
                           RF_SPLIT_REPLICATED, m, "weight", 0);
 }
 
+/* A LayerNorm `module` (weight and bias, both [n]; replicated, DESIGN.md section 5). */
+static rf_status_t inv_layernorm(inv_builder_t *b, const char *module, int layer, int64_t n)
+{
+    char w[RF_NAME_MAX];
+    rf_dtype_t dt = b->inv->cfg.dtype;
+    int m = inv_add_module(b, module, RF_MOD_REPLICATED, layer, n, 1);
+    if (m < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    snprintf(w, sizeof(w), "%s.weight", module);
+    RF_CHECK(inv_add_tensor(b, w, dt, 1, SHAPE(n), layer, -1, RF_PARAM_WEIGHT, RF_SPLIT_REPLICATED,
+                            m, "weight", 0));
+    snprintf(w, sizeof(w), "%s.bias", module);
+    return inv_add_tensor(b, w, dt, 1, SHAPE(n), layer, -1, RF_PARAM_BIAS, RF_SPLIT_REPLICATED, m,
+                          "bias", 0);
+}
+
+/* One linear that is its own engine module (module name = checkpoint prefix). */
+static rf_status_t inv_own_linear(inv_builder_t *b, const char *prefix, rf_module_kind_t kind,
+                                  int layer, int64_t n, int64_t k, bool bias, rf_split_t split)
+{
+    int m = inv_add_module(b, prefix, kind, layer, n, k);
+    if (m < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    if (kind == RF_MOD_REPLICATED) { /* ReplicatedLinear (bias=False): a full copy */
+        char w[RF_NAME_MAX];
+        snprintf(w, sizeof(w), "%s.weight", prefix);
+        return inv_add_tensor(b, w, b->inv->cfg.dtype, 2, SHAPE(n, k), layer, -1, RF_PARAM_WEIGHT,
+                              RF_SPLIT_REPLICATED, m, "weight", 0);
+    }
+    return inv_linear(b, prefix, layer, -1, n, k, bias, split, m, 0);
+}
+
+/*
+ * GPT-NeoX (vLLM GPTNeoXLayer): LayerNorms with biases, the fused query_key_value stored
+ * interleaved per head ([q_h; k_h; v_h] for every head h: a column-type tensor whose rows
+ * [t 3H/TP, (t+1) 3H/TP) are heads [t nh/TP, ...), as Megatron shards it), dense (row
+ * parallel), dense_h_to_4h (column parallel) and dense_4h_to_h (row parallel), biases on all.
+ */
+static rf_status_t inv_layer_gpt_neox(inv_builder_t *b, int i)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, d = c->head_dim, nh = c->num_attention_heads,
+            I = c->intermediate_size;
+    char p[48], mn[RF_NAME_MAX];
+    snprintf(p, sizeof(p), "gpt_neox.layers.%d", i);
+    snprintf(mn, sizeof(mn), "%s.input_layernorm", p);
+    RF_CHECK(inv_layernorm(b, mn, i, H));
+    snprintf(mn, sizeof(mn), "%s.post_attention_layernorm", p);
+    RF_CHECK(inv_layernorm(b, mn, i, H));
+    snprintf(mn, sizeof(mn), "%s.attention.query_key_value", p);
+    RF_CHECK(inv_own_linear(b, mn, RF_MOD_QKV_HEADS, i, 3 * nh * d, H, c->qkv_bias,
+                            RF_SPLIT_ROWS));
+    snprintf(mn, sizeof(mn), "%s.attention.dense", p);
+    RF_CHECK(inv_own_linear(b, mn, RF_MOD_ROW, i, H, nh * d, c->o_bias, RF_SPLIT_COLS));
+    if (I <= 0)
+        return rf_err_set(b->err, RF_ERR_CONFIG, "inventory: gpt_neox needs intermediate_size");
+    snprintf(mn, sizeof(mn), "%s.mlp.dense_h_to_4h", p);
+    RF_CHECK(inv_own_linear(b, mn, RF_MOD_COLUMN, i, I, H, c->mlp_bias, RF_SPLIT_ROWS));
+    snprintf(mn, sizeof(mn), "%s.mlp.dense_4h_to_h", p);
+    return inv_own_linear(b, mn, RF_MOD_ROW, i, H, I, c->mlp_bias, RF_SPLIT_COLS);
+}
+
+/*
+ * OPT (vLLM OPTDecoderLayer): self_attn_layer_norm and final_layer_norm (LayerNorms with
+ * biases), q / k / v into qkv_proj (QKVParallelLinear, nkv = nh), out_proj (row parallel),
+ * fc1 (column parallel), fc2 (row parallel); biases when enable_bias.
+ */
+static rf_status_t inv_layer_opt(inv_builder_t *b, int i)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, d = c->head_dim, nh = c->num_attention_heads,
+            I = c->intermediate_size;
+    char p[48], mn[RF_NAME_MAX], w[RF_NAME_MAX];
+    int m;
+    snprintf(p, sizeof(p), "model.decoder.layers.%d", i);
+    snprintf(mn, sizeof(mn), "%s.self_attn_layer_norm", p);
+    RF_CHECK(inv_layernorm(b, mn, i, H));
+    snprintf(mn, sizeof(mn), "%s.final_layer_norm", p);
+    RF_CHECK(inv_layernorm(b, mn, i, H));
+    snprintf(mn, sizeof(mn), "%s.self_attn.qkv_proj", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_QKV, i, 3 * nh * d, H)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    static const char *qkv[] = {"q_proj", "k_proj", "v_proj"};
+    for (int s = 0; s < 3; s++) {
+        snprintf(w, sizeof(w), "%s.self_attn.%s", p, qkv[s]);
+        RF_CHECK(inv_linear(b, w, i, -1, nh * d, H, c->qkv_bias, RF_SPLIT_ROWS, m, s));
+    }
+    snprintf(mn, sizeof(mn), "%s.self_attn.out_proj", p);
+    RF_CHECK(inv_own_linear(b, mn, RF_MOD_ROW, i, H, nh * d, c->o_bias, RF_SPLIT_COLS));
+    if (I <= 0)
+        return rf_err_set(b->err, RF_ERR_CONFIG, "inventory: opt needs ffn_dim");
+    snprintf(mn, sizeof(mn), "%s.fc1", p);
+    RF_CHECK(inv_own_linear(b, mn, RF_MOD_COLUMN, i, I, H, c->mlp_bias, RF_SPLIT_ROWS));
+    snprintf(mn, sizeof(mn), "%s.fc2", p);
+    return inv_own_linear(b, mn, RF_MOD_ROW, i, H, I, c->mlp_bias, RF_SPLIT_COLS);
+}
+
 static rf_status_t inv_layer(inv_builder_t *b, int i)
 {
     const rf_model_config_t *c = &b->inv->cfg;
@@ -349,31 +475,69 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                           "than %d tensors",
                           (long long)cfg->num_hidden_layers, (long long)cfg->num_experts,
                           RF_INVENTORY_MAX_TENSORS);
+    bool neox = cfg->family == RF_FAMILY_GPT_NEOX, opt = cfg->family == RF_FAMILY_OPT;
+    if ((neox || opt) && quant != RF_QUANT_NONE)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "inventory: %s is reloaded unquantized only (quantization %s asked)",
+                          cfg->model_type, rf_quant_name(quant));
     st = rf_model_config_copy(&inv.cfg, cfg);
     if (st != RF_OK)
         return rf_err_set(err, st, "inventory: out of memory");
     H = cfg->hidden_size;
     V = cfg->vocab_size;
     L = cfg->num_hidden_layers;
+    /* the embedding's width: OPT's word_embed_proj_dim (H for every other family) */
+    int64_t Wd = opt ? cfg->word_embed_proj_dim : H;
+    const char *emb = neox ? "gpt_neox.embed_in" : (opt ? "model.decoder.embed_tokens"
+                                                        : "model.embed_tokens");
+    const char *head = neox ? "embed_out" : "lm_head";
+    char ename[RF_NAME_MAX];
+    inv.embed_name = neox ? "gpt_neox.embed_in.weight"
+                          : (opt ? "model.decoder.embed_tokens.weight" : "model.embed_tokens.weight");
+    inv.head_name = neox ? "embed_out.weight" : "lm_head.weight";
 
-    int m = inv_add_module(&b, "model.embed_tokens", RF_MOD_VOCAB, -1, V, H);
+    int m = inv_add_module(&b, emb, RF_MOD_VOCAB, -1, V, Wd);
     if (m < 0) {
         st = RF_ERR_NOMEM;
         goto fail;
     }
     inv.modules[m].tied = cfg->tie_word_embeddings;
-    RF_CHECK_GOTO(inv_add_tensor(&b, "model.embed_tokens.weight", cfg->dtype, 2, SHAPE(V, H), -1,
-                                 -1, RF_PARAM_WEIGHT, RF_SPLIT_VOCAB, m, "weight", 0),
+    RF_CHECK_GOTO(inv_add_tensor(&b, inv.embed_name, cfg->dtype, 2, SHAPE(V, Wd), -1, -1,
+                                 RF_PARAM_WEIGHT, RF_SPLIT_VOCAB, m, "weight", 0),
                   st, fail);
+    if (opt) {
+        /* learned positions, OPTLearnedPositionalEmbedding: max_position_embeddings + 2 rows
+         * (its offset of 2), a full copy on every rank (nn.Embedding in vLLM) */
+        RF_CHECK_GOTO(inv_own_linear(&b, "model.decoder.embed_positions", RF_MOD_REPLICATED, -1,
+                                     cfg->max_position_embeddings + 2, H, false,
+                                     RF_SPLIT_REPLICATED),
+                      st, fail);
+        if (Wd != H) { /* ReplicatedLinear, bias=False, in vLLM's OPTDecoder */
+            RF_CHECK_GOTO(inv_own_linear(&b, "model.decoder.project_in", RF_MOD_REPLICATED, -1, H,
+                                         Wd, false, RF_SPLIT_REPLICATED),
+                          st, fail);
+            RF_CHECK_GOTO(inv_own_linear(&b, "model.decoder.project_out", RF_MOD_REPLICATED,
+                                         (int)L, Wd, H, false, RF_SPLIT_REPLICATED),
+                          st, fail);
+        }
+    }
     for (int i = 0; i < L; i++)
-        RF_CHECK_GOTO(inv_layer(&b, i), st, fail);
-    RF_CHECK_GOTO(inv_norm(&b, "model.norm.weight", "model.norm", (int)L, H), st, fail);
+        RF_CHECK_GOTO(neox ? inv_layer_gpt_neox(&b, i) : (opt ? inv_layer_opt(&b, i)
+                                                              : inv_layer(&b, i)),
+                      st, fail);
+    if (neox)
+        RF_CHECK_GOTO(inv_layernorm(&b, "gpt_neox.final_layer_norm", (int)L, H), st, fail);
+    else if (opt && cfg->final_layer_norm)
+        RF_CHECK_GOTO(inv_layernorm(&b, "model.decoder.final_layer_norm", (int)L, H), st, fail);
+    else if (!opt)
+        RF_CHECK_GOTO(inv_norm(&b, "model.norm.weight", "model.norm", (int)L, H), st, fail);
     if (!cfg->tie_word_embeddings) {
-        if ((m = inv_add_module(&b, "lm_head", RF_MOD_VOCAB, (int)L, V, H)) < 0) {
+        if ((m = inv_add_module(&b, head, RF_MOD_VOCAB, (int)L, V, Wd)) < 0) {
             st = RF_ERR_NOMEM;
             goto fail;
         }
-        RF_CHECK_GOTO(inv_add_tensor(&b, "lm_head.weight", cfg->dtype, 2, SHAPE(V, H), (int)L, -1,
+        snprintf(ename, sizeof(ename), "%s.weight", head);
+        RF_CHECK_GOTO(inv_add_tensor(&b, ename, cfg->dtype, 2, SHAPE(V, Wd), (int)L, -1,
                                      RF_PARAM_WEIGHT, RF_SPLIT_VOCAB, m, "weight", 0),
                       st, fail);
     }
@@ -451,13 +615,29 @@ rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char
     int layer = -1, expert = -1, used = 0;
     /* a stored head of a tied model is the caller's to compare (the engine serves the
      * embedding in its place, so a different head must not be dropped unseen) */
-    if (c->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
+    const char *lp = rf_family_layer_prefix(c->family);
+    size_t lpn = strlen(lp);
+    if (c->tie_word_embeddings && strcmp(name, inv->head_name ? inv->head_name : "lm_head.weight") == 0)
         return RF_UNKNOWN_TIED;
     if (n >= strlen(sfx) && strcmp(name + n - strlen(sfx), sfx) == 0)
         return RF_UNKNOWN_SKIP;
     if (strncmp(name, "mtp.", 4) == 0)
         return RF_UNKNOWN_SKIP;
-    if (sscanf(name, "model.layers.%d.%n", &layer, &used) == 1 && used > 0) {
+    if (c->family == RF_FAMILY_GPT_NEOX && strncmp(name, lp, lpn) == 0) {
+        /* the causal-mask buffers older GPT-NeoX checkpoints (Pythia) store: not weights */
+        static const char *const buf[] = {".attention.bias", ".attention.masked_bias"};
+        for (int i = 0; i < 2; i++) {
+            size_t bl = strlen(buf[i]);
+            if (sscanf(name + lpn, "%d%n", &layer, &used) == 1 && n == lpn + (size_t)used + bl &&
+                strcmp(name + lpn + used, buf[i]) == 0)
+                return RF_UNKNOWN_SKIP;
+        }
+        layer = -1;
+        used = 0;
+    }
+    if (strncmp(name, lp, lpn) == 0 && sscanf(name + lpn, "%d.%n", &layer, &used) == 1 &&
+        used > 0) {
+        used += (int)lpn;
         if (layer >= c->num_hidden_layers && layer < c->orig_num_hidden_layers)
             return RF_UNKNOWN_CUT;
         if (sscanf(name + used, "mlp.experts.%d.", &expert) == 1 && expert >= c->num_experts &&
@@ -612,23 +792,39 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
 {
     const rf_model_config_t *c = &inv->cfg;
     const rf_module_t *m = &inv->modules[mi];
-    int64_t T = rc->tp, H = c->hidden_size;
+    int64_t T = rc->tp;
     int64_t rows = 0, K = m->k;
     bool fp8 = m->quant == RF_QUANT_FP8_BLOCK;
     switch (m->kind) {
     case RF_MOD_VOCAB: {
         int64_t Vp = rf_vocab_padded(c->vocab_size);
         RF_CHECK(need_div(m, "padded vocab", Vp, T, err));
-        slot_set(&out[0], "weight", c->dtype, 2, SHAPE(Vp / T, H));
+        /* the row width is the module's K: H, or OPT's word_embed_proj_dim */
+        slot_set(&out[0], "weight", c->dtype, 2, SHAPE(Vp / T, m->k));
         *nslots_p = 1;
         return RF_OK;
     }
     case RF_MOD_REPLICATED: {
-        const rf_tensor_t *t = &inv->tensors[m->tensors[0]];
-        slot_set(&out[0], "weight", t->dtype, t->ndim, t->shape);
-        *nslots_p = 1;
+        /* a full copy of every tensor: weight, and a LayerNorm's bias */
+        for (int i = 0; i < m->ntensors; i++) {
+            const rf_tensor_t *t = &inv->tensors[m->tensors[i]];
+            if (t->slot >= 0 && t->slot < m->nslots)
+                slot_set(&out[t->slot], m->slot_names[t->slot], t->dtype, t->ndim, t->shape);
+        }
+        *nslots_p = m->nslots;
         return RF_OK;
     }
+    case RF_MOD_COLUMN:
+        RF_CHECK(need_div(m, "output size", m->n, T, err));
+        rows = m->n / T;
+        if (fp8)
+            RF_CHECK(need_block(m, "output rows per rank", rows, err));
+        break;
+    case RF_MOD_QKV_HEADS:
+        /* whole heads per rank, as vLLM's QKVParallelLinear (nkv = nh: no replication) */
+        RF_CHECK(need_div(m, "num_attention_heads", c->num_attention_heads, T, err));
+        rows = 3 * (c->num_attention_heads / T) * c->head_dim;
+        break;
     case RF_MOD_QKV: {
         int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, d = c->head_dim;
         RF_CHECK(need_div(m, "num_attention_heads", nh, T, err));

@@ -190,6 +190,77 @@ static rf_status_t cfg_quant(rf_model_config_t *cfg, json_t *q, const char *path
     return RF_OK;
 }
 
+/*
+ * The keys of the LayerNorm families that shape tensors or must be consistent (GPT-NeoX,
+ * OPT). Defaults are transformers': GPTNeoXConfig rotary_pct 0.25, use_parallel_residual
+ * true; OPTConfig word_embed_proj_dim = hidden_size, do_layer_norm_before true,
+ * max_position_embeddings 2048. Other families: word_embed_proj_dim = H, nothing else used.
+ */
+static rf_status_t cfg_layernorm_family(json_t *root, const char *path, rf_model_config_t *c,
+                                        rf_err_t *err)
+{
+    json_t *rp = json_object_get(root, "rope_parameters");
+    c->word_embed_proj_dim = c->hidden_size;
+    RF_CHECK(cfg_real(root, "layer_norm_eps", 1e-5, &c->layer_norm_eps));
+    if (c->family == RF_FAMILY_GPT_NEOX) {
+        /* transformers 5 writes rope_parameters.partial_rotary_factor, 4.x rotary_pct */
+        json_t *a = json_object_get(root, "rotary_pct");
+        json_t *b = json_is_object(rp) ? json_object_get(rp, "partial_rotary_factor") : NULL;
+        if ((a != NULL && !json_is_null(a) && !json_is_number(a)) ||
+            (b != NULL && !json_is_null(b) && !json_is_number(b)))
+            return rf_err_set(err, RF_ERR_CONFIG,
+                              "%s: rotary_pct / rope_parameters.partial_rotary_factor must be a "
+                              "number",
+                              path);
+        c->rotary_pct = json_is_number(a) ? json_number_value(a)
+                                          : (json_is_number(b) ? json_number_value(b) : 0.25);
+        if (json_is_number(a) && json_is_number(b) && json_number_value(a) != json_number_value(b))
+            return rf_err_set(err, RF_ERR_CONFIG,
+                              "%s: rotary_pct %g and rope_parameters.partial_rotary_factor %g "
+                              "disagree",
+                              path, json_number_value(a), json_number_value(b));
+        if (!(c->rotary_pct > 0.0 && c->rotary_pct <= 1.0))
+            return rf_err_set(err, RF_ERR_CONFIG, "%s: rotary_pct %g is not in (0, 1]", path,
+                              c->rotary_pct);
+        RF_CHECK(cfg_bool(root, "use_parallel_residual", path, true, &c->use_parallel_residual,
+                          err));
+        if (c->num_key_value_heads != c->num_attention_heads)
+            return rf_err_set(err, RF_ERR_CONFIG,
+                              "%s: gpt_neox has no grouped KV heads (num_key_value_heads %lld, "
+                              "num_attention_heads %lld)",
+                              path, (long long)c->num_key_value_heads,
+                              (long long)c->num_attention_heads);
+    } else if (c->family == RF_FAMILY_OPT) {
+        bool remove_final = false, affine = true;
+        RF_CHECK(cfg_int(root, "word_embed_proj_dim", path, c->hidden_size, false,
+                         &c->word_embed_proj_dim, err));
+        RF_CHECK(cfg_int(root, "max_position_embeddings", path, 2048, false,
+                         &c->max_position_embeddings, err));
+        RF_CHECK(cfg_bool(root, "do_layer_norm_before", path, true, &c->do_layer_norm_before, err));
+        RF_CHECK(cfg_bool(root, "_remove_final_layer_norm", path, false, &remove_final, err));
+        RF_CHECK(cfg_bool(root, "layer_norm_elementwise_affine", path, true, &affine, err));
+        /* OPTDecoder keeps final_layer_norm only for pre-norm models not told to drop it */
+        c->final_layer_norm = c->do_layer_norm_before && !remove_final;
+        if (c->word_embed_proj_dim == 0 || c->max_position_embeddings == 0)
+            return rf_err_set(err, RF_ERR_CONFIG,
+                              "%s: word_embed_proj_dim and max_position_embeddings must be "
+                              "positive",
+                              path);
+        if (!affine)
+            return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                              "%s: layer_norm_elementwise_affine false is not supported (its "
+                              "LayerNorms have no weights to reload)",
+                              path);
+        if (c->num_key_value_heads != c->num_attention_heads)
+            return rf_err_set(err, RF_ERR_CONFIG,
+                              "%s: opt has no grouped KV heads (num_key_value_heads %lld, "
+                              "num_attention_heads %lld)",
+                              path, (long long)c->num_key_value_heads,
+                              (long long)c->num_attention_heads);
+    }
+    return RF_OK;
+}
+
 rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path,
                                   rf_model_config_t *cfg_p, rf_err_t *err)
 {
@@ -225,9 +296,14 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
         cfg.family = RF_FAMILY_QWEN3;
     else if (strcmp(cfg.model_type, "qwen3_moe") == 0)
         cfg.family = RF_FAMILY_QWEN3_MOE;
+    else if (strcmp(cfg.model_type, "gpt_neox") == 0)
+        cfg.family = RF_FAMILY_GPT_NEOX;
+    else if (strcmp(cfg.model_type, "opt") == 0)
+        cfg.family = RF_FAMILY_OPT;
     else {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
-                        "%s: model_type '%s' is not supported (llama, qwen2, qwen3, qwen3_moe)",
+                        "%s: model_type '%s' is not supported (llama, qwen2, qwen3, qwen3_moe, "
+                        "gpt_neox, opt)",
                         path, cfg.model_type);
         goto out;
     }
@@ -251,8 +327,9 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
     TRY(cfg_int(root, "num_attention_heads", path, 0, true, &cfg.num_attention_heads, err));
     TRY(cfg_int(root, "num_key_value_heads", path, cfg.num_attention_heads, false,
                 &cfg.num_key_value_heads, err));
-    TRY(cfg_int(root, "intermediate_size", path, 0, cfg.family != RF_FAMILY_QWEN3_MOE,
-                &cfg.intermediate_size, err));
+    /* OPT names the MLP width ffn_dim */
+    TRY(cfg_int(root, cfg.family == RF_FAMILY_OPT ? "ffn_dim" : "intermediate_size", path, 0,
+                cfg.family != RF_FAMILY_QWEN3_MOE, &cfg.intermediate_size, err));
     if (cfg.hidden_size == 0 || cfg.num_hidden_layers == 0 || cfg.vocab_size == 0 ||
         cfg.num_attention_heads == 0 || cfg.num_key_value_heads == 0) {
         st = rf_err_set(err, RF_ERR_CONFIG,
@@ -321,8 +398,19 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
             }
         }
     }
-    TRY(cfg_bool(root, "tie_word_embeddings", path, false, &cfg.tie_word_embeddings, err));
-    {
+    /* OPTConfig ties the head by default; every other family's config unties it */
+    TRY(cfg_bool(root, "tie_word_embeddings", path, cfg.family == RF_FAMILY_OPT,
+                 &cfg.tie_word_embeddings, err));
+    if (cfg.family == RF_FAMILY_GPT_NEOX) {
+        /* GPTNeoXConfig.attention_bias (default true) covers query_key_value and dense; the
+         * MLP always has biases */
+        TRY(cfg_bool(root, "attention_bias", path, true, &cfg.qkv_bias, err));
+        cfg.o_bias = cfg.qkv_bias;
+        cfg.mlp_bias = true;
+    } else if (cfg.family == RF_FAMILY_OPT) {
+        TRY(cfg_bool(root, "enable_bias", path, true, &cfg.qkv_bias, err));
+        cfg.o_bias = cfg.mlp_bias = cfg.qkv_bias;
+    } else {
         bool attn_bias = false;
         TRY(cfg_bool(root, "attention_bias", path, false, &attn_bias, err));
         TRY(cfg_bool(root, "mlp_bias", path, false, &cfg.mlp_bias, err));
@@ -332,9 +420,12 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
         if (cfg.family != RF_FAMILY_LLAMA)
             cfg.mlp_bias = false;
     }
+    TRY(cfg_layernorm_family(root, path, &cfg, err));
     {
         json_t *rp = json_object_get(root, "rope_parameters");
-        TRY(cfg_real(root, "rope_theta", 10000.0, &cfg.rope_theta));
+        /* old GPT-NeoX configs (Pythia) name it rotary_emb_base */
+        TRY(cfg_real(root, "rotary_emb_base", 10000.0, &cfg.rope_theta));
+        TRY(cfg_real(root, "rope_theta", cfg.rope_theta, &cfg.rope_theta));
         if (json_is_object(rp))
             TRY(cfg_real(rp, "rope_theta", cfg.rope_theta, &cfg.rope_theta));
     }
@@ -450,6 +541,8 @@ rf_status_t rf_model_config_compare(const rf_model_config_t *ck, const rf_model_
         {"head_dim", ck->head_dim, topo->head_dim},
         {"vocab_size", ck->vocab_size, topo->orig_vocab_size},
         {"num_experts", ck->num_experts, topo->orig_num_experts},
+        {"word_embed_proj_dim", ck->word_embed_proj_dim, topo->word_embed_proj_dim},
+        {"max_position_embeddings", ck->max_position_embeddings, topo->max_position_embeddings},
     };
     char a[48], b[48];
     ck_dir = ck_dir ? ck_dir : "?";

@@ -175,6 +175,13 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
         goto fail;
     }
     RF_CHECK_GOTO(rf_topology_check_quant_backend(f, q, t->r_backend, err), st, fail);
+    if ((cfg->family == RF_FAMILY_GPT_NEOX || cfg->family == RF_FAMILY_OPT) && q != RF_QUANT_NONE) {
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: model.quantization: %s is reloaded unquantized only (quantization %s "
+                        "asked)",
+                        f, cfg->model_type, rf_quant_name(q));
+        goto fail;
+    }
 
     /* trainer (Megatron: KV heads never replicated; vocab split unevenly is fine) */
     bool moe = c.num_experts > 0, dense = !moe;

@@ -516,6 +516,17 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
     st = rf_inventory_build(&j->cfg, j->topo.quantization, j->topo.group_size, &j->inv, err);
     if (st == RF_OK && j->o->checkpoint)
         st = rf_ckpt_open(j->o->checkpoint, &j->ck, err);
+    if (st == RF_OK && j->ck != NULL) { /* OPT's published decoder.* names (DESIGN.md 4) */
+        const char *from[4], *to[4];
+        int na = rf_family_aliases(j->inv.cfg.family, from, to, 4);
+        for (int a = 0; a < na && st == RF_OK; a++) {
+            size_t n = 0;
+            st = rf_ckpt_rename_prefix(j->ck, from[a], to[a], &n, err);
+            if (st == RF_OK && n > 0 && j->rank == 0)
+                rf_info("checkpoint %s: %zu tensor(s) named %s* read as %s*", j->o->checkpoint,
+                        n, from[a], to[a]);
+        }
+    }
     if (st == RF_OK && job_is_rollout(j))
         st = setup_rollout(j, err);
     RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));

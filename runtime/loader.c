@@ -165,6 +165,16 @@ static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, in
         to_units(u, &lo, &n, &off);
         break;
     }
+    case RF_MOD_COLUMN:
+        lo = r * (m->n / T);
+        n = m->n / T;
+        to_units(u, &lo, &n, &off);
+        break;
+    case RF_MOD_QKV_HEADS:
+        /* heads [r nh_p, (r+1) nh_p): contiguous rows as stored; heads_runs() places them */
+        lo = r * (m->n / T);
+        n = m->n / T;
+        break;
     case RF_MOD_MERGED: {
         int64_t Ip = (m->n / 2) / T;
         lo = r * Ip;
@@ -230,6 +240,100 @@ bool rf_load_need_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
     return true;
 }
 
+/*
+ * GPT-NeoX's query_key_value (RF_MOD_QKV_HEADS). The rank's source rows [base, base + n) hold
+ * its nh_p heads as stored, [q_h; k_h; v_h] of d rows each: local block k = 3 h' + s (head h',
+ * shard s) goes to destination rows [(s nh_p + h') d, +d), vLLM's [q_r; k_r; v_r]. A piece
+ * becomes at most five copies: the partial block at each end, and per shard one strided copy
+ * of its whole blocks (d rows of W elements as one row of d W, 3 d W apart in the source) when
+ * the piece is full width into contiguous rows; otherwise one copy per block (-1 when that
+ * needs more than RF_LOAD_MAX_RUNS).
+ */
+static int heads_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, const need_t *nd,
+                      const rf_dst_t *dst, const char *src, rf_dtype_t sdt, uint64_t rb,
+                      uint64_t re, int64_t cb, int64_t ce, int64_t pitch, rf_accel_rows_t *out)
+{
+    int64_t d = inv->cfg.head_dim, nh_p = inv->cfg.num_attention_heads / rc->tp;
+    int64_t base = nd->lo, W = nd->width;
+    int64_t a = ((int64_t)rb > base ? (int64_t)rb : base) - base;
+    int64_t e = ((int64_t)re < base + nd->n ? (int64_t)re : base + nd->n) - base;
+    bool whole = cb == 0 && ce == W && pitch == W && dst->col_stride == 1 &&
+                 dst->row_stride == W && rf_dtype_size(sdt) == dst->esize;
+    int n = 0;
+#define HEADS_DST(k) ((((k) % 3) * nh_p + (k) / 3) * d)
+    if (d <= 0 || e <= a)
+        return 0;
+    if (a % d != 0) { /* the partial first block */
+        int64_t k = a / d;
+        n += rect_rows(dst, 0, src, sdt, rb, re, base + k * d, d, HEADS_DST(k), 0, W, W, cb, ce,
+                       pitch, &out[n]);
+        a = (k + 1) * d < e ? (k + 1) * d : e;
+    }
+    int64_t k0 = a / d, k1 = e / d; /* whole blocks [k0, k1) */
+    if (a < e && k1 > k0 && whole) {
+        for (int64_t sh = 0; sh < 3; sh++) {
+            int64_t first = k0 + ((sh - k0 % 3) + 3) % 3;
+            if (first >= k1)
+                continue;
+            rf_accel_rows_t *o = &out[n++];
+            memset(o, 0, sizeof(*o));
+            o->dst = rf_accel_dst_from(dst);
+            o->dst.row_stride = d * W; /* one "row" is a whole block */
+            o->dst_row = sh * nh_p + first / 3;
+            o->src = src + (size_t)((base + first * d - (int64_t)rb) * W) * dst->esize;
+            o->src_dtype = dst->dtype;
+            o->src_pitch = 3 * d * W;
+            o->rows = (k1 - 1 - first) / 3 + 1;
+            o->cols = d * W;
+        }
+        a = k1 * d;
+    } else if (a < e && k1 > k0) {
+        if (k1 - k0 + n + 1 > RF_LOAD_MAX_RUNS)
+            return -1;
+        for (int64_t k = k0; k < k1; k++)
+            n += rect_rows(dst, 0, src, sdt, rb, re, base + k * d, d, HEADS_DST(k), 0, W, W, cb,
+                           ce, pitch, &out[n]);
+        a = k1 * d;
+    }
+    if (a < e) { /* the partial last block */
+        int64_t k = a / d;
+        n += rect_rows(dst, 0, src, sdt, rb, re, base + k * d, d, HEADS_DST(k), 0, W, W, cb, ce,
+                       pitch, &out[n]);
+    }
+#undef HEADS_DST
+    return n;
+}
+
+int rf_load_rect_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                      int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
+                      uint64_t row_begin, uint64_t row_end, int64_t col_begin, int64_t col_end,
+                      int64_t src_pitch, rf_accel_rows_t out[RF_LOAD_MAX_RUNS])
+{
+    need_t nd;
+    const rf_tensor_t *t = &inv->tensors[tensor];
+    rf_module_kind_t k = inv->modules[t->module].kind;
+    if (!need_of(inv, rc, tensor, &nd))
+        return 0;
+    if (k == RF_MOD_QKV_HEADS)
+        return heads_runs(inv, rc, &nd, dst, src, sdt, row_begin, row_end, col_begin, col_end,
+                          src_pitch, out);
+    return rect_rows(dst, k == RF_MOD_MOE ? local_expert : 0, src, sdt, row_begin, row_end, nd.lo,
+                     nd.n, nd.off, nd.c0, nd.nc, nd.width, col_begin, col_end, src_pitch, out)
+               ? 1
+               : 0;
+}
+
+int rf_load_piece_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
+                       uint64_t row_begin, uint64_t row_end, rf_accel_rows_t out[RF_LOAD_MAX_RUNS])
+{
+    const rf_tensor_t *t = &inv->tensors[tensor];
+    int64_t rows = (int64_t)rf_tensor_rows(t);
+    int64_t w = t->ndim >= 2 && rows ? (int64_t)(t->numel / (uint64_t)rows) : 1;
+    return rf_load_rect_runs(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end, 0,
+                             w, w, out);
+}
+
 bool rf_load_rect_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
                        int64_t local_expert, const rf_dst_t *dst, const void *src,
                        rf_dtype_t sdt, uint64_t row_begin, uint64_t row_end, int64_t col_begin,
@@ -237,6 +341,14 @@ bool rf_load_rect_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
 {
     need_t nd;
     const rf_tensor_t *t = &inv->tensors[tensor];
+    if (inv->modules[t->module].kind == RF_MOD_QKV_HEADS) { /* its first run (see loader.h) */
+        rf_accel_rows_t r[RF_LOAD_MAX_RUNS];
+        if (rf_load_rect_runs(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end,
+                              col_begin, col_end, src_pitch, r) < 1)
+            return false;
+        *out = r[0];
+        return true;
+    }
     if (!need_of(inv, rc, tensor, &nd))
         return false;
     return rect_rows(dst, inv->modules[t->module].kind == RF_MOD_MOE ? local_expert : 0, src, sdt, row_begin, row_end, nd.lo,
@@ -249,6 +361,14 @@ bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc
 {
     need_t nd;
     const rf_tensor_t *t = &inv->tensors[tensor];
+    if (inv->modules[t->module].kind == RF_MOD_QKV_HEADS) { /* its first run (see loader.h) */
+        rf_accel_rows_t r[RF_LOAD_MAX_RUNS];
+        if (rf_load_piece_runs(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end,
+                               r) < 1)
+            return false;
+        *out = r[0];
+        return true;
+    }
     if (!need_of(inv, rc, tensor, &nd))
         return false;
     return piece_rows(dst, inv->modules[t->module].kind == RF_MOD_MOE ? local_expert : 0, src, sdt, row_begin, row_end, nd.lo,
@@ -259,12 +379,15 @@ uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
                        int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
                        uint64_t row_begin, uint64_t row_end)
 {
-    rf_accel_rows_t r;
-    if (!rf_load_piece_rows(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end, &r))
-        return 0;
-    if (rf_accel_host_ops.copy_rows(NULL, &r, NULL) != RF_OK)
-        return 0;
-    return (uint64_t)(r.rows * r.cols);
+    rf_accel_rows_t r[RF_LOAD_MAX_RUNS];
+    uint64_t written = 0;
+    int n = rf_load_piece_runs(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end, r);
+    for (int i = 0; i < n; i++) {
+        if (rf_accel_host_ops.copy_rows(NULL, &r[i], NULL) != RF_OK)
+            return 0;
+        written += (uint64_t)(r[i].rows * r[i].cols);
+    }
+    return written;
 }
 
 uint64_t rf_load_vocab_pad_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,

@@ -186,10 +186,12 @@ static rf_status_t manifest_check_ckpt(const rf_inventory_t *inv, const rf_tenso
 
 /* A tied model's stored lm_head.weight against the embedding the engine serves in its place
  * (DESIGN.md section 4): skipping it is only right when it holds the same bytes. */
-static rf_status_t manifest_check_tied(rf_ckpt_t *ck, const char *ck_dir,
-                                       const rf_st_entry_t *head, rf_err_t *err)
+static rf_status_t manifest_check_tied(const rf_inventory_t *inv, rf_ckpt_t *ck,
+                                       const char *ck_dir, const rf_st_entry_t *head,
+                                       rf_err_t *err)
 {
-    const char *emb_name = "model.embed_tokens.weight";
+    /* the family's embedding: model.embed_tokens, OPT model.decoder.embed_tokens, ... */
+    const char *emb_name = inv->embed_name ? inv->embed_name : "model.embed_tokens.weight";
     const rf_st_entry_t *emb = rf_ckpt_find(ck, emb_name);
     int64_t row = -1;
     bool same = emb != NULL && emb->dtype == head->dtype && emb->ndim == head->ndim;
@@ -290,7 +292,7 @@ rf_status_t rf_manifest_build(const rf_inventory_t *inv, const rf_topology_t *to
                     first_cut = se->name;
                 break;
             case RF_UNKNOWN_TIED: {
-                rf_status_t st = manifest_check_tied(ck, ck_dir, se, err);
+                rf_status_t st = manifest_check_tied(inv, ck, ck_dir, se, err);
                 if (st != RF_OK) {
                     rf_manifest_free(&man);
                     return st;

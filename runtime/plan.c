@@ -1042,47 +1042,57 @@ rf_status_t rf_plan_apply(rf_plan_t *p, const rf_piece_src_t *ps, rf_err_t *err)
         }
     } else if (!a->declined) {
         double t0 = cpu_now();
-        rf_accel_rows_t rows;
-        bool any;
+        rf_accel_rows_t runs[RF_LOAD_MAX_RUNS];
+        int nruns;
         if (L->mode == RF_PLAN_LAYERWISE && L->scratch[0] == NULL)
             RF_CHECK(layer_scratch(p, L, err));
         if (src_dev && !rect && a->tmpl_epoch == p->epoch && a->tmpl_rb == row_begin &&
             a->tmpl_re == row_end && a->tmpl_dst == L->dst[a->slot].data) {
-            any = a->tmpl_any; /* the same piece into the same destination as before */
-            rows = a->tmpl;
-            rows.src = (const char *)src + a->tmpl_src_off;
+            nruns = a->tmpl_any ? 1 : 0; /* the same piece into the same destination as before */
+            runs[0] = a->tmpl;
+            runs[0].src = (const char *)src + a->tmpl_src_off;
         } else {
-            any = rect ? rf_load_rect_rows(p->inv, &p->rc, tensor, a->local_expert,
-                                           &L->dst[a->slot], src, a->src_dtype,
-                                           row_begin + (uint64_t)a->row0,
-                                           row_end + (uint64_t)a->row0, col_begin, col_end,
-                                           ps->src_pitch, &rows)
-                       : rf_load_piece_rows(p->inv, &p->rc, tensor, a->local_expert,
-                                            &L->dst[a->slot], src, a->src_dtype, row_begin,
-                                            row_end, &rows);
-            if (src_dev && !rect) {
+            /* one copy per piece, except GPT-NeoX's per-head interleaved query_key_value
+             * (up to five: runtime/loader.c) */
+            nruns = rect ? rf_load_rect_runs(p->inv, &p->rc, tensor, a->local_expert,
+                                             &L->dst[a->slot], src, a->src_dtype,
+                                             row_begin + (uint64_t)a->row0,
+                                             row_end + (uint64_t)a->row0, col_begin, col_end,
+                                             ps->src_pitch, runs)
+                         : rf_load_piece_runs(p->inv, &p->rc, tensor, a->local_expert,
+                                              &L->dst[a->slot], src, a->src_dtype, row_begin,
+                                              row_end, runs);
+            if (nruns < 0)
+                return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                                  "chunk %u: rows [%llu, %llu) x columns [%lld, %lld) of %s "
+                                  "need more than %d copies",
+                                  chunk, (unsigned long long)row_begin,
+                                  (unsigned long long)row_end, (long long)col_begin,
+                                  (long long)col_end, tname, RF_LOAD_MAX_RUNS);
+            if (src_dev && !rect && nruns <= 1) { /* a template is one copy */
                 a->tmpl_epoch = p->epoch;
                 a->tmpl_rb = row_begin;
                 a->tmpl_re = row_end;
                 a->tmpl_dst = L->dst[a->slot].data;
-                a->tmpl_any = any;
-                a->tmpl = rows;
-                a->tmpl_src_off = any ? (const char *)rows.src - (const char *)src : 0;
+                a->tmpl_any = nruns == 1;
+                a->tmpl = runs[0];
+                a->tmpl_src_off = nruns == 1 ? (const char *)runs[0].src - (const char *)src : 0;
             }
         }
-        if (any) {
+        for (int ri = 0; ri < nruns; ri++) {
+            rf_accel_rows_t *rows = &runs[ri];
             rf_accel_t *ax = plan_ax(p);
             if (p->dev && !src_dev) /* a device source is copied device to device as it is */
-                RF_CHECK(stage_rebase(p, a, row_begin, row_end, src, &rows, chunk, err));
+                RF_CHECK(stage_rebase(p, a, row_begin, row_end, src, rows, chunk, err));
             rf_status_t ws =
-                src_dev ? batch_add(p, &rows, err) : ax->ops->copy_rows(ax, &rows, NULL);
+                src_dev ? batch_add(p, rows, err) : ax->ops->copy_rows(ax, rows, NULL);
             if (ws != RF_OK)
                 return rf_err_set(err, ws,
                                   "chunk %u: writing rows [%llu, %llu) of %s on %s "
                                   "device %d failed",
                                   chunk, (unsigned long long)row_begin, (unsigned long long)row_end,
                                   tname, ax->ops->name, ax->device);
-            p->stats.elements_written += (uint64_t)(rows.rows * rows.cols);
+            p->stats.elements_written += (uint64_t)(rows->rows * rows->cols);
         }
         p->stats.loader_calls++;
         p->stats.loader_s += cpu_now() - t0;

@@ -46,6 +46,10 @@ struct rf_ref_locator {
     int64_t T, r; /* rollout tp size and rank */
     int tdt;      /* a tensor of the slot's kind (its dtype; MoE: expert 0, also when the
                      rank holds no expert) */
+    int64_t hd;   /* > 0: GPT-NeoX's query_key_value, one tensor stored per head as
+                     [q_h; k_h; v_h] of hd rows: row j of segment s (local head j / hd) is
+                     source row ((h0 + j / hd) 3 + s) hd + j % hd */
+    int64_t h0;   /* its first head on this rank */
 };
 
 static const char *slot_label(const rf_ref_locator_t *l)
@@ -252,6 +256,51 @@ static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     return RF_OK;
 }
 
+/* GPT-NeoX query_key_value (vLLM's load_weights: view (nh, 3, d, K), then [q; k; v] of the
+ * rank's heads): one checkpoint tensor, three segments of nh_p d rows. */
+static rf_status_t loc_qkv_heads(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
+{
+    const rf_model_config_t *c = &l->inv->cfg;
+    char sfx[64];
+    int64_t nh = c->num_attention_heads, d = c->head_dim;
+    RF_CHECK(dense_param(l, m, m->name, err));
+    RF_CHECK(need_div(m, "num_attention_heads", nh, l->T, err));
+    int64_t nh_p = nh / l->T;
+    l->nblk = 1;
+    l->nseg = 3;
+    RF_CHECK(alloc_bt(l, err));
+    snprintf(sfx, sizeof(sfx), ".%s", l->param);
+    RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
+    l->bt[1] = l->bt[2] = l->bt[0];
+    int64_t W = tensor_width(&l->inv->tensors[l->bt[0]]);
+    RF_CHECK(check_rows(&l->inv->tensors[l->bt[0]], 3 * nh * d, W, err));
+    for (int s = 0; s < 3; s++)
+        l->seg[s] = (ref_seg_t){s * nh_p * d, nh_p * d, 0};
+    l->hd = d;
+    l->h0 = l->r * nh_p;
+    l->R = 3 * nh_p * d;
+    l->C = l->W = W;
+    return RF_OK;
+}
+
+/* ColumnParallelLinear (OPT fc1, GPT-NeoX dense_h_to_4h): rows [r N/T_r, +N/T_r). */
+static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
+{
+    char sfx[64];
+    RF_CHECK(dense_param(l, m, m->name, err));
+    l->nblk = 1;
+    l->nseg = 1;
+    RF_CHECK(alloc_bt(l, err));
+    snprintf(sfx, sizeof(sfx), ".%s", l->param);
+    RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
+    const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
+    RF_CHECK(need_div(m, "output rows", t->shape[0], l->T, err));
+    l->R = t->shape[0] / l->T;
+    l->seg[0] = (ref_seg_t){0, l->R, l->r * l->R};
+    l->C = l->W = tensor_width(t);
+    return RF_OK;
+}
+
 static rf_status_t loc_merged(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
     char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
@@ -333,13 +382,14 @@ static rf_status_t loc_vocab(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t
 
 static rf_status_t loc_replicated(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
-    if (l->slot != 0)
+    /* slot 1: a LayerNorm's bias (GPT-NeoX, OPT) */
+    if (l->slot != 0 && !(l->slot == 1 && has_tensor(l->inv, m->name, ".bias")))
         return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    snprintf(l->param, sizeof(l->param), "weight");
+    snprintf(l->param, sizeof(l->param), "%s", l->slot == 0 ? "weight" : "bias");
     l->nblk = 1;
     l->nseg = 1;
     RF_CHECK(alloc_bt(l, err));
-    RF_CHECK(find_tensor(l->inv, m->name, ".weight", &l->bt[0], err));
+    RF_CHECK(find_tensor(l->inv, m->name, l->slot == 0 ? ".weight" : ".bias", &l->bt[0], err));
     l->R = (int64_t)l->inv->tensors[l->bt[0]].numel; /* full copy, element = element */
     l->seg[0] = (ref_seg_t){0, l->R, 0};
     l->C = l->W = 1;
@@ -485,6 +535,12 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
     case RF_MOD_MOE:
         st = loc_moe(l, m, rc, err);
         break;
+    case RF_MOD_COLUMN:
+        st = loc_column(l, m, err);
+        break;
+    case RF_MOD_QKV_HEADS:
+        st = loc_qkv_heads(l, m, err);
+        break;
     default:
         st = rf_err_set(err, RF_ERR_UNSUPPORTED, "reference: %s: module kind %d", m->name,
                         (int)m->kind);
@@ -558,6 +614,10 @@ void rf_ref_locator_at(const rf_ref_locator_t *l, uint64_t e, rf_ref_elem_t *out
     while (s + 1 < l->nseg && n >= l->seg[s + 1].dst0)
         s++;
     int64_t row = l->seg[s].src0 + (n - l->seg[s].dst0);
+    if (l->hd > 0) {
+        int64_t j = n - l->seg[s].dst0;
+        row = ((l->h0 + j / l->hd) * 3 + s) * l->hd + j % l->hd;
+    }
     if (row >= l->V) {
         out->kind = RF_REF_PAD;
         out->tensor = -1;

@@ -48,6 +48,16 @@ typedef struct rf_ckpt rf_ckpt_t;
 rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err);
 void rf_ckpt_close(rf_ckpt_t *ck);
 
+/*
+ * A family's checkpoint-name alias (rf_family_aliases): every entry whose name begins with
+ * `stored` is renamed to `canonical` + the rest, and rf_ckpt_find / rf_ckpt_entry then know
+ * only the new name. *renamed_p (may be NULL): entries renamed. Errors: RF_ERR_PARSE when a
+ * tensor is stored under both names, RF_ERR_NOMEM (ck is then unusable: close it). Not
+ * collective; not thread safe against readers of ck.
+ */
+rf_status_t rf_ckpt_rename_prefix(rf_ckpt_t *ck, const char *stored, const char *canonical,
+                                  size_t *renamed_p, rf_err_t *err);
+
 /* Tensors across all files; entries are ordered by name (strcmp). */
 size_t rf_ckpt_count(const rf_ckpt_t *ck);
 /* The i-th entry (i < count), or NULL. Owned by ck. */

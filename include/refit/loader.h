@@ -61,12 +61,34 @@ uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
  * intersection with this rank's slice as one strided row copy (*rows; rows->src points into
  * `src`, so a caller may rebase it onto a device copy of the same bytes). A destination whose
  * rows form one contiguous run is described as a single row. Returns false for an empty
- * intersection (nothing to write). rf_load_piece == this + rf_accel_host_ops.copy_rows.
+ * intersection (nothing to write). Only for modules whose pieces land in one run (every
+ * kind but RF_MOD_QKV_HEADS, whose first run alone it gives): rf_load_piece_runs covers all.
+ * rf_load_piece == rf_load_piece_runs + rf_accel_host_ops.copy_rows of each.
  */
 bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
                         int64_t local_expert, const rf_dst_t *dst, const void *src,
                         rf_dtype_t src_dtype, uint64_t row_begin, uint64_t row_end,
                         rf_accel_rows_t *rows);
+
+/* Most row copies one piece becomes (rf_load_piece_runs). */
+#define RF_LOAD_MAX_RUNS 8
+
+/*
+ * rf_load_piece_rows for every module kind: the intersection as up to RF_LOAD_MAX_RUNS row
+ * copies. Every kind but RF_MOD_QKV_HEADS gives at most one; GPT-NeoX's per-head interleaved
+ * query_key_value lands in three places ([q_r; k_r; v_r]) and gives at most five. Returns the
+ * number filled (0: empty intersection; -1: a rectangle the arithmetic cannot describe in
+ * RF_LOAD_MAX_RUNS copies). rf_load_rect_runs: the same for a rectangle (rf_load_rect_rows).
+ */
+int rf_load_piece_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                       int64_t local_expert, const rf_dst_t *dst, const void *src,
+                       rf_dtype_t src_dtype, uint64_t row_begin, uint64_t row_end,
+                       rf_accel_rows_t out[RF_LOAD_MAX_RUNS]);
+int rf_load_rect_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
+                      int64_t local_expert, const rf_dst_t *dst, const void *src,
+                      rf_dtype_t src_dtype, uint64_t row_begin, uint64_t row_end,
+                      int64_t col_begin, int64_t col_end, int64_t src_pitch,
+                      rf_accel_rows_t out[RF_LOAD_MAX_RUNS]);
 
 /*
  * p2p (DESIGN.md section 9): the rectangle of checkpoint tensor `tensor` this rank's loaders

@@ -7,7 +7,9 @@
  * embed_tokens, lm_head, norms, experts). Per-rank slot shapes follow the loader arithmetic
  * of DESIGN.md section 5 and are computed by rf_module_slots().
  *
- * Families: Llama, Qwen2 (q/k/v bias), Qwen3 (q_norm/k_norm) dense; Qwen3-MoE.
+ * Families: Llama, Qwen2 (q/k/v bias), Qwen3 (q_norm/k_norm) dense; Qwen3-MoE; GPT-NeoX
+ * (Pythia: fused query_key_value interleaved per head, LayerNorm with biases) and OPT (learned
+ * positions, fc1 / fc2, project_in / project_out), in vLLM's engine layout.
  *
  * model/ stands above topology/: the rules of a parsed topology against the model config
  * (rf_model_check_topology, rf_model_bind_topology) and the collective loading of both files
@@ -36,13 +38,15 @@ typedef enum {
     RF_FAMILY_QWEN2,
     RF_FAMILY_QWEN3,
     RF_FAMILY_QWEN3_MOE,
+    RF_FAMILY_GPT_NEOX,
+    RF_FAMILY_OPT,
 } rf_family_t;
 
 /* config.json, after the key alias table of DESIGN.md section 4. Owned strings freed by
  * rf_model_config_free(). */
 typedef struct rf_model_config {
     rf_family_t family;
-    char model_type[32];     /* "llama", "qwen2", "qwen3", "qwen3_moe" */
+    char model_type[32];     /* "llama", "qwen2", "qwen3", "qwen3_moe", "gpt_neox", "opt" */
     char architecture[64];   /* architectures[0] */
     rf_dtype_t dtype;        /* torch_dtype or dtype */
     int64_t hidden_size;     /* H */
@@ -51,7 +55,7 @@ typedef struct rf_model_config {
     int64_t num_attention_heads; /* nh */
     int64_t num_key_value_heads; /* nkv (defaults to nh) */
     int64_t head_dim;        /* d: head_dim if present and not null, else H / nh */
-    int64_t intermediate_size; /* I (dense MLP) */
+    int64_t intermediate_size; /* I (dense MLP; OPT: ffn_dim) */
     int64_t num_experts;     /* E: num_experts | num_local_experts | n_routed_experts; 0 dense */
     int64_t moe_intermediate_size; /* Im */
     int64_t decoder_sparse_step;   /* qwen3_moe; 1 if absent */
@@ -64,6 +68,15 @@ typedef struct rf_model_config {
     bool mlp_bias;           /* Llama mlp_bias */
     double rope_theta;       /* rope_theta | rope_parameters.rope_theta */
     double rms_norm_eps;
+    /* GPT-NeoX and OPT (LayerNorm families; the other families keep the defaults) */
+    double layer_norm_eps;       /* layer_norm_eps (1e-5) */
+    double rotary_pct;           /* gpt_neox: rotary_pct | rope_parameters.partial_rotary_factor */
+    bool use_parallel_residual;  /* gpt_neox (true) */
+    int64_t word_embed_proj_dim; /* opt: embedding width Wd (default H; project_in / project_out
+                                    when it differs); H for the other families */
+    bool do_layer_norm_before;   /* opt (true): false has no final_layer_norm (OPT-350m) */
+    bool final_layer_norm;       /* opt: do_layer_norm_before and not _remove_final_layer_norm */
+    int64_t max_position_embeddings; /* opt: learned positions have this + 2 rows */
     /* quantization_config (absent: has_quant_config false, quant NONE) */
     bool has_quant_config;
     rf_quant_t quant;
@@ -95,7 +108,8 @@ rf_status_t rf_model_config_copy(rf_model_config_t *dst, const rf_model_config_t
  * as written (the orig_* sizes, before model.overrides) and the topology's effective
  * quantization q / wna16 group size `group`: model_type, hidden_size, intermediate_size,
  * moe_intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
- * head_dim, vocab_size, num_experts, tie_word_embeddings, and when ck has a
+ * head_dim, vocab_size, num_experts, word_embed_proj_dim and max_position_embeddings (OPT),
+ * tie_word_embeddings, and when ck has a
  * quantization_config its method, fp8 weight_block_size and wna16 group_size (a checkpoint
  * without one is a bf16 source the trainer may quantize, DESIGN.md section 7). Both were
  * parsed by rf_model_config_parse, so every key spelling is already normalized. Errors:
@@ -163,6 +177,11 @@ typedef enum {
     RF_MOD_ROW,        /* RowParallelLinear: o_proj, down_proj */
     RF_MOD_REPLICATED, /* norms, q_norm/k_norm, router mlp.gate: full copy everywhere */
     RF_MOD_MOE,        /* FusedMoE experts: w13 (E_l, 2 I_p, H), w2 (E_l, H, I_p) */
+    RF_MOD_COLUMN,     /* ColumnParallelLinear, one linear: (N/T_r, K) (OPT fc1, NeoX h_to_4h) */
+    RF_MOD_QKV_HEADS,  /* QKVParallelLinear fed by ONE fused checkpoint tensor stored
+                          interleaved per head, rows [q_h; k_h; v_h] for h = 0..nh-1 (GPT-NeoX
+                          query_key_value, nkv = nh): rank r reads the contiguous rows of heads
+                          [r nh_p, (r+1) nh_p) and writes them as [q_r; k_r; v_r] */
 } rf_module_kind_t;
 
 const char *rf_module_kind_name(rf_module_kind_t k);
@@ -220,6 +239,15 @@ typedef struct rf_module {
     int64_t k;              /* input columns K (H for most) */
 } rf_module_t;
 
+/* Where the decoder layers' tensors live: "model.layers." (Llama, Qwen), "gpt_neox.layers.",
+ * "model.decoder.layers." (OPT). Static. */
+const char *rf_family_layer_prefix(rf_family_t f);
+
+/* A checkpoint-name alias transformers or the published files write: a stored name beginning
+ * with `stored` is the inventory's name beginning with `canonical` (OPT: "decoder." ->
+ * "model.decoder."). Fills up to max pairs; returns how many the family has. Static strings. */
+int rf_family_aliases(rf_family_t f, const char *stored[], const char *canonical[], int max);
+
 typedef struct rf_inventory {
     rf_model_config_t cfg;  /* owned copy, overrides applied */
     rf_tensor_t *tensors;   /* owned, in manifest order within each layer */
@@ -230,6 +258,9 @@ typedef struct rf_inventory {
     rf_quant_t quant;       /* model quantization (per module: rf_module_t.quant) */
     int64_t group_size;     /* wna16 group G */
     void *index;            /* owned name -> tensor hash index */
+    const char *embed_name; /* the embedding tensor ("model.embed_tokens.weight", ...; static) */
+    const char *head_name;  /* the untied head's tensor ("lm_head.weight", GPT-NeoX
+                               "embed_out.weight"; static): skipped when tied and equal */
 } rf_inventory_t;
 
 /* Most tensors an inventory may hold: about 15x the largest MoE checkpoints (~7e4 tensors),
@@ -251,7 +282,8 @@ int rf_inventory_find(const rf_inventory_t *inv, const char *name);
 /* What to do with a checkpoint tensor the inventory does not know (DESIGN.md section 4). */
 typedef enum {
     RF_UNKNOWN_ERROR = 0, /* not on the skip list */
-    RF_UNKNOWN_SKIP,      /* *.rotary_emb.inv_freq, mtp.* */
+    RF_UNKNOWN_SKIP,      /* *.rotary_emb.inv_freq, mtp.*; gpt_neox: *.attention.bias and
+                             *.attention.masked_bias (old causal-mask buffers) */
     RF_UNKNOWN_CUT,       /* layer >= L or expert >= E after overrides */
     RF_UNKNOWN_TIED,      /* lm_head.weight when tied: skipped only if it equals the embedding */
 } rf_unknown_t;

@@ -289,6 +289,176 @@ static rf_model_config_t parse_cfg(const char *json)
     return cfg;
 }
 
+/* tests/data/SOURCES.md: pythia-14m 6 x 12 + 4 = 76 tensors, 14,067,712 values (the model
+ * card's 1,189,888 non-embedding + 2 x 50304 x 128); opt-125m 12 x 16 + 4 = 196 tensors,
+ * 125,239,296 values; the fixtures 28 and 36 tensors as their reference lists */
+START_TEST(test_counts_dense_layernorm_families)
+{
+    check_counts("pythia-14m.config.json", 76, 14067712ULL);
+    check_counts("opt-125m.config.json", 196, 125239296ULL);
+    check_counts("gpt-neox-tiny-b.config.json", 28, 2 * 512 * 96 + 2 * 96 +
+                                                       2 * (4 * 96 + 288 * 96 + 288 + 96 * 96 +
+                                                            96 + 192 * 96 + 192 + 96 * 192 + 96));
+    check_counts("opt-tiny.config.json", 36, 512 * 64 + 130 * 64 + 2 * 64 +
+                                                 2 * (4 * 64 + 4 * (64 * 64 + 64) + 128 * 64 +
+                                                      128 + 64 * 128 + 64));
+}
+END_TEST
+
+static const char *NEOX_KEYS =
+    "{\"model_type\":\"gpt_neox\",\"hidden_size\":8,\"num_hidden_layers\":1,\"vocab_size\":10,"
+    "\"num_attention_heads\":2,\"intermediate_size\":16%s}";
+
+static rf_status_t parse_neox(const char *extra, rf_model_config_t *cfg, rf_err_t *err)
+{
+    char json[512];
+    snprintf(json, sizeof(json), NEOX_KEYS, extra);
+    rf_err_clear(err);
+    return rf_model_config_parse(json, strlen(json), "neox.json", cfg, err);
+}
+
+/* rotary_pct (4.x) or rope_parameters.partial_rotary_factor (transformers 5), agreeing when
+ * both; rotary_emb_base as rope theta; defaults of GPTNeoXConfig; untied; biases */
+START_TEST(test_gpt_neox_config_keys)
+{
+    rf_model_config_t c;
+    rf_err_t err;
+    ck_assert_int_eq(parse_neox("", &c, &err), RF_OK);
+    ck_assert(c.rotary_pct == 0.25 && c.use_parallel_residual && !c.tie_word_embeddings);
+    ck_assert(c.qkv_bias && c.o_bias && c.mlp_bias);
+    ck_assert_int_eq(c.family, RF_FAMILY_GPT_NEOX);
+    rf_model_config_free(&c);
+    ck_assert_int_eq(parse_neox(",\"rotary_pct\":0.5,\"rotary_emb_base\":5000,"
+                                "\"use_parallel_residual\":false,\"attention_bias\":false",
+                                &c, &err),
+                     RF_OK);
+    ck_assert(c.rotary_pct == 0.5 && c.rope_theta == 5000.0 && !c.use_parallel_residual);
+    ck_assert(!c.qkv_bias && !c.o_bias && c.mlp_bias);
+    rf_model_config_free(&c);
+    ck_assert_int_eq(
+        parse_neox(",\"rope_parameters\":{\"partial_rotary_factor\":0.5,\"rope_theta\":7.0}", &c,
+                   &err),
+        RF_OK);
+    ck_assert(c.rotary_pct == 0.5 && c.rope_theta == 7.0);
+    rf_model_config_free(&c);
+    ck_assert_int_eq(
+        parse_neox(",\"rotary_pct\":0.25,\"rope_parameters\":{\"partial_rotary_factor\":0.5}",
+                   &c, &err),
+        RF_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "rotary_pct 0.25 and rope_parameters.partial_rotary_factor 0.5 "
+                                  "disagree") != NULL,
+                  "%s", err.msg);
+    ck_assert_int_eq(parse_neox(",\"rotary_pct\":0", &c, &err), RF_ERR_CONFIG);
+    ck_assert_int_eq(parse_neox(",\"num_key_value_heads\":1", &c, &err), RF_ERR_CONFIG);
+}
+END_TEST
+
+/* the skip list: old causal-mask buffers and inv_freq skipped, anything else unknown an
+ * error; a cut layer is CUT under the family's own layer prefix */
+START_TEST(test_gpt_neox_skip_list)
+{
+    rf_model_config_t c;
+    rf_inventory_t inv;
+    rf_err_t err;
+    ck_assert_int_eq(parse_neox("", &c, &err), RF_OK);
+    c.orig_num_hidden_layers = 3; /* model.overrides cut 3 layers to 1 */
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_ge(rf_inventory_find(&inv, "gpt_neox.layers.0.attention.dense.bias"), 0);
+    ck_assert_int_ge(rf_inventory_find(&inv, "embed_out.weight"), 0);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "gpt_neox.layers.0.attention.bias"),
+                     RF_UNKNOWN_SKIP);
+    ck_assert_int_eq(
+        rf_inventory_classify_unknown(&inv, "gpt_neox.layers.12.attention.masked_bias"),
+        RF_UNKNOWN_SKIP);
+    ck_assert_int_eq(
+        rf_inventory_classify_unknown(&inv, "gpt_neox.layers.0.attention.rotary_emb.inv_freq"),
+        RF_UNKNOWN_SKIP);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "gpt_neox.layers.0.attention.biasx"),
+                     RF_UNKNOWN_ERROR);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "gpt_neox.attention.bias"),
+                     RF_UNKNOWN_ERROR);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "gpt_neox.layers.2.mlp.dense_h_to_4h.bias"),
+                     RF_UNKNOWN_CUT);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "lm_head.weight"), RF_UNKNOWN_ERROR);
+    rf_inventory_free(&inv);
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_FP8_BLOCK, 0, &inv, &err), RF_ERR_UNSUPPORTED);
+    rf_model_config_free(&c);
+    /* tied: embed_out is the head name that may be stored anyway */
+    ck_assert_int_eq(parse_neox(",\"tie_word_embeddings\":true", &c, &err), RF_OK);
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(rf_inventory_find(&inv, "embed_out.weight"), -1);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "embed_out.weight"), RF_UNKNOWN_TIED);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&c);
+}
+END_TEST
+
+/* OPT: tied by default, ffn_dim, OPT-350m's shape (word_embed_proj_dim 512 != H 1024,
+ * do_layer_norm_before false: project_in / project_out, no final_layer_norm), learned
+ * positions with 2 extra rows, the decoder.* alias */
+START_TEST(test_opt_inventory)
+{
+    const char *j350 =
+        "{\"model_type\":\"opt\",\"hidden_size\":1024,\"num_hidden_layers\":24,"
+        "\"vocab_size\":50272,\"num_attention_heads\":16,\"ffn_dim\":4096,"
+        "\"word_embed_proj_dim\":512,\"do_layer_norm_before\":false,"
+        "\"max_position_embeddings\":2048,\"torch_dtype\":\"float16\"}";
+    rf_model_config_t c = parse_cfg(j350);
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert(c.tie_word_embeddings && !c.final_layer_norm);
+    ck_assert_int_eq(c.intermediate_size, 4096);
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    /* 24 x 16 + embed_tokens + embed_positions + project_in + project_out */
+    ck_assert_int_eq(inv.ntensors, 24 * 16 + 4);
+    int e = rf_inventory_find(&inv, "model.decoder.embed_tokens.weight");
+    ck_assert_int_ge(e, 0);
+    ck_assert_int_eq(inv.tensors[e].shape[1], 512);
+    int pi = rf_inventory_find(&inv, "model.decoder.project_in.weight");
+    int po = rf_inventory_find(&inv, "model.decoder.project_out.weight");
+    ck_assert_int_ge(pi, 0);
+    ck_assert_int_ge(po, 0);
+    ck_assert_int_eq(inv.tensors[pi].shape[0], 1024);
+    ck_assert_int_eq(inv.tensors[pi].shape[1], 512);
+    ck_assert_int_eq(inv.tensors[po].layer, 24);
+    ck_assert_int_eq(rf_inventory_find(&inv, "model.decoder.final_layer_norm.weight"), -1);
+    int pos = rf_inventory_find(&inv, "model.decoder.embed_positions.weight");
+    ck_assert_int_eq(inv.tensors[pos].shape[0], 2050);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "lm_head.weight"), RF_UNKNOWN_TIED);
+    const char *from[2], *to[2];
+    ck_assert_int_eq(rf_family_aliases(c.family, from, to, 2), 1);
+    ck_assert_str_eq(from[0], "decoder.");
+    ck_assert_str_eq(to[0], "model.decoder.");
+    ck_assert_int_eq(rf_family_aliases(RF_FAMILY_LLAMA, from, to, 2), 0);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&c);
+    c = parse_cfg("{\"model_type\":\"opt\",\"hidden_size\":8,\"num_hidden_layers\":1,"
+                  "\"vocab_size\":10,\"num_attention_heads\":2,\"ffn_dim\":16,"
+                  "\"tie_word_embeddings\":false,\"enable_bias\":false}");
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_ge(rf_inventory_find(&inv, "lm_head.weight"), 0);
+    ck_assert_int_ge(rf_inventory_find(&inv, "model.decoder.final_layer_norm.bias"), 0);
+    ck_assert_int_eq(rf_inventory_find(&inv, "model.decoder.layers.0.fc1.bias"), -1);
+    ck_assert_int_eq(inv.tensors[rf_inventory_find(&inv, "model.decoder.embed_positions.weight")]
+                         .shape[0],
+                     2050); /* OPTConfig's max_position_embeddings 2048 */
+    rf_inventory_free(&inv);
+    rf_model_config_free(&c);
+    const char *bad = "{\"model_type\":\"opt\",\"hidden_size\":8,\"num_hidden_layers\":1,"
+                      "\"vocab_size\":10,\"num_attention_heads\":2,\"ffn_dim\":16,"
+                      "\"layer_norm_elementwise_affine\":false}";
+    ck_assert_int_eq(rf_model_config_parse(bad, strlen(bad), "t.json", &c, &err),
+                     RF_ERR_UNSUPPORTED);
+    const char *noffn = "{\"model_type\":\"opt\",\"hidden_size\":8,\"num_hidden_layers\":1,"
+                        "\"vocab_size\":10,\"num_attention_heads\":2,\"intermediate_size\":16}";
+    rf_err_clear(&err); /* the first error is kept */
+    ck_assert_int_eq(rf_model_config_parse(noffn, strlen(noffn), "t.json", &c, &err),
+                     RF_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "ffn_dim") != NULL, "%s", err.msg);
+}
+END_TEST
+
 static rf_status_t cmp_cfg(const rf_model_config_t *ck, const rf_model_config_t *topo,
                            rf_quant_t q, int64_t g, rf_err_t *err)
 {
@@ -423,6 +593,10 @@ int main(void)
     tcase_add_test(tc, test_moe_placement);
     tcase_add_test(tc, test_quant_not_convert_and_refusals);
     tcase_add_test(tc, test_config_compare_checkpoint);
+    tcase_add_test(tc, test_counts_dense_layernorm_families);
+    tcase_add_test(tc, test_gpt_neox_config_keys);
+    tcase_add_test(tc, test_gpt_neox_skip_list);
+    tcase_add_test(tc, test_opt_inventory);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

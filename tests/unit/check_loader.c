@@ -48,6 +48,19 @@ static const char *MOE =
     "\"moe_intermediate_size\":4,\"num_experts_per_tok\":2,\"decoder_sparse_step\":1,"
     "\"torch_dtype\":\"bfloat16\",\"tie_word_embeddings\":false}";
 
+/* GPT-NeoX: H 8, nh 4, d 2, I 8, V 10, L 1; query_key_value (24, 8) stored per head:
+ * head h's q rows [6h, 6h+2), k [6h+2, 6h+4), v [6h+4, 6h+6) */
+static const char *NEOX =
+    "{\"architectures\":[\"GPTNeoXForCausalLM\"],\"model_type\":\"gpt_neox\",\"hidden_size\":8,"
+    "\"num_hidden_layers\":1,\"vocab_size\":10,\"num_attention_heads\":4,"
+    "\"intermediate_size\":8,\"rotary_pct\":0.25,\"torch_dtype\":\"bfloat16\"}";
+/* OPT: H 8, nh 4, ffn_dim 8, V 10, word_embed_proj_dim 4 (project_in / project_out) */
+static const char *OPT_PROJ =
+    "{\"architectures\":[\"OPTForCausalLM\"],\"model_type\":\"opt\",\"hidden_size\":8,"
+    "\"num_hidden_layers\":1,\"vocab_size\":10,\"num_attention_heads\":4,\"ffn_dim\":8,"
+    "\"word_embed_proj_dim\":4,\"max_position_embeddings\":6,\"do_layer_norm_before\":false,"
+    "\"torch_dtype\":\"bfloat16\"}";
+
 static void build(const char *json, rf_inventory_t *inv)
 {
     rf_model_config_t cfg;
@@ -656,6 +669,156 @@ static void pieces_equal(const char *json, const rf_rollout_coords_t *rc, const 
     rf_inventory_free(&inv);
 }
 
+/* vLLM's GPT-NeoX load: view (nh, 3, d, K), transpose to (3, nh, d, K): [q; k; v] of the
+ * rank's heads. TP 1: q = src rows 0,1 6,7 12,13 18,19; k = 2,3 8,9 ...; v = 4,5 10,11 ... */
+START_TEST(test_neox_qkv_heads_tp1)
+{
+    rf_inventory_t inv;
+    build(NEOX, &inv);
+    rf_rollout_coords_t rc = tp(1, 0);
+    const char *w = "gpt_neox.layers.0.attention.query_key_value.weight";
+    dbuf_t d = dst_for(&inv, &rc, tidx(&inv, w));
+    ck_assert_int_eq(d.shape.shape[0], 24);
+    ck_assert_uint_eq(load_all(&inv, &rc, w, 0, &d, 1), 24 * 8);
+    const uint16_t want[] = {
+        R8(1),   R8(9),   R8(49),  R8(57),  R8(97),  R8(105), R8(145), R8(153), /* q */
+        R8(17),  R8(25),  R8(65),  R8(73),  R8(113), R8(121), R8(161), R8(169), /* k */
+        R8(33),  R8(41),  R8(81),  R8(89),  R8(129), R8(137), R8(177), R8(185), /* v */
+    };
+    expect(&d, want, NELEM(want), "query_key_value tp1");
+    free(d.buf);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
+/* TP 2, rank 1 holds heads 2 and 3 (src rows 12..23), loaded in pieces that cut q / k / v
+ * blocks apart: [q2 q3; k2 k3; v2 v3] = rows 12,13 18,19; 14,15 20,21; 16,17 22,23. */
+START_TEST(test_neox_qkv_heads_tp2_pieces)
+{
+    rf_inventory_t inv;
+    build(NEOX, &inv);
+    rf_rollout_coords_t rc = tp(2, 1);
+    const char *w = "gpt_neox.layers.0.attention.query_key_value.weight";
+    int t = tidx(&inv, w);
+    dbuf_t d = dst_for(&inv, &rc, t);
+    ck_assert_int_eq(d.shape.shape[0], 12);
+    const uint64_t cuts[] = {0, 5, 13, 14, 15, 23, 24};
+    uint64_t total = 0;
+    for (size_t i = 0; i + 1 < NELEM(cuts); i++)
+        total += load(&inv, &rc, w, 0, &d, 1, cuts[i], cuts[i + 1]);
+    ck_assert_uint_eq(total, 12 * 8);
+    const uint16_t want[] = {R8(97),  R8(105), R8(145), R8(153), R8(113), R8(121),
+                             R8(161), R8(169), R8(129), R8(137), R8(177), R8(185)};
+    expect(&d, want, NELEM(want), "query_key_value tp2 rank 1");
+    /* a piece of whole blocks of both heads: one strided copy per shard; with a partial block
+     * at each end at most five */
+    uint16_t *src = src_for(&inv, t, 1);
+    rf_accel_rows_t runs[RF_LOAD_MAX_RUNS];
+    ck_assert_int_eq(rf_load_piece_runs(&inv, &rc, t, 0, &d.dst, src + 12 * 8, RF_DTYPE_BF16, 12,
+                                        24, runs),
+                     3);
+    ck_assert_int_eq(runs[0].rows, 2);
+    ck_assert_int_eq(runs[0].src_pitch, 3 * 2 * 8);
+    ck_assert_int_eq(rf_load_piece_runs(&inv, &rc, t, 0, &d.dst, src + 13 * 8, RF_DTYPE_BF16, 13,
+                                        23, runs),
+                     5);
+    ck_assert_int_eq(rf_load_piece_runs(&inv, &rc, t, 0, &d.dst, src, RF_DTYPE_BF16, 0, 12, runs),
+                     0);
+    free(src);
+    free(d.buf);
+    /* the bias the same way: rank 0 = elements 0,1 6,7 | 2,3 8,9 | 4,5 10,11 */
+    const char *b = "gpt_neox.layers.0.attention.query_key_value.bias";
+    rc = tp(2, 0);
+    d = dst_for(&inv, &rc, tidx(&inv, b));
+    ck_assert_uint_eq(load(&inv, &rc, b, 0, &d, 1, 0, 7) + load(&inv, &rc, b, 0, &d, 1, 7, 24),
+                      12);
+    const uint16_t wb[] = {1, 2, 7, 8, 3, 4, 9, 10, 5, 6, 11, 12};
+    expect(&d, wb, NELEM(wb), "query_key_value bias tp2 rank 0");
+    free(d.buf);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
+/* ColumnParallelLinear dense_h_to_4h (8, 8) + bias at TP 2; LayerNorm weight and bias are
+ * two replicated slots; embed_out is vocab parallel */
+START_TEST(test_neox_column_and_layernorm)
+{
+    rf_inventory_t inv;
+    build(NEOX, &inv);
+    rf_rollout_coords_t rc = tp(2, 1);
+    const char *w = "gpt_neox.layers.0.mlp.dense_h_to_4h.weight";
+    dbuf_t d = dst_for(&inv, &rc, tidx(&inv, w));
+    ck_assert_uint_eq(load(&inv, &rc, w, 0, &d, 1, 0, 3) + load(&inv, &rc, w, 0, &d, 1, 3, 8),
+                      32);
+    const uint16_t want[] = {R8(33), R8(41), R8(49), R8(57)};
+    expect(&d, want, NELEM(want), "dense_h_to_4h tp2 rank 1");
+    free(d.buf);
+    const char *bias = "gpt_neox.layers.0.mlp.dense_h_to_4h.bias";
+    d = dst_for(&inv, &rc, tidx(&inv, bias));
+    load_all(&inv, &rc, bias, 0, &d, 1);
+    const uint16_t wb[] = {5, 6, 7, 8};
+    expect(&d, wb, NELEM(wb), "dense_h_to_4h bias tp2 rank 1");
+    free(d.buf);
+    /* dense_4h_to_h is row parallel: its bias a full copy */
+    const char *rb = "gpt_neox.layers.0.mlp.dense_4h_to_h.bias";
+    d = dst_for(&inv, &rc, tidx(&inv, rb));
+    load_all(&inv, &rc, rb, 0, &d, 1);
+    const uint16_t wr[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    expect(&d, wr, NELEM(wr), "dense_4h_to_h bias");
+    free(d.buf);
+    int ln = tidx(&inv, "gpt_neox.layers.0.input_layernorm.bias");
+    rf_slot_shape_t s[RF_MODULE_MAX_SLOTS];
+    int n = 0;
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_module_slots(&inv, inv.tensors[ln].module, &rc, s, &n, &err), RF_OK);
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(s[inv.tensors[ln].slot].name, "bias");
+    ck_assert_int_eq(s[inv.tensors[ln].slot].shape[0], 8);
+    d = dst_for(&inv, &rc, ln);
+    load_all(&inv, &rc, "gpt_neox.layers.0.input_layernorm.bias", 0, &d, 1);
+    expect(&d, wr, NELEM(wr), "input_layernorm bias");
+    free(d.buf);
+    int head = tidx(&inv, "embed_out.weight");
+    ck_assert_int_eq(inv.modules[inv.tensors[head].module].kind, RF_MOD_VOCAB);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
+/* OPT with word_embed_proj_dim 4 != H 8: the vocab slots are Wd wide, project_in (8, 4) and
+ * project_out (4, 8) replicated; learned positions have max_position_embeddings + 2 rows */
+START_TEST(test_opt_embed_width_and_positions)
+{
+    rf_inventory_t inv;
+    build(OPT_PROJ, &inv);
+    rf_rollout_coords_t rc = tp(2, 1);
+    const char *e = "model.decoder.embed_tokens.weight";
+    dbuf_t d = dst_for(&inv, &rc, tidx(&inv, e));
+    ck_assert_int_eq(d.shape.shape[0], 32); /* Vp 64 / 2 */
+    ck_assert_int_eq(d.shape.shape[1], 4);
+    free(d.buf);
+    const char *pi = "model.decoder.project_in.weight";
+    d = dst_for(&inv, &rc, tidx(&inv, pi));
+    ck_assert_int_eq(d.shape.shape[0], 8);
+    ck_assert_int_eq(d.shape.shape[1], 4);
+    ck_assert_uint_eq(load_all(&inv, &rc, pi, 0, &d, 1), 32);
+    free(d.buf);
+    const char *pos = "model.decoder.embed_positions.weight";
+    d = dst_for(&inv, &rc, tidx(&inv, pos));
+    ck_assert_int_eq(d.shape.shape[0], 8);
+    ck_assert_uint_eq(load_all(&inv, &rc, pos, 0, &d, 1), 64);
+    free(d.buf);
+    /* fc1 is column parallel: rank 1 rows 4..7 */
+    const char *f = "model.decoder.layers.0.fc1.weight";
+    d = dst_for(&inv, &rc, tidx(&inv, f));
+    load_all(&inv, &rc, f, 0, &d, 1);
+    const uint16_t want[] = {R8(33), R8(41), R8(49), R8(57)};
+    expect(&d, want, NELEM(want), "fc1 tp2 rank 1");
+    free(d.buf);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
 START_TEST(test_pieces)
 {
     const uint64_t cuts[] = {0, 3, 5, 8};
@@ -722,6 +885,10 @@ int main(void)
     tcase_add_test(tc, test_replicated_norms);
     tcase_add_test(tc, test_moe_ep_off);
     tcase_add_test(tc, test_moe_ep_on);
+    tcase_add_test(tc, test_neox_qkv_heads_tp1);
+    tcase_add_test(tc, test_neox_qkv_heads_tp2_pieces);
+    tcase_add_test(tc, test_neox_column_and_layernorm);
+    tcase_add_test(tc, test_opt_embed_width_and_positions);
     tcase_add_test(tc, test_pieces);
     tcase_add_test(tc, test_empty_piece_writes_nothing);
     suite_add_tcase(s, tc);
