@@ -378,17 +378,7 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
             rf_chunk_header_t hd;
             x->stats.peers[o->sender].chunks_recv++;
             x->stats.peers[o->sender].bytes_recv += o->bytes;
-            rf_chunk_header_read(h, &hd);
-            if (hd.update != cfg->update) {
-                st = rf_err_set(&e, RF_ERR_SEQUENCE, "header carries update %u", hd.update);
-                goto fail;
-            }
-            if (hd.seq != c->seq) {
-                st = rf_err_set(&e, RF_ERR_SEQUENCE, "%s: header carries seq %u, expected %u",
-                                hd.seq < c->seq ? "repeated chunk" : "gap in the sequence",
-                                hd.seq, c->seq);
-                goto fail;
-            }
+            RF_CHECK_GOTO(rf_xfer_header_check(h, cfg, c, &hd, &e), st, fail);
             if (hd.payload_bytes != c->payload_bytes) {
                 st = rf_err_set(&e, RF_ERR_MISMATCH,
                                 "payload of %" PRIu64 " bytes, expected %" PRIu64,
