@@ -389,17 +389,6 @@ static bool view_confirmed(rf_plan_t *p, int m)
     return true;
 }
 
-/* First slot whose signature differs from the recorded one, or -1 (plan_int.h). */
-int plan_changed_slot(const rf_plan_t *p)
-{
-    if (p->nsigs != p->st->nslots)
-        return p->nsigs < p->st->nslots ? p->nsigs : 0;
-    for (int i = 0; i < p->nsigs; i++)
-        if (!rf_signature_equal(&p->sigs[i], &p->st->slots[i].sig))
-            return i;
-    return -1;
-}
-
 rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
 {
     int changed = plan_changed_slot(p);

@@ -5,6 +5,9 @@
  *                 update (rf_plan_begin), the source dtypes, the model-layout read back
  *   plan_apply.c  the per-piece path: rf_plan_apply, stage, flush, check, finalize with the
  *                 deferred stage, abort, the device scratch pool and timeline, rf_plan_free
+ *
+ * plan_build.c calls into plan_apply.c (rf_plan_abort, rf_plan_free), never the other way:
+ * what plan_apply.c needs of the build side is here, inline.
  */
 #ifndef REFIT_PLAN_INT_H
 #define REFIT_PLAN_INT_H
@@ -30,7 +33,15 @@ static inline int plan_layer_runtime(rf_plan_t *p, int m, rf_slot_t **rt)
 }
 
 /* First slot whose signature differs from the one recorded at the last (re)build, or -1
- * (plan_build.c; rf_plan_begin rebuilds on it, rf_plan_finalize fails the update on it). */
-int plan_changed_slot(const rf_plan_t *p);
+ * (rf_plan_begin rebuilds on it, rf_plan_finalize fails the update on it). */
+static inline int plan_changed_slot(const rf_plan_t *p)
+{
+    if (p->nsigs != p->st->nslots)
+        return p->nsigs < p->st->nslots ? p->nsigs : 0;
+    for (int i = 0; i < p->nsigs; i++)
+        if (!rf_signature_equal(&p->sigs[i], &p->st->slots[i].sig))
+            return i;
+    return -1;
+}
 
 #endif
