@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli_common.h"
 #include "refit/checkpoint.h"
 #include "refit/generator.h"
 #include "refit/hdf5.h"
@@ -312,25 +313,6 @@ static rf_status_t write_st_dir(job_t *j, const char *out, bool force, uint64_t 
     return RF_OK;
 }
 
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n;
-    if (f == NULL)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (16L << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL &&
-        fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = '\0';
-    } else {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    return buf;
-}
-
 static int parse_bytes(const char *s, uint64_t *v)
 {
     char *end;
@@ -419,14 +401,14 @@ int main(int argc, char **argv)
         /* MPI only so that the library's MPI-typed pieces are initialized; one process */
         MPI_Init(&argc, &argv);
         mpi = true;
-        char *yaml = read_text(gen);
+        char *yaml = cli_file_read(gen, CLI_TEXT_MAX, NULL);
         if (yaml == NULL) {
             st = rf_err_set(&err, RF_ERR_IO, "%s: cannot read", gen);
         } else if ((st = rf_topology_parse(yaml, strlen(yaml), gen, &topo, &err)) == RF_OK &&
                    (st = rf_model_config_load(topo.model_config_path, &cfg0, &err)) == RF_OK &&
                    (st = rf_model_check_topology(&topo, &cfg0, 0, &cfg, &err)) == RF_OK &&
                    (st = rf_inventory_build(&cfg, RF_QUANT_NONE, 0, &inv, &err)) == RF_OK) {
-            config = read_text(topo.model_config_path);
+            config = cli_file_read(topo.model_config_path, CLI_TEXT_MAX, NULL);
             items = calloc((size_t)inv.ntensors + 1, sizeof(*items));
             for (int i = 0; items != NULL && i < inv.ntensors; i++) {
                 const rf_tensor_t *t = &inv.tensors[i];
@@ -463,7 +445,7 @@ int main(int argc, char **argv)
         } else if (stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
             char p[4096];
             snprintf(p, sizeof(p), "%s/config.json", in);
-            config = read_text(p); /* optional */
+            config = cli_file_read(p, CLI_TEXT_MAX, NULL); /* optional */
         }
     }
     if (st == RF_OK && items == NULL)

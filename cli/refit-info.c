@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli_common.h"
 #include "refit/checkpoint.h"
 #include "refit/hdf5.h"
 #include "refit/model.h"
@@ -35,25 +36,6 @@ static void usage(FILE *f)
                "Checks and describes a checkpoint (safetensors directory, HDF5 file, or a\n"
                "directory holding model.h5): format, tensors, bytes, dtypes, the model config\n"
                "it carries; with --topology, the plan counts per rollout rank (refit-plan).\n");
-}
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n;
-    if (f == NULL)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (16L << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL &&
-        fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = '\0';
-    } else {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    return buf;
 }
 
 int main(int argc, char **argv)
@@ -119,7 +101,7 @@ int main(int argc, char **argv)
     struct stat sb;
     if (text == NULL && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         snprintf(cpath, sizeof(cpath), "%s/config.json", path);
-        text = read_text(cpath);
+        text = cli_file_read(cpath, CLI_TEXT_MAX, NULL);
         where = "config.json";
     }
     json_t *jc = json_null();

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_common.h"
 #include "refit/format.h"
 #include "refit/formats.h"
 #include "refit/log.h"
@@ -35,25 +36,6 @@ static void usage(FILE *f)
                "RUNTIME_VIEW, LAYERWISE) and the expected applications, without moving data or\n"
                "committing memory (arenas are reserved with MAP_NORESERVE). --format-owner NAME\n"
                "overrides the owner chosen from the topology's quantization and backend.\n");
-}
-
-static char *read_file(const char *path, size_t *len_p)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n;
-    if (f == NULL)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) != NULL && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = '\0';
-        *len_p = (size_t)n;
-    } else {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    return buf;
 }
 
 static int fail(const char *msg)
@@ -112,7 +94,7 @@ int main(int argc, char **argv)
     }
     /* MPI only so that the library's MPI-typed pieces are initialized; one process */
     MPI_Init(&argc, &argv);
-    if ((yaml = read_file(topo_path, &len)) == NULL) {
+    if ((yaml = cli_file_read(topo_path, 0, &len)) == NULL) {
         fprintf(stderr, "refit-plan: %s: cannot read\n", topo_path);
         MPI_Finalize();
         return 1;

@@ -565,27 +565,11 @@ static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
                                             &s->areqs[ai], &e),
                           st, fail);
             s->ack_posted[ai] = 1;
-            int hit = f->dest < 0 || f->dest == peer;
-            int copies = 1;
-            if (hit && f->drop_seq == (int64_t)c->seq)
-                copies = 0;
-            if (hit && f->dup_seq == (int64_t)c->seq)
-                copies = 2;
-            for (int n = 0; n < copies; n++) {
-                RF_CHECK_GOTO(
-                    x->tp->ops->isend(x->tp, msg, bytes, peer, tag, &x->sreqs[b * per + nreq], &e),
-                    st, fail);
-                nreq++;
-                x->stats.peers[peer].chunks_sent++;
-                x->stats.peers[peer].bytes_sent += bytes;
-                x->stats.chunks_sent++;
-            }
+            RF_CHECK_GOTO(rf_xfer_send_copies(x, f, c->seq, msg, bytes, peer, tag,
+                                              &x->sreqs[b * per], &nreq, &e),
+                          st, fail);
         }
-        x->slot_busy[b] = 1;
-        int inflight = 0;
-        for (int i = 0; i < x->buffers; i++)
-            inflight += x->slot_busy[i];
-        rf_xfer_update_inflight(x, inflight);
+        rf_xfer_slot_sent(x, b);
     }
     peer = -1;
     for (int b = 0; b < x->buffers; b++)
@@ -612,36 +596,6 @@ fail:
 }
 
 /* ---- receiver ---------------------------------------------------------------------------- */
-
-typedef struct recv_done {
-    MPI_Status status;
-    int done;
-} recv_done_t;
-
-static rf_status_t on_recv(void *ctx, int index, const MPI_Status *status, rf_err_t *err)
-{
-    (void)index;
-    (void)err;
-    recv_done_t *d = ctx;
-    d->status = *status;
-    d->done = 1;
-    return RF_OK;
-}
-
-/* Waits for the single request *req (ABORT + deadline); its status in *d. */
-static rf_status_t wait_one(rf_xfer_t *x, MPI_Request *req, double deadline, recv_done_t *d,
-                            rf_err_t *err)
-{
-    rf_status_t st = RF_OK;
-    double t0 = rf_time_now();
-    d->done = 0;
-    while (!d->done && st == RF_OK)
-        st = rf_ctl_wait_some(x->ctl, req, 1, deadline, 0, on_recv, d, err);
-    x->stats.wire_s += rf_time_now() - t0;
-    if (st == RF_ERR_TIMEOUT)
-        rf_err_reset(err, st, "deadline expired");
-    return st;
-}
 
 /* The segments of chunk c for this rank (see rf_ipc_piece_t). */
 static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
@@ -773,7 +727,7 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
     size_t posted = 0, next = 0;
     uint32_t seq = 0;
     int stage = -1, src = -1;
-    recv_done_t d;
+    MPI_Status status;
     const rf_chunk_t *pending = NULL; /* applied, ACK not sent yet (defer) */
 
     if (s->staged == NULL || s->pieces == NULL || cfg->items == NULL || s->pair < 0 ||
@@ -787,13 +741,12 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
     RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, s->ready_rbuf, RF_IPC_ACK_BYTES, s->pair,
                                     RF_IPC_TAG_READY(cfg->update), &x->rreqs[B], &e),
                   st, fail);
-    RF_CHECK_GOTO(wait_one(x, &x->rreqs[B], cfg->deadline, &d, &e), st, fail_ready);
+    RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[B], cfg->deadline, &status, &e), st,
+                  fail_ready);
     {
         size_t got = 0;
         rf_chunk_header_t h;
-        RF_CHECK_GOTO(x->tp->ops->recv_bytes(x->tp, &d.status, &got, &e), st, fail_ready);
-        x->stats.peers[s->pair].chunks_recv++;
-        x->stats.peers[s->pair].bytes_recv += got;
+        RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, s->pair, &got, &e), st, fail_ready);
         rf_chunk_header_read(s->ready_rbuf, &h);
         if (got != RF_IPC_ACK_BYTES || h.update != cfg->update || h.seq != RF_IPC_READY_SEQ) {
             st = rf_err_set(&e, RF_ERR_SEQUENCE, "READY carries update %u seq %u (%zu bytes)",
@@ -816,11 +769,9 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
         stage = c->stage;
         src = cfg->stage_senders[c->stage];
         rf_xfer_update_inflight(x, (int)(posted - next));
-        RF_CHECK_GOTO(wait_one(x, &x->rreqs[b], cfg->deadline, &d, &e), st, fail);
+        RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
         size_t got = 0;
-        RF_CHECK_GOTO(x->tp->ops->recv_bytes(x->tp, &d.status, &got, &e), st, fail);
-        x->stats.peers[src].chunks_recv++;
-        x->stats.peers[src].bytes_recv += got;
+        RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
         const unsigned char *msg = x->bufs[b];
         rf_chunk_header_t h;
         uint32_t slot, flags;
@@ -828,17 +779,7 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
             st = rf_err_set(&e, RF_ERR_MISMATCH, "message of %zu bytes has no header", got);
             goto fail;
         }
-        rf_chunk_header_read(msg, &h);
-        if (h.update != cfg->update) {
-            st = rf_err_set(&e, RF_ERR_SEQUENCE, "header carries update %u", h.update);
-            goto fail;
-        }
-        if (h.seq != c->seq) {
-            st = rf_err_set(&e, RF_ERR_SEQUENCE, "%s: header carries seq %u, expected %u",
-                            h.seq < c->seq ? "repeated chunk" : "gap in the sequence", h.seq,
-                            c->seq);
-            goto fail;
-        }
+        RF_CHECK_GOTO(rf_xfer_header_check(msg, cfg, c, &h, &e), st, fail);
         memcpy(&slot, msg + 16, 4);
         memcpy(&flags, msg + 20, 4);
         if (h.payload_bytes != c->payload_bytes || got != RF_IPC_SEQ_BYTES + trailer ||

@@ -84,27 +84,11 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
             peer = cfg->receivers[i];
             if (peer == x->rank)
                 continue;
-            int hit = f->dest < 0 || f->dest == peer;
-            int copies = 1;
-            if (hit && f->drop_seq == (int64_t)c->seq)
-                copies = 0;
-            if (hit && f->dup_seq == (int64_t)c->seq)
-                copies = 2;
-            for (int n = 0; n < copies; n++) {
-                RF_CHECK_GOTO(x->tp->ops->isend(x->tp, buf, bytes, peer, tag,
-                                                &x->sreqs[b * per + nreq], &e),
-                              st, fail);
-                nreq++;
-                x->stats.peers[peer].chunks_sent++;
-                x->stats.peers[peer].bytes_sent += bytes;
-                x->stats.chunks_sent++;
-            }
+            RF_CHECK_GOTO(rf_xfer_send_copies(x, f, c->seq, buf, bytes, peer, tag,
+                                              &x->sreqs[b * per], &nreq, &e),
+                          st, fail);
         }
-        x->slot_busy[b] = 1;
-        int inflight = 0;
-        for (int i = 0; i < x->buffers; i++)
-            inflight += x->slot_busy[i];
-        rf_xfer_update_inflight(x, inflight);
+        rf_xfer_slot_sent(x, b);
     }
     peer = -1;
     for (int b = 0; b < x->buffers; b++)
@@ -127,21 +111,6 @@ fail:
     if (st != RF_ERR_PEER)
         rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
     return st;
-}
-
-typedef struct recv_done {
-    MPI_Status status;
-    int done;
-} recv_done_t;
-
-static rf_status_t on_recv(void *ctx, int index, const MPI_Status *status, rf_err_t *err)
-{
-    (void)index;
-    (void)err;
-    recv_done_t *d = ctx;
-    d->status = *status;
-    d->done = 1;
-    return RF_OK;
 }
 
 static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
@@ -172,37 +141,17 @@ static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
         stage = c->stage;
         src = cfg->stage_senders[c->stage];
         rf_xfer_update_inflight(x, (int)(posted - next));
-        recv_done_t d = {.done = 0};
-        double t0 = rf_time_now();
-        while (!d.done && st == RF_OK)
-            st = rf_ctl_wait_some(x->ctl, &x->rreqs[b], 1, cfg->deadline, 0, on_recv, &d, &e);
-        x->stats.wire_s += rf_time_now() - t0;
-        if (st != RF_OK) {
-            if (st == RF_ERR_TIMEOUT)
-                rf_err_reset(&e, st, "deadline expired");
-            goto fail;
-        }
+        MPI_Status status;
+        RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
         size_t got = 0;
-        RF_CHECK_GOTO(x->tp->ops->recv_bytes(x->tp, &d.status, &got, &e), st, fail);
-        x->stats.peers[src].chunks_recv++;
-        x->stats.peers[src].bytes_recv += got;
+        RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
         const unsigned char *buf = x->bufs[b];
         rf_chunk_header_t h;
         if (got < RF_CHUNK_HEADER_BYTES) {
             st = rf_err_set(&e, RF_ERR_MISMATCH, "message of %zu bytes has no header", got);
             goto fail;
         }
-        rf_chunk_header_read(buf, &h);
-        if (h.update != cfg->update) {
-            st = rf_err_set(&e, RF_ERR_SEQUENCE, "header carries update %u", h.update);
-            goto fail;
-        }
-        if (h.seq != c->seq) {
-            st = rf_err_set(&e, RF_ERR_SEQUENCE, "%s: header carries seq %u, expected %u",
-                            h.seq < c->seq ? "repeated chunk" : "gap in the sequence", h.seq,
-                            c->seq);
-            goto fail;
-        }
+        RF_CHECK_GOTO(rf_xfer_header_check(buf, cfg, c, &h, &e), st, fail);
         const size_t trailer = cfg->integrity ? RF_CHUNK_TRAILER_BYTES : 0;
         if (h.payload_bytes != c->payload_bytes ||
             got != RF_CHUNK_HEADER_BYTES + c->payload_bytes + trailer) {
@@ -219,7 +168,7 @@ static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
                                          c, &e),
                           st, fail);
         }
-        t0 = rf_time_now();
+        double t0 = rf_time_now();
         st = rf_xfer_piece_segments(x, plan, c, buf + RF_CHUNK_HEADER_BYTES, RF_XFER_MEM_HOST,
                                     &e);
         if (st == RF_OK)

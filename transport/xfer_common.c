@@ -1,11 +1,15 @@
 /*
- * refit: what the chunk paths of an xfer share (transport/xfer_int.h): the mpi scheduler
- * (transport/xfer.c), the ipc transport (transport/transport_ipc.c) and the nccl transport
- * (transport/transport_nccl.c) all use these, so none of them calls into another.
+ * refit: what the chunk paths of an xfer share (transport/xfer_int.h): the scheduler
+ * (transport/xfer.c), the mpi transport (transport/transport_mpi_chunks.c), the ipc transport
+ * (transport/transport_ipc.c) and the nccl transport (transport/transport_nccl_chunks.c) all
+ * use these, so none of them calls into another.
  *
  * The error wrapper, the in-flight counter, cancelling posted receives, the probe
  * for extra chunk messages after the last expected one, and the message drain after a FAILED
- * verdict (chunk messages over the message transport x->tp: mpi, and ipc's SEQ / READY / ACK).
+ * verdict (chunk messages over the message transport x->tp: mpi, and ipc's SEQ / READY / ACK);
+ * the sender's message to one receiver under the drop / dup faults and its slot marked busy,
+ * the receiver's wait on one message, its counted receive and the header check against the
+ * next expected (update, seq).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -169,5 +173,87 @@ rf_status_t rf_xfer_piece_segments(rf_xfer_t *x, const rf_chunk_plan_t *plan, co
         x->segs[k] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end,
                                          (const unsigned char *)payload + pc->offset, 1, mem};
     }
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_send_copies(rf_xfer_t *x, const rf_xfer_fault_t *f, uint32_t seq,
+                                const void *buf, size_t bytes, int peer, int tag,
+                                MPI_Request *reqs, int *nreq, rf_err_t *err)
+{
+    int hit = f->dest < 0 || f->dest == peer;
+    int copies = 1;
+    if (hit && f->drop_seq == (int64_t)seq)
+        copies = 0;
+    if (hit && f->dup_seq == (int64_t)seq)
+        copies = 2;
+    for (int n = 0; n < copies; n++) {
+        RF_CHECK(x->tp->ops->isend(x->tp, buf, bytes, peer, tag, &reqs[*nreq], err));
+        (*nreq)++;
+        x->stats.peers[peer].chunks_sent++;
+        x->stats.peers[peer].bytes_sent += bytes;
+        x->stats.chunks_sent++;
+    }
+    return RF_OK;
+}
+
+void rf_xfer_slot_sent(rf_xfer_t *x, int b)
+{
+    x->slot_busy[b] = 1;
+    int inflight = 0;
+    for (int i = 0; i < x->buffers; i++)
+        inflight += x->slot_busy[i];
+    rf_xfer_update_inflight(x, inflight);
+}
+
+typedef struct recv_done {
+    MPI_Status status;
+    int done;
+} recv_done_t;
+
+static rf_status_t on_recv(void *ctx, int index, const MPI_Status *status, rf_err_t *err)
+{
+    (void)index;
+    (void)err;
+    recv_done_t *d = ctx;
+    d->status = *status;
+    d->done = 1;
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_wait_one(rf_xfer_t *x, MPI_Request *req, double deadline, MPI_Status *status,
+                             rf_err_t *err)
+{
+    rf_status_t st = RF_OK;
+    recv_done_t d = {.done = 0};
+    double t0 = rf_time_now();
+    while (!d.done && st == RF_OK)
+        st = rf_ctl_wait_some(x->ctl, req, 1, deadline, 0, on_recv, &d, err);
+    x->stats.wire_s += rf_time_now() - t0;
+    if (st == RF_ERR_TIMEOUT)
+        rf_err_reset(err, st, "deadline expired");
+    if (d.done)
+        *status = d.status;
+    return st;
+}
+
+rf_status_t rf_xfer_recv_counted(rf_xfer_t *x, const MPI_Status *status, int src, size_t *got,
+                                 rf_err_t *err)
+{
+    RF_CHECK(x->tp->ops->recv_bytes(x->tp, status, got, err));
+    x->stats.peers[src].chunks_recv++;
+    x->stats.peers[src].bytes_recv += *got;
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_header_check(const unsigned char *msg, const rf_xfer_config_t *cfg,
+                                 const rf_chunk_t *c, rf_chunk_header_t *h, rf_err_t *err)
+{
+    rf_chunk_header_read(msg, h);
+    if (h->update != cfg->update)
+        return rf_err_set(err, RF_ERR_SEQUENCE, "header carries update %u", h->update);
+    if (h->seq != c->seq)
+        return rf_err_set(err, RF_ERR_SEQUENCE, "%s: header carries seq %u, expected %u",
+                          h->seq < c->seq ? "repeated chunk" : "gap in the sequence", h->seq,
+                          c->seq);
     return RF_OK;
 }

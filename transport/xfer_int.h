@@ -136,5 +136,24 @@ rf_status_t rf_xfer_piece_segments(rf_xfer_t *x, const rf_chunk_plan_t *plan, co
  * each source from x->tp, then completes this rank's outstanding sends. */
 rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
                                    rf_err_t *err);
+/* The sender's chunk message buf[0, bytes) to receiver peer: none under a drop fault, two
+ * under a dup fault (f; seq is the chunk's), else one isend on reqs[*nreq] (*nreq counts them),
+ * each counted in x->stats. */
+rf_status_t rf_xfer_send_copies(rf_xfer_t *x, const rf_xfer_fault_t *f, uint32_t seq,
+                                const void *buf, size_t bytes, int peer, int tag,
+                                MPI_Request *reqs, int *nreq, rf_err_t *err);
+/* Sender: slot b's sends are posted; marks it busy and updates the in-flight maximum. */
+void rf_xfer_slot_sent(rf_xfer_t *x, int b);
+/* Receiver: waits (ABORT + deadline, counted as wire time) for the one request *req; its status
+ * in *status. RF_ERR_TIMEOUT with "deadline expired". */
+rf_status_t rf_xfer_wait_one(rf_xfer_t *x, MPI_Request *req, double deadline, MPI_Status *status,
+                             rf_err_t *err);
+/* Receiver: the received message's size in *got, counted for stage sender src. */
+rf_status_t rf_xfer_recv_counted(rf_xfer_t *x, const MPI_Status *status, int src, size_t *got,
+                                 rf_err_t *err);
+/* Receiver: reads msg's chunk header into *h and checks it carries cfg's update and c's seq
+ * (RF_ERR_SEQUENCE: a repeated chunk or a gap). */
+rf_status_t rf_xfer_header_check(const unsigned char *msg, const rf_xfer_config_t *cfg,
+                                 const rf_chunk_t *c, rf_chunk_header_t *h, rf_err_t *err);
 
 #endif /* REFIT_XFER_INT_H */

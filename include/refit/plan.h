@@ -182,7 +182,7 @@ typedef struct rf_plan {
     unsigned char *shape_host;
     struct shape_pending *shape_q;
     size_t shape_head, shape_n, shape_cap;
-    /* device LAYERWISE scratch pool (kept for the plan's life; see plan.c scratch_get) */
+    /* device LAYERWISE scratch pool (kept for the plan's life; see plan_apply.c scratch_get) */
     rf_scratch_buf_t *pool;
     size_t npool, pool_cap;
     rf_plan_timeline_t tl;

@@ -912,8 +912,8 @@ START_TEST(test_triton_views)
 END_TEST
 
 /* The planner's RUNTIME_VIEW dst of a K-first param must be the checkpoint-orientation dst
- * the loader expects. Known to fail against runtime/plan.c view_dst(), which copies the view's
- * model-layout strides without swapping them for kfirst params: registered only with
+ * the loader expects. Known to fail against runtime/plan_build.c view_dst(), which copies the
+ * view's model-layout strides without swapping them for kfirst params: registered only with
  * REFIT_KNOWN_BUGS=1 until that is fixed (reported to the lead). */
 START_TEST(test_triton_plan_dst_kfirst)
 {
