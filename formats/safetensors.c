@@ -41,6 +41,8 @@ struct rf_ckpt {
     rf_name_table_t names;
     _Atomic uint64_t bytes_read;
     _Atomic uint64_t header_bytes_read;
+    rf_h5_file_t *h5_all;  /* the MPI-IO handle between collective begin and end, or NULL */
+    uint64_t coll_reads, indep_reads; /* of handles closed by rf_ckpt_collective_end */
 };
 
 /* Tensor names in messages: long enough to identify, short enough to leave room. */
@@ -876,6 +878,7 @@ void rf_ckpt_close(rf_ckpt_t *ck)
 {
     if (ck == NULL)
         return;
+    rf_h5_close(ck->h5_all); /* normally closed by rf_ckpt_collective_end already */
     rf_name_table_free(&ck->names);
     free(ck->entries);
     for (size_t i = 0; i < ck->nfiles; i++)
@@ -1038,6 +1041,95 @@ void rf_ckpt_reset_counters(rf_ckpt_t *ck)
 {
     atomic_store(&ck->bytes_read, 0);
     atomic_store(&ck->header_bytes_read, 0);
+}
+
+/* ---- lock-step collective reads (parallel HDF5) ---------------------------------------- */
+
+rf_status_t rf_ckpt_collective_begin(rf_ckpt_t *ck, MPI_Comm comm, bool *on, rf_err_t *err)
+{
+    *on = false;
+    if (ck == NULL || comm == MPI_COMM_NULL || !rf_h5_is_parallel() || ck->nfiles != 1 ||
+        ck->files[0]->h5 == NULL)
+        return RF_OK; /* independent reads: safetensors, serial libhdf5, no communicator */
+    if (ck->h5_all != NULL)
+        return rf_err_set(err, RF_ERR_STATE, "%s: collective reads begun twice", ck->dir);
+    const rf_st_file_t *f = ck->files[0];
+    rf_st_header_t h;
+    rf_h5_file_t *hf = NULL;
+    RF_CHECK(rf_h5_open_mpio(f->path, comm, &hf, &h, err));
+    /* the file as ck first saw it: the same datasets, types, shapes and addresses (same on
+     * every rank, so every rank keeps or closes the handle alike) */
+    bool changed = h.count != f->header.count;
+    const rf_st_entry_t *bad = NULL;
+    for (size_t i = 0; !changed && i < h.count; i++) {
+        const rf_st_entry_t *a = &f->header.entries[i], *b = &h.entries[i];
+        bool same = strcmp(a->name, b->name) == 0 && a->dtype == b->dtype &&
+                    a->ndim == b->ndim && a->nbytes == b->nbytes && a->offset == b->offset;
+        for (int k = 0; same && k < a->ndim; k++)
+            same = a->shape[k] == b->shape[k];
+        if (!same) {
+            bad = a;
+            changed = true;
+        }
+    }
+    rf_st_header_free(&h);
+    if (changed) {
+        rf_h5_close(hf);
+        if (bad == NULL)
+            return rf_err_set(err, RF_ERR_MISMATCH, "%s: changed since it was opened (another "
+                              "dataset count): reopen the checkpoint", f->path);
+        return rf_err_set(err, RF_ERR_MISMATCH, "%s: changed since it was opened (dataset "
+                          NAME_FMT " differs): reopen the checkpoint", f->path, bad->name);
+    }
+    ck->h5_all = hf;
+    *on = true;
+    return RF_OK;
+}
+
+rf_status_t rf_ckpt_read_all(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_begin,
+                             uint64_t row_end, uint64_t col_byte_begin, uint64_t col_byte_end,
+                             void *dst, size_t dst_pitch, rf_err_t *err)
+{
+    if (ck == NULL || ck->h5_all == NULL) {
+        if (row_begin == row_end || col_byte_begin == col_byte_end)
+            return RF_OK;
+        return rf_ckpt_read(ck, e, row_begin, row_end, col_byte_begin, col_byte_end, dst,
+                            dst_pitch, err);
+    }
+    /* e comes from ck's one HDF5 file: its index there is its index in the MPI-IO handle
+     * (begin checked they list the same datasets); ranges are checked inside, after the
+     * rank has taken part */
+    const rf_st_file_t *f = ck->files[0];
+    if (e == NULL || e->file != f)
+        return rf_err_set(err, RF_ERR_INVALID, "rf_ckpt_read_all: entry not of %s", f->path);
+    RF_CHECK(rf_h5_read_all(ck->h5_all, (size_t)(e - f->header.entries), row_begin, row_end,
+                            col_byte_begin, col_byte_end, dst, dst_pitch, err));
+    atomic_fetch_add_explicit(&ck->bytes_read, (row_end - row_begin) * (col_byte_end - col_byte_begin),
+                              memory_order_relaxed);
+    return RF_OK;
+}
+
+rf_status_t rf_ckpt_collective_end(rf_ckpt_t *ck, rf_err_t *err)
+{
+    (void)err; /* H5Fclose of a read-only file: nothing of refit's to report */
+    if (ck == NULL || ck->h5_all == NULL)
+        return RF_OK;
+    uint64_t c = 0, i = 0;
+    rf_h5_collective_counts(ck->h5_all, &c, &i);
+    ck->coll_reads += c;
+    ck->indep_reads += i;
+    rf_h5_close(ck->h5_all);
+    ck->h5_all = NULL;
+    return RF_OK;
+}
+
+void rf_ckpt_collective_counts(const rf_ckpt_t *ck, uint64_t *collective, uint64_t *independent)
+{
+    uint64_t c = 0, i = 0;
+    if (ck != NULL && ck->h5_all != NULL)
+        rf_h5_collective_counts(ck->h5_all, &c, &i);
+    *collective = ck != NULL ? ck->coll_reads + c : 0;
+    *independent = ck != NULL ? ck->indep_reads + i : 0;
 }
 
 /* ---- writer ---------------------------------------------------------------------------- */
