@@ -1003,7 +1003,8 @@ static rf_status_t read_all_impl(rf_h5_file_t *f, size_t i, const rf_st_entry_t 
             hsize_t md[2] = {(hsize_t)s.n, (hsize_t)(pitch / es)}, m0[2] = {0, 0},
                     mc[2] = {(hsize_t)s.n, (hsize_t)s.we};
             ms = H5Screate_simple(2, md, NULL);
-            sel = sel && ms >= 0 && H5Sselect_hyperslab(ms, H5S_SELECT_SET, m0, NULL, mc, NULL) >= 0;
+            sel = sel && ms >= 0 &&
+                  H5Sselect_hyperslab(ms, H5S_SELECT_SET, m0, NULL, mc, NULL) >= 0;
         }
         if (!sel || ms < 0) {
             st = h5_err(err, RF_ERR_IO, "%s: tensor " NAME_FMT ": cannot select its shard",

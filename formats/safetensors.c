@@ -1051,6 +1051,13 @@ rf_status_t rf_ckpt_collective_begin(rf_ckpt_t *ck, MPI_Comm comm, bool *on, rf_
     if (ck == NULL || comm == MPI_COMM_NULL || !rf_h5_is_parallel() || ck->nfiles != 1 ||
         ck->files[0]->h5 == NULL)
         return RF_OK; /* independent reads: safetensors, serial libhdf5, no communicator */
+    /* one rank has no peer to read with; REFIT_HDF5_COLLECTIVE=0 keeps independent reads
+     * where MPI-IO is slower than the sec2 driver (docs/benchmarks.md) */
+    int n = 0;
+    const char *env = getenv("REFIT_HDF5_COLLECTIVE");
+    MPI_Comm_size(comm, &n);
+    if (n < 2 || (env != NULL && strcmp(env, "0") == 0))
+        return RF_OK;
     if (ck->h5_all != NULL)
         return rf_err_set(err, RF_ERR_STATE, "%s: collective reads begun twice", ck->dir);
     const rf_st_file_t *f = ck->files[0];
@@ -1104,7 +1111,8 @@ rf_status_t rf_ckpt_read_all(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row
         return rf_err_set(err, RF_ERR_INVALID, "rf_ckpt_read_all: entry not of %s", f->path);
     RF_CHECK(rf_h5_read_all(ck->h5_all, (size_t)(e - f->header.entries), row_begin, row_end,
                             col_byte_begin, col_byte_end, dst, dst_pitch, err));
-    atomic_fetch_add_explicit(&ck->bytes_read, (row_end - row_begin) * (col_byte_end - col_byte_begin),
+    atomic_fetch_add_explicit(&ck->bytes_read,
+                              (row_end - row_begin) * (col_byte_end - col_byte_begin),
                               memory_order_relaxed);
     return RF_OK;
 }

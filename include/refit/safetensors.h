@@ -166,7 +166,8 @@ rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_beg
  * and sets *on: rf_ckpt_read_all is then one collective transfer per call, and every rank of
  * comm calls it for the same entry in the same order, each with its own range (an empty
  * range takes part reading nothing; a refused range still takes part, then fails on its
- * rank). Otherwise (safetensors, serial libhdf5, comm MPI_COMM_NULL) *on is false, begin and
+ * rank). Otherwise (safetensors, serial libhdf5, comm MPI_COMM_NULL or of one rank, or the
+ * environment's REFIT_HDF5_COLLECTIVE=0, read on every rank alike) *on is false, begin and
  * end do nothing, and rf_ckpt_read_all is rf_ckpt_read (an empty range reads nothing).
  * bytes_read counts each rank's own bytes. end closes the handle (collective; nothing to do
  * when begin failed or turned nothing on). rf_ckpt_collective_counts: the collective reads
