@@ -36,6 +36,8 @@ struct rf_ckpt {
     _Atomic uint64_t bytes_read;
     _Atomic uint64_t header_bytes_read;
     rf_h5_file_t *h5; /* an HDF5 checkpoint (its one file adopted): reads go through it */
+    rf_h5_file_t *h5_all;  /* the MPI-IO handle between collective begin and end, or NULL */
+    uint64_t coll_reads, indep_reads; /* of handles closed by rf_ckpt_collective_end */
 };
 
 /* Tensor names in messages: long enough to identify, short enough to leave room. */
@@ -361,6 +363,7 @@ void rf_ckpt_close(rf_ckpt_t *ck)
     for (size_t i = 0; i < ck->nfiles; i++)
         rf_st_file_close(ck->files[i]);
     free(ck->files);
+    rf_h5_close(ck->h5_all); /* normally closed by rf_ckpt_collective_end already */
     rf_h5_close(ck->h5);
     free(ck->dir);
     free(ck);
@@ -451,6 +454,105 @@ out:
     free(old);
     free(names);
     return st;
+}
+
+/* ---- lock-step collective reads (parallel HDF5) ---------------------------------------- */
+
+rf_status_t rf_ckpt_collective_begin(rf_ckpt_t *ck, MPI_Comm comm, bool *on, rf_err_t *err)
+{
+    *on = false;
+    if (ck == NULL || comm == MPI_COMM_NULL || !rf_h5_is_parallel() || ck->nfiles != 1 ||
+        ck->h5 == NULL)
+        return RF_OK; /* independent reads: safetensors, serial libhdf5, no communicator */
+    /* one rank has no peer to read with; REFIT_HDF5_COLLECTIVE=0 keeps independent reads
+     * where MPI-IO is slower than the sec2 driver (docs/benchmarks.md) */
+    int n = 0;
+    const char *env = getenv("REFIT_HDF5_COLLECTIVE");
+    MPI_Comm_size(comm, &n);
+    if (n < 2 || (env != NULL && strcmp(env, "0") == 0))
+        return RF_OK;
+    if (ck->h5_all != NULL)
+        return rf_err_set(err, RF_ERR_STATE, "%s: collective reads begun twice", ck->dir);
+    const rf_st_file_t *f = ck->files[0];
+    rf_st_header_t h;
+    rf_h5_file_t *hf = NULL;
+    RF_CHECK(rf_h5_open_mpio(rf_st_file_path(f), comm, &hf, &h, err));
+    /* the file as ck first saw it: the same datasets, types, shapes and addresses (same on
+     * every rank, so every rank keeps or closes the handle alike) */
+    const rf_st_header_t *fh = rf_st_file_header(f);
+    bool changed = h.count != fh->count;
+    const rf_st_entry_t *bad = NULL;
+    for (size_t i = 0; !changed && i < h.count; i++) {
+        const rf_st_entry_t *a = &fh->entries[i], *b = &h.entries[i];
+        bool same = strcmp(a->name, b->name) == 0 && a->dtype == b->dtype &&
+                    a->ndim == b->ndim && a->nbytes == b->nbytes && a->offset == b->offset;
+        for (int k = 0; same && k < a->ndim; k++)
+            same = a->shape[k] == b->shape[k];
+        if (!same) {
+            bad = a;
+            changed = true;
+        }
+    }
+    rf_st_header_free(&h);
+    if (changed) {
+        rf_h5_close(hf);
+        if (bad == NULL)
+            return rf_err_set(err, RF_ERR_MISMATCH, "%s: changed since it was opened (another "
+                              "dataset count): reopen the checkpoint", rf_st_file_path(f));
+        return rf_err_set(err, RF_ERR_MISMATCH, "%s: changed since it was opened (dataset "
+                          NAME_FMT " differs): reopen the checkpoint", rf_st_file_path(f), bad->name);
+    }
+    ck->h5_all = hf;
+    *on = true;
+    return RF_OK;
+}
+
+rf_status_t rf_ckpt_read_all(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_begin,
+                             uint64_t row_end, uint64_t col_byte_begin, uint64_t col_byte_end,
+                             void *dst, size_t dst_pitch, rf_err_t *err)
+{
+    if (ck == NULL || ck->h5_all == NULL) {
+        if (row_begin == row_end || col_byte_begin == col_byte_end)
+            return RF_OK;
+        return rf_ckpt_read(ck, e, row_begin, row_end, col_byte_begin, col_byte_end, dst,
+                            dst_pitch, err);
+    }
+    /* e comes from ck's one HDF5 file: its index there is its index in the MPI-IO handle
+     * (begin checked they list the same datasets); ranges are checked inside, after the
+     * rank has taken part */
+    const rf_st_file_t *f = ck->files[0];
+    if (e == NULL || e->file != f)
+        return rf_err_set(err, RF_ERR_INVALID, "rf_ckpt_read_all: entry not of %s",
+                          rf_st_file_path(f));
+    RF_CHECK(rf_h5_read_all(ck->h5_all, (size_t)(e - rf_st_file_header(f)->entries), row_begin, row_end,
+                            col_byte_begin, col_byte_end, dst, dst_pitch, err));
+    atomic_fetch_add_explicit(&ck->bytes_read,
+                              (row_end - row_begin) * (col_byte_end - col_byte_begin),
+                              memory_order_relaxed);
+    return RF_OK;
+}
+
+rf_status_t rf_ckpt_collective_end(rf_ckpt_t *ck, rf_err_t *err)
+{
+    (void)err; /* H5Fclose of a read-only file: nothing of refit's to report */
+    if (ck == NULL || ck->h5_all == NULL)
+        return RF_OK;
+    uint64_t c = 0, i = 0;
+    rf_h5_collective_counts(ck->h5_all, &c, &i);
+    ck->coll_reads += c;
+    ck->indep_reads += i;
+    rf_h5_close(ck->h5_all);
+    ck->h5_all = NULL;
+    return RF_OK;
+}
+
+void rf_ckpt_collective_counts(const rf_ckpt_t *ck, uint64_t *collective, uint64_t *independent)
+{
+    uint64_t c = 0, i = 0;
+    if (ck != NULL && ck->h5_all != NULL)
+        rf_h5_collective_counts(ck->h5_all, &c, &i);
+    *collective = ck != NULL ? ck->coll_reads + c : 0;
+    *independent = ck != NULL ? ck->indep_reads + i : 0;
 }
 
 size_t rf_ckpt_count(const rf_ckpt_t *ck)

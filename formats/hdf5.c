@@ -11,6 +11,12 @@
  *
  * libhdf5 is not thread safe in its parallel build (and need not be in a serial one): one
  * process-wide mutex serializes every call into it from this file.
+ *
+ * Where libhdf5 is parallel (H5_HAVE_PARALLEL), rf_h5_open_mpio opens the file with the
+ * MPI-IO driver and rf_h5_read_all reads with collective transfers: each call is one
+ * H5Dread on every rank of the communicator, whatever its own range (empty, or refused), so
+ * no rank can leave its peers waiting inside MPI-IO. Everything MPI-IO is inside
+ * H5_HAVE_PARALLEL: a serial libhdf5 (the GPU host's 1.10) builds the same file.
  */
 #include "refit/hdf5.h"
 
@@ -39,6 +45,8 @@ struct rf_h5_file {
     rf_st_entry_t *ents; /* checked copies of the header's entries (names owned) */
     char *config;
     uint64_t size;
+    bool mpio;                      /* opened with the MPI-IO driver (rf_h5_open_mpio) */
+    uint64_t coll_reads, indep_reads; /* rf_h5_read_all: how HDF5 did each transfer */
 };
 
 struct rf_h5_writer {
@@ -664,8 +672,10 @@ out:
     return st;
 }
 
-static rf_status_t open_any(const char *path, const void *img, size_t len, rf_h5_file_t **f_p,
-                            rf_st_header_t *hdr, rf_err_t *err)
+/* comm: MPI_COMM_NULL for the sec2 driver (or the core driver of an image), else the MPI-IO
+ * driver over comm (parallel libhdf5 only; the caller checked). */
+static rf_status_t open_any(const char *path, const void *img, size_t len, MPI_Comm comm,
+                            rf_h5_file_t **f_p, rf_st_header_t *hdr, rf_err_t *err)
 {
     rf_status_t st = RF_OK;
     hid_t fapl = -1;
@@ -694,6 +704,17 @@ static rf_status_t open_any(const char *path, const void *img, size_t len, rf_h5
             goto fail;
         }
         fapl = H5Pcreate(H5P_FILE_ACCESS);
+#ifdef H5_HAVE_PARALLEL
+        if (fapl >= 0 && comm != MPI_COMM_NULL) {
+            if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0) {
+                st = h5_err(err, RF_ERR_IO, "%s: cannot set up the MPI-IO driver", path);
+                goto fail;
+            }
+            f->mpio = true;
+        }
+#else
+        (void)comm;
+#endif
     } else {
         f->size = len;
         fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -730,7 +751,7 @@ rf_status_t rf_h5_open(const char *path, rf_h5_file_t **f_p, rf_st_header_t *hdr
                        rf_err_t *err)
 {
     lock();
-    rf_status_t st = open_any(path, NULL, 0, f_p, hdr, err);
+    rf_status_t st = open_any(path, NULL, 0, MPI_COMM_NULL, f_p, hdr, err);
     unlock();
     return st;
 }
@@ -744,7 +765,7 @@ rf_status_t rf_h5_open_image(const void *buf, size_t len, const char *name, rf_h
                           name ? name : "<image>", len);
     }
     lock();
-    rf_status_t st = open_any(name ? name : "<image>", buf, len, f_p, hdr, err);
+    rf_status_t st = open_any(name ? name : "<image>", buf, len, MPI_COMM_NULL, f_p, hdr, err);
     unlock();
     return st;
 }
@@ -786,15 +807,23 @@ bool rf_h5_is_hdf5(const char *path)
     return yes;
 }
 
-static rf_status_t read_impl(rf_h5_file_t *f, size_t i, const rf_st_entry_t *e, uint64_t r0,
-                             uint64_t r1, uint64_t c0, uint64_t c1, void *dst, size_t pitch,
-                             rf_err_t *err)
+/* A shard of one dataset as HDF5 selects it: n rows of w bytes (we elements) from row r0;
+ * start / count the file hyperslab (rank >= 1). */
+typedef struct shard {
+    uint64_t n, w, we;
+    hsize_t start[RF_ST_MAX_RANK], count[RF_ST_MAX_RANK];
+} shard_t;
+
+/* Checks rows [r0, r1) x row bytes [c0, c1) of e against its shape and the pitch, and fills
+ * s; s->n or s->w 0 for an empty range. */
+static rf_status_t shard_of(const rf_h5_file_t *f, const rf_st_entry_t *e, uint64_t r0,
+                            uint64_t r1, uint64_t c0, uint64_t c1, size_t pitch, shard_t *s,
+                            rf_err_t *err)
 {
-    rf_status_t st = RF_OK;
-    hid_t d = f->dsets[i], t = f->types[i], fs = -1, ms = -1;
     uint64_t es = rf_dtype_size(e->dtype);
     uint64_t rows = e->ndim == 0 ? 1 : e->shape[0];
     uint64_t row_bytes = rows ? e->nbytes / rows : 0;
+    memset(s, 0, sizeof(*s));
     if (r0 > r1 || r1 > rows || c0 > c1 || c1 > row_bytes)
         return rf_err_set(err, RF_ERR_INVALID, "%s: tensor " NAME_FMT " read outside its shape",
                           f->path, e->name);
@@ -807,16 +836,10 @@ static rf_status_t read_impl(rf_h5_file_t *f, size_t i, const rf_st_entry_t *e, 
                           "elements, or the pitch %zu is too small",
                           f->path, e->name, (unsigned long long)c0, (unsigned long long)c1,
                           (unsigned long long)es, pitch);
-    if (e->ndim == 0) {
-        if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
-            return h5_err(err, RF_ERR_IO, "%s: reading tensor " NAME_FMT, f->path, e->name);
-        return RF_OK;
-    }
-    hsize_t start[RF_ST_MAX_RANK] = {0}, count[RF_ST_MAX_RANK] = {0};
-    start[0] = r0;
-    count[0] = n;
+    s->start[0] = r0;
+    s->count[0] = n;
     for (int k = 1; k < e->ndim; k++)
-        count[k] = e->shape[k];
+        s->count[k] = e->shape[k];
     if (e->ndim >= 2 && w != row_bytes) {
         /* a cut inside the row: along dim 1, in whole dim-1 slices */
         uint64_t slice = row_bytes / e->shape[1];
@@ -826,12 +849,34 @@ static rf_status_t read_impl(rf_h5_file_t *f, size_t i, const rf_st_entry_t *e, 
                               "cut whole dim-1 slices of %llu bytes",
                               f->path, e->name, e->ndim, (unsigned long long)c0,
                               (unsigned long long)c1, (unsigned long long)slice);
-        start[1] = c0 / slice;
-        count[1] = w / slice;
+        s->start[1] = c0 / slice;
+        s->count[1] = w / slice;
     }
-    uint64_t we = w / es; /* elements per row read */
+    s->n = n;
+    s->w = w;
+    s->we = w / es;
+    return RF_OK;
+}
+
+static rf_status_t read_impl(rf_h5_file_t *f, size_t i, const rf_st_entry_t *e, uint64_t r0,
+                             uint64_t r1, uint64_t c0, uint64_t c1, void *dst, size_t pitch,
+                             rf_err_t *err)
+{
+    rf_status_t st = RF_OK;
+    hid_t d = f->dsets[i], t = f->types[i], fs = -1, ms = -1;
+    uint64_t es = rf_dtype_size(e->dtype);
+    shard_t s;
+    RF_CHECK(shard_of(f, e, r0, r1, c0, c1, pitch, &s, err));
+    uint64_t n = s.n, w = s.w, we = s.we;
+    if (n == 0 || w == 0)
+        return RF_OK;
+    if (e->ndim == 0) {
+        if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
+            return h5_err(err, RF_ERR_IO, "%s: reading tensor " NAME_FMT, f->path, e->name);
+        return RF_OK;
+    }
     fs = H5Dget_space(d);
-    if (fs < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0) {
+    if (fs < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, s.start, NULL, s.count, NULL) < 0) {
         st = h5_err(err, RF_ERR_IO, "%s: tensor " NAME_FMT ": cannot select its shard", f->path,
                     e->name);
         goto out;
@@ -856,9 +901,10 @@ static rf_status_t read_impl(rf_h5_file_t *f, size_t i, const rf_st_entry_t *e, 
         hsize_t m = (hsize_t)we;
         ms = H5Screate_simple(1, &m, NULL);
         for (uint64_t r = 0; r < n && st == RF_OK; r++) {
-            start[0] = r0 + r;
-            count[0] = 1;
-            if (ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+            s.start[0] = r0 + r;
+            s.count[0] = 1;
+            if (ms < 0 ||
+                H5Sselect_hyperslab(fs, H5S_SELECT_SET, s.start, NULL, s.count, NULL) < 0 ||
                 H5Dread(d, t, ms, fs, H5P_DEFAULT, (char *)dst + r * pitch) < 0)
                 st = h5_err(err, RF_ERR_IO, "%s: reading row %llu of tensor " NAME_FMT, f->path,
                             (unsigned long long)(r0 + r), e->name);
@@ -881,6 +927,152 @@ rf_status_t rf_h5_read(rf_h5_file_t *f, size_t i, uint64_t row_begin, uint64_t r
                                col_byte_end, dst, dst_pitch, err);
     unlock();
     return st;
+}
+
+/* ---- collective reads (MPI-IO) --------------------------------------------------------- */
+
+bool rf_h5_is_mpio(const rf_h5_file_t *f)
+{
+    return f != NULL && f->mpio;
+}
+
+void rf_h5_collective_counts(const rf_h5_file_t *f, uint64_t *collective, uint64_t *independent)
+{
+    *collective = f != NULL ? f->coll_reads : 0;
+    *independent = f != NULL ? f->indep_reads : 0;
+}
+
+rf_status_t rf_h5_open_mpio(const char *path, MPI_Comm comm, rf_h5_file_t **f_p,
+                            rf_st_header_t *hdr, rf_err_t *err)
+{
+#ifdef H5_HAVE_PARALLEL
+    if (comm == MPI_COMM_NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "%s: MPI-IO open without a communicator", path);
+    lock();
+    rf_status_t st = open_any(path, NULL, 0, comm, f_p, hdr, err);
+    unlock();
+    return st;
+#else
+    (void)comm;
+    (void)f_p;
+    memset(hdr, 0, sizeof(*hdr));
+    return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                      "%s: libhdf5 %s has no MPI-IO driver (serial build): reads are "
+                      "independent", path, rf_h5_version());
+#endif
+}
+
+#ifdef H5_HAVE_PARALLEL
+/*
+ * One collective H5Dread of entry i: this rank's shard, or nothing when its range is empty
+ * or refused (the refusal is returned after the read, so the peers are never left inside
+ * MPI-IO). The memory space is contiguous (or the pitch as a 2-D space); a pitch of no whole
+ * elements reads through a packed buffer, never row by row: every rank makes one call.
+ */
+static rf_status_t read_all_impl(rf_h5_file_t *f, size_t i, const rf_st_entry_t *e, uint64_t r0,
+                                 uint64_t r1, uint64_t c0, uint64_t c1, void *dst, size_t pitch,
+                                 rf_err_t *err)
+{
+    hid_t d = f->dsets[i], t = f->types[i], fs = -1, ms = -1, dxpl = -1;
+    uint64_t es = rf_dtype_size(e->dtype);
+    char *tmp = NULL, *buf = dst, dummy[16];
+    shard_t s;
+    rf_status_t st = shard_of(f, e, r0, r1, c0, c1, pitch, &s, err);
+    bool mine = st == RF_OK && s.n > 0 && s.w > 0;
+    if (mine && dst == NULL) {
+        st = rf_err_set(err, RF_ERR_INVALID, "%s: tensor " NAME_FMT ": NULL destination",
+                        f->path, e->name);
+        mine = false;
+    }
+    bool packed = mine && s.n > 1 && pitch != s.w && pitch % es != 0;
+    if (packed && (tmp = malloc((size_t)(s.n * s.w))) == NULL) {
+        st = rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", f->path);
+        mine = packed = false;
+    }
+    fs = H5Dget_space(d);
+    dxpl = H5Pcreate(H5P_DATASET_XFER);
+    bool ok = fs >= 0 && dxpl >= 0 && H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) >= 0;
+    if (ok && mine && e->ndim == 0) {
+        ms = H5Screate(H5S_SCALAR); /* the file space selects its one element already */
+    } else if (ok && mine) {
+        bool sel = H5Sselect_hyperslab(fs, H5S_SELECT_SET, s.start, NULL, s.count, NULL) >= 0;
+        if (s.n == 1 || pitch == s.w || packed) {
+            hsize_t m = (hsize_t)(s.n * s.we);
+            ms = H5Screate_simple(1, &m, NULL);
+        } else {
+            hsize_t md[2] = {(hsize_t)s.n, (hsize_t)(pitch / es)}, m0[2] = {0, 0},
+                    mc[2] = {(hsize_t)s.n, (hsize_t)s.we};
+            ms = H5Screate_simple(2, md, NULL);
+            sel = sel && ms >= 0 &&
+                  H5Sselect_hyperslab(ms, H5S_SELECT_SET, m0, NULL, mc, NULL) >= 0;
+        }
+        if (!sel || ms < 0) {
+            st = h5_err(err, RF_ERR_IO, "%s: tensor " NAME_FMT ": cannot select its shard",
+                        f->path, e->name);
+            close_id(&ms, H5Sclose);
+            mine = packed = false;
+        }
+    }
+    if (ok && !mine) {
+        /* nothing of this dataset here (or a refused range): a read of no elements */
+        hsize_t one = 1;
+        ms = H5Screate_simple(1, &one, NULL);
+        ok = ms >= 0 && H5Sselect_none(fs) >= 0 && H5Sselect_none(ms) >= 0;
+        buf = dummy; /* HDF5 wants a buffer even for no elements */
+    }
+    if (packed)
+        buf = tmp;
+    if (!ok) {
+        /* HDF5 could not build even an empty selection (out of resources): the peers' read
+         * of this dataset may then wait on this rank; nothing else is safe */
+        if (st == RF_OK)
+            st = h5_err(err, RF_ERR_IO, "%s: tensor " NAME_FMT ": cannot set up a collective "
+                        "read", f->path, e->name);
+    } else {
+        herr_t rc = H5Dread(d, t, ms, fs, dxpl, buf);
+        H5D_mpio_actual_io_mode_t mode = H5D_MPIO_NO_COLLECTIVE;
+        if (rc < 0 && st == RF_OK)
+            st = h5_err(err, RF_ERR_IO,
+                        "%s: collective read of rows [%llu, %llu) of tensor " NAME_FMT, f->path,
+                        (unsigned long long)r0, (unsigned long long)r1, e->name);
+        else if (rc >= 0 && H5Pget_mpio_actual_io_mode(dxpl, &mode) >= 0)
+            *(mode == H5D_MPIO_NO_COLLECTIVE ? &f->indep_reads : &f->coll_reads) += 1;
+        if (rc >= 0 && st == RF_OK && packed)
+            for (uint64_t r = 0; r < s.n; r++)
+                memcpy((char *)dst + r * pitch, tmp + r * s.w, (size_t)s.w);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    free(tmp);
+    close_id(&dxpl, H5Pclose);
+    close_id(&ms, H5Sclose);
+    close_id(&fs, H5Sclose);
+    return st;
+}
+#endif
+
+rf_status_t rf_h5_read_all(rf_h5_file_t *f, size_t i, uint64_t row_begin, uint64_t row_end,
+                           uint64_t col_byte_begin, uint64_t col_byte_end, void *dst,
+                           size_t dst_pitch, rf_err_t *err)
+{
+    if (f == NULL || i >= f->n)
+        return rf_err_set(err, RF_ERR_INVALID, "rf_h5_read_all: NULL file or bad index");
+    if (!f->mpio) {
+        if (row_begin == row_end || col_byte_begin == col_byte_end)
+            return RF_OK;
+        return rf_h5_read(f, i, row_begin, row_end, col_byte_begin, col_byte_end, dst,
+                          dst_pitch, err);
+    }
+#ifdef H5_HAVE_PARALLEL
+    if (f->ents[i].nbytes == 0)
+        return RF_OK; /* every rank alike: the header is the same everywhere */
+    lock();
+    rf_status_t st = read_all_impl(f, i, &f->ents[i], row_begin, row_end, col_byte_begin,
+                                   col_byte_end, dst, dst_pitch, err);
+    unlock();
+    return st;
+#else
+    return rf_err_set(err, RF_ERR_INTERNAL, "%s: MPI-IO file in a serial build", f->path);
+#endif
 }
 
 /* ---- writer ---------------------------------------------------------------------------- */

@@ -170,6 +170,14 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     tr->stage = me->p;
     tr->sender = me->t == 0 && me->c == 0 && me->d == 0;
     tr->fault_skip_seq = -1;
+    tr->stage_comm = MPI_COMM_NULL;
+    /* the stage's trainer ranks read an HDF5 checkpoint in lock step (rf_trainer_produce) */
+    if (comm != MPI_COMM_NULL && MPI_Comm_split(comm, me->p, me->world_rank, &tr->stage_comm) !=
+                                     MPI_SUCCESS) {
+        tr->stage_comm = MPI_COMM_NULL;
+        return rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: MPI_Comm_split of stage %d "
+                          "failed", me->world_rank, me->p);
+    }
     tr->reg = calloc((size_t)man->n + 1, sizeof(rf_region_t));
     tr->has = calloc((size_t)man->n + 1, sizeof(bool));
     tr->buf = calloc((size_t)man->n + 1, sizeof(char *));
@@ -247,6 +255,8 @@ void rf_trainer_free(rf_trainer_t *tr)
     free(tr->reg);
     free(tr->gather_buf);
     rf_xfer_gather_destroy(tr->gather);
+    if (tr->stage_comm != MPI_COMM_NULL && tr->stage_comm != 0)
+        MPI_Comm_free(&tr->stage_comm);
     memset(tr, 0, sizeof(*tr));
 }
 
@@ -307,12 +317,54 @@ static rf_status_t check_scales(const rf_trainer_t *tr, int i, const void *buf, 
 }
 
 /*
+ * The checkpoint reads of one production. Collective (an HDF5 checkpoint on parallel
+ * libhdf5): every rank of the stage walks the manifest in the same order and takes part in
+ * the read of each dataset the stage reads (ckpt_source), with its own shard or with
+ * nothing, so each makes the same collective calls in the same order whatever it holds or
+ * whichever error it met. Independent (safetensors, serial libhdf5): plain rf_ckpt_read.
+ */
+typedef struct ck_reads {
+    rf_ckpt_t *ck;
+    bool coll;
+    const rf_st_entry_t *expect; /* collective: the dataset of the entry being produced */
+    bool done;                   /* collective: its read took place */
+} ck_reads_t;
+
+static rf_status_t ck_read(ck_reads_t *cr, const rf_st_entry_t *se, uint64_t r0, uint64_t r1,
+                           uint64_t c0, uint64_t c1, void *dst, size_t pitch, rf_err_t *err)
+{
+    if (!cr->coll)
+        return rf_ckpt_read(cr->ck, se, r0, r1, c0, c1, dst, pitch, err);
+    if (se != cr->expect || cr->done) /* the walk's read is made by the caller */
+        return rf_err_set(err, RF_ERR_INTERNAL, "trainer: read of %s out of the lock step",
+                          se->name);
+    cr->done = true;
+    return rf_ckpt_read_all(cr->ck, se, r0, r1, c0, c1, dst, pitch, err);
+}
+
+/* The checkpoint dataset entry i's shards are read from, or NULL (none: a scale the trainer
+ * quantizes, or a tensor the checkpoint lacks). From the manifest, the inventory and the
+ * checkpoint's header only, so the same on every rank. */
+static const rf_st_entry_t *ckpt_source(const rf_trainer_t *tr, int i, rf_ckpt_t *ck)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+    if (!rf_manifest_trainer_quantizes(tr->inv, t, ck))
+        return rf_ckpt_find(ck, t->name);
+    if (t->param != RF_PARAM_WEIGHT && t->param != RF_PARAM_WEIGHT_PACKED)
+        return NULL;
+    char name[RF_NAME_MAX + 8];
+    const char *dot = strrchr(t->name, '.');
+    snprintf(name, sizeof(name), "%.*s.weight", (int)(dot - t->name), t->name);
+    return rf_ckpt_find(ck, name);
+}
+
+/*
  * Produces the logical (unquantized) region of linear `prefix` (N x K, model dtype) from the
  * generator or a bf16 checkpoint, and quantizes it into this rank's slices of the quantized
  * checkpoint tensors (DESIGN.md section 7: fp8-block weight + weight_scale_inv; wna16
  * weight_packed + weight_scale). ei is the primary entry (fp8 weight / wna16 weight_packed).
  */
-static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, rf_ckpt_t *ck,
+static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, ck_reads_t *cr,
                                      rf_err_t *err)
 {
     const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
@@ -331,7 +383,7 @@ static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, rf
     rf_status_t st = RF_OK;
     if (logical == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
-    if (ck == NULL) {
+    if (cr == NULL) {
         rf_tensor_t lt = *t;
         snprintf(lt.name, sizeof(lt.name), "%s.weight", prefix);
         lt.dtype = dt;
@@ -344,13 +396,13 @@ static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, rf
     } else {
         char name[RF_NAME_MAX + 8];
         snprintf(name, sizeof(name), "%s.weight", prefix);
-        const rf_st_entry_t *se = rf_ckpt_find(ck, name);
+        const rf_st_entry_t *se = rf_ckpt_find(cr->ck, name);
         if (se == NULL)
             st = rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
                             tr->me.world_rank, name);
         else
-            st = rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)c0 * es,
-                              (uint64_t)c1 * es, logical, (size_t)cols * es, err);
+            st = ck_read(cr, se, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)c0 * es,
+                         (uint64_t)c1 * es, logical, (size_t)cols * es, err);
     }
     int si = entry_of(tr, prefix, wna16 ? "weight_scale" : "weight_scale_inv");
     if (st == RF_OK && (si < 0 || !tr->has[si]))
@@ -399,7 +451,7 @@ static void produce_done(rf_trainer_t *tr, double t0)
 
 /* This rank's slice of entry i from checkpoint tensor se stored in a narrower float dtype
  * (bf16 / f16 fp8 block scales), widened exactly into the entry's fp32 buffer. */
-static rf_status_t read_widened(rf_trainer_t *tr, int i, rf_ckpt_t *ck, const rf_st_entry_t *se,
+static rf_status_t read_widened(rf_trainer_t *tr, int i, ck_reads_t *cr, const rf_st_entry_t *se,
                                 rf_err_t *err)
 {
     const rf_manifest_entry_t *e = &tr->man->entries[i];
@@ -413,9 +465,8 @@ static rf_status_t read_widened(rf_trainer_t *tr, int i, rf_ckpt_t *ck, const rf
     char *tmp = malloc((size_t)n * ses + 1);
     if (tmp == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
-    rf_status_t st = rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1,
-                                  (uint64_t)r->c0 * ses, (uint64_t)r->c1 * ses, tmp,
-                                  (size_t)(r->c1 - r->c0) * ses, err);
+    rf_status_t st = ck_read(cr, se, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0 * ses,
+                             (uint64_t)r->c1 * ses, tmp, (size_t)(r->c1 - r->c0) * ses, err);
     for (uint64_t k = 0; st == RF_OK && k < n; k++)
         ((float *)(void *)tr->buf[i])[k] = rf_load_f32(tmp, se->dtype, (int64_t)k);
     free(tmp);
@@ -449,74 +500,133 @@ rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *e
     return RF_OK;
 }
 
+/* This rank's shard of entry i (which it holds): the generator's (cr NULL) or the
+ * checkpoint's, read through cr. */
+static rf_status_t produce_entry(rf_trainer_t *tr, int i, uint64_t step, ck_reads_t *cr,
+                                 rf_err_t *err)
+{
+    rf_ckpt_t *ck = cr != NULL ? cr->ck : NULL;
+    const rf_manifest_entry_t *e = &tr->man->entries[i];
+    const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
+    const rf_region_t *r = &tr->reg[i];
+    size_t es = entry_es(tr, i);
+    size_t pitch = (size_t)(r->c1 - r->c0) * es;
+    if (rf_manifest_trainer_quantizes(tr->inv, t, ck)) {
+        if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
+            RF_CHECK(produce_quantized(tr, i, step, cr, err));
+        } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
+            char prefix[RF_NAME_MAX - 16];
+            const char *dot = strrchr(t->name, '.');
+            snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+            int pi = entry_of(tr, prefix, "weight_packed");
+            const rf_tensor_t *pt = pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
+            int64_t nk[2] = {pt->shape[0], pt->shape[1] * 8};
+            if (e->dtype == RF_DTYPE_I32) {
+                int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
+                memcpy(tr->buf[i], v, sizeof(v));
+            } else {
+                memcpy(tr->buf[i], nk, sizeof(nk));
+            }
+        }
+        /* scales are written by their weight's quantization */
+        return RF_OK;
+    }
+    if (ck == NULL) {
+        RF_CHECK(rf_gen_fill(t, step, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0,
+                             (uint64_t)r->c1, tr->buf[i], pitch));
+    } else {
+        const rf_st_entry_t *se = rf_ckpt_find(ck, t->name);
+        if (se == NULL)
+            return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
+                              tr->me.world_rank, t->name);
+        if (se->dtype != e->dtype) {
+            /* a bf16 / f16 fp8 block scale: widened exactly to the fp32 the manifest and
+             * the runtime hold (rf_manifest_scale_widens), checked on the way */
+            RF_CHECK(read_widened(tr, i, cr, se, err));
+        } else {
+            RF_CHECK(ck_read(cr, se, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0 * es,
+                             (uint64_t)r->c1 * es, tr->buf[i], pitch, err));
+        }
+        if (t->param == RF_PARAM_WEIGHT_SCALE_INV || t->param == RF_PARAM_WEIGHT_SCALE)
+            RF_CHECK(check_scales(tr, i, tr->buf[i], e->dtype, "stored", err));
+        /* an FP8 source with NaN bytes (0x7F, 0xFF) is refused: e4m3fnuz would turn them
+         * into finite values (DESIGN.md section 7) */
+        if (e->dtype == RF_DTYPE_F8_E4M3) {
+            const uint8_t *b = (const uint8_t *)tr->buf[i];
+            uint64_t nb = (uint64_t)(r->r1 - r->r0) * pitch;
+            for (uint64_t k = 0; k < nb; k++)
+                if ((b[k] & 0x7fu) == 0x7fu)
+                    return rf_err_set(err, RF_ERR_MISMATCH,
+                                      "trainer rank %d: %s holds a NaN byte (0x%02x) at "
+                                      "element %llu of its slice: fp8 sources must be finite",
+                                      tr->me.world_rank, t->name, b[k],
+                                      (unsigned long long)k);
+        }
+    }
+    return RF_OK;
+}
+
+/* Entry i's tensor lives on this rank's stage (its ranks read it in lock step). */
+static bool entry_on_stage(const rf_trainer_t *tr, int i)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+    return rf_topology_layer_stage(tr->topo, t->layer, tr->inv->cfg.num_hidden_layers) ==
+           tr->stage;
+}
+
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err)
 {
     double t0 = rf_time_now();
     uint64_t read0 = ck ? rf_ckpt_bytes_read(ck) : 0, hdr0 = ck ? rf_ckpt_header_bytes_read(ck) : 0;
+    uint64_t coll0 = 0, indep0 = 0;
+    ck_reads_t cr = {ck, false, NULL, false};
+    rf_status_t st = RF_OK;
     tr->stats.bytes_produced = 0;
+    if (ck != NULL) {
+        rf_ckpt_collective_counts(ck, &coll0, &indep0);
+        RF_CHECK(rf_ckpt_collective_begin(ck, tr->stage_comm, &cr.coll, err));
+    }
     for (int i = 0; i < tr->man->n; i++) {
-        if (!tr->has[i])
-            continue;
-        const rf_manifest_entry_t *e = &tr->man->entries[i];
-        const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
-        const rf_region_t *r = &tr->reg[i];
-        size_t es = entry_es(tr, i);
-        size_t pitch = (size_t)(r->c1 - r->c0) * es;
-        tr->stats.bytes_produced += (uint64_t)(r->r1 - r->r0) * pitch;
-        if (rf_manifest_trainer_quantizes(tr->inv, t, ck)) {
-            if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
-                RF_CHECK(produce_quantized(tr, i, step, ck, err));
-            } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
-                char prefix[RF_NAME_MAX - 16];
-                const char *dot = strrchr(t->name, '.');
-                snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
-                int pi = entry_of(tr, prefix, "weight_packed");
-                const rf_tensor_t *pt = pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
-                int64_t nk[2] = {pt->shape[0], pt->shape[1] * 8};
-                if (e->dtype == RF_DTYPE_I32) {
-                    int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
-                    memcpy(tr->buf[i], v, sizeof(v));
-                } else {
-                    memcpy(tr->buf[i], nk, sizeof(nk));
-                }
-            }
-            /* scales are written by their weight's quantization */
-            continue;
+        if (cr.coll) {
+            if (!entry_on_stage(tr, i))
+                continue;
+            cr.expect = ckpt_source(tr, i, ck);
+            cr.done = false;
         }
-        if (ck == NULL) {
-            RF_CHECK(rf_gen_fill(t, step, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0,
-                                 (uint64_t)r->c1, tr->buf[i], pitch));
-        } else {
-            const rf_st_entry_t *se = rf_ckpt_find(ck, t->name);
-            if (se == NULL)
-                return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
-                                  tr->me.world_rank, t->name);
-            if (se->dtype != e->dtype) {
-                /* a bf16 / f16 fp8 block scale: widened exactly to the fp32 the manifest and
-                 * the runtime hold (rf_manifest_scale_widens), checked on the way */
-                RF_CHECK(read_widened(tr, i, ck, se, err));
-            } else {
-                RF_CHECK(rf_ckpt_read(ck, se, (uint64_t)r->r0, (uint64_t)r->r1,
-                                      (uint64_t)r->c0 * es, (uint64_t)r->c1 * es, tr->buf[i],
-                                      pitch, err));
-            }
-            if (t->param == RF_PARAM_WEIGHT_SCALE_INV || t->param == RF_PARAM_WEIGHT_SCALE)
-                RF_CHECK(check_scales(tr, i, tr->buf[i], e->dtype, "stored", err));
-            /* an FP8 source with NaN bytes (0x7F, 0xFF) is refused: e4m3fnuz would turn them
-             * into finite values (DESIGN.md section 7) */
-            if (e->dtype == RF_DTYPE_F8_E4M3) {
-                const uint8_t *b = (const uint8_t *)tr->buf[i];
-                uint64_t nb = (uint64_t)(r->r1 - r->r0) * pitch;
-                for (uint64_t k = 0; k < nb; k++)
-                    if ((b[k] & 0x7fu) == 0x7fu)
-                        return rf_err_set(err, RF_ERR_MISMATCH,
-                                          "trainer rank %d: %s holds a NaN byte (0x%02x) at "
-                                          "element %llu of its slice: fp8 sources must be finite",
-                                          tr->me.world_rank, t->name, b[k],
-                                          (unsigned long long)k);
-            }
+        if (tr->has[i]) {
+            const rf_region_t *r = &tr->reg[i];
+            tr->stats.bytes_produced +=
+                (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0) * entry_es(tr, i);
+            /* collective: after a failure this rank keeps taking part, with nothing */
+            if (st == RF_OK)
+                st = produce_entry(tr, i, step, ck != NULL ? &cr : NULL, err);
+            if (st != RF_OK && !cr.coll)
+                return st;
+        }
+        if (cr.coll && cr.expect != NULL && !cr.done) {
+            rf_err_t e2;
+            rf_err_clear(&e2);
+            rf_status_t s2 = rf_ckpt_read_all(ck, cr.expect, 0, 0, 0, 0, NULL, 0, &e2);
+            if (st == RF_OK && s2 != RF_OK)
+                st = rf_err_set(err, s2, "trainer rank %d: %s", tr->me.world_rank, e2.msg);
         }
     }
+    if (cr.coll) {
+        uint64_t coll = 0, indep = 0;
+        int n = 0;
+        rf_ckpt_collective_counts(ck, &coll, &indep);
+        MPI_Comm_size(tr->stage_comm, &n);
+        rf_info("trainer rank %d: %" PRIu64 " collective reads (MPI-IO) over the %d trainer "
+                "rank(s) of stage %d, %" PRIu64 " of them done as independent I/O by HDF5",
+                tr->me.world_rank, coll - coll0 + indep - indep0, n, tr->stage, indep - indep0);
+        rf_err_t e2;
+        rf_err_clear(&e2);
+        rf_status_t s2 = rf_ckpt_collective_end(ck, &e2);
+        if (st == RF_OK && s2 != RF_OK)
+            st = rf_err_set(err, s2, "trainer rank %d: %s", tr->me.world_rank, e2.msg);
+    }
+    if (st != RF_OK)
+        return st;
     if (ck != NULL) {
         tr->stats.bytes_read = rf_ckpt_bytes_read(ck) - read0;
         tr->stats.header_bytes_read = rf_ckpt_header_bytes_read(ck) - hdr0;

@@ -19,6 +19,8 @@
 #ifndef REFIT_CHECKPOINT_H
 #define REFIT_CHECKPOINT_H
 
+#include <mpi.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,6 +83,29 @@ const rf_st_file_t *rf_ckpt_file(const rf_ckpt_t *ck, size_t i);
 rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_begin,
                          uint64_t row_end, uint64_t col_byte_begin, uint64_t col_byte_end,
                          void *dst, size_t dst_pitch, rf_err_t *err);
+
+/*
+ * Lock-step reads by the ranks of comm (the trainer ranks of one stage), between
+ * rf_ckpt_collective_begin and rf_ckpt_collective_end, both collective over comm. For an
+ * HDF5 checkpoint where libhdf5 is parallel, begin opens a second handle on the file with
+ * the MPI-IO driver over comm (its datasets must be those ck opened, else RF_ERR_MISMATCH)
+ * and sets *on: rf_ckpt_read_all is then one collective transfer per call, and every rank of
+ * comm calls it for the same entry in the same order, each with its own range (an empty
+ * range takes part reading nothing; a refused range still takes part, then fails on its
+ * rank). Otherwise (safetensors, serial libhdf5, comm MPI_COMM_NULL or of one rank, or the
+ * environment's REFIT_HDF5_COLLECTIVE=0, read on every rank alike) *on is false, begin and
+ * end do nothing, and rf_ckpt_read_all is rf_ckpt_read (an empty range reads nothing).
+ * bytes_read counts each rank's own bytes. end closes the handle (collective; nothing to do
+ * when begin failed or turned nothing on). rf_ckpt_collective_counts: the collective reads
+ * since open, those HDF5 did as collective MPI-IO and those it broke down to independent.
+ */
+rf_status_t rf_ckpt_collective_begin(rf_ckpt_t *ck, MPI_Comm comm, bool *on, rf_err_t *err);
+rf_status_t rf_ckpt_read_all(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_begin,
+                             uint64_t row_end, uint64_t col_byte_begin, uint64_t col_byte_end,
+                             void *dst, size_t dst_pitch, rf_err_t *err);
+rf_status_t rf_ckpt_collective_end(rf_ckpt_t *ck, rf_err_t *err);
+void rf_ckpt_collective_counts(const rf_ckpt_t *ck, uint64_t *collective,
+                               uint64_t *independent);
 
 /*
  * Compares the bytes of entries a and b of ck (same rows and row bytes, else RF_ERR_INVALID):

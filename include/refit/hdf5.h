@@ -24,6 +24,7 @@
 #ifndef REFIT_HDF5_H
 #define REFIT_HDF5_H
 
+#include <mpi.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -92,6 +93,31 @@ uint64_t rf_h5_size(const rf_h5_file_t *f);
 rf_status_t rf_h5_read(rf_h5_file_t *f, size_t i, uint64_t row_begin, uint64_t row_end,
                        uint64_t col_byte_begin, uint64_t col_byte_end, void *dst,
                        size_t dst_pitch, rf_err_t *err);
+
+/*
+ * Collective reads (parallel libhdf5 only, H5_HAVE_PARALLEL): rf_h5_open_mpio opens path as
+ * rf_h5_open does (same checks, same header) with the MPI-IO driver over comm. It is
+ * collective over comm: every rank of comm calls it with the same path, and later closes the
+ * file with rf_h5_close, also together. On such a file rf_h5_read_all is one collective
+ * transfer (H5FD_MPIO_COLLECTIVE): every rank of comm calls it for the same entry i, in the
+ * same order, each with its own range; an empty range (row_begin == row_end or col_byte_begin
+ * == col_byte_end) takes part reading nothing (dst may be NULL). A rank whose range is refused
+ * (RF_ERR_INVALID) still takes part, with an empty selection, so its peers never wait on it;
+ * a dataset of zero bytes is skipped by every rank alike. On a file rf_h5_open opened,
+ * rf_h5_read_all is rf_h5_read (independent; an empty range reads nothing). rf_h5_open_mpio
+ * where libhdf5 is serial: RF_ERR_UNSUPPORTED.
+ */
+rf_status_t rf_h5_open_mpio(const char *path, MPI_Comm comm, rf_h5_file_t **f_p,
+                            rf_st_header_t *hdr, rf_err_t *err);
+rf_status_t rf_h5_read_all(rf_h5_file_t *f, size_t i, uint64_t row_begin, uint64_t row_end,
+                           uint64_t col_byte_begin, uint64_t col_byte_end, void *dst,
+                           size_t dst_pitch, rf_err_t *err);
+/* Whether f was opened with the MPI-IO driver (rf_h5_open_mpio). */
+bool rf_h5_is_mpio(const rf_h5_file_t *f);
+/* rf_h5_read_all calls on f that HDF5 did as collective MPI-IO (H5Pget_mpio_actual_io_mode
+ * not H5D_MPIO_NO_COLLECTIVE), and those it broke down to independent I/O. */
+void rf_h5_collective_counts(const rf_h5_file_t *f, uint64_t *collective,
+                             uint64_t *independent);
 
 /*
  * The writer: creates path (mode 0644; an existing file is refused unless overwrite) with

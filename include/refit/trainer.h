@@ -91,6 +91,8 @@ typedef struct rf_trainer {
     const rf_chunk_plan_t *plan; /* borrowed */
     rf_rank_info_t me;
     MPI_Comm comm;               /* trainer-only communicator (world ranks [0, T)) */
+    MPI_Comm stage_comm;         /* the trainer ranks of this stage (owned; MPI_COMM_NULL
+                                    when comm is): lock-step checkpoint reads */
     bool sender;                 /* broadcast sender of its stage */
     int stage;
     rf_region_t *reg;            /* per manifest entry */
@@ -141,7 +143,11 @@ rf_status_t rf_trainer_attach(rf_trainer_t *tr, rf_xfer_t *x, rf_err_t *err);
 rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *err);
 
 /* Produces this rank's shards: generator values for `step` (ck NULL) or the checkpoint's
- * bytes (pread of its rows / columns only). Not collective. */
+ * bytes (its rows / columns only). Not collective, except from an HDF5 checkpoint where
+ * libhdf5 is parallel: then collective over the stage's trainer ranks (stage_comm), which
+ * read in lock step with the MPI-IO driver, one collective transfer per dataset in manifest
+ * order, a rank without a shard of it taking part with nothing; a rank that fails keeps
+ * taking part and returns its error at the end. */
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err);
 
 /*

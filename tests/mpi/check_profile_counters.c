@@ -13,11 +13,20 @@
  *   t = 0: (105,984 + 2 x 502 x 96 + 672) x 2 B = 406,080 B
  *   t = 1: (105,984 + 2 x 501 x 96 + 672) x 2 B = 405,696 B
  *   gathered by the stage sender (t = 0): t = 1's split parts = (105,984 + 96,192) x 2 = 404,352 B
+ *
+ * With a second argument tp2pp2: the trainer counters of llama-tiny on trainer TP2 x PP2 ->
+ * TP2 (jobs/topologies/llama-tiny-tp2pp2-to-tp2.yaml, ranks t + 2p): stage 0 holds the
+ * embedding and layers 0-1, stage 1 layer 2, the final norm and lm_head; each rank reads its
+ * own shard's bytes only (HDF5: collective reads where libhdf5 is parallel):
+ *   p = 0, t = 0: (2 x 35,328 + 502 x 96 + 2 x 192) x 2 B = 238,464 B; t = 1: 238,272 B
+ *   p = 1, t = 0: (35,328 + 502 x 96 + 192 + 96) x 2 B = 167,616 B;    t = 1: 167,424 B
  */
 #include <check.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "profile_lines.h"
 
@@ -81,6 +90,19 @@ START_TEST(test_rollout_counters)
 }
 END_TEST
 
+START_TEST(test_trainer_counters_pp2)
+{
+    static const long long shard[4] = {238464, 238272, 167616, 167424};
+    for (int u = 1; u <= 2; u++)
+        for (int r = 0; r < 4; r++) {
+            json_t *c = counters(r, u);
+            ck_assert_int_eq(get(c, "bytes_produced"), shard[r]);
+            ck_assert_int_eq(get(c, "bytes_read"), u == 1 ? shard[r] : 0);
+            json_decref(c);
+        }
+}
+END_TEST
+
 /* the run's summary, written at the end: both updates, and totals equal to the lines' sums */
 START_TEST(test_summary)
 {
@@ -114,17 +136,22 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PROFILE-DIR\n", argv[0]);
+    bool pp2 = argc == 3 && strcmp(argv[2], "tp2pp2") == 0;
+    if (argc != 2 && !pp2) {
+        fprintf(stderr, "usage: %s PROFILE-DIR [tp2pp2]\n", argv[0]);
         return 2;
     }
     g_dir = argv[1];
     Suite *s = suite_create("profile_counters");
     TCase *tc = tcase_create("counters");
     tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, test_trainer_counters);
-    tcase_add_test(tc, test_rollout_counters);
-    tcase_add_test(tc, test_summary);
+    if (pp2) {
+        tcase_add_test(tc, test_trainer_counters_pp2);
+    } else {
+        tcase_add_test(tc, test_trainer_counters);
+        tcase_add_test(tc, test_rollout_counters);
+        tcase_add_test(tc, test_summary);
+    }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -62,6 +62,41 @@ set_tests_properties(refit_run_h5_counters_tp2 PROPERTIES FIXTURES_REQUIRED h5_l
 add_test(NAME check_profile_counters_h5
          COMMAND check_profile_counters ${CMAKE_BINARY_DIR}/profiles/refit_run_h5_counters_tp2)
 set_tests_properties(check_profile_counters_h5 PROPERTIES LABELS mpi FIXTURES_REQUIRED h5_counters_profile)
+# and at trainer TP2 x PP2: each stage's ranks read their own shards only
+refit_run_test(refit_run_h5_counters_tp2pp2 6 ok "refit: COMMITTED 2"
+               --topology ${TOPO}/llama-tiny-tp2pp2-to-tp2.yaml --checkpoint ${H5D}/llama-tiny.h5)
+set_tests_properties(refit_run_h5_counters_tp2pp2 PROPERTIES FIXTURES_REQUIRED h5_llama-tiny
+                     FIXTURES_SETUP h5_counters_pp2_profile)
+add_test(NAME check_profile_counters_h5_tp2pp2
+         COMMAND check_profile_counters ${CMAKE_BINARY_DIR}/profiles/refit_run_h5_counters_tp2pp2 tp2pp2)
+set_tests_properties(check_profile_counters_h5_tp2pp2 PROPERTIES LABELS mpi
+                     FIXTURES_REQUIRED h5_counters_pp2_profile)
+
+# collective reads (parallel libhdf5): the lock step of rf_ckpt_read_all on 2 and 3 ranks
+# (tests/mpi/check_h5_collective.c; on a serial libhdf5 the same calls read independently),
+# and refit-run's trainer ranks reading every dataset of their stage collectively
+refit_mpi_test(check_h5_collective 2 3)
+if(HDF5_IS_PARALLEL)
+  refit_run_test(refit_run_h5_collective_tp2 4 ok
+                 "trainer rank 0: 30 collective reads \\(MPI-IO\\) over the 2 trainer rank\\(s\\) of stage 0, 0 of them done as independent;trainer rank 1: 30 collective reads;refit: COMMITTED 2 update\\(s\\), verified 30 tensors"
+                 --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml --checkpoint ${H5D}/llama-tiny.h5
+                 --reference ${DATA}/llama-tiny/tensors.reference.json)
+  refit_run_test(refit_run_h5_collective_tp2pp2 6 ok
+                 "trainer rank 1: 19 collective reads \\(MPI-IO\\) over the 2 trainer rank\\(s\\) of stage 0, 0 of them;trainer rank 3: 11 collective reads \\(MPI-IO\\) over the 2 trainer rank\\(s\\) of stage 1, 0 of them;refit: COMMITTED 2 update\\(s\\), verified 30 tensors"
+                 --topology ${TOPO}/llama-tiny-tp2pp2-to-tp2.yaml --checkpoint ${H5D}/llama-tiny.h5
+                 --reference ${DATA}/llama-tiny/tensors.reference.json)
+  set_tests_properties(refit_run_h5_collective_tp2 refit_run_h5_collective_tp2pp2 PROPERTIES
+                       FIXTURES_REQUIRED h5_llama-tiny ENVIRONMENT REFIT_LOG_LEVEL=info)
+  # trainer dp 2 x ep 2: each rank holds half the experts and takes part in the other
+  # half's reads with nothing, so both make all 69 collective calls
+  refit_run_test(refit_run_h5_collective_ep2 4 ok
+                 "trainer rank 0: 69 collective reads \\(MPI-IO\\);trainer rank 1: 69 collective reads \\(MPI-IO\\) over the 2 trainer rank\\(s\\) of stage 0, 0 of them;refit: COMMITTED 2 update\\(s\\), verified 69 tensors"
+                 --topology ${TTOPO}/qwen3-moe-tiny-dp2ep2-to-2xtp1-broadcast.yaml
+                 --checkpoint ${H5D}/qwen3-moe-tiny.h5
+                 --reference ${DATA}/qwen3-moe-tiny/tensors.reference.json)
+  set_tests_properties(refit_run_h5_collective_ep2 PROPERTIES FIXTURES_REQUIRED h5_qwen3-moe-tiny
+                       ENVIRONMENT REFIT_LOG_LEVEL=info)
+endif()
 
 # bad input (DESIGN.md section 11): refused naming the file, the dataset and the rule
 set(LT ${DATA}/llama-tiny)
