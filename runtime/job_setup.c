@@ -182,7 +182,9 @@ static void ipc_rows_read(const job_t *j, const rf_rollout_coords_t *rc, const r
         lo /= u;
         n = end - lo;
     }
-    if (t->slot < 0) { /* wna16 weight_shape: the planner reads both values */
+    /* wna16 weight_shape: the planner reads both values; an fp8-tensor scale: its one value
+     * on every rank (runtime/loader.c) */
+    if (t->slot < 0 || t->param == RF_PARAM_TENSOR_SCALE) {
         lo = 0;
         n = rows;
     }
