@@ -236,3 +236,15 @@ foreach(case "tensor;131 +0 +64;4540949248" "channel;195 +0 +0;4544193280")
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(refit_plan_llama_3_1_8b_fp8_${q}_tp2 PROPERTIES LABELS plan TIMEOUT 120)
 endforeach()
+# ... and from llama-tiny's bf16 weights, quantized on the trainer at TP 2 (real weights: the
+# generator's amax is the same in every slice, these are not): every trainer rank takes the
+# scale of the whole tensor / row, whatever its slice, or the scalar oracle finds the bytes
+foreach(case "tensor;2" "channel;1")
+  list(GET case 0 q)
+  list(GET case 1 r)
+  math(EXPR np "2 + ${r}")
+  refit_run_test(refit_run_fp8_${q}_bf16_source_tp2_to_tp${r} ${np} ok
+                 "refit: COMMITTED 2 update\\(s\\), verified 51 tensors;dequant"
+                 --topology ${TTOPO}/llama-tiny-fp8-${q}-tp2-to-tp${r}.yaml --checkpoint ${DATA}/llama-tiny
+                 --steps 2 --cold-check)
+endforeach()
