@@ -28,7 +28,10 @@
 #include "refit/quant.h"
 #include "refit/quant_ops.h"
 
-static bool is_scale(const rf_slot_shape_t *s) { return strcmp(s->name, "weight_scale") == 0; }
+static bool is_scale(const rf_slot_shape_t *s)
+{
+    return strcmp(s->name, "weight_scale") == 0;
+}
 
 /* Shards of a fused per-tensor module that requantizes: S > 1 scales. */
 static bool requantizes(const rf_inventory_t *inv, int m)
@@ -125,16 +128,16 @@ static rf_status_t check_rt(const rf_format_t *f, const rf_slot_shape_t *model, 
                             rf_slot_t *const *rt, int nrt, bool fused, rf_err_t *err)
 {
     if (nrt < nmodel)
-        return rf_err_set(err, RF_ERR_INTERNAL, "%s: %d runtime slots for %d params",
-                          f->ops->name, nrt, nmodel);
+        return rf_err_set(err, RF_ERR_INTERNAL, "%s: %d runtime slots for %d params", f->ops->name,
+                          nrt, nmodel);
     for (int i = 0; i < nmodel; i++) {
         uint64_t b = fused && is_scale(&model[i]) ? sizeof(float) : rf_slot_shape_bytes(&model[i]);
         if (b != rf_signature_bytes(&rt[i]->sig) || rt[i]->sig.dtype != model[i].dtype)
-            return rf_err_set(err, RF_ERR_MISMATCH,
-                              "%s: %s holds %llu bytes of %s, the owner expects %llu of %s",
-                              f->ops->name, rt[i]->name, (unsigned long long)rf_signature_bytes(&rt[i]->sig),
-                              rf_dtype_name(rt[i]->sig.dtype), (unsigned long long)b,
-                              rf_dtype_name(model[i].dtype));
+            return rf_err_set(
+                err, RF_ERR_MISMATCH, "%s: %s holds %llu bytes of %s, the owner expects %llu of %s",
+                f->ops->name, rt[i]->name, (unsigned long long)rf_signature_bytes(&rt[i]->sig),
+                rf_dtype_name(rt[i]->sig.dtype), (unsigned long long)b,
+                rf_dtype_name(model[i].dtype));
     }
     return RF_OK;
 }

@@ -446,7 +446,8 @@ __global__ void k_fp8_tensor_amax(const void *w, int wdt, int64_t rows, int64_t 
     float amax = 0.0f;
     bool bad = false;
     for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n; t += stride) {
-        float v = d_load_f32(w, wdt, (int64_t)(t / (uint64_t)cols) * wp + (int64_t)(t % (uint64_t)cols));
+        int64_t r = (int64_t)(t / (uint64_t)cols), c = (int64_t)(t % (uint64_t)cols);
+        float v = d_load_f32(w, wdt, r * wp + c);
         if (!d_finite(v))
             bad = true;
         v = fabsf(v);

@@ -231,7 +231,9 @@ static bool stale_scales(const rf_inventory_t *inv, const rf_tensor_t *t, const 
     static const char *const wna16[] = {"weight_scale", "weight_shape", NULL};
     const char *dot = strrchr(t->name, '.');
     rf_quant_t q = inv->modules[t->module].quant;
-    const char *const *sfx = q == RF_QUANT_WNA16 ? wna16 : q == RF_QUANT_FP8_BLOCK ? fp8 : fp8_scale;
+    const char *const *sfx = q == RF_QUANT_WNA16       ? wna16
+                             : q == RF_QUANT_FP8_BLOCK ? fp8
+                                                       : fp8_scale;
     char name[RF_NAME_MAX + 32];
     for (int i = 0; sfx[i] != NULL; i++) {
         snprintf(name, sizeof(name), "%.*s.%s", (int)(dot - t->name), t->name, sfx[i]);

@@ -307,12 +307,6 @@ static rf_status_t check_scales(const rf_trainer_t *tr, int i, const void *buf, 
 }
 
 /*
- * Produces the logical (unquantized) region of linear `prefix` (N x K, model dtype) from the
- * generator or a bf16 checkpoint, and quantizes it into this rank's slices of the quantized
- * checkpoint tensors (DESIGN.md section 7: fp8-block weight + weight_scale_inv; wna16
- * weight_packed + weight_scale). ei is the primary entry (fp8 weight / wna16 weight_packed).
- */
-/*
  * The rows of the logical (unquantized) weight `prefix`.weight that decide the fp8-tensor /
  * fp8-channel scales of this rank's slice r of it: the whole tensor (per tensor), or the
  * slice's rows across all K columns (per channel: a row-parallel slice holds part of each
@@ -393,6 +387,12 @@ static rf_status_t produce_fp8_rows(rf_trainer_t *tr, int ei, uint64_t step, rf_
     return st;
 }
 
+/*
+ * Produces the logical (unquantized) region of linear `prefix` (N x K, model dtype) from the
+ * generator or a bf16 checkpoint, and quantizes it into this rank's slices of the quantized
+ * checkpoint tensors (DESIGN.md section 7: fp8-block weight + weight_scale_inv; wna16
+ * weight_packed + weight_scale). ei is the primary entry (fp8 weight / wna16 weight_packed).
+ */
 static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, rf_ckpt_t *ck,
                                      rf_err_t *err)
 {

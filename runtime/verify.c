@@ -797,14 +797,13 @@ static rf_status_t requant_scales(const rf_inventory_t *inv, const rf_ref_locato
     *smax_p = 0.0f;
     for (int k = 0; k < l->nseg; k++) {
         const char *wn = inv->tensors[l->bt[k]].name;
-        size_t n = strlen(wn);
         int ts = l->bt[k];
         if (strcmp(l->param, "weight") == 0) { /* "<P>.weight" -> "<P>.weight_scale" */
             snprintf(name, sizeof(name), "%s_scale", wn);
             ts = rf_inventory_find(inv, name);
         }
         const void *b = ts >= 0 ? tensor_bytes(ctx, ts) : NULL;
-        if (b == NULL || n == 0)
+        if (b == NULL)
             return rf_err_set(err, RF_ERR_MISSING, "verify: no checkpoint scale for %s", wn);
         s[k] = load_f32(b, src_dtype(inv, opts, ctx, ts), 0);
         *smax_p = s[k] > *smax_p ? s[k] : *smax_p;

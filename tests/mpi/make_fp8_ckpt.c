@@ -87,7 +87,7 @@ static void put(table_t *t, const char *name, rf_dtype_t dt, int ndim, const uin
 /* One of the seven projections of a decoder layer (the linears the scheme targets). */
 static int is_linear_weight(const char *name)
 {
-    static const char *const p[] = {"q_proj", "k_proj", "v_proj", "o_proj",
+    static const char *const p[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                     "gate_proj", "up_proj", "down_proj"};
     if (strncmp(name, "model.layers.", 13) != 0)
         return 0;
@@ -190,7 +190,8 @@ static int write_config(const char *src_dir, const char *dir, const char *strate
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: make_fp8_ckpt tensor|channel f32|bf16 BF16-DIR OUT [bad nan|zero|shape]\n");
+    fprintf(stderr,
+            "usage: make_fp8_ckpt tensor|channel f32|bf16 BF16-DIR OUT [bad nan|zero|shape]\n");
     return 2;
 }
 
@@ -209,8 +210,7 @@ int main(int argc, char **argv)
             if (quantize(i, per_row, bf16))
                 return 1;
         } else {
-            put(&out, in.names[i], in.dts[i], in.ndims[i], in.shapes[i], in.data[i],
-                in.nbytes[i]);
+            put(&out, in.names[i], in.dts[i], in.ndims[i], in.shapes[i], in.data[i], in.nbytes[i]);
         }
     }
     if (bad != NULL) {
