@@ -307,7 +307,8 @@ const rf_format_ops_t *rf_format_lookup(const char *name)
     static const rf_format_ops_t *all[] = {&rf_format_none_ops, &rf_format_test_transpose_ops,
                                            &rf_format_test_derived_ops, &rf_format_fp8_block_ops,
                                            &rf_format_fp8_block_fnuz_ops, &rf_format_wna16_ops,
-                                           &rf_format_wna16_marlin_ops};
+                                           &rf_format_wna16_marlin_ops, &rf_format_fp8_tensor_ops,
+                                           &rf_format_fp8_channel_ops};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (strcmp(all[i]->name, name) == 0)
             return all[i];
@@ -316,5 +317,6 @@ const rf_format_ops_t *rf_format_lookup(const char *name)
 
 const char *rf_format_names(void)
 {
-    return "none, test-transpose, test-derived, fp8-block, fp8-block-fnuz, wna16, wna16-marlin";
+    return "none, test-transpose, test-derived, fp8-block, fp8-block-fnuz, wna16, wna16-marlin, "
+           "fp8-tensor, fp8-channel";
 }

@@ -303,6 +303,12 @@ const rf_format_ops_t *rf_format_for(rf_quant_t quant, int backend)
         if (backend == RF_BACKEND_MARLIN)
             return &rf_format_wna16_marlin_ops;
         return NULL;
+    case RF_QUANT_FP8_TENSOR:
+    case RF_QUANT_FP8_CHANNEL:
+        if (backend != RF_BACKEND_TRITON && backend != RF_BACKEND_CUTLASS)
+            return NULL;
+        return quant == RF_QUANT_FP8_TENSOR ? &rf_format_fp8_tensor_ops
+                                            : &rf_format_fp8_channel_ops;
     }
     return NULL;
 }

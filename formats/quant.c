@@ -220,6 +220,73 @@ rf_status_t rf_fp8_dequant_block(const uint8_t *q, int64_t rows, int64_t cols, i
     return RF_OK;
 }
 
+/* ---- fp8-tensor / fp8-channel -------------------------------------------------------------- */
+
+rf_status_t rf_fp8_scales(const void *w, rf_dtype_t w_dtype, int64_t rows, int64_t cols,
+                          int64_t w_pitch_elems, bool per_row, float *scale)
+{
+    if (!float_src(w_dtype) || rows < 0 || cols < 0 || w_pitch_elems < cols || scale == NULL)
+        return RF_ERR_INVALID;
+    float amax = 0.0f;
+    for (int64_t r = 0; r < rows; r++) {
+        if (per_row)
+            amax = 0.0f;
+        for (int64_t c = 0; c < cols; c++) {
+            float v = rf_load_f32(w, w_dtype, r * w_pitch_elems + c);
+            if (!isfinite(v))
+                return RF_ERR_INVALID;
+            v = fabsf(v);
+            amax = v > amax ? v : amax;
+        }
+        if (per_row)
+            scale[r] = (amax > RF_FP8_AMAX_FLOOR ? amax : RF_FP8_AMAX_FLOOR) / RF_E4M3_MAX;
+    }
+    if (!per_row)
+        scale[0] = (amax > RF_FP8_AMAX_FLOOR ? amax : RF_FP8_AMAX_FLOOR) / RF_E4M3_MAX;
+    return RF_OK;
+}
+
+rf_status_t rf_fp8_quantize_scaled(const void *w, rf_dtype_t w_dtype, int64_t rows,
+                                   int64_t cols, int64_t w_pitch_elems, const float *scale,
+                                   bool per_row, uint8_t *q, int64_t q_pitch)
+{
+    if (!float_src(w_dtype) || rows < 0 || cols < 0 || w_pitch_elems < cols || q_pitch < cols ||
+        scale == NULL)
+        return RF_ERR_INVALID;
+    for (int64_t r = 0; r < rows; r++) {
+        float s = scale[per_row ? r : 0];
+        if (!isfinite(s) || !(s > 0.0f))
+            return RF_ERR_INVALID;
+        for (int64_t c = 0; c < cols; c++) {
+            float v = rf_load_f32(w, w_dtype, r * w_pitch_elems + c);
+            if (!isfinite(v))
+                return RF_ERR_INVALID;
+            q[r * q_pitch + c] = rf_f32_to_e4m3(v / s);
+        }
+    }
+    return RF_OK;
+}
+
+rf_status_t rf_fp8_quantize_rows(const void *w, rf_dtype_t w_dtype, int64_t rows, int64_t cols,
+                                 int64_t w_pitch_elems, bool per_row, uint8_t *q,
+                                 int64_t q_pitch, float *scale)
+{
+    rf_status_t st = rf_fp8_scales(w, w_dtype, rows, cols, w_pitch_elems, per_row, scale);
+    if (st != RF_OK)
+        return st;
+    return rf_fp8_quantize_scaled(w, w_dtype, rows, cols, w_pitch_elems, scale, per_row, q,
+                                  q_pitch);
+}
+
+uint8_t rf_fp8_requant_byte(uint8_t q, float s_from, float s_to)
+{
+    if ((q & 0x7fu) == 0x7fu)
+        return 0x00;
+    if (s_from == s_to)
+        return q;
+    return rf_f32_to_e4m3(rf_e4m3_to_f32(q) * s_from / s_to);
+}
+
 /* ---- wna16 ------------------------------------------------------------------------------- */
 
 float rf_wna16_group_scale(float amax, rf_dtype_t scale_dtype)

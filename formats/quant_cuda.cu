@@ -373,10 +373,162 @@ static rf_status_t cu_wna16_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_
     RF_CUDA_LAUNCH_CHECK();
     return sync_flag(a, s);
 }
+/* ---- fp8-tensor / fp8-channel -------------------------------------------------------------- */
+
+__device__ static inline float d_e4m3_to_f32(uint8_t b)
+{
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 7u;
+    if (e == 0) /* m 2^-9, exact */
+        return __uint_as_float(sign | __float_as_uint(__fmul_rn((float)m, 1.0f / 512.0f)));
+    return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20)); /* (1 + m/8) 2^(e-7) */
+}
+
+__device__ static inline float d_fp8_scale(float amax)
+{
+    return __fdiv_rn(amax > 1e-12f ? amax : 1e-12f, 448.0f);
+}
+
+/* Per channel: one block per row (grid-stride over rows), the row's amax, then its scale. */
+__global__ void k_fp8_row_scale(const void *w, int wdt, int64_t rows, int64_t cols, int64_t wp,
+                                float *scale, unsigned long long *flag)
+{
+    __shared__ float red[RF_CUDA_THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float amax = 0.0f;
+        bool bad = false;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            float v = d_load_f32(w, wdt, r * wp + c);
+            if (!d_finite(v))
+                bad = true;
+            v = fabsf(v);
+            amax = v > amax ? v : amax;
+        }
+        if (bad)
+            atomicOr(&flag[1], 1ull);
+        red[threadIdx.x] = amax;
+        __syncthreads();
+        for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
+            if (threadIdx.x < h && red[threadIdx.x + h] > red[threadIdx.x])
+                red[threadIdx.x] = red[threadIdx.x + h];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0)
+            scale[r] = d_fp8_scale(red[0]);
+        __syncthreads(); /* red is reused by the next row */
+    }
+}
+
+/* Per tensor, pass 1: block maxima folded into flag[0] by atomicMax on the bits (the order of
+ * non-negative floats is the order of their bit patterns; a non-finite input sets flag[1]). */
+__global__ void k_fp8_tensor_amax(const void *w, int wdt, int64_t rows, int64_t cols, int64_t wp,
+                                  unsigned long long *flag)
+{
+    __shared__ float red[RF_CUDA_THREADS];
+    uint64_t n = (uint64_t)rows * (uint64_t)cols, stride = (uint64_t)gridDim.x * blockDim.x;
+    float amax = 0.0f;
+    bool bad = false;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n; t += stride) {
+        int64_t r = (int64_t)(t / (uint64_t)cols), c = (int64_t)(t % (uint64_t)cols);
+        float v = d_load_f32(w, wdt, r * wp + c);
+        if (!d_finite(v))
+            bad = true;
+        v = fabsf(v);
+        amax = v > amax ? v : amax;
+    }
+    if (bad)
+        atomicOr(&flag[1], 1ull);
+    red[threadIdx.x] = amax;
+    __syncthreads();
+    for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h && red[threadIdx.x + h] > red[threadIdx.x])
+            red[threadIdx.x] = red[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicMax(&flag[0], (unsigned long long)__float_as_uint(red[0]));
+}
+
+/* Per tensor, pass 2: the one scale. */
+__global__ void k_fp8_tensor_scale(float *scale, const unsigned long long *flag)
+{
+    scale[0] = d_fp8_scale(__uint_as_float((uint32_t)flag[0]));
+}
+
+/* q of the sub-region [r0, r0 + nr) x [c0, c0 + nc) with the scales above. */
+__global__ void k_fp8_quant_scaled(const void *w, int wdt, int64_t wp, int per_row,
+                                   const float *scale, int64_t r0, int64_t nr, int64_t c0,
+                                   int64_t nc, uint8_t *q, int64_t qp)
+{
+    uint64_t n = (uint64_t)nr * (uint64_t)nc, stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n; t += stride) {
+        int64_t r = (int64_t)(t / (uint64_t)nc), c = (int64_t)(t % (uint64_t)nc);
+        float v = d_load_f32(w, wdt, (r0 + r) * wp + c0 + c);
+        q[r * qp + c] = d_f32_to_e4m3(__fdiv_rn(v, scale[per_row ? r0 + r : 0]));
+    }
+}
+
+static rf_status_t cu_fp8_quantize_rows(rf_accel_t *a, const void *w, rf_dtype_t w_dtype,
+                                        int64_t rows, int64_t cols, int64_t w_pitch,
+                                        bool per_row, float *scale, int64_t q_r0, int64_t q_rows,
+                                        int64_t q_c0, int64_t q_cols, uint8_t *q, int64_t q_pitch,
+                                        rf_accel_stream_t *s)
+{
+    if (!a || !float_dt(w_dtype) || rows < 0 || cols < 0 || w_pitch < cols || !scale ||
+        q_r0 < 0 || q_rows < 0 || q_c0 < 0 || q_cols < 0 || q_r0 + q_rows > rows ||
+        q_c0 + q_cols > cols || q_pitch < q_cols)
+        return RF_ERR_INVALID;
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
+    if (per_row && rows > 0) {
+        unsigned g = rows > (int64_t)RF_CUDA_MAX_BLOCKS ? RF_CUDA_MAX_BLOCKS : (unsigned)rows;
+        k_fp8_row_scale<<<g, RF_CUDA_THREADS, 0, c->s>>>(w, (int)w_dtype, rows, cols, w_pitch, scale,
+                                                  c->d_scratch);
+        RF_CUDA_LAUNCH_CHECK();
+    } else if (!per_row) {
+        k_fp8_tensor_amax<<<rf_cuda_grid_for((uint64_t)rows * (uint64_t)cols), RF_CUDA_THREADS, 0, c->s>>>(
+            w, (int)w_dtype, rows, cols, w_pitch, c->d_scratch);
+        RF_CUDA_LAUNCH_CHECK();
+        k_fp8_tensor_scale<<<1, 1, 0, c->s>>>(scale, c->d_scratch);
+        RF_CUDA_LAUNCH_CHECK();
+    }
+    if (q_rows > 0 && q_cols > 0) {
+        k_fp8_quant_scaled<<<rf_cuda_grid_for((uint64_t)q_rows * (uint64_t)q_cols), RF_CUDA_THREADS, 0, c->s>>>(
+            w, (int)w_dtype, w_pitch, per_row ? 1 : 0, scale, q_r0, q_rows, q_c0, q_cols, q,
+            q_pitch);
+        RF_CUDA_LAUNCH_CHECK();
+    }
+    return sync_flag(a, s);
+}
+
+__global__ void k_fp8_requant(uint8_t *w, uint64_t n, float s_from, float s_to)
+{
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n; t += stride) {
+        uint8_t b = w[t];
+        w[t] = (b & 0x7fu) == 0x7fu
+                   ? (uint8_t)0
+                   : d_f32_to_e4m3(__fdiv_rn(__fmul_rn(d_e4m3_to_f32(b), s_from), s_to));
+    }
+}
+
+static rf_status_t cu_fp8_requant(rf_accel_t *a, uint8_t *w, size_t n, float s_from, float s_to,
+                                  rf_accel_stream_t *s)
+{
+    if (!a || (n && !w))
+        return RF_ERR_INVALID;
+    if (n == 0 || s_from == s_to) /* the host rule: the same scale keeps the bytes */
+        return RF_OK;
+    k_fp8_requant<<<rf_cuda_grid_for(n), RF_CUDA_THREADS, 0, cs(a, s)>>>(w, n, s_from, s_to);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
 extern "C" const rf_quant_ops_t rf_quant_cuda_ops = {
     /* .name = */ "cuda",
     /* .fp8_to_fnuz = */ cu_fp8_to_fnuz,
     /* .wna16_repack = */ cu_wna16_repack,
     /* .fp8_quantize = */ cu_fp8_quantize,
     /* .wna16_quantize = */ cu_wna16_quantize,
+    /* .fp8_quantize_rows = */ cu_fp8_quantize_rows,
+    /* .fp8_requant = */ cu_fp8_requant,
 };

@@ -102,12 +102,46 @@ static rf_status_t host_wna16_quantize(rf_accel_t *accel, const void *w, rf_dtyp
                              scale_dtype, scale_pitch_elems);
 }
 
+static rf_status_t host_fp8_quantize_rows(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                          int64_t rows, int64_t cols, int64_t w_pitch_elems,
+                                          bool per_row, float *scale, int64_t q_r0, int64_t q_rows,
+                                          int64_t q_c0, int64_t q_cols, uint8_t *q, int64_t q_pitch,
+                                          rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (q_r0 < 0 || q_rows < 0 || q_c0 < 0 || q_cols < 0 || q_r0 + q_rows > rows ||
+        q_c0 + q_cols > cols)
+        return RF_ERR_INVALID;
+    rf_status_t st = rf_fp8_scales(w, w_dtype, rows, cols, w_pitch_elems, per_row, scale);
+    if (st != RF_OK)
+        return st;
+    size_t es = rf_dtype_size(w_dtype);
+    return rf_fp8_quantize_scaled((const char *)w + (size_t)(q_r0 * w_pitch_elems + q_c0) * es,
+                                  w_dtype, q_rows, q_cols, w_pitch_elems,
+                                  per_row ? scale + q_r0 : scale, per_row, q, q_pitch);
+}
+
+static rf_status_t host_fp8_requant(rf_accel_t *accel, uint8_t *w, size_t n, float s_from,
+                                    float s_to, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (n && !w)
+        return RF_ERR_INVALID;
+    for (size_t i = 0; i < n; i++)
+        w[i] = rf_fp8_requant_byte(w[i], s_from, s_to);
+    return RF_OK;
+}
+
 const rf_quant_ops_t rf_quant_host_ops = {
     .name = "host",
     .fp8_to_fnuz = host_fp8_to_fnuz,
     .wna16_repack = host_wna16_repack,
     .fp8_quantize = host_fp8_quantize,
     .wna16_quantize = host_wna16_quantize,
+    .fp8_quantize_rows = host_fp8_quantize_rows,
+    .fp8_requant = host_fp8_requant,
 };
 
 const rf_quant_ops_t *rf_quant_ops_for(const rf_accel_t *accel)

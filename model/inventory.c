@@ -165,7 +165,9 @@ static bool inv_not_converted(const rf_model_config_t *c, const char *prefix)
 /*
  * One linear's checkpoint tensors into module m (DESIGN.md section 7): unquantized `weight`
  * (N, K); fp8-block `weight` e4m3 + `weight_scale_inv` fp32 (cdiv(N,128), cdiv(K,128));
- * wna16 `weight_packed` int32 (N, K/8) + `weight_scale` (N, K/G) + `weight_shape` int64 [2].
+ * wna16 `weight_packed` int32 (N, K/8) + `weight_scale` (N, K/G) + `weight_shape` int64 [2];
+ * fp8-tensor `weight` e4m3 + `weight_scale` fp32 [1]; fp8-channel `weight` e4m3 +
+ * `weight_scale` fp32 [N, 1] (compressed-tensors float-quantized, docs/formats.md).
  * Slot names get `sp` as prefix ("w13_" for fused experts). Biases stay unquantized.
  */
 static rf_status_t inv_linear_q(inv_builder_t *b, const char *prefix, int layer, int expert,
@@ -205,6 +207,30 @@ static rf_status_t inv_linear_q(inv_builder_t *b, const char *prefix, int layer,
         RF_CHECK(inv_add_tensor(b, name, RF_DTYPE_F32, 2, SHAPE((n + 127) / 128, (k + 127) / 128),
                                 layer, expert, RF_PARAM_WEIGHT_SCALE_INV, wsplit, m, slot, shard));
         break;
+    case RF_QUANT_FP8_TENSOR:
+    case RF_QUANT_FP8_CHANNEL: {
+        bool per_row = q == RF_QUANT_FP8_CHANNEL;
+        if (expert >= 0)
+            return rf_err_set(b->err, RF_ERR_UNSUPPORTED,
+                              "inventory: %s: %s MoE experts are not supported (dense linears "
+                              "only; vLLM's per-tensor FusedMoE requantizes w13 per expert)",
+                              prefix, rf_quant_name(q));
+        snprintf(name, sizeof(name), "%s.weight", prefix);
+        RF_CHECK(inv_add_tensor(b, name, RF_DTYPE_F8_E4M3, 2, SHAPE(n, k), layer, expert,
+                                RF_PARAM_WEIGHT, wsplit, m, "weight", shard));
+        /* per tensor: one value, on every trainer rank; per channel: a row-parallel linear's
+         * rows are whole on every rank (its K is split), so its scale is replicated like its
+         * bias; a column-parallel one splits like its weight rows */
+        snprintf(name, sizeof(name), "%s.weight_scale", prefix);
+        if (per_row)
+            RF_CHECK(inv_add_tensor(b, name, RF_DTYPE_F32, 2, SHAPE(n, 1), layer, expert,
+                                    RF_PARAM_CHANNEL_SCALE, bsplit, m, "weight_scale", shard));
+        else
+            RF_CHECK(inv_add_tensor(b, name, RF_DTYPE_F32, 1, SHAPE(1), layer, expert,
+                                    RF_PARAM_TENSOR_SCALE, RF_SPLIT_REPLICATED, m,
+                                    "weight_scale", shard));
+        break;
+    }
     case RF_QUANT_WNA16: {
         int64_t G = inv->group_size;
         if (G <= 0 || k % G != 0 || k % 8 != 0)
@@ -454,7 +480,9 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                           "inventory: quantization_config.scale_fmt '%s' is not supported (fp8 "
                           "block scales must be plain floats, not e.g. ue8m0)",
                           cfg->scale_fmt);
-    if (quant == RF_QUANT_FP8_BLOCK && strcmp(cfg->activation_scheme, "static") == 0)
+    if ((quant == RF_QUANT_FP8_BLOCK || quant == RF_QUANT_FP8_TENSOR ||
+         quant == RF_QUANT_FP8_CHANNEL) &&
+        strcmp(cfg->activation_scheme, "static") == 0)
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
                           "inventory: quantization_config.activation_scheme 'static' is not "
                           "supported (static activation scales are not reloaded)");
@@ -722,6 +750,17 @@ static rf_status_t quant_slot(const rf_inventory_t *inv, const rf_module_t *m, c
         else
             slot_set(out, name, RF_DTYPE_F32, 2, SHAPE((rows + 127) / 128, (K + 127) / 128));
         return RF_OK;
+    case RF_QUANT_FP8_TENSOR:
+    case RF_QUANT_FP8_CHANNEL:
+        /* vLLM's PerTensorScaleParameter holds one fp32 per fused shard (logical width);
+         * ChannelQuantScaleParameter (N_local, 1), like the weight rows */
+        if (strcmp(name, "weight") == 0)
+            slot_set(out, name, RF_DTYPE_F8_E4M3, 2, SHAPE(rows, K));
+        else if (m->quant == RF_QUANT_FP8_TENSOR)
+            slot_set(out, name, RF_DTYPE_F32, 1, SHAPE(m->nlinears));
+        else
+            slot_set(out, name, RF_DTYPE_F32, 2, SHAPE(rows, 1));
+        return RF_OK;
     case RF_QUANT_WNA16:
         if (K % G != 0 || K % 8 != 0)
             return rf_err_set(err, RF_ERR_TOPOLOGY,
@@ -782,6 +821,10 @@ static rf_status_t moe_slot(const rf_inventory_t *inv, const rf_module_t *m, con
         out->kfirst = true;
         return RF_OK;
     }
+    case RF_QUANT_FP8_TENSOR:
+    case RF_QUANT_FP8_CHANNEL: /* refused by the inventory build (inv_linear_q) */
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: %s experts are not supported", m->name,
+                          rf_quant_name(m->quant));
     }
     return RF_OK;
 }

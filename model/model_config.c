@@ -122,18 +122,23 @@ static rf_status_t cfg_quant(rf_model_config_t *cfg, json_t *q, const char *path
                            "modules_to_not_convert", err));
     RF_CHECK(cfg_add_names(cfg, json_object_get(q, "ignore"), path, "ignore", err));
     if (strcmp(method, "fp8") == 0) {
-        cfg->quant = RF_QUANT_FP8_BLOCK;
         RF_CHECK(cfg_str(q, "fmt", path, fmt, sizeof(fmt), err));
         if (fmt[0] != '\0' && strcmp(fmt, "e4m3") != 0)
             return rf_err_set(err, RF_ERR_UNSUPPORTED,
                               "%s: quantization_config.fmt '%s' is not supported (e4m3 only)",
                               path, fmt);
         json_t *wb = json_object_get(q, "weight_block_size");
+        if (wb == NULL || json_is_null(wb)) {
+            /* vLLM's Fp8Config without weight_block_size: one weight_scale per linear */
+            cfg->quant = RF_QUANT_FP8_TENSOR;
+            return RF_OK;
+        }
+        cfg->quant = RF_QUANT_FP8_BLOCK;
         if (!json_is_array(wb) || json_array_size(wb) != 2 ||
             !json_is_integer(json_array_get(wb, 0)) || !json_is_integer(json_array_get(wb, 1)))
             return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                              "%s: quantization_config.weight_block_size must be [128, 128] "
-                              "(per-tensor fp8 is not supported)",
+                              "%s: quantization_config.weight_block_size must be [128, 128] or "
+                              "absent (per-tensor fp8)",
                               path);
         cfg->weight_block[0] = json_integer_value(json_array_get(wb, 0));
         cfg->weight_block[1] = json_integer_value(json_array_get(wb, 1));
@@ -144,10 +149,10 @@ static rf_status_t cfg_quant(rf_model_config_t *cfg, json_t *q, const char *path
                               path, (long long)cfg->weight_block[0],
                               (long long)cfg->weight_block[1]);
     } else if (strcmp(method, "compressed-tensors") == 0) {
-        cfg->quant = RF_QUANT_WNA16;
         json_t *groups = json_object_get(q, "config_groups");
         const char *gk;
         json_t *g;
+        bool have = false;
         if (!json_is_object(groups))
             return rf_err_set(err, RF_ERR_CONFIG,
                               "%s: quantization_config.config_groups missing", path);
@@ -155,8 +160,9 @@ static rf_status_t cfg_quant(rf_model_config_t *cfg, json_t *q, const char *path
         {
             json_t *w = json_object_get(g, "weights");
             int64_t bits = 0, gs = 0;
-            bool sym = true;
-            char strategy[32], actorder[32];
+            bool sym = true, wdyn = false;
+            char strategy[32], actorder[32], type[16];
+            rf_quant_t gq;
             if (!json_is_object(w))
                 continue;
             st = cfg_int(w, "num_bits", path, 0, false, &bits, err);
@@ -165,7 +171,11 @@ static rf_status_t cfg_quant(rf_model_config_t *cfg, json_t *q, const char *path
             if (st == RF_OK)
                 st = cfg_bool(w, "symmetric", path, true, &sym, err);
             if (st == RF_OK)
+                st = cfg_bool(w, "dynamic", path, false, &wdyn, err);
+            if (st == RF_OK)
                 st = cfg_str(w, "strategy", path, strategy, sizeof(strategy), err);
+            if (st == RF_OK)
+                st = cfg_str(w, "type", path, type, sizeof(type), err);
             if (st != RF_OK)
                 return st;
             json_t *ao = json_object_get(w, "actorder");
@@ -174,17 +184,52 @@ static rf_status_t cfg_quant(rf_model_config_t *cfg, json_t *q, const char *path
                 snprintf(actorder, sizeof(actorder), "%s", json_string_value(ao));
             if (json_is_true(ao) || (actorder[0] && strcmp(actorder, "static") != 0))
                 cfg->act_order = true;
-            if (bits != 4 || !sym || strcmp(strategy, "group") != 0)
+            /* compressed-tensors "float-quantized" (FP8 dynamic / static): 8-bit float
+             * weights, symmetric, static weight scales per tensor or per output channel */
+            bool fp8 = bits == 8 && strcmp(type, "float") == 0 && sym && !wdyn;
+            if (bits == 4 && sym && strcmp(strategy, "group") == 0 && strcmp(type, "float") != 0)
+                gq = RF_QUANT_WNA16;
+            else if (fp8 && strcmp(strategy, "tensor") == 0)
+                gq = RF_QUANT_FP8_TENSOR;
+            else if (fp8 && strcmp(strategy, "channel") == 0)
+                gq = RF_QUANT_FP8_CHANNEL;
+            else
                 return rf_err_set(err, RF_ERR_UNSUPPORTED,
                                   "%s: config_groups.%s: only int4 symmetric group quantization "
-                                  "(wna16) is supported",
+                                  "(wna16) and 8-bit float weights with strategy tensor or "
+                                  "channel (fp8-tensor, fp8-channel) are supported",
                                   path, gk);
-            cfg->group_size = gs;
+            if (have && gq != cfg->quant)
+                return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                                  "%s: config_groups.%s is %s but an earlier group is %s: one "
+                                  "scheme per model",
+                                  path, gk, rf_quant_name(gq), rf_quant_name(cfg->quant));
+            have = true;
+            cfg->quant = gq;
+            if (gq == RF_QUANT_WNA16) {
+                cfg->group_size = gs;
+                continue;
+            }
+            /* input_activations: null (weight only) or dynamic per token keep no input scale;
+             * static ones carry an input_scale per linear */
+            json_t *ia = json_object_get(g, "input_activations");
+            bool adyn = true;
+            if (ia != NULL && !json_is_null(ia)) {
+                if (!json_is_object(ia))
+                    return rf_err_set(err, RF_ERR_CONFIG,
+                                      "%s: config_groups.%s.input_activations must be an object",
+                                      path, gk);
+                RF_CHECK(cfg_bool(ia, "dynamic", path, false, &adyn, err));
+            }
+            if (!adyn)
+                snprintf(cfg->activation_scheme, sizeof(cfg->activation_scheme), "static");
         }
+        if (!have)
+            cfg->quant = RF_QUANT_WNA16;
     } else {
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
                           "%s: quantization_config.quant_method '%s' is not supported "
-                          "(fp8 block or compressed-tensors wna16)",
+                          "(fp8 or compressed-tensors)",
                           path, method);
     }
     return RF_OK;

@@ -127,9 +127,13 @@ static rf_status_t check_source(job_t *j, bool from_ckpt, uint32_t v, rf_err_t *
                 sv.dtype = rf_manifest_scale_widens(&j->inv.tensors[e->tensor], se->dtype)
                                ? e->dtype
                                : se->dtype;
-                sv.ndim = se->ndim;
-                for (int d = 0; d < se->ndim && d < RF_MAX_DIMS; d++)
-                    sv.shape[d] = (int64_t)se->shape[d];
+                /* an fp8-tensor scale stored as a 0-d scalar stands for its [1] */
+                if (!rf_manifest_shape_matches(&j->inv.tensors[e->tensor], se->ndim, se->shape) ||
+                    se->ndim != 0) {
+                    sv.ndim = se->ndim;
+                    for (int d = 0; d < se->ndim && d < RF_MAX_DIMS; d++)
+                        sv.shape[d] = (int64_t)se->shape[d];
+                }
             }
         }
         if (i == victim && job_fault_here(j, v, RF_FAULT_MISSING_TENSOR))

@@ -160,12 +160,14 @@ static bool expect_quantized(expect_ctx_t *c, const rf_tensor_t *t)
     job_t *j = c->j;
     const rf_module_t *mod = &j->inv.modules[t->module];
     bool wna16 = mod->quant == RF_QUANT_WNA16;
+    bool rowq = mod->quant == RF_QUANT_FP8_TENSOR || mod->quant == RF_QUANT_FP8_CHANNEL;
     char prefix[RF_NAME_MAX - 32], name[RF_NAME_MAX];
     const char *dot = strrchr(t->name, '.');
     snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
     snprintf(name, sizeof(name), "%s.%s", prefix, wna16 ? "weight_packed" : "weight");
     int qi = rf_inventory_find(&j->inv, name);
-    snprintf(name, sizeof(name), "%s.%s", prefix, wna16 ? "weight_scale" : "weight_scale_inv");
+    snprintf(name, sizeof(name), "%s.%s", prefix,
+             wna16 || rowq ? "weight_scale" : "weight_scale_inv");
     int si = rf_inventory_find(&j->inv, name);
     if (qi < 0 || si < 0)
         return false;
@@ -191,7 +193,10 @@ static bool expect_quantized(expect_ctx_t *c, const rf_tensor_t *t)
                        : rf_ckpt_read(j->ck, e, 0, (uint64_t)N, 0, (uint64_t)K * es, logical,
                                       (size_t)K * es, c->err);
     }
-    if (st == RF_OK)
+    if (st == RF_OK && rowq) /* the whole tensor at once: what every trainer slice matches */
+        st = rf_fp8_quantize_rows(logical, dt, N, K, K, mod->quant == RF_QUANT_FP8_CHANNEL,
+                                  (uint8_t *)q, K, (float *)(void *)scale);
+    else if (st == RF_OK)
         st = wna16 ? rf_wna16_quantize(logical, dt, N, K, K, j->inv.group_size, (uint32_t *)q,
                                        K / 8, scale, sc->dtype, K / j->inv.group_size)
                    : rf_fp8_quantize(logical, dt, N, K, K, (uint8_t *)q, K, scale, sc->dtype,
@@ -283,6 +288,8 @@ static rf_status_t verify_scalar(job_t *j, uint64_t step, bool from_ckpt, rf_err
     }
     if (strcmp(j->fmt.ops->name, "fp8-block-fnuz") == 0)
         vo.flags |= RF_VERIFY_FP8_FNUZ_ZERO;
+    if (strcmp(j->fmt.ops->name, "fp8-tensor") == 0)
+        vo.flags |= RF_VERIFY_FP8_REQUANT_MAX;
     for (int m = 0; m < j->plan.nlayers && st == RF_OK; m++) {
         rf_layer_t *L = &j->plan.layers[m];
         bool quant = j->inv.modules[m].quant != RF_QUANT_NONE;
@@ -337,6 +344,7 @@ typedef struct reasm_ctx {
     rf_err_t *err;
     uint64_t checked;
     uint64_t fnuz; /* tensors compared under the fnuz transform */
+    uint64_t requant; /* tensors compared under the fp8-tensor requantization */
 } reasm_ctx_t;
 
 static const void *reasm_slot_bytes(void *ctx, int module, int slot)
@@ -357,6 +365,84 @@ static rf_dtype_t reasm_target(void *ctx, int tensor)
         return RF_DTYPE_INVALID;
     const rf_st_entry_t *e = rf_ckpt_find(c->j->ck, t->name);
     return e != NULL ? e->dtype : RF_DTYPE_INVALID;
+}
+
+/* A tensor the fp8-tensor owner requantizes (docs/formats.md): the e4m3 weight or the scale of
+ * a shard of a fused module (qkv_proj, gate_up_proj). */
+static bool reasm_requantized(const job_t *j, const rf_tensor_t *t)
+{
+    const rf_module_t *m = &j->inv.modules[t->module];
+    return strcmp(j->fmt.ops->name, "fp8-tensor") == 0 && m->quant == RF_QUANT_FP8_TENSOR &&
+           m->nlinears > 1 &&
+           (t->param == RF_PARAM_TENSOR_SCALE ||
+            (t->param == RF_PARAM_WEIGHT && t->dtype == RF_DTYPE_F8_E4M3));
+}
+
+/* The whole checkpoint tensor `name` as stored (owned; *se_p its header entry), or NULL. */
+static char *reasm_read_file(job_t *j, const char *name, const rf_st_entry_t **se_p,
+                             rf_err_t *err)
+{
+    const rf_st_entry_t *se = rf_ckpt_find(j->ck, name);
+    char *f = se ? malloc(se->nbytes + 1) : NULL;
+    uint64_t rows = se ? rf_st_entry_rows(se) : 0, rb = se ? rf_st_entry_row_bytes(se) : 0;
+    if (f == NULL || rf_ckpt_read(j->ck, se, 0, rows, 0, rb, f, rb, err) != RF_OK) {
+        free(f);
+        return NULL;
+    }
+    *se_p = se;
+    return f;
+}
+
+/*
+ * The file's bytes of requantized tensor t checked against the reference, then turned into
+ * what the fp8-tensor owner holds for them: each shard's weight requantized from its own scale
+ * to the module's max scale (rf_ref_fp8_requant, the oracle's own rule), each scale replaced by
+ * that max in the file's dtype (exact: the max is one of the file's values). Owned, or NULL.
+ */
+static char *reasm_requant_expect(job_t *j, const rf_tensor_t *t, const rf_ref_entry_t *e,
+                                  size_t *n_p, rf_err_t *err)
+{
+    const rf_module_t *m = &j->inv.modules[t->module];
+    const rf_st_entry_t *se;
+    float smax = 0.0f, own = 0.0f;
+    uint8_t d[32];
+    char *f = reasm_read_file(j, t->name, &se, err);
+    if (f == NULL)
+        return NULL;
+    rf_sha256(f, se->nbytes, d);
+    if (memcmp(d, e->sha256, 32) != 0) {
+        free(f);
+        return NULL;
+    }
+    size_t pl = strlen(t->name) - (t->param == RF_PARAM_WEIGHT ? strlen(".weight")
+                                                               : strlen(".weight_scale"));
+    for (int k = 0; k < m->ntensors; k++) {
+        const rf_tensor_t *st = &j->inv.tensors[m->tensors[k]];
+        const rf_st_entry_t *ss;
+        if (st->param != RF_PARAM_TENSOR_SCALE)
+            continue;
+        char *sb = reasm_read_file(j, st->name, &ss, err);
+        if (sb == NULL) {
+            free(f);
+            return NULL;
+        }
+        float v = rf_load_f32(sb, ss->dtype, 0);
+        free(sb);
+        smax = v > smax ? v : smax;
+        if (strncmp(st->name, t->name, pl) == 0 && strcmp(st->name + pl, ".weight_scale") == 0)
+            own = v;
+    }
+    if (t->param == RF_PARAM_WEIGHT) {
+        for (uint64_t i = 0; i < se->nbytes; i++)
+            f[i] = (char)rf_ref_fp8_requant((uint8_t)f[i], own, smax);
+    } else if (se->dtype == RF_DTYPE_F32) {
+        memcpy(f, &smax, sizeof(smax));
+    } else {
+        uint16_t h = se->dtype == RF_DTYPE_BF16 ? rf_f32_to_bf16(smax) : rf_f32_to_f16(smax);
+        memcpy(f, &h, sizeof(h));
+    }
+    *n_p = se->nbytes;
+    return f;
 }
 
 static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
@@ -395,7 +481,23 @@ static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
                            j->o->reference, t->name, rf_dtype_name(e->dtype), what);
         return;
     }
-    if (t->dtype == RF_DTYPE_F8_E4M3 && strcmp(j->fmt.ops->name, "fp8-block-fnuz") == 0) {
+    if (reasm_requantized(j, t) && !rf_manifest_trainer_quantizes(&j->inv, t, j->ck)) {
+        /* requantize_with_max_scale is not injective either: the file against the reference,
+         * then the rollout's bytes against the file under the owner's requantization */
+        size_t n = 0;
+        char *f = reasm_requant_expect(j, t, e, &n, c->err);
+        bool same = f != NULL && n == nbytes && memcmp(f, bytes, nbytes) == 0;
+        free(f);
+        if (!same) {
+            c->st = rf_err_set(c->err, RF_ERR_VERIFY,
+                               "%s: reassembled %s differs from the file's bytes requantized to "
+                               "the max scale of its fused module (or the file differs from the "
+                               "reference)",
+                               j->o->reference, t->name);
+            return;
+        }
+        c->requant++;
+    } else if (t->dtype == RF_DTYPE_F8_E4M3 && strcmp(j->fmt.ops->name, "fp8-block-fnuz") == 0) {
         /* e4m3fnuz maps 0x80 (-0.0) and 0x00 to 0x00: not injective. Check the file against the
          * reference, then compare with the file's bytes under the same transform. */
         const rf_st_entry_t *se = rf_ckpt_find(j->ck, t->name);
@@ -456,6 +558,7 @@ static rf_status_t verify_reference(job_t *j, rf_err_t *err)
         st = rf_reassemble_ex(&j->inv, &j->me.rc, j->engine_comm, reasm_slot_bytes, reasm_done,
                               &c, &ro, err);
         j->js.fnuz_tensors = c.fnuz;
+        j->js.requant_tensors = c.requant;
         if (st == RF_OK)
             st = c.st;
     } else if (st == RF_OK) {

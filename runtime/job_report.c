@@ -107,7 +107,7 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
 {
     char b1[32], b2[32], b3[64], b4[64];
     uint64_t produced = 0, read = 0, gathered = 0, elems = 0, mism = 0, dtot = 0, dchg = 0;
-    uint64_t deq = 0, fnuz = 0, qtot = 0, qchg = 0;
+    uint64_t deq = 0, fnuz = 0, qtot = 0, qchg = 0, requant = 0;
     int crit = -1, inflight = 0;
     double crit_s = 0, upd = 0;
     for (int r = 0; r < j->size; r++) {
@@ -123,6 +123,7 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
         qchg += s->qdiff_changed;
         deq += s->dequant_checked;
         fnuz = s->fnuz_tensors > fnuz ? s->fnuz_tensors : fnuz;
+        requant = s->requant_tensors > requant ? s->requant_tensors : requant;
         if (s->max_inflight > inflight)
             inflight = s->max_inflight;
         if (s->update_s > upd)
@@ -252,7 +253,11 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
                   "  %-10s reassembly + sha256 vs --reference: %" PRIu64 " tensors equal%s%s%s\n",
                   "verify", verified,
                   fnuz ? (snprintf(b3, sizeof(b3), " (%" PRIu64 " fp8 under 0x80->0x00)", fnuz), b3)
-                       : "",
+                  : requant ? (snprintf(b3, sizeof(b3),
+                                        " (%" PRIu64 " fp8 requantized to the max shard scale)",
+                                        requant),
+                               b3)
+                            : "",
                   dtot ? "; changed " : "",
                   dtot ? (snprintf(b4, sizeof(b4), "%.2f%% of %" PRIu64 " elements",
                                    100.0 * (double)dchg / (double)dtot, dtot),

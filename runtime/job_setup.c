@@ -148,8 +148,9 @@ static rf_status_t setup_rollout(job_t *j, rf_err_t *err)
  * Rows [lo, hi) of checkpoint tensor `tensor` that the loaders of a rollout rank with
  * coordinates rc read: the loader's own row window (rf_load_need_rows, runtime/loader.c) for
  * the vocab, QKV and merged modules; every row where this is not worked out (row-parallel
- * columns, experts) and for a tensor the loaders do not store (wna16 weight_shape, which the
- * planner reads whole): all rows, which only makes fewer pieces in place.
+ * columns, experts), for a tensor the loaders do not store (wna16 weight_shape, which the
+ * planner reads whole) and for an fp8-tensor scale (one value every rank loads): all rows,
+ * which only makes fewer pieces in place.
  */
 static void ipc_rows_read(const job_t *j, const rf_rollout_coords_t *rc, int tensor,
                           uint64_t *lo_p, uint64_t *hi_p)
@@ -157,8 +158,9 @@ static void ipc_rows_read(const job_t *j, const rf_rollout_coords_t *rc, int ten
     const rf_tensor_t *t = &j->inv.tensors[tensor];
     rf_module_kind_t kind = j->inv.modules[t->module].kind;
     int64_t rows = (int64_t)rf_tensor_rows(t), lo = 0, n = rows, r0, r1;
+    /* an fp8-tensor scale: its one value is read on every rank (runtime/loader.c) */
     if ((kind == RF_MOD_VOCAB || kind == RF_MOD_QKV || kind == RF_MOD_MERGED) &&
-        rf_load_need_rows(&j->inv, rc, tensor, &r0, &r1)) {
+        t->param != RF_PARAM_TENSOR_SCALE && rf_load_need_rows(&j->inv, rc, tensor, &r0, &r1)) {
         lo = r0;
         n = r1 - r0;
     }

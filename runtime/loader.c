@@ -140,6 +140,17 @@ static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, in
 
     if (t->slot < 0)
         return false; /* wna16 weight_shape: checked by the planner, never stored */
+    if (t->param == RF_PARAM_TENSOR_SCALE) {
+        /* one value per linear, the same on every rank, at element `shard` of the module's
+         * (S,) slot (vLLM's PerTensorScaleParameter: one per logical width) */
+        *o = (need_t){0, 1, t->shard, 0, 1, 1};
+        return true;
+    }
+    if (t->param == RF_PARAM_CHANNEL_SCALE && m->kind == RF_MOD_ROW) {
+        /* a row-parallel linear keeps every output row: a full copy, like its bias */
+        *o = (need_t){0, rows, 0, 0, 1, 1};
+        return true;
+    }
     switch (m->kind) {
     case RF_MOD_REPLICATED:
         break;

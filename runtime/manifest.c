@@ -56,8 +56,7 @@ static bool quant_linear(const rf_inventory_t *inv, const rf_tensor_t *t, char *
     if (q == RF_QUANT_NONE || dot == NULL || t->param == RF_PARAM_BIAS)
         return false;
     snprintf(prefix, cap, "%.*s", (int)(dot - t->name), t->name);
-    snprintf(name, sizeof(name), "%s.%s", prefix,
-             q == RF_QUANT_FP8_BLOCK ? "weight" : "weight_packed");
+    snprintf(name, sizeof(name), "%s.%s", prefix, q == RF_QUANT_WNA16 ? "weight_packed" : "weight");
     int pi = rf_inventory_find(inv, name);
     if (pi < 0)
         return false;
@@ -129,8 +128,18 @@ bool rf_manifest_trainer_quantizes(const rf_inventory_t *inv, const rf_tensor_t 
 
 bool rf_manifest_scale_widens(const rf_tensor_t *t, rf_dtype_t stored)
 {
-    return t->param == RF_PARAM_WEIGHT_SCALE_INV && t->dtype == RF_DTYPE_F32 &&
+    return rf_param_is_f32_scale(t->param) && t->dtype == RF_DTYPE_F32 &&
            (stored == RF_DTYPE_BF16 || stored == RF_DTYPE_F16);
+}
+
+bool rf_manifest_shape_matches(const rf_tensor_t *t, int ndim, const uint64_t *shape)
+{
+    if (ndim == 0 && t->param == RF_PARAM_TENSOR_SCALE && t->ndim == 1 && t->shape[0] == 1)
+        return true;
+    bool same = ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = (int64_t)shape[d] == t->shape[d];
+    return same;
 }
 
 /* One inventory tensor against the checkpoint headers, under its quantized linear's one
@@ -160,10 +169,7 @@ static rf_status_t manifest_check_ckpt(const rf_inventory_t *inv, const rf_tenso
     if (se == NULL)
         return rf_err_set(err, RF_ERR_MISSING, "checkpoint %s: tensor %s is missing", ck_dir,
                           t->name);
-    bool same = se->ndim == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++)
-        same = (int64_t)se->shape[d] == t->shape[d];
-    if (!same)
+    if (!rf_manifest_shape_matches(t, se->ndim, se->shape))
         return rf_err_set(err, RF_ERR_MISMATCH,
                           "checkpoint %s: tensor %s has a different shape than the model config "
                           "implies",
@@ -223,9 +229,13 @@ static rf_status_t manifest_check_tied(const rf_inventory_t *inv, rf_ckpt_t *ck,
 static bool stale_scales(const rf_inventory_t *inv, const rf_tensor_t *t, const rf_ckpt_t *ck)
 {
     static const char *const fp8[] = {"weight_scale_inv", NULL};
+    static const char *const fp8_scale[] = {"weight_scale", NULL};
     static const char *const wna16[] = {"weight_scale", "weight_shape", NULL};
     const char *dot = strrchr(t->name, '.');
-    const char *const *sfx = inv->modules[t->module].quant == RF_QUANT_WNA16 ? wna16 : fp8;
+    rf_quant_t q = inv->modules[t->module].quant;
+    const char *const *sfx = q == RF_QUANT_WNA16       ? wna16
+                             : q == RF_QUANT_FP8_BLOCK ? fp8
+                                                       : fp8_scale;
     char name[RF_NAME_MAX + 32];
     for (int i = 0; sfx[i] != NULL; i++) {
         snprintf(name, sizeof(name), "%.*s.%s", (int)(dot - t->name), t->name, sfx[i]);

@@ -503,7 +503,7 @@ rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype,
                 p->apps[i].src_dtype = dtype;
         return RF_OK;
     }
-    bool ok = (t->param == RF_PARAM_WEIGHT_SCALE_INV &&
+    bool ok = (rf_param_is_f32_scale(t->param) &&
                (dtype == RF_DTYPE_BF16 || dtype == RF_DTYPE_F16)) ||
               (t->param == RF_PARAM_WEIGHT_SHAPE && dtype == RF_DTYPE_I32);
     if (!ok)

@@ -359,6 +359,89 @@ static const rf_st_entry_t *ckpt_source(const rf_trainer_t *tr, int i, rf_ckpt_t
 }
 
 /*
+ * The rows of the logical (unquantized) weight `prefix`.weight that decide the fp8-tensor /
+ * fp8-channel scales of this rank's slice r of it: the whole tensor (per tensor), or the
+ * slice's rows across all K columns (per channel: a row-parallel slice holds part of each
+ * row). rf_fp8_scales over them, then only the slice is quantized, so a slice gives the bytes
+ * of the whole tensor quantized at once without any exchange between trainer ranks (each rank
+ * produces the rows it needs: generator rows, or checkpoint bytes beyond its shard).
+ */
+static void fp8_rows_extent(const rf_tensor_t *t, const rf_region_t *r, bool per_row,
+                            int64_t *er0, int64_t *er1)
+{
+    *er0 = per_row ? r->r0 : 0;
+    *er1 = per_row ? r->r1 : t->shape[0];
+}
+
+/* fp8-tensor / fp8-channel: this rank's slice of weight entry ei and its weight_scale entry. */
+static rf_status_t produce_fp8_rows(rf_trainer_t *tr, int ei, uint64_t step, ck_reads_t *cr,
+                                    rf_err_t *err)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+    const rf_region_t *r = &tr->reg[ei];
+    bool per_row = tr->inv->modules[t->module].quant == RF_QUANT_FP8_CHANNEL;
+    rf_dtype_t dt = tr->inv->cfg.dtype;
+    int64_t K = t->shape[1], er0, er1;
+    fp8_rows_extent(t, r, per_row, &er0, &er1);
+    size_t es = rf_dtype_size(dt);
+    uint64_t n = (uint64_t)(er1 - er0) * (uint64_t)K;
+    char *ext = malloc((size_t)n * es + 1);
+    rf_status_t st = RF_OK;
+    if (ext == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
+    if (cr == NULL) {
+        rf_tensor_t lt = *t;
+        lt.dtype = dt;
+        lt.nbytes = lt.numel * es;
+        st = rf_gen_fill(&lt, step, (uint64_t)er0, (uint64_t)er1, 0, (uint64_t)K, ext,
+                         (size_t)K * es);
+    } else {
+        /* the rows beyond this rank's shard that its scales need, as the lock step's one
+         * read of the dataset (ckpt_source names the same one) */
+        const rf_st_entry_t *se = rf_ckpt_find(cr->ck, t->name);
+        if (se == NULL)
+            st = rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
+                            tr->me.world_rank, t->name);
+        else
+            st = ck_read(cr, se, (uint64_t)er0, (uint64_t)er1, 0, (uint64_t)K * es, ext,
+                         (size_t)K * es, err);
+    }
+    char prefix[RF_NAME_MAX - 16];
+    const char *dot = strrchr(t->name, '.');
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+    int si = entry_of(tr, prefix, "weight_scale");
+    if (st == RF_OK && (si < 0 || !tr->has[si] || tr->reg[si].r1 - tr->reg[si].r0 !=
+                                                       (per_row ? er1 - er0 : 1)))
+        st = rf_err_set(err, RF_ERR_INTERNAL, "trainer: %s has no scale slice for its rows here",
+                        t->name);
+    if (st == RF_OK) {
+        float v;
+        int64_t k = rf_first_nonfinite(ext, dt, n, &v);
+        if (k >= 0)
+            st = rf_err_set(err, RF_ERR_INVALID,
+                            "trainer rank %d: %s element %lld (row %lld, column %lld) is %g: a "
+                            "weight the trainer quantizes must be finite",
+                            tr->me.world_rank, t->name, (long long)((er0 + k / K) * K + k % K),
+                            (long long)(er0 + k / K), (long long)(k % K), (double)v);
+    }
+    if (st == RF_OK) {
+        float *sc = (float *)(void *)tr->buf[si];
+        st = rf_fp8_scales(ext, dt, er1 - er0, K, K, per_row, sc);
+        if (st == RF_OK)
+            st = rf_fp8_quantize_scaled(ext + (size_t)((r->r0 - er0) * K + r->c0) * es, dt,
+                                        r->r1 - r->r0, r->c1 - r->c0, K, sc, per_row,
+                                        (uint8_t *)tr->buf[ei], r->c1 - r->c0);
+        if (st != RF_OK)
+            rf_err_set(err, st, "trainer rank %d: quantizing %s failed", tr->me.world_rank,
+                       t->name);
+        else
+            st = check_scales(tr, si, tr->buf[si], RF_DTYPE_F32, "the quantizer produced", err);
+    }
+    free(ext);
+    return st;
+}
+
+/*
  * Produces the logical (unquantized) region of linear `prefix` (N x K, model dtype) from the
  * generator or a bf16 checkpoint, and quantizes it into this rank's slices of the quantized
  * checkpoint tensors (DESIGN.md section 7: fp8-block weight + weight_scale_inv; wna16
@@ -371,6 +454,8 @@ static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, ck
     const rf_module_t *mod = &tr->inv->modules[t->module];
     const rf_region_t *r = &tr->reg[ei];
     bool wna16 = mod->quant == RF_QUANT_WNA16;
+    if (mod->quant == RF_QUANT_FP8_TENSOR || mod->quant == RF_QUANT_FP8_CHANNEL)
+        return produce_fp8_rows(tr, ei, step, cr, err);
     rf_dtype_t dt = tr->inv->cfg.dtype;
     char prefix[RF_NAME_MAX - 16];
     const char *dot = strrchr(t->name, '.');
@@ -487,9 +572,7 @@ rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *e
             return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: source lacks %s",
                               tr->me.world_rank, e->name);
         bool same = (se->dtype == e->dtype || rf_manifest_scale_widens(t, se->dtype)) &&
-                    se->ndim == e->ndim;
-        for (int d = 0; same && d < e->ndim; d++)
-            same = (int64_t)se->shape[d] == e->shape[d];
+                    rf_manifest_shape_matches(t, se->ndim, se->shape);
         if (!same)
             return rf_err_set(err, RF_ERR_MISMATCH,
                               "trainer rank %d: source tensor %s is %s %s, the manifest says %s",
@@ -547,7 +630,7 @@ static rf_status_t produce_entry(rf_trainer_t *tr, int i, uint64_t step, ck_read
             RF_CHECK(ck_read(cr, se, (uint64_t)r->r0, (uint64_t)r->r1, (uint64_t)r->c0 * es,
                              (uint64_t)r->c1 * es, tr->buf[i], pitch, err));
         }
-        if (t->param == RF_PARAM_WEIGHT_SCALE_INV || t->param == RF_PARAM_WEIGHT_SCALE)
+        if (rf_param_is_f32_scale(t->param) || t->param == RF_PARAM_WEIGHT_SCALE)
             RF_CHECK(check_scales(tr, i, tr->buf[i], e->dtype, "stored", err));
         /* an FP8 source with NaN bytes (0x7F, 0xFF) is refused: e4m3fnuz would turn them
          * into finite values (DESIGN.md section 7) */
@@ -645,7 +728,9 @@ static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t s
 {
     const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
     const rf_region_t *r = &tr->reg[ei];
-    bool wna16 = tr->inv->modules[t->module].quant == RF_QUANT_WNA16;
+    rf_quant_t mq = tr->inv->modules[t->module].quant;
+    bool wna16 = mq == RF_QUANT_WNA16;
+    bool rowq = mq == RF_QUANT_FP8_TENSOR || mq == RF_QUANT_FP8_CHANNEL;
     rf_dtype_t dt = tr->inv->cfg.dtype;
     char prefix[RF_NAME_MAX - 16], lname[RF_NAME_MAX + 8];
     const char *dot = strrchr(t->name, '.');
@@ -654,8 +739,17 @@ static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t s
     int64_t K = t->shape[1] * (wna16 ? 8 : 1);
     int64_t c0 = r->c0 * (wna16 ? 8 : 1), c1 = r->c1 * (wna16 ? 8 : 1);
     int64_t rows = r->r1 - r->r0, cols = c1 - c0;
-    size_t es = rf_dtype_size(dt), need = (size_t)rows * (size_t)cols * es;
-    int si = entry_of(tr, prefix, wna16 ? "weight_scale" : "weight_scale_inv");
+    /* fp8-tensor / fp8-channel: the generator's rows that decide the scales (fp8_rows_extent),
+     * all K columns */
+    int64_t er0 = r->r0, er1 = r->r1, ec0 = c0, ec1 = c1;
+    if (rowq) {
+        fp8_rows_extent(t, r, mq == RF_QUANT_FP8_CHANNEL, &er0, &er1);
+        ec0 = 0;
+        ec1 = K;
+    }
+    size_t es = rf_dtype_size(dt), need = (size_t)(er1 - er0) * (size_t)(ec1 - ec0) * es;
+    int si = entry_of(tr, prefix,
+                      wna16 ? "weight_scale" : rowq ? "weight_scale" : "weight_scale_inv");
     if (si < 0 || !tr->has[si])
         return rf_err_set(err, RF_ERR_INTERNAL, "trainer: %s has no scale slice here", t->name);
     if (need > *scratch_cap) {
@@ -671,9 +765,9 @@ static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t s
                               "quantize %s", tr->me.world_rank, need, t->name);
         *scratch_cap = need;
     }
-    rf_accel_gen_t g = {rf_gen_name_hash(lname), step, dt, (uint64_t)K, (uint64_t)r->r0,
-                        (uint64_t)r->r1, (uint64_t)c0, (uint64_t)c1, *scratch,
-                        (size_t)cols * es};
+    rf_accel_gen_t g = {rf_gen_name_hash(lname), step, dt, (uint64_t)K, (uint64_t)er0,
+                        (uint64_t)er1, (uint64_t)ec0, (uint64_t)ec1, *scratch,
+                        (size_t)(ec1 - ec0) * es};
     const rf_gen_ops_t *go = rf_gen_ops_for(ax);
     const rf_quant_ops_t *qo = rf_quant_ops_for(ax);
     rf_status_t st = go && qo ? go->fill(ax, &g, NULL) : RF_ERR_UNSUPPORTED;
@@ -681,7 +775,11 @@ static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t s
     char *sc = dev + ((const char *)tr->buf[si] - host);
     int64_t spitch = tr->reg[si].c1 - tr->reg[si].c0;
     rf_dtype_t sdt = tr->man->entries[si].dtype;
-    if (st == RF_OK && wna16)
+    if (st == RF_OK && rowq)
+        st = qo->fp8_quantize_rows(ax, *scratch, dt, er1 - er0, K, K,
+                                   mq == RF_QUANT_FP8_CHANNEL, (float *)(void *)sc, r->r0 - er0,
+                                   rows, c0, cols, (uint8_t *)q, cols, NULL);
+    else if (st == RF_OK && wna16)
         st = qo->wna16_quantize(ax, *scratch, dt, rows, cols, cols, tr->inv->group_size,
                                 (uint32_t *)(void *)q, cols / 8, sc, sdt, spitch, NULL);
     else if (st == RF_OK)
@@ -705,8 +803,7 @@ static rf_status_t check_device_scales(rf_trainer_t *tr, rf_accel_t *ax, char *d
     for (int i = 0; i < tr->man->n && st == RF_OK; i++) {
         const rf_manifest_entry_t *e = &tr->man->entries[i];
         const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
-        if (!tr->has[i] ||
-            (t->param != RF_PARAM_WEIGHT_SCALE_INV && t->param != RF_PARAM_WEIGHT_SCALE))
+        if (!tr->has[i] || (!rf_param_is_f32_scale(t->param) && t->param != RF_PARAM_WEIGHT_SCALE))
             continue;
         const rf_region_t *r = &tr->reg[i];
         size_t nb = (size_t)(r->r1 - r->r0) * (size_t)(r->c1 - r->c0) * entry_es(tr, i);

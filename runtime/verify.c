@@ -102,14 +102,32 @@ static rf_status_t strip_suffix(const rf_module_t *m, const char *sfx, char *out
     return RF_OK;
 }
 
-/* Quantization of the linear `prefix`, from the names of its checkpoint tensors (DESIGN.md 7). */
+/* Quantization of the linear `prefix`, from the names of its checkpoint tensors (DESIGN.md 7;
+ * docs/formats.md): weight_scale_inv fp8-block; weight_packed wna16; weight_scale next to an
+ * e4m3 weight fp8-tensor ([1]) or fp8-channel ([N, 1]). */
 static rf_quant_t linear_quant(const rf_inventory_t *inv, const char *prefix)
 {
+    char name[RF_NAME_MAX * 2];
     if (has_tensor(inv, prefix, ".weight_scale_inv"))
         return RF_QUANT_FP8_BLOCK;
     if (has_tensor(inv, prefix, ".weight_packed"))
         return RF_QUANT_WNA16;
+    snprintf(name, sizeof(name), "%s.weight_scale", prefix);
+    int t = rf_inventory_find(inv, name);
+    if (t >= 0)
+        return inv->tensors[t].ndim == 2 ? RF_QUANT_FP8_CHANNEL : RF_QUANT_FP8_TENSOR;
     return RF_QUANT_NONE;
+}
+
+static bool fp8_rows_quant(rf_quant_t q)
+{
+    return q == RF_QUANT_FP8_TENSOR || q == RF_QUANT_FP8_CHANNEL;
+}
+
+/* An fp8-tensor weight_scale slot: one value per shard (vLLM's PerTensorScaleParameter). */
+static bool tensor_scale_slot(const rf_ref_locator_t *l)
+{
+    return l->quant == RF_QUANT_FP8_TENSOR && strcmp(l->param, "weight_scale") == 0;
 }
 
 /* The weight-side slots of a linear, in slot order (DESIGN.md 7). */
@@ -122,6 +140,11 @@ static int quant_params(rf_quant_t q, const char *out[2])
         return 2;
     case RF_QUANT_WNA16:
         out[0] = "weight_packed";
+        out[1] = "weight_scale";
+        return 2;
+    case RF_QUANT_FP8_TENSOR:
+    case RF_QUANT_FP8_CHANNEL:
+        out[0] = "weight";
         out[1] = "weight_scale";
         return 2;
     case RF_QUANT_NONE:
@@ -216,6 +239,26 @@ static int64_t ref_local_expert(int64_t E, const rf_rollout_coords_t *rc, int64_
     return q * (E / ep) + (q < E % ep ? q : E % ep) + i;
 }
 
+/* fp8-tensor weight_scale of a module with shards names[0..n): element s of the slot is the
+ * one value of shard s's [1] tensor, on every rank (no tp slicing). */
+static rf_status_t loc_tensor_scale(rf_ref_locator_t *l, const char *base,
+                                    const char *const *names, int n, rf_err_t *err)
+{
+    char sfx[64];
+    l->nblk = 1;
+    l->nseg = n;
+    RF_CHECK(alloc_bt(l, err));
+    for (int s = 0; s < n; s++) {
+        snprintf(sfx, sizeof(sfx), "%s.weight_scale", names[s]);
+        RF_CHECK(find_tensor(l->inv, base, sfx, &l->bt[s], err));
+        RF_CHECK(check_rows(&l->inv->tensors[l->bt[s]], 1, 1, err));
+        l->seg[s] = (ref_seg_t){s, 1, 0};
+    }
+    l->R = n;
+    l->C = l->W = 1;
+    return RF_OK;
+}
+
 static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
     const rf_model_config_t *c = &l->inv->cfg;
@@ -230,6 +273,8 @@ static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
         RF_CHECK(need_div(m, "num_key_value_heads", nkv, l->T, err));
     else
         RF_CHECK(need_div(m, "tp (kv heads replicated)", l->T, nkv, err));
+    if (tensor_scale_slot(l))
+        return loc_tensor_scale(l, base, names, 3, err);
     int64_t u = row_unit(l->param);
     int64_t nh_p = nh / l->T, rep = l->T / nkv > 1 ? l->T / nkv : 1;
     int64_t nkv_p = nkv / l->T > 1 ? nkv / l->T : 1;
@@ -309,6 +354,10 @@ static rf_status_t loc_merged(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
     snprintf(first, sizeof(first), "%sgate_proj", base);
     RF_CHECK(dense_param(l, m, first, err));
     RF_CHECK(need_div(m, "intermediate_size", I, l->T, err));
+    if (tensor_scale_slot(l)) {
+        static const char *const gu[2] = {"gate_proj", "up_proj"};
+        return loc_tensor_scale(l, base, gu, 2, err);
+    }
     int64_t u = row_unit(l->param), half = 0, h0 = 0;
     RF_CHECK(in_units(m, "intermediate rows per rank", I / l->T, u, &half, err));
     RF_CHECK(in_units(m, "intermediate row offset", l->r * (I / l->T), u, &h0, err));
@@ -341,7 +390,11 @@ static rf_status_t loc_row(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
     l->R = t->shape[0];
     l->seg[0] = (ref_seg_t){0, l->R, 0};
-    if (strcmp(l->param, "bias") == 0) { /* full copy on every rank */
+    /* full copy on every rank: the bias, and fp8-tensor / fp8-channel scales (one per output
+     * row or one in all: a row-parallel linear keeps its rows) */
+    if (strcmp(l->param, "bias") == 0 ||
+        (fp8_rows_quant(l->quant) && strcmp(l->param, "weight_scale") == 0)) {
+        RF_CHECK(check_rows(t, t->shape[0], 1, err));
         l->C = l->W = 1;
         return RF_OK;
     }
@@ -469,10 +522,17 @@ static void set_shape(rf_ref_locator_t *l)
         snprintf(s->name, sizeof(s->name), "%s%s", l->nseg == 2 ? "w13_" : "w2_", l->param);
     else
         snprintf(s->name, sizeof(s->name), "%s", l->param);
-    /* runtime fp8 block scales are fp32 whatever the file stores (DESIGN.md 7) */
-    s->dtype = strcmp(l->param, "weight_scale_inv") == 0 ? RF_DTYPE_F32 : t->dtype;
+    /* runtime fp8 block / tensor / channel scales are fp32 whatever the file stores
+     * (DESIGN.md 7, docs/formats.md) */
+    s->dtype = strcmp(l->param, "weight_scale_inv") == 0 ||
+                       (fp8_rows_quant(l->quant) && strcmp(l->param, "weight_scale") == 0)
+                   ? RF_DTYPE_F32
+                   : t->dtype;
     s->kfirst = l->kfirst != 0;
-    if (l->kind == RF_MOD_REPLICATED) {
+    if (tensor_scale_slot(l)) {
+        s->ndim = 1;
+        s->shape[0] = l->R;
+    } else if (l->kind == RF_MOD_REPLICATED) {
         s->ndim = t->ndim;
         for (int i = 0; i < t->ndim; i++)
             s->shape[i] = t->shape[i];
@@ -738,6 +798,31 @@ float rf_ref_e4m3fn_to_f32(uint8_t b)
     return sign ? -v : v;
 }
 
+uint8_t rf_ref_fp8_requant(uint8_t q, float s_from, float s_to)
+{
+    if ((q & 0x7f) == 0x7f)
+        return 0x00;
+    if (s_from == s_to)
+        return q;
+    float x = rf_ref_e4m3fn_to_f32(q) * s_from / s_to, a = fabsf(x);
+    uint8_t sign = signbit(x) ? 0x80 : 0x00;
+    /* magnitudes of bytes 0x00..0x7e rise with the byte: bisect for lo <= a < lo + 1 */
+    int lo = 0, hi = 0x7e;
+    if (a >= rf_ref_e4m3fn_to_f32(0x7e))
+        return (uint8_t)(sign | 0x7e);
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (rf_ref_e4m3fn_to_f32((uint8_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    /* neighbours within a factor of 2 (or 0): both differences are exact in fp32 */
+    float dl = a - rf_ref_e4m3fn_to_f32((uint8_t)lo), dh = rf_ref_e4m3fn_to_f32((uint8_t)hi) - a;
+    int b = dl < dh ? lo : dh < dl ? hi : ((lo & 1) == 0 ? lo : hi);
+    return (uint8_t)(sign | b);
+}
+
 int rf_ref_int4_at(const int32_t *words, int64_t k)
 {
     uint32_t w = (uint32_t)words[k / 8];
@@ -751,6 +836,39 @@ static rf_dtype_t src_dtype(const rf_inventory_t *inv, const rf_verify_opts_t *o
     if (opts != NULL && opts->tensor_dtype != NULL)
         dt = opts->tensor_dtype(ctx, t);
     return dt == RF_DTYPE_INVALID ? inv->tensors[t].dtype : dt;
+}
+
+/* RF_VERIFY_FP8_REQUANT_MAX applies to slot l: a weight or weight_scale slot of a fused
+ * fp8-tensor module (one segment per shard). */
+static bool requant_slot(const rf_ref_locator_t *l, const rf_verify_opts_t *opts)
+{
+    return opts != NULL && (opts->flags & RF_VERIFY_FP8_REQUANT_MAX) &&
+           l->quant == RF_QUANT_FP8_TENSOR && l->nseg > 1 && l->nblk == 1 &&
+           (strcmp(l->param, "weight") == 0 || strcmp(l->param, "weight_scale") == 0);
+}
+
+/* The checkpoint scale of each shard of requant slot l (shard order) and their max. */
+static rf_status_t requant_scales(const rf_inventory_t *inv, const rf_ref_locator_t *l,
+                                  rf_tensor_bytes_fn tensor_bytes, void *ctx,
+                                  const rf_verify_opts_t *opts, float *s, float *smax_p,
+                                  rf_err_t *err)
+{
+    char name[RF_NAME_MAX + 16];
+    *smax_p = 0.0f;
+    for (int k = 0; k < l->nseg; k++) {
+        const char *wn = inv->tensors[l->bt[k]].name;
+        int ts = l->bt[k];
+        if (strcmp(l->param, "weight") == 0) { /* "<P>.weight" -> "<P>.weight_scale" */
+            snprintf(name, sizeof(name), "%s_scale", wn);
+            ts = rf_inventory_find(inv, name);
+        }
+        const void *b = ts >= 0 ? tensor_bytes(ctx, ts) : NULL;
+        if (b == NULL)
+            return rf_err_set(err, RF_ERR_MISSING, "verify: no checkpoint scale for %s", wn);
+        s[k] = load_f32(b, src_dtype(inv, opts, ctx, ts), 0);
+        *smax_p = s[k] > *smax_p ? s[k] : *smax_p;
+    }
+    return RF_OK;
 }
 
 static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot,
@@ -779,6 +897,10 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
     }
     const unsigned char *act = slot_bytes;
     const unsigned char *src = NULL;
+    float rq_s[3] = {0, 0, 0}, rq_max = 0.0f;
+    int rq = !use_gen && requant_slot(l, opts), rq_seg = 0;
+    if (rq && (st = requant_scales(inv, l, tensor_bytes, ctx, opts, rq_s, &rq_max, err)) != RF_OK)
+        goto out;
     int cur = -1;
     rf_dtype_t sdt = dt;
     uint64_t hash = 0, bad = 0;
@@ -794,6 +916,9 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
         } else {
             if (x.tensor != cur) {
                 cur = x.tensor;
+                for (int k = 0; rq && k < l->nseg; k++)
+                    if (l->bt[k] == cur)
+                        rq_seg = k;
                 if (use_gen) {
                     hash = rf_gen_name_hash(inv->tensors[cur].name);
                 } else {
@@ -823,6 +948,10 @@ static rf_status_t verify_common(const rf_inventory_t *inv, int module, int slot
                 exp = load_bits(src + x.index * es, es);
             if (fnuz && exp == 0x80)
                 exp = 0x00;
+            if (rq && dt == RF_DTYPE_F8_E4M3)
+                exp = rf_ref_fp8_requant((uint8_t)exp, rq_s[rq_seg], rq_max);
+            else if (rq)
+                exp = bits_of_f32(rq_max);
         }
         if (exp != a) {
             if (bad++ == 0) {
@@ -905,17 +1034,18 @@ static int same_value(float a, float b)
 }
 
 /* Checkpoint tensor name of the scale that belongs to weight tensor `wname`. */
-static rf_status_t scale_tensor_of(const rf_inventory_t *inv, const char *wname, int fp8, int *t_p,
-                                   rf_err_t *err)
+static rf_status_t scale_tensor_of(const rf_inventory_t *inv, const char *wname, rf_quant_t q,
+                                   int *t_p, rf_err_t *err)
 {
     char prefix[RF_NAME_MAX];
-    const char *sfx = fp8 ? ".weight" : ".weight_packed";
+    const char *sfx = q == RF_QUANT_WNA16 ? ".weight_packed" : ".weight";
     size_t n = strlen(wname), sl = strlen(sfx);
     if (n <= sl || strcmp(wname + n - sl, sfx) != 0)
         return rf_err_set(err, RF_ERR_INTERNAL, "dequant: %s does not end in %s", wname, sfx);
     memcpy(prefix, wname, n - sl);
     prefix[n - sl] = '\0';
-    return find_tensor(inv, prefix, fp8 ? ".weight_scale_inv" : ".weight_scale", t_p, err);
+    return find_tensor(inv, prefix, q == RF_QUANT_FP8_BLOCK ? ".weight_scale_inv" : ".weight_scale",
+                       t_p, err);
 }
 
 typedef struct dq_first {
@@ -932,9 +1062,16 @@ static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_
                                 const rf_verify_opts_t *opts, dq_first_t *f, rf_err_t *err)
 {
     rf_status_t st = RF_OK;
-    int fp8 = lw->quant == RF_QUANT_FP8_BLOCK;
+    int fp8 = lw->quant == RF_QUANT_FP8_BLOCK, rowq = fp8_rows_quant(lw->quant);
+    int chan = lw->quant == RF_QUANT_FP8_CHANNEL;
     int module = lw->module;
     float *rscale = NULL, *cscale = NULL;
+    /* fp8-tensor fused modules under RF_VERIFY_FP8_REQUANT_MAX: the checkpoint side is the
+     * checkpoint requantized to the max shard scale (the bytes first: they are lent) */
+    float rq_s[3] = {0, 0, 0}, rq_max = 0.0f, rq_cur = 0.0f;
+    int rq = requant_slot(lw, opts);
+    if (rq)
+        RF_CHECK(requant_scales(inv, lw, tensor_bytes, ctx, opts, rq_s, &rq_max, err));
     /* rank side: the scale slot first (copied), then the weight slot (borrowed) */
     const void *sb = slot_bytes(ctx, module, ls->slot);
     RF_CHECK(copy_scales(sb, ls->shape.dtype, ls->numel, &rscale, ls->shape.name, err));
@@ -945,7 +1082,7 @@ static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_
                           lw->shape.name, inv->modules[module].name);
     }
     /* local logical geometry per block: R rows (n) x Kl columns (k) */
-    int64_t R = lw->R, Kl = fp8 ? lw->C : lw->C * 8;
+    int64_t R = lw->R, Kl = fp8 || rowq ? lw->C : lw->C * 8;
     int64_t G = fp8 ? 128 : (ls->C > 0 ? Kl / ls->C : 1);
     int cur = -1, cur_s = -1;
     const unsigned char *cw = NULL;
@@ -955,14 +1092,21 @@ static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_
             for (int64_t k = 0; k < Kl; k++) {
                 float rv, cv;
                 /* where the weight element (or its packed word) sits in the weight slot */
-                int64_t wc = fp8 ? k : k / 8;
+                int64_t wc = fp8 || rowq ? k : k / 8;
                 uint64_t we = (uint64_t)(b * R * lw->C) +
                               (uint64_t)(lw->kfirst ? wc * R + n : n * lw->C + wc);
                 int64_t sc = k / G;
                 uint64_t se = (uint64_t)(b * ls->R * ls->C) +
                               (uint64_t)(ls->kfirst ? sc * ls->R + (fp8 ? n / 128 : n)
                                                     : (fp8 ? n / 128 : n) * ls->C + sc);
-                if (fp8) {
+                if (rowq) {
+                    /* per channel: the row's scale; per tensor: the row's shard's */
+                    int sg = 0;
+                    while (!chan && sg + 1 < lw->nseg && n >= lw->seg[sg + 1].dst0)
+                        sg++;
+                    se = chan ? (uint64_t)n : (uint64_t)sg;
+                    rv = rf_ref_e4m3fn_to_f32(wb[we]) * rscale[se];
+                } else if (fp8) {
                     rv = rf_ref_e4m3fn_to_f32(wb[we]) * rscale[se];
                 } else {
                     int32_t word;
@@ -975,7 +1119,10 @@ static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_
                 if (x.tensor != cur) {
                     int ts = 0;
                     cur = x.tensor;
-                    st = scale_tensor_of(inv, inv->tensors[cur].name, fp8, &ts, err);
+                    st = scale_tensor_of(inv, inv->tensors[cur].name, lw->quant, &ts, err);
+                    for (int k2 = 0; rq && k2 < lw->nseg; k2++)
+                        if (lw->bt[k2] == cur)
+                            rq_cur = rq_s[k2];
                     if (st != RF_OK)
                         break;
                     if (ts != cur_s) {
@@ -1003,10 +1150,19 @@ static rf_status_t dequant_pair(const rf_inventory_t *inv, const rf_ref_locator_
                                         rf_dtype_name(inv->tensors[cur].dtype));
                         break;
                     }
-                    cK = tensor_width(&inv->tensors[cur]) * (fp8 ? 1 : 8);
+                    cK = tensor_width(&inv->tensors[cur]) * (fp8 || rowq ? 1 : 8);
                 }
                 int64_t gn, gk;
-                if (fp8) {
+                if (rowq) {
+                    gn = (int64_t)x.index / cK;
+                    gk = (int64_t)x.index % cK;
+                    uint8_t cq = cw[x.index];
+                    float cs = cscale[chan ? gn : 0];
+                    if (rq) /* rq_cur == cs: the shard's own checkpoint scale */
+                        cv = rf_ref_e4m3fn_to_f32(rf_ref_fp8_requant(cq, rq_cur, rq_max)) * rq_max;
+                    else
+                        cv = rf_ref_e4m3fn_to_f32(cq) * cs;
+                } else if (fp8) {
                     gn = (int64_t)x.index / cK;
                     gk = (int64_t)x.index % cK;
                     cv = rf_ref_e4m3fn_to_f32(cw[x.index]) * cscale[(gn / 128) * cKs + gk / 128];
@@ -1053,6 +1209,8 @@ rf_status_t rf_verify_dequant_module(const rf_inventory_t *inv, int module,
         if (loc[s]->quant == RF_QUANT_NONE || loc[s]->nblk == 0)
             continue;
         if ((strcmp(p, "weight") == 0 && strcmp(loc[s + 1]->param, "weight_scale_inv") == 0) ||
+            (strcmp(p, "weight") == 0 && fp8_rows_quant(loc[s]->quant) &&
+             strcmp(loc[s + 1]->param, "weight_scale") == 0) ||
             (strcmp(p, "weight_packed") == 0 && strcmp(loc[s + 1]->param, "weight_scale") == 0))
             st =
                 dequant_pair(inv, loc[s], loc[s + 1], slot_bytes, tensor_bytes, ctx, opts, &f, err);

@@ -43,6 +43,10 @@ const char *rf_quant_name(rf_quant_t q)
         return "fp8-block";
     case RF_QUANT_WNA16:
         return "wna16";
+    case RF_QUANT_FP8_TENSOR:
+        return "fp8-tensor";
+    case RF_QUANT_FP8_CHANNEL:
+        return "fp8-channel";
     }
     return "?";
 }
@@ -55,6 +59,10 @@ int rf_quant_parse(const char *s, rf_quant_t *out)
         *out = RF_QUANT_FP8_BLOCK;
     else if (strcmp(s, "wna16") == 0)
         *out = RF_QUANT_WNA16;
+    else if (strcmp(s, "fp8-tensor") == 0)
+        *out = RF_QUANT_FP8_TENSOR;
+    else if (strcmp(s, "fp8-channel") == 0)
+        *out = RF_QUANT_FP8_CHANNEL;
     else
         return -1;
     return 0;
@@ -457,10 +465,12 @@ static rf_status_t on_model(parse_ctx_t *cx, const char *key, const char *name,
         return get_str(cx, v, key, t->model_config, sizeof(t->model_config));
     }
     if (strcmp(name, "quantization") == 0) {
-        static const char *const q[] = {"none", "fp8-block", "wna16"};
-        static const rf_quant_t qv[] = {RF_QUANT_NONE, RF_QUANT_FP8_BLOCK, RF_QUANT_WNA16};
+        static const char *const q[] = {"none", "fp8-block", "wna16", "fp8-tensor",
+                                        "fp8-channel"};
+        static const rf_quant_t qv[] = {RF_QUANT_NONE, RF_QUANT_FP8_BLOCK, RF_QUANT_WNA16,
+                                        RF_QUANT_FP8_TENSOR, RF_QUANT_FP8_CHANNEL};
         int i;
-        RF_CHECK(get_enum(cx, v, key, q, 3, &i));
+        RF_CHECK(get_enum(cx, v, key, q, 5, &i));
         t->quantization = qv[i];
         t->quantization_set = true;
         return RF_OK;
@@ -728,6 +738,11 @@ static bool quant_backend_ok(rf_quant_t q, rf_backend_t b)
         return b == RF_BACKEND_TRITON || b == RF_BACKEND_CUTLASS || b == RF_BACKEND_ROCM_FNUZ;
     case RF_QUANT_WNA16:
         return b == RF_BACKEND_TRITON || b == RF_BACKEND_MARLIN;
+    case RF_QUANT_FP8_TENSOR:
+    case RF_QUANT_FP8_CHANNEL:
+        /* vLLM's Fp8LinearMethod / CompressedTensorsW8A8Fp8 on CUTLASS or torch._scaled_mm;
+         * its fnuz and marlin variants have no owner here */
+        return b == RF_BACKEND_TRITON || b == RF_BACKEND_CUTLASS;
     }
     return false;
 }
@@ -739,7 +754,8 @@ rf_status_t rf_topology_check_quant_backend(const char *file, rf_quant_t q, rf_b
         return RF_OK;
     return rf_err_set(err, RF_ERR_TOPOLOGY,
                       "%s: model.quantization: %s with rollout.backend: %s is not supported "
-                      "(fp8-block: triton, cutlass, rocm-fnuz; wna16: triton, marlin)",
+                      "(fp8-block: triton, cutlass, rocm-fnuz; wna16: triton, marlin; "
+                      "fp8-tensor, fp8-channel: triton, cutlass)",
                       file, rf_quant_name(q), rf_backend_name(b));
 }
 

@@ -8,6 +8,10 @@
  *   wna16       triton                        -> "wna16"           experts RUNTIME_VIEW,
  *                                                                   dense linears LAYERWISE
  *   wna16       marlin                        -> "wna16-marlin"    LAYERWISE (quantized modules)
+ *   fp8-tensor  triton, cutlass               -> "fp8-tensor"      fused qkv / gate_up LAYERWISE
+ *                                                                   (requantized to the max
+ *                                                                   shard scale), others DIRECT
+ *   fp8-channel triton, cutlass               -> "fp8-channel"     DIRECT (explicit opt-in)
  *
  * Other pairs (fp8-block on marlin, wna16 on cutlass / rocm-fnuz) have no owner: NULL, as
  * rf_model_check_topology refuses them. Unquantized modules of a quantized model plan DIRECT
@@ -33,6 +37,8 @@ extern const rf_format_ops_t rf_format_fp8_block_ops;      /* "fp8-block" */
 extern const rf_format_ops_t rf_format_fp8_block_fnuz_ops; /* "fp8-block-fnuz" */
 extern const rf_format_ops_t rf_format_wna16_ops;          /* "wna16" (triton) */
 extern const rf_format_ops_t rf_format_wna16_marlin_ops;   /* "wna16-marlin" */
+extern const rf_format_ops_t rf_format_fp8_tensor_ops;     /* "fp8-tensor" */
+extern const rf_format_ops_t rf_format_fp8_channel_ops;    /* "fp8-channel" */
 
 /* Ops for (quantization, backend: an rf_backend_t), or NULL for a pair without an owner. */
 const rf_format_ops_t *rf_format_for(rf_quant_t quant, int backend);

@@ -202,7 +202,18 @@ typedef enum {
     RF_PARAM_WEIGHT_PACKED,    /* wna16 */
     RF_PARAM_WEIGHT_SCALE,     /* wna16 */
     RF_PARAM_WEIGHT_SHAPE,     /* wna16 (checked, not stored) */
+    RF_PARAM_TENSOR_SCALE,     /* fp8-tensor weight_scale: one fp32 per linear, shape [1] */
+    RF_PARAM_CHANNEL_SCALE,    /* fp8-channel weight_scale: fp32 per output row, [N, 1] */
 } rf_param_t;
+
+/* A scale the runtime holds in fp32 whatever the file stores (bf16 / f16 are widened
+ * exactly on the trainer, docs/formats.md "Scale dtypes and values"): fp8-block
+ * weight_scale_inv, fp8-tensor / fp8-channel weight_scale. */
+static inline bool rf_param_is_f32_scale(rf_param_t p)
+{
+    return p == RF_PARAM_WEIGHT_SCALE_INV || p == RF_PARAM_TENSOR_SCALE ||
+           p == RF_PARAM_CHANNEL_SCALE;
+}
 
 /* One checkpoint tensor, in checkpoint layout (Hugging Face names). */
 typedef struct rf_tensor {

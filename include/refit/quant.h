@@ -7,6 +7,12 @@
  * W = q s). The TRANSFORMERS variant first casts w to e4m3 without scaling and applies the
  * rule to that value: the transformers-written fixture qwen3-fp8-tiny reproduces that way.
  *
+ * fp8-tensor / fp8-channel (compressed-tensors float-quantized, strategy tensor / channel):
+ * the same rule with the block replaced by the whole tensor / one output row: s =
+ * f32(max(amax, 1e-12) / 448), q = e4m3_rne_satfinite(f32(w) / s), weight_scale = s (fp32).
+ * Requantizing a shard of a fused per-tensor module to the module's max scale (vLLM's
+ * requantize_with_max_scale, docs/formats.md): q' = e4m3_rne_satfinite(f32(e4m3(q) s) / smax).
+ *
  * wna16 (int4 symmetric, group G along K, compressed-tensors pack-quantized): s =
  * round_to_scale_dtype(f32(amax) / 7.5f), replaced by the scale dtype's machine epsilon
  * (bf16 2^-7, fp16 2^-10) if 0; q = clamp(rne(f32(w) / f32(s)), -8, 7), stored as q + 8 in
@@ -19,6 +25,7 @@
 #ifndef REFIT_QUANT_H
 #define REFIT_QUANT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "refit/dtype.h"
@@ -94,6 +101,38 @@ float rf_fp8_dequant_elem(uint8_t q, float scale);
 rf_status_t rf_fp8_dequant_block(const uint8_t *q, int64_t rows, int64_t cols, int64_t q_pitch,
                                  const void *scale, rf_dtype_t scale_dtype,
                                  int64_t scale_pitch_elems, float *out, int64_t out_pitch_elems);
+
+/* ---- fp8-tensor / fp8-channel -------------------------------------------------------------- */
+
+/*
+ * Scales of a rows x cols region of w (dtype BF16, F16 or F32, element pitch w_pitch_elems):
+ * per_row false: scale[0] over the whole region (fp8-tensor); true: scale[r] per row
+ * (fp8-channel). s = f32(max(amax, 1e-12) / 448), fp32 division. The region is the whole
+ * tensor (per tensor) or whole rows (per channel): a slice would give another scale.
+ * Errors: RF_ERR_INVALID (dtype, sizes, non-finite input).
+ */
+rf_status_t rf_fp8_scales(const void *w, rf_dtype_t w_dtype, int64_t rows, int64_t cols,
+                          int64_t w_pitch_elems, bool per_row, float *scale);
+/*
+ * q[r][c] = e4m3_rne_satfinite(f32(w[r][c]) / s), s = scale[per_row ? r : 0] (fp32 division),
+ * for a rows x cols region (any sub-rectangle of the region the scales were taken over: the
+ * bytes do not depend on where the region starts). q: pitch q_pitch bytes.
+ * Errors: RF_ERR_INVALID (dtype, sizes, non-finite input, a scale not finite and positive).
+ */
+rf_status_t rf_fp8_quantize_scaled(const void *w, rf_dtype_t w_dtype, int64_t rows,
+                                   int64_t cols, int64_t w_pitch_elems, const float *scale,
+                                   bool per_row, uint8_t *q, int64_t q_pitch);
+/* Both, over the whole region: rf_fp8_scales then rf_fp8_quantize_scaled. */
+rf_status_t rf_fp8_quantize_rows(const void *w, rf_dtype_t w_dtype, int64_t rows, int64_t cols,
+                                 int64_t w_pitch_elems, bool per_row, uint8_t *q,
+                                 int64_t q_pitch, float *scale);
+/*
+ * One byte of a shard quantized with scale s_from, requantized to s_to >= s_from (vLLM's
+ * requantize_with_max_scale for a fused per-tensor module): e4m3_rne_satfinite(f32(e4m3(q) x
+ * s_from) / s_to), fp32 multiply then fp32 division; s_from == s_to returns q unchanged (the
+ * exact identity; vLLM recomputes it in fp16). NaN bytes give 0x00.
+ */
+uint8_t rf_fp8_requant_byte(uint8_t q, float s_from, float s_to);
 
 /* ---- wna16 ------------------------------------------------------------------------------- */
 

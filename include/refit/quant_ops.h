@@ -50,6 +50,19 @@ typedef struct rf_quant_ops {
                                   uint32_t *packed, int64_t packed_pitch, void *scale,
                                   rf_dtype_t scale_dtype, int64_t scale_pitch_elems,
                                   rf_accel_stream_t *stream);
+    /* fp8-tensor / fp8-channel: rf_fp8_scales into `scale` (device f32: 1 or rows values),
+     * then rf_fp8_quantize_scaled of the sub-region rows [q_r0, q_r0 + q_rows), columns
+     * [q_c0, q_c0 + q_cols) of the same w with those scales into q (pitch q_pitch); both
+     * bit-exact with formats/quant.c. Synchronizes the stream, as fp8_quantize. */
+    rf_status_t (*fp8_quantize_rows)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
+                                     int64_t rows, int64_t cols, int64_t w_pitch_elems,
+                                     bool per_row, float *scale, int64_t q_r0, int64_t q_rows,
+                                     int64_t q_c0, int64_t q_cols, uint8_t *q, int64_t q_pitch,
+                                     rf_accel_stream_t *stream);
+    /* fp8-tensor requantize_with_max_scale, in place: w[i] = rf_fp8_requant_byte(w[i], s_from,
+     * s_to) for n bytes (host floats; enqueued, not synchronized). */
+    rf_status_t (*fp8_requant)(rf_accel_t *accel, uint8_t *w, size_t n, float s_from, float s_to,
+                               rf_accel_stream_t *stream);
 } rf_quant_ops_t;
 
 extern const rf_quant_ops_t rf_quant_host_ops;

@@ -34,9 +34,12 @@ typedef enum {
     RF_QUANT_NONE = 0,
     RF_QUANT_FP8_BLOCK,
     RF_QUANT_WNA16,
+    RF_QUANT_FP8_TENSOR,  /* e4m3 weight, one fp32 scale per linear (compressed-tensors
+                             float-quantized, strategy tensor; fp8 without weight_block_size) */
+    RF_QUANT_FP8_CHANNEL, /* e4m3 weight, one fp32 scale per output row (strategy channel) */
 } rf_quant_t;
 
-/* "none", "fp8-block", "wna16" */
+/* "none", "fp8-block", "wna16", "fp8-tensor", "fp8-channel" */
 const char *rf_quant_name(rf_quant_t q);
 /* 0 and *out set on success; -1 if unknown. */
 int rf_quant_parse(const char *s, rf_quant_t *out);

@@ -123,6 +123,14 @@ typedef rf_dtype_t (*rf_tensor_dtype_fn)(void *ctx, int tensor_index);
  * 0x80 is then wrong, since the transform never yields it). Dequantized comparisons need no
  * flag: -0.0 equals +0.0 there. */
 #define RF_VERIFY_FP8_FNUZ_ZERO 0x1u
+/* fp8-tensor (docs/formats.md): the owner's inverse of a fused module (qkv_proj, gate_up_proj)
+ * gives its bytes requantized to the largest shard scale s_max and s_max as every shard's
+ * scale (vLLM's requantize_with_max_scale): not injective. With this flag the EXPECTED bytes of
+ * such a module's weight slot are requantized the same way (rf_fp8_requant_byte, each shard
+ * from its checkpoint scale to the max of the module's checkpoint scales), its scale slot is
+ * expected to hold that max everywhere, and the dequantization oracle compares with the
+ * requantized checkpoint values. Modules with one shard are compared as stored. */
+#define RF_VERIFY_FP8_REQUANT_MAX 0x2u
 
 typedef struct rf_verify_opts {
     unsigned flags;                  /* RF_VERIFY_* */
@@ -176,6 +184,11 @@ float rf_ref_e4m3fn_to_f32(uint8_t b);
 /* Signed int4 element k of a row of little-endian int32 words: q = ((word[k/8] >> 4 (k mod 8))
  * & 0xF) - 8. */
 int rf_ref_int4_at(const int32_t *words, int64_t k);
+/* The oracle's own fp8-tensor requantization (docs/formats.md): the e4m3fn byte nearest to
+ * f32(f32(e4m3(q)) s_from) / s_to (fp32), ties to the even byte, saturating at +-448; found by
+ * bisection over the 127 finite magnitudes, not by formats/quant.c's bit arithmetic.
+ * s_from == s_to returns q; a NaN byte gives 0x00. */
+uint8_t rf_ref_fp8_requant(uint8_t q, float s_from, float s_to);
 
 /*
  * The dequantization oracle (DESIGN.md 12: dequantize(runtime) == dequantize(checkpoint)) for

@@ -400,6 +400,68 @@ START_TEST(test_fp8_quantize)
 }
 END_TEST
 
+
+/* fp8-tensor / fp8-channel: scales over the region, q of a sub-region (a trainer slice), and
+ * the in-place requantization to a larger scale, all byte for byte with the host rule. */
+START_TEST(test_fp8_quantize_rows)
+{
+    /* rows, cols, w pitch extra, w dtype, per_row, q_r0, q_rows, q_c0, q_cols */
+    static const int64_t cases[][9] = {
+        {1, 1, 0, RF_DTYPE_F32, 0, 0, 1, 0, 1},
+        {96, 96, 0, RF_DTYPE_BF16, 0, 48, 48, 0, 96},
+        {160, 96, 3, RF_DTYPE_BF16, 1, 0, 160, 0, 96},
+        {4096, 1024, 0, RF_DTYPE_BF16, 0, 0, 4096, 512, 512},
+        {3072, 4096, 0, RF_DTYPE_F16, 1, 1024, 2048, 0, 4096},
+        {100003, 7, 1, RF_DTYPE_F32, 1, 3, 99999, 2, 5}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t rows = cases[i][0], cols = cases[i][1], wp = cols + cases[i][2];
+        rf_dtype_t wdt = (rf_dtype_t)cases[i][3];
+        bool per_row = cases[i][4] != 0;
+        int64_t r0 = cases[i][5], nr = cases[i][6], c0 = cases[i][7], nc = cases[i][8], qp = nc + 3;
+        size_t wbytes = (size_t)(rows * wp) * rf_dtype_size(wdt), qbytes = (size_t)(nr * qp);
+        size_t sbytes = (size_t)(per_row ? rows : 1) * 4;
+        void *w = make_weights(wdt, (size_t)(rows * wp), 0);
+        uint8_t *q = malloc(qbytes);
+        float *s = malloc(sbytes);
+        fill_random(q, qbytes);
+        fill_random(s, sbytes);
+        void *dw = dev_upload(w, wbytes), *dq = dev_upload(q, qbytes), *ds = dev_upload(s, sbytes);
+        const rf_quant_ops_t *hq = rf_quant_ops_for(H), *gq = rf_quant_ops_for(G);
+        ck_assert_int_eq(hq->fp8_quantize_rows(H, w, wdt, rows, cols, wp, per_row, s, r0, nr, c0,
+                                               nc, q, qp, NULL),
+                         RF_OK);
+        ck_assert_int_eq(gq->fp8_quantize_rows(G, dw, wdt, rows, cols, wp, per_row, ds, r0, nr, c0,
+                                               nc, dq, qp, NULL),
+                         RF_OK);
+        expect_same(s, ds, sbytes, "fp8 rows scales");
+        expect_same(q, dq, qbytes, "fp8 rows q");
+        /* the shard requantization of the fused per-tensor modules, in place */
+        float from = s[0], to = s[0] * 1.7f;
+        ck_assert_int_eq(hq->fp8_requant(H, q, qbytes, from, to, NULL), RF_OK);
+        ck_assert_int_eq(gq->fp8_requant(G, dq, qbytes, from, to, NULL), RF_OK);
+        ck_assert_int_eq(rf_accel_sync(G), RF_OK);
+        expect_same(q, dq, qbytes, "fp8 requant");
+        if (wdt == RF_DTYPE_F32 && rows * cols > 1000) { /* a NaN is refused by both */
+            float nan = __builtin_nanf("");
+            ck_assert_int_eq(G->ops->copy(G, (float *)dw + 777, &nan, 4, RF_COPY_H2D, NULL), RF_OK);
+            ((float *)w)[777] = nan;
+            ck_assert_int_eq(hq->fp8_quantize_rows(H, w, wdt, rows, cols, wp, per_row, s, r0, nr,
+                                                   c0, nc, q, qp, NULL),
+                             RF_ERR_INVALID);
+            ck_assert_int_eq(gq->fp8_quantize_rows(G, dw, wdt, rows, cols, wp, per_row, ds, r0, nr,
+                                                   c0, nc, dq, qp, NULL),
+                             RF_ERR_INVALID);
+        }
+        G->ops->free(G, dw);
+        G->ops->free(G, dq);
+        G->ops->free(G, ds);
+        free(w);
+        free(q);
+        free(s);
+    }
+}
+END_TEST
+
 START_TEST(test_wna16_quantize)
 {
     /* rows, K, G, w pitch extra, w dtype, scale dtype */
@@ -546,6 +608,7 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_fnuz);
     tcase_add_test(tc, test_repack);
     tcase_add_test(tc, test_fp8_quantize);
+    tcase_add_test(tc, test_fp8_quantize_rows);
     tcase_add_test(tc, test_wna16_quantize);
     tcase_add_test(tc, test_checksum);
     suite_add_tcase(s, tc);

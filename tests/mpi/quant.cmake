@@ -139,3 +139,112 @@ qck_test(refit_run_wna16_stale_scale_trainer_quantized stale-scale 2 ok
 qck_test(refit_run_fp8_mixed_linear_reference_names_it mixed 2 fail
          "refit: FAILED: update 1: verification: .*reassembled model.layers.0.self_attn.q_proj.weight \\(F8_E4M3 quantized by the trainer from the checkpoint's BF16 model.layers.0.self_attn.q_proj.weight\\) has sha256"
          ${FP8_TOPO} --checkpoint ${QCK}/mixed --reference ${DATA}/qwen3-fp8-tiny/tensors.reference.json --steps 1)
+
+# fp8-tensor / fp8-channel ("FP8 dynamic", docs/formats.md): llama-tiny quantized at test time by
+# make_fp8_ckpt into build/fp8-ckpt/<strategy>-<scale dtype>/, per-tensor and per-channel scales
+# in F32 and BF16 (per-tensor BF16 ones stored as 0-d scalars), trainer TP 2 -> rollout TP 1 and
+# 2: odd updates carry the checkpoint (--reference: reassembly + sha256; fused per-tensor modules
+# compared requantized to their max shard scale), even ones generator weights the trainer
+# quantizes (scalar oracle + dequantization oracle), --cold-check on every update.
+add_executable(make_fp8_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/make_fp8_ckpt.c)
+target_link_libraries(make_fp8_ckpt PRIVATE refit)
+set(F8CK ${CMAKE_BINARY_DIR}/fp8-ckpt)
+foreach(q tensor channel)
+  foreach(sdt f32 bf16)
+    add_test(NAME make_fp8_ckpt_${q}_${sdt}
+             COMMAND make_fp8_ckpt ${q} ${sdt} ${DATA}/llama-tiny ${F8CK}/${q}-${sdt})
+    set_tests_properties(make_fp8_ckpt_${q}_${sdt} PROPERTIES LABELS mpi FIXTURES_SETUP f8ck_${q}_${sdt})
+  endforeach()
+endforeach()
+foreach(q tensor channel)
+  if(q STREQUAL tensor)
+    set(modes "LAYERWISE 6;30 fp8 requantized to the max shard scale") # qkv_proj, gate_up_proj x 3
+  else()
+    set(modes "DIRECT 21  RUNTIME_VIEW 0  LAYERWISE 0")
+  endif()
+  foreach(sdt f32 bf16)
+    foreach(r 1 2)
+      math(EXPR np "2 + ${r}")
+      set(n refit_run_fp8_${q}_${sdt}_tp2_to_tp${r})
+      refit_run_test(${n} ${np} ok "refit: COMMITTED 3 update\\(s\\), verified 51 tensors;${modes};dequant"
+                     --topology ${TTOPO}/llama-tiny-fp8-${q}-tp2-to-tp${r}.yaml --checkpoint ${F8CK}/${q}-${sdt}
+                     --reference ${F8CK}/${q}-${sdt}/tensors.reference.json --steps 3 --cold-check)
+      set_tests_properties(${n} PROPERTIES FIXTURES_REQUIRED f8ck_${q}_${sdt})
+    endforeach()
+  endforeach()
+  # colocated ipc, host arenas and (device-emu) device arenas: the pieces a rollout rank reads in
+  # place from its pair (the per-tensor scales every rank holds), the trainers' device quantizer
+  # path (fp8_quantize_rows) and the owner's device branch (fp8_requant)
+  foreach(emu "" _emu)
+    set(n refit_run_fp8_${q}_colocated_ipc${emu})
+    refit_run_test(${n} 4 ok "refit: COMMITTED 3 update\\(s\\), verified 51 tensors;ipc"
+                   --topology ${TTOPO}/llama-tiny-fp8-${q}-tp2-to-tp2-colocated-ipc.yaml
+                   --checkpoint ${F8CK}/${q}-bf16 --reference ${F8CK}/${q}-bf16/tensors.reference.json
+                   --steps 3 --cold-check)
+    set_tests_properties(${n} PROPERTIES FIXTURES_REQUIRED f8ck_${q}_bf16)
+    if(emu)
+      set_tests_properties(${n} PROPERTIES LABELS "mpi;device-emu"
+                           ENVIRONMENT "REFIT_TEST_DEVICE_ACCEL=host-device")
+    endif()
+  endforeach()
+endforeach()
+refit_run_test(refit_run_fp8_tensor_p2p 4 ok "refit: COMMITTED 3 update\\(s\\), verified 51 tensors;LAYERWISE 6"
+               --topology ${TTOPO}/llama-tiny-fp8-tensor-tp2-to-tp2-p2p.yaml --checkpoint ${F8CK}/tensor-f32
+               --reference ${F8CK}/tensor-f32/tensors.reference.json --steps 3 --cold-check)
+set_tests_properties(refit_run_fp8_tensor_p2p PROPERTIES FIXTURES_REQUIRED f8ck_tensor_f32)
+# bad weight_scale of model.layers.0.self_attn.q_proj: NaN / 0 refused by the trainer before any
+# chunk moves, a wrong shape ([2] per tensor, [N] per channel) at manifest build, naming it
+foreach(case "nan;tensor;f32;stored model.layers.0.self_attn.q_proj.weight_scale element 0 \\(row 0, column 0\\) is -?nan: quantization scales must be finite and positive"
+             "zero;channel;bf16;stored model.layers.0.self_attn.q_proj.weight_scale element 0 \\(row 0, column 0\\) is 0: quantization scales must be finite and positive"
+             "shape;tensor;bf16;tensor model.layers.0.self_attn.q_proj.weight_scale has a different shape than the model config implies"
+             "shape;channel;f32;tensor model.layers.0.self_attn.q_proj.weight_scale has a different shape than the model config implies")
+  list(GET case 0 bad)
+  list(GET case 1 q)
+  list(GET case 2 sdt)
+  list(GET case 3 msg)
+  add_test(NAME make_fp8_ckpt_${q}_${sdt}_bad_${bad}
+           COMMAND make_fp8_ckpt ${q} ${sdt} ${DATA}/llama-tiny ${F8CK}/${q}-${sdt}-bad-${bad} bad ${bad})
+  set_tests_properties(make_fp8_ckpt_${q}_${sdt}_bad_${bad} PROPERTIES LABELS mpi
+                       FIXTURES_SETUP f8ck_${q}_${sdt}_bad_${bad})
+  set(pre "")
+  if(NOT bad STREQUAL shape)
+    set(pre "applications 0,;") # refused before any chunk is posted
+  endif()
+  refit_run_test(refit_run_fp8_${q}_scale_${bad}_refused 3 fail "${pre}refit: FAILED: .*${msg}"
+                 --topology ${TTOPO}/llama-tiny-fp8-${q}-tp2-to-tp1.yaml
+                 --checkpoint ${F8CK}/${q}-${sdt}-bad-${bad} --steps 1)
+  set_tests_properties(refit_run_fp8_${q}_scale_${bad}_refused PROPERTIES
+                       FIXTURES_REQUIRED f8ck_${q}_${sdt}_bad_${bad})
+endforeach()
+
+# refit-plan, Llama-3.1-8B full size at rollout TP 2 (counts by hand, docs/formats.md):
+# 195 layers = 32 x (2 norms, qkv, o, gate_up, down) + embedding, final norm, lm_head;
+# 515 applications = 291 tensors + 7 x 32 weight_scale; fp8-tensor: qkv + gate_up = 64
+# LAYERWISE, fp8-channel: none. Reserved bytes per rank: every slot rounded up to 256 bytes
+# plus 256 per layer's arena: embedding and lm_head 64128 x 4096 x 2 each, norms 8192, per
+# layer e4m3 qkv 3072 x 4096 + o 4096 x 2048 + gate_up 14336 x 4096 + down 4096 x 7168 and the
+# scales: fp8-tensor 4 x 256 -> 4540949248; fp8-channel (3072 + 4096 + 14336 + 4096) x 4 ->
+# 4544193280.
+foreach(case "tensor;131 +0 +64;4540949248" "channel;195 +0 +0;4544193280")
+  list(GET case 0 q)
+  list(GET case 1 modes)
+  list(GET case 2 bytes)
+  add_test(NAME refit_plan_llama_3_1_8b_fp8_${q}_tp2
+           COMMAND ${EXPECT} ok " 1 +0 +0 +0 +0 +${modes} +515 +0 +195 +${bytes}"
+                   " 2 +0 +1 +0 +0 +${modes} +515 +0 +195 +${bytes}"
+                   -- $<TARGET_FILE:refit-plan> --topology ${TOPO}/plan/llama-3.1-8b-fp8-${q}-tp2.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(refit_plan_llama_3_1_8b_fp8_${q}_tp2 PROPERTIES LABELS plan TIMEOUT 120)
+endforeach()
+# ... and from llama-tiny's bf16 weights, quantized on the trainer at TP 2 (real weights: the
+# generator's amax is the same in every slice, these are not): every trainer rank takes the
+# scale of the whole tensor / row, whatever its slice, or the scalar oracle finds the bytes
+foreach(case "tensor;2" "channel;1")
+  list(GET case 0 q)
+  list(GET case 1 r)
+  math(EXPR np "2 + ${r}")
+  refit_run_test(refit_run_fp8_${q}_bf16_source_tp2_to_tp${r} ${np} ok
+                 "refit: COMMITTED 2 update\\(s\\), verified 51 tensors;dequant"
+                 --topology ${TTOPO}/llama-tiny-fp8-${q}-tp2-to-tp${r}.yaml --checkpoint ${DATA}/llama-tiny
+                 --steps 2 --cold-check)
+endforeach()

@@ -19,6 +19,7 @@
 #include "refit/quant.h"
 #include "refit/safetensors.h"
 #include "refit/storage.h"
+#include "refit/verify.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -943,6 +944,184 @@ START_TEST(test_triton_plan_dst_kfirst)
 }
 END_TEST
 
+
+/* ---- fp8-tensor / fp8-channel ------------------------------------------------------------ */
+
+/*
+ * The per-tensor and per-channel quantizer by hand (docs/formats.md): w (f32, 2 x 3) =
+ *   [ 0.5  -1   1.75 ]
+ *   [ 3.5  -7   0.1  ]
+ * per tensor: amax 7, s = 7 / 448 = 2^-6; w / s = 32, -64, 112 / 224, -448, 6.4 -> e4m3
+ *   0x60, 0xE8, 0x6E / 0x76, 0xFE, 0x4D (6.4 rounds to 6.5 = 1.625 2^2, not 6.0).
+ * per channel: row 0 amax 1.75, s0 = 2^-8: 128, -256, 448 -> 0x70, 0xF8, 0x7E; row 1 as above.
+ * Both scales are exact in fp32, so every byte follows from e4m3 = (1 + m/8) 2^(e-7).
+ */
+START_TEST(test_fp8_rows_hand)
+{
+    const float w[6] = {0.5f, -1.0f, 1.75f, 3.5f, -7.0f, 0.1f};
+    const uint8_t want_t[6] = {0x60, 0xE8, 0x6E, 0x76, 0xFE, 0x4D};
+    const uint8_t want_c[6] = {0x70, 0xF8, 0x7E, 0x76, 0xFE, 0x4D};
+    uint8_t q[6];
+    float s[2] = {0, 0};
+    ck_assert_int_eq(rf_fp8_quantize_rows(w, RF_DTYPE_F32, 2, 3, 3, false, q, 3, s), RF_OK);
+    ck_assert(s[0] == ldexpf(1.0f, -6));
+    ck_assert_int_eq(memcmp(q, want_t, 6), 0);
+    ck_assert_int_eq(rf_fp8_quantize_rows(w, RF_DTYPE_F32, 2, 3, 3, true, q, 3, s), RF_OK);
+    ck_assert(s[0] == ldexpf(1.0f, -8) && s[1] == ldexpf(1.0f, -6));
+    ck_assert_int_eq(memcmp(q, want_c, 6), 0);
+    /* bf16 input gives the same bytes (every value is exact in bf16 but 0.1: bf16(0.1) / 2^-6
+     * = 6.40625, still 6.5) */
+    uint16_t wb[6];
+    for (int i = 0; i < 6; i++)
+        wb[i] = rf_f32_to_bf16(w[i]);
+    ck_assert_int_eq(rf_fp8_quantize_rows(wb, RF_DTYPE_BF16, 2, 3, 3, false, q, 3, s), RF_OK);
+    ck_assert_int_eq(memcmp(q, want_t, 6), 0);
+    /* a slice quantized with the whole tensor's scale is that part of the whole: row 1,
+     * columns 1..2 of the per-tensor case */
+    ck_assert_int_eq(rf_fp8_quantize_scaled(w + 4, RF_DTYPE_F32, 1, 2, 3, s, false, q, 2), RF_OK);
+    ck_assert(q[0] == 0xFE && q[1] == 0x4D);
+    /* all-zero rows take the amax floor: s = 1e-12 / 448, every byte 0x00 */
+    const float z[3] = {0, 0, 0};
+    ck_assert_int_eq(rf_fp8_quantize_rows(z, RF_DTYPE_F32, 1, 3, 3, true, q, 3, s), RF_OK);
+    ck_assert(s[0] == 1e-12f / 448.0f && q[0] == 0 && q[1] == 0 && q[2] == 0);
+    /* refused: non-finite input, a scale that is not finite and positive, a pitch too small */
+    const float bad[3] = {1.0f, NAN, 2.0f};
+    ck_assert_int_eq(rf_fp8_quantize_rows(bad, RF_DTYPE_F32, 1, 3, 3, false, q, 3, s),
+                     RF_ERR_INVALID);
+    const float zs = 0.0f;
+    ck_assert_int_eq(rf_fp8_quantize_scaled(w, RF_DTYPE_F32, 1, 3, 3, &zs, false, q, 3),
+                     RF_ERR_INVALID);
+    ck_assert_int_eq(rf_fp8_scales(w, RF_DTYPE_F32, 2, 3, 2, false, s), RF_ERR_INVALID);
+}
+END_TEST
+
+/*
+ * requantize_with_max_scale by hand: 0x70 (128) from 2^-8 to 2^-6 is 32 (0x60); 0x4D (6.5)
+ * from 1 to 3 is 2.1667 -> 2.25 (0x41, not 2.0); the same scale keeps every byte (also 0x80);
+ * NaN bytes give 0x00. Then formats/quant.c's rule and the oracle's own bisection agree on
+ * every byte for several scale pairs.
+ */
+START_TEST(test_fp8_requant)
+{
+    ck_assert_uint_eq(rf_fp8_requant_byte(0x70, ldexpf(1, -8), ldexpf(1, -6)), 0x60);
+    ck_assert_uint_eq(rf_fp8_requant_byte(0xF0, ldexpf(1, -8), ldexpf(1, -6)), 0xE0);
+    ck_assert_uint_eq(rf_fp8_requant_byte(0x4D, 1.0f, 3.0f), 0x41);
+    ck_assert_uint_eq(rf_ref_fp8_requant(0x4D, 1.0f, 3.0f), 0x41);
+    ck_assert_uint_eq(rf_fp8_requant_byte(0x80, 0.5f, 0.5f), 0x80);
+    ck_assert_uint_eq(rf_fp8_requant_byte(0x7F, 0.5f, 1.0f), 0x00);
+    ck_assert_uint_eq(rf_fp8_requant_byte(0xFF, 0.5f, 1.0f), 0x00);
+    const float pairs[][2] = {{1.0f, 3.0f}, {0.0071f, 0.0113f}, {1e-4f, 7e-3f},
+                              {ldexpf(1, -9), ldexpf(1, -8)}, {0.3f, 0.30000001f}};
+    for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
+        for (int b = 0; b < 256; b++)
+            ck_assert_msg(rf_fp8_requant_byte((uint8_t)b, pairs[p][0], pairs[p][1]) ==
+                              rf_ref_fp8_requant((uint8_t)b, pairs[p][0], pairs[p][1]),
+                          "byte 0x%02x, %g -> %g", b, (double)pairs[p][0], (double)pairs[p][1]);
+}
+END_TEST
+
+static const char *LLAMA_SMALL =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":64,"
+    "\"num_hidden_layers\":1,\"vocab_size\":128,\"num_attention_heads\":4,"
+    "\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":96,"
+    "\"torch_dtype\":\"bfloat16\",\"tie_word_embeddings\":false}";
+
+/* Plans (docs/formats.md): fp8-channel DIRECT everywhere; fp8-tensor LAYERWISE for the fused
+ * qkv_proj / gate_up_proj only (their (S,) scales run as one), DIRECT for o_proj / down_proj. */
+START_TEST(test_fp8_rows_plans)
+{
+    h_t h;
+    int backends[2] = {RF_BACKEND_TRITON, RF_BACKEND_CUTLASS};
+    for (int b = 0; b < 2; b++) {
+        h_init(&h, LLAMA_SMALL, RF_QUANT_FP8_CHANNEL, 0, backends[b]);
+        ck_assert_str_eq(h.f.ops->name, "fp8-channel");
+        ck_assert_uint_eq(h.p.stats.layers[RF_PLAN_DIRECT], (uint64_t)h.inv.nmodules);
+        h_free(&h);
+        h_init(&h, LLAMA_SMALL, RF_QUANT_FP8_TENSOR, 0, backends[b]);
+        ck_assert_str_eq(h.f.ops->name, "fp8-tensor");
+        for (int m = 0; m < h.inv.nmodules; m++) {
+            const rf_module_t *mod = &h.inv.modules[m];
+            bool fused = mod->kind == RF_MOD_QKV || mod->kind == RF_MOD_MERGED;
+            ck_assert_msg(h.p.layers[m].mode == (fused ? RF_PLAN_LAYERWISE : RF_PLAN_DIRECT),
+                          "%s: %s", mod->name, rf_plan_mode_name(h.p.layers[m].mode));
+        }
+        ck_assert_uint_eq(h.p.stats.layers[RF_PLAN_LAYERWISE], 2);
+        h_free(&h);
+    }
+}
+END_TEST
+
+/*
+ * The fp8-tensor owner on qkv_proj (TP 1: q 64 rows, k 32, v 32, K 64): scales q 0.5, k 2
+ * (the max), v 1. process_after_loading keeps k's bytes, requantizes q and v to 2
+ * (rf_fp8_requant_byte) and holds one scale 2; runtime_to_model gives those bytes back and 2
+ * for every shard. o_proj (one shard) passes as it is.
+ */
+START_TEST(test_fp8_tensor_owner)
+{
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_format_t f = {.ops = rf_format_lookup("fp8-tensor"), .quant = RF_QUANT_FP8_TENSOR,
+                     .backend = RF_BACKEND_TRITON};
+    ck_assert_ptr_nonnull(f.ops);
+    build_inv(LLAMA_SMALL, RF_QUANT_FP8_TENSOR, 0, &inv);
+    int m = module_named(&inv, "qkv_proj");
+    ck_assert(!f.ops->identity(&f, &inv, m));
+    ck_assert(f.ops->identity(&f, &inv, module_named(&inv, "o_proj")));
+    man_t x;
+    man_init(&x, &inv, m, &f);
+    ck_assert_int_eq(x.nmodel, 2);
+    ck_assert_str_eq(x.model[1].name, "weight_scale");
+    ck_assert_int_eq(x.model[1].ndim, 1);
+    ck_assert_int_eq(x.model[1].shape[0], 3); /* one per shard, model layout */
+    ck_assert_int_eq(x.rts[1].shape[0], 1);   /* the one max scale, runtime */
+    ck_assert_int_eq(x.model[0].shape[0], 128);
+    uint8_t *w = x.mbuf[0];
+    float *s = x.mbuf[1];
+    uint64_t nw = rf_slot_shape_bytes(&x.model[0]);
+    for (uint64_t i = 0; i < nw; i++) {
+        uint8_t b = (uint8_t)rnd();
+        w[i] = (b & 0x7F) == 0x7F ? 0x3F : b;
+    }
+    s[0] = 0.5f, s[1] = 2.0f, s[2] = 1.0f;
+    ck_assert_msg(f.ops->process_after_loading(&f, &inv, m, x.model, x.mbuf, x.nmodel, x.rt,
+                                               x.nrt, &err) == RF_OK,
+                  "%s", err.msg);
+    const uint8_t *rw = x.rt[0]->sig.data;
+    ck_assert(*(const float *)x.rt[1]->sig.data == 2.0f);
+    uint64_t changed = 0;
+    for (uint64_t i = 0; i < nw; i++) {
+        int64_t row = (int64_t)(i / 64);
+        float from = row < 64 ? 0.5f : row < 96 ? 2.0f : 1.0f;
+        ck_assert_uint_eq(rw[i], rf_fp8_requant_byte(w[i], from, 2.0f));
+        if (row >= 64 && row < 96)
+            ck_assert_uint_eq(rw[i], w[i]);
+        changed += rw[i] != w[i];
+    }
+    ck_assert_uint_gt(changed, nw / 4);
+    ck_assert_int_eq(f.ops->runtime_to_model(&f, &inv, m, x.model, x.back, x.nmodel, x.rt, x.nrt,
+                                             &err),
+                     RF_OK);
+    ck_assert_int_eq(memcmp(x.back[0], rw, nw), 0);
+    const float *bs = x.back[1];
+    ck_assert(bs[0] == 2.0f && bs[1] == 2.0f && bs[2] == 2.0f);
+    man_free(&x);
+    /* one shard: copied both ways */
+    int o = module_named(&inv, "o_proj");
+    man_init(&x, &inv, o, &f);
+    ck_assert_int_eq(x.rts[1].shape[0], 1);
+    memset(x.mbuf[0], 0x3C, rf_slot_shape_bytes(&x.model[0]));
+    *(float *)x.mbuf[1] = 0.25f;
+    ck_assert_int_eq(f.ops->process_after_loading(&f, &inv, o, x.model, x.mbuf, x.nmodel, x.rt,
+                                                  x.nrt, &err),
+                     RF_OK);
+    ck_assert_int_eq(memcmp(x.rt[0]->sig.data, x.mbuf[0], rf_slot_shape_bytes(&x.model[0])), 0);
+    ck_assert(*(const float *)x.rt[1]->sig.data == 0.25f);
+    man_free(&x);
+    rf_inventory_free(&inv);
+}
+END_TEST
+
 START_TEST(test_format_for)
 {
     const char *none = "none";
@@ -957,6 +1136,14 @@ START_TEST(test_format_for)
     ck_assert_str_eq(rf_format_for(RF_QUANT_WNA16, RF_BACKEND_MARLIN)->name, "wna16-marlin");
     ck_assert_ptr_null(rf_format_for(RF_QUANT_WNA16, RF_BACKEND_CUTLASS));
     ck_assert_ptr_null(rf_format_for(RF_QUANT_WNA16, RF_BACKEND_ROCM_FNUZ));
+    for (int q = RF_QUANT_FP8_TENSOR; q <= RF_QUANT_FP8_CHANNEL; q++) {
+        const char *n = q == RF_QUANT_FP8_TENSOR ? "fp8-tensor" : "fp8-channel";
+        ck_assert_str_eq(rf_format_for((rf_quant_t)q, RF_BACKEND_TRITON)->name, n);
+        ck_assert_str_eq(rf_format_for((rf_quant_t)q, RF_BACKEND_CUTLASS)->name, n);
+        ck_assert_ptr_null(rf_format_for((rf_quant_t)q, RF_BACKEND_ROCM_FNUZ));
+        ck_assert_ptr_null(rf_format_for((rf_quant_t)q, RF_BACKEND_MARLIN));
+        ck_assert_ptr_nonnull(strstr(rf_format_names(), n));
+    }
     ck_assert_ptr_null(rf_format_for(RF_QUANT_NONE, 7));
     ck_assert_ptr_null(rf_format_for(RF_QUANT_NONE, -1));
     const char *names[] = {"fp8-block", "fp8-block-fnuz", "wna16", "wna16-marlin"};
@@ -982,6 +1169,8 @@ int main(void)
     tcase_add_test(tc, test_scale_check);
     tcase_add_test(tc, test_wna16_zero_group);
     tcase_add_test(tc, test_wna16_error_bound);
+    tcase_add_test(tc, test_fp8_rows_hand);
+    tcase_add_test(tc, test_fp8_requant);
     suite_add_tcase(s, tc);
     TCase *ow = tcase_create("owners");
     tcase_set_timeout(ow, 60);
@@ -991,6 +1180,8 @@ int main(void)
     tcase_add_test(ow, test_marlin_owner);
     tcase_add_test(ow, test_triton_views);
     tcase_add_test(ow, test_format_for);
+    tcase_add_test(ow, test_fp8_rows_plans);
+    tcase_add_test(ow, test_fp8_tensor_owner);
     suite_add_tcase(s, ow);
     tcase_add_test(ow, test_triton_plan_dst_kfirst);
     SRunner *sr = srunner_create(s);

@@ -279,6 +279,122 @@ START_TEST(test_quant_not_convert_and_refusals)
 }
 END_TEST
 
+
+/* compressed-tensors "float-quantized" FP8_DYNAMIC weights block, strategy %s */
+#define FP8_GROUP(strategy, extra)                                                              \
+    "{\"quant_method\": \"compressed-tensors\", \"format\": \"float-quantized\", "               \
+    "\"ignore\": [\"lm_head\"], \"config_groups\": {\"group_0\": {\"targets\": [\"Linear\"], "   \
+    "\"weights\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"" strategy "\", "       \
+    "\"symmetric\": true, \"dynamic\": false}" extra "}}}"
+
+/*
+ * fp8-tensor / fp8-channel (docs/formats.md): how a config names them, the tensors of one
+ * linear, the per-rank slot shapes, and the refusals (static input scales, MoE experts, mixed
+ * schemes). Llama-3.1-8B: 291 tensors unquantized + one weight_scale per projection (7 x 32)
+ * = 515; parameters 8,030,261,248 + 224 (per tensor) or + 32 x (4096 + 1024 + 1024 + 4096 +
+ * 14336 + 14336 + 4096) = 1,376,256 (per channel).
+ */
+START_TEST(test_fp8_rows_config_and_inventory)
+{
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_slot_shape_t s[RF_MODULE_MAX_SLOTS];
+    int n;
+    /* per channel with dynamic per-token activations (FP8 dynamic) */
+    ck_assert_msg(quant_inv(FP8_GROUP("channel", ", \"input_activations\": {\"num_bits\": 8, "
+                                                 "\"type\": \"float\", \"strategy\": \"token\", "
+                                                 "\"dynamic\": true}"),
+                            RF_QUANT_FP8_CHANNEL, &inv, &err) == RF_OK,
+                  "%s", err.msg);
+    ck_assert_int_eq(inv.cfg.quant, RF_QUANT_FP8_CHANNEL);
+    int w = rf_inventory_find(&inv, "model.layers.1.self_attn.k_proj.weight");
+    int sc = rf_inventory_find(&inv, "model.layers.1.self_attn.k_proj.weight_scale");
+    int os = rf_inventory_find(&inv, "model.layers.1.self_attn.o_proj.weight_scale");
+    ck_assert(w >= 0 && sc >= 0 && os >= 0);
+    ck_assert_int_eq(inv.tensors[w].dtype, RF_DTYPE_F8_E4M3);
+    ck_assert_int_eq(inv.tensors[sc].dtype, RF_DTYPE_F32);
+    ck_assert_int_eq(inv.tensors[sc].param, RF_PARAM_CHANNEL_SCALE);
+    ck_assert_int_eq(inv.tensors[sc].ndim, 2);
+    ck_assert_int_eq(inv.tensors[sc].shape[0], 128);
+    ck_assert_int_eq(inv.tensors[sc].shape[1], 1);
+    ck_assert_int_eq(inv.tensors[sc].split, RF_SPLIT_ROWS);       /* like the weight rows */
+    ck_assert_int_eq(inv.tensors[os].split, RF_SPLIT_REPLICATED); /* o_proj keeps its rows */
+    ck_assert_int_eq(rf_inventory_find(&inv, "lm_head.weight_scale"), -1);
+    rf_rollout_coords_t rc = {.tp = 2, .tp_rank = 1, .dp = 1, .ep = 1};
+    ck_assert_int_eq(rf_module_slots(&inv, inv.tensors[w].module, &rc, s, &n, &err), RF_OK);
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(s[1].name, "weight_scale");
+    /* (N_local, 1) like the weight rows: q 256 / 2, k and v 128 each (nkv 1 < tp 2: replicated) */
+    ck_assert_int_eq(s[1].ndim, 2);
+    ck_assert_int_eq(s[1].shape[0], 128 + 128 + 128);
+    ck_assert_int_eq(s[1].shape[1], 1);
+    rf_inventory_free(&inv);
+    /* per tensor: one [1] scale per linear, a (S,) slot per module */
+    ck_assert_msg(quant_inv(FP8_GROUP("tensor", ""), RF_QUANT_FP8_TENSOR, &inv, &err) == RF_OK,
+                  "%s", err.msg);
+    ck_assert_int_eq(inv.cfg.quant, RF_QUANT_FP8_TENSOR);
+    sc = rf_inventory_find(&inv, "model.layers.0.mlp.up_proj.weight_scale");
+    ck_assert_int_ge(sc, 0);
+    ck_assert_int_eq(inv.tensors[sc].param, RF_PARAM_TENSOR_SCALE);
+    ck_assert_int_eq(inv.tensors[sc].ndim, 1);
+    ck_assert_int_eq(inv.tensors[sc].shape[0], 1);
+    ck_assert_int_eq(inv.tensors[sc].split, RF_SPLIT_REPLICATED);
+    ck_assert_int_eq(inv.tensors[sc].shard, 1);
+    ck_assert_int_eq(rf_module_slots(&inv, inv.tensors[sc].module, &rc, s, &n, &err), RF_OK);
+    ck_assert_int_eq(s[1].ndim, 1);
+    ck_assert_int_eq(s[1].shape[0], 2); /* gate, up */
+    rf_inventory_free(&inv);
+    /* vLLM's Fp8Config without weight_block_size is per tensor */
+    ck_assert_int_eq(quant_inv("{\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\"}",
+                               RF_QUANT_FP8_TENSOR, &inv, &err),
+                     RF_OK);
+    ck_assert_int_eq(inv.cfg.quant, RF_QUANT_FP8_TENSOR);
+    rf_inventory_free(&inv);
+    /* refused: static input scales, two schemes in one model, 8-bit int weights */
+    ck_assert_int_eq(quant_inv(FP8_GROUP("tensor", ", \"input_activations\": {\"num_bits\": 8, "
+                                                   "\"type\": \"float\", \"strategy\": \"tensor\", "
+                                                   "\"dynamic\": false}"),
+                               RF_QUANT_FP8_TENSOR, &inv, &err),
+                     RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "static"));
+    ck_assert_int_eq(
+        quant_inv("{\"quant_method\": \"compressed-tensors\", \"config_groups\": {\"a\": "
+                  "{\"weights\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": "
+                  "\"tensor\"}}, \"b\": {\"weights\": {\"num_bits\": 8, \"type\": \"float\", "
+                  "\"strategy\": \"channel\"}}}}",
+                  RF_QUANT_FP8_TENSOR, &inv, &err),
+        RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "one scheme per model"));
+    ck_assert_int_eq(quant_inv("{\"quant_method\": \"compressed-tensors\", \"config_groups\": "
+                               "{\"a\": {\"weights\": {\"num_bits\": 8, \"type\": \"int\", "
+                               "\"strategy\": \"channel\"}}}}",
+                               RF_QUANT_FP8_CHANNEL, &inv, &err),
+                     RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "fp8-tensor, fp8-channel"));
+    /* MoE experts are not supported under these formats */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/qwen3-moe-tiny/config.json", REFIT_TEST_DATA);
+    rf_model_config_t cfg = load_cfg(path);
+    rf_err_clear(&err); /* the first error is kept */
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_FP8_CHANNEL, 0, &inv, &err),
+                     RF_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "MoE experts are not supported") != NULL, "%s", err.msg);
+    rf_model_config_free(&cfg);
+    /* Llama-3.1-8B: counts by hand (above) */
+    snprintf(path, sizeof(path), "%s/models/llama-3.1-8b.config.json", REFIT_JOBS_DIR);
+    cfg = load_cfg(path);
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_FP8_TENSOR, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(inv.ntensors, 515);
+    ck_assert_uint_eq(inv.nparams, 8030261248ULL + 224);
+    rf_inventory_free(&inv);
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_FP8_CHANNEL, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(inv.ntensors, 515);
+    ck_assert_uint_eq(inv.nparams, 8030261248ULL + 1376256);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+}
+END_TEST
+
 static rf_model_config_t parse_cfg(const char *json)
 {
     rf_model_config_t cfg;
@@ -592,6 +708,7 @@ int main(void)
     tcase_add_test(tc, test_config_aliases);
     tcase_add_test(tc, test_moe_placement);
     tcase_add_test(tc, test_quant_not_convert_and_refusals);
+    tcase_add_test(tc, test_fp8_rows_config_and_inventory);
     tcase_add_test(tc, test_config_compare_checkpoint);
     tcase_add_test(tc, test_counts_dense_layernorm_families);
     tcase_add_test(tc, test_gpt_neox_config_keys);
