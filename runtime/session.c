@@ -433,7 +433,7 @@ static bool empty_shard(const rf_session_t *s, const rf_tensor_desc_t *d)
     if (ti < 0 || s->ex_of_tensor[ti] >= 0)
         return false;
     const rf_tensor_t *t = &s->inv.tensors[ti];
-    rf_region_t reg;
+    rf_region_t reg = {0, 0, 0, 0}; /* stays so when another EP rank holds the expert */
     int stage = rf_topology_layer_stage(&s->topo, t->layer, s->inv.cfg.num_hidden_layers);
     if (stage != s->me.p || rf_trainer_shard(&s->topo, &s->inv, t, &s->me, &reg) ||
         d->ndim != t->ndim || reg.c0 != 0 || (uint64_t)reg.c1 != t->numel / rf_tensor_rows(t))
