@@ -14,6 +14,11 @@ endfunction()
 refit_session_test(check_session_tp1_np2 2 session-llama-tiny-tp1-to-tp1.yaml)
 refit_session_test(check_session_tp2_np4 4 session-llama-tiny-tp2-to-tp2.yaml)
 refit_session_test(check_session_tp2_p2p_np4 4 session-llama-tiny-tp2-to-tp2-p2p.yaml)
+# trainer.layout fsdp: 2 ranks p2p, 3 ranks (uneven rows) broadcast, MoE with an empty shard
+refit_session_test(check_session_fsdp2_p2p_np3 3 session-llama-tiny-fsdp2-to-tp1-p2p.yaml)
+refit_session_test(check_session_fsdp3_np5 5 session-llama-tiny-fsdp3-to-tp2.yaml)
+refit_session_test(check_session_moe_fsdp3_p2p_np5 5
+                   session-qwen3-moe-tiny-4e-fsdp3-to-tp2-p2p.yaml)
 
 # The Python package (python/refit, ctypes over librefit.so) under mpiexec with Debian's
 # /usr/bin/python3, python3-torch and python3-mpi4py (tools/setup.sh installs them): a torch
