@@ -197,9 +197,10 @@ static rf_status_t ex_add(rf_session_t *s, const char *name, const rf_slot_shape
     return RF_OK;
 }
 
-/* What this rank registers: a trainer rank its non-empty shard of every checkpoint tensor of
- * its stage (trainer.layout megatron or fsdp: rf_trainer_shard), a rollout rank every runtime slot of every engine module
- * (rollout.layout vllm), in module order (the storage registers a module's slots together). */
+/* What this rank registers: a trainer rank its non-empty shard of every checkpoint tensor of its
+ * stage (trainer.layout megatron or fsdp: rf_trainer_shard), a rollout rank every runtime slot of
+ * every engine module (rollout.layout vllm), in module order (the storage registers a module's
+ * slots together). */
 static rf_status_t build_expected(rf_session_t *s, rf_err_t *err)
 {
     int cap = 0;
@@ -469,16 +470,17 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
     if (!is_rollout(s) && dt != want.dtype) {
         /* an fp32 master of a bf16 / f16 tensor: rounded to nearest even when packed */
         if (!rf_trainer_source_dtype_ok(dt, want.dtype))
-            return rf_err_set(err, RF_ERR_MISMATCH, "rank %d (%s): %s: dtype %s, expected %s "
-                              "(or an F32 master of a BF16 / F16 tensor)", s->rank, role,
-                              d->name, rf_dtype_name(dt), rf_dtype_name(want.dtype));
+            return rf_err_set(err, RF_ERR_MISMATCH,
+                              "rank %d (%s): %s: dtype %s, expected %s "
+                              "(or an F32 master of a BF16 / F16 tensor)",
+                              s->rank, role, d->name, rf_dtype_name(dt), rf_dtype_name(want.dtype));
         want.dtype = dt;
     }
     if (s->planned && dt != e->sig.dtype)
-        return rf_err_set(err, RF_ERR_MISMATCH, "rank %d (%s): %s: dtype %s, registered as %s "
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "rank %d (%s): %s: dtype %s, registered as %s "
                           "(the plan rounds what was registered; a dtype may not change)",
-                          s->rank, role, d->name, rf_dtype_name(dt),
-                          rf_dtype_name(e->sig.dtype));
+                          s->rank, role, d->name, rf_dtype_name(dt), rf_dtype_name(e->sig.dtype));
     if (d->ndim < 0 || d->ndim > RF_SESSION_MAX_DIMS || d->ndim > RF_MAX_DIMS)
         return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): %s: ndim %d out of [0, %d]",
                           s->rank, role, d->name, d->ndim, RF_SESSION_MAX_DIMS);

@@ -119,8 +119,7 @@ bool rf_trainer_source_dtype_ok(rf_dtype_t src, rf_dtype_t dst)
     return src == dst || (src == RF_DTYPE_F32 && (dst == RF_DTYPE_BF16 || dst == RF_DTYPE_F16));
 }
 
-rf_status_t rf_trainer_set_source_dtype(rf_trainer_t *tr, int entry, rf_dtype_t src,
-                                        rf_err_t *err)
+rf_status_t rf_trainer_set_source_dtype(rf_trainer_t *tr, int entry, rf_dtype_t src, rf_err_t *err)
 {
     if (entry < 0 || entry >= tr->man->n || !tr->has[entry])
         return rf_err_set(err, RF_ERR_INVALID, "trainer rank %d: entry %d: no shard here",
@@ -130,8 +129,7 @@ rf_status_t rf_trainer_set_source_dtype(rf_trainer_t *tr, int entry, rf_dtype_t 
         return rf_err_set(err, RF_ERR_MISMATCH,
                           "trainer rank %d: %s: a %s source for a %s checkpoint tensor (only "
                           "the checkpoint dtype, or an F32 master of a BF16 / F16 tensor)",
-                          tr->me.world_rank, e->name, rf_dtype_name(src),
-                          rf_dtype_name(e->dtype));
+                          tr->me.world_rank, e->name, rf_dtype_name(src), rf_dtype_name(e->dtype));
     tr->src_dtype[entry] = src;
     return RF_OK;
 }
@@ -541,9 +539,9 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
         size_t es = entry_es(tr, i);
         size_t pitch = (size_t)(r->c1 - r->c0) * es;
         if (tr->src_dtype[i] != e->dtype) /* a caller's master: produced by its trainer */
-            return rf_err_set(err, RF_ERR_STATE, "trainer rank %d: %s is a %s master, not "
-                              "produced here", tr->me.world_rank, e->name,
-                              rf_dtype_name(tr->src_dtype[i]));
+            return rf_err_set(err, RF_ERR_STATE,
+                              "trainer rank %d: %s is a %s master, not produced here",
+                              tr->me.world_rank, e->name, rf_dtype_name(tr->src_dtype[i]));
         tr->stats.bytes_produced += (uint64_t)(r->r1 - r->r0) * pitch;
         if (rf_manifest_trainer_quantizes(tr->inv, t, ck)) {
             if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
@@ -813,8 +811,7 @@ static uint64_t contribution_bytes(const rf_trainer_t *tr, const rf_chunk_t *c, 
 /* Copy `part` rows of a region-shaped buffer (elements in sdt: a shard buffer's dtype, or
  * the entry's for a peer's part) into a full-width piece in the payload. */
 static void place_part(const rf_trainer_t *tr, char *payload, const rf_chunk_piece_t *pc,
-                       const rf_region_t *part, const char *src, size_t src_pitch,
-                       rf_dtype_t sdt)
+                       const rf_region_t *part, const char *src, size_t src_pitch, rf_dtype_t sdt)
 {
     size_t es = entry_es(tr, (int)pc->item);
     size_t row_bytes = entry_row_bytes(tr, (int)pc->item);
@@ -909,8 +906,7 @@ static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk
                 if (own[o].rank != peers[q] || !piece_part(&own[o].reg, pc, &part))
                     continue;
                 size_t pitch = (size_t)(part.c1 - part.c0) * entry_es(tr, (int)pc->item);
-                place_part(tr, payload, pc, &part, src, pitch,
-                           tr->man->entries[pc->item].dtype);
+                place_part(tr, payload, pc, &part, src, pitch, tr->man->entries[pc->item].dtype);
                 src += (size_t)(part.r1 - part.r0) * pitch;
             }
         }
@@ -1072,10 +1068,9 @@ static rf_status_t rect_rows(const rf_trainer_t *tr, int entry, const rf_region_
 {
     RF_CHECK(rect_check(tr, entry, rect, err));
     if (tr->src_dtype[entry] != tr->man->entries[entry].dtype)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                          "trainer rank %d: %s: a %s master is rounded on the host only",
-                          tr->me.world_rank, tr->man->entries[entry].name,
-                          rf_dtype_name(tr->src_dtype[entry]));
+        return rf_err_set(
+            err, RF_ERR_UNSUPPORTED, "trainer rank %d: %s: a %s master is rounded on the host only",
+            tr->me.world_rank, tr->man->entries[entry].name, rf_dtype_name(tr->src_dtype[entry]));
     const rf_region_t *reg = &tr->reg[entry];
     int64_t es = (int64_t)entry_es(tr, entry);
     int64_t pitch = (reg->c1 - reg->c0) * es, run = (rect->c1 - rect->c0) * es;

@@ -95,7 +95,9 @@ const char *rf_backend_name(rf_backend_t b)
 
 const char *rf_trainer_layout_name(rf_trainer_layout_t l)
 {
-    return l == RF_TRAINER_LAYOUT_FSDP ? "fsdp" : l == RF_TRAINER_LAYOUT_MEGATRON ? "megatron" : "?";
+    return l == RF_TRAINER_LAYOUT_FSDP       ? "fsdp"
+           : l == RF_TRAINER_LAYOUT_MEGATRON ? "megatron"
+                                             : "?";
 }
 
 const char *rf_rollout_layout_name(rf_rollout_layout_t l)
@@ -798,8 +800,7 @@ static rf_status_t check_file_rules(parse_ctx_t *cx, rf_topology_t *t)
     if (t->t_layout == RF_TRAINER_LAYOUT_FSDP) {
         /* FSDP2's Shard(0) mesh is the data-parallel ranks (all of them, or each pipeline
          * stage's); FSDP2 + TP / CP / EP shards a TP or EP shard again (_StridedShard) */
-        static const char *const keys[] = {"trainer.tp", "trainer.cp", "trainer.etp",
-                                           "trainer.ep"};
+        static const char *const keys[] = {"trainer.tp", "trainer.cp", "trainer.etp", "trainer.ep"};
         const int vals[] = {t->t_tp, t->t_cp, t->t_etp, t->t_ep};
         for (int k = 0; k < 4; k++)
             if (vals[k] != 1)

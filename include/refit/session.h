@@ -162,17 +162,17 @@ const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype
  * Local: registers n tensors (descs: n entries, borrowed for the call) on this rank.
  * Each is checked against what this rank holds under the topology: the name must be one of
  * rf_session_expected, with its dtype and shape, contiguous, host memory. Trainer ranks may
- * register an F32 master for a BF16 or F16 tensor (the same shape): refit rounds it to
- * nearest even whenever it packs it (rf_session_plan_info_t.narrowed counts them); any other
- * dtype is RF_ERR_MISMATCH. A trainer tensor of this rank's stage whose shard is empty here
- * (fsdp: torch.chunk gives the last ranks of a small tensor no rows) is not expected, but a
- * registration of it with 0 rows and the tensor's other dims is accepted and ignored. The first bad one
- * stops the call: RF_ERR_INVALID (NULL s or descs with n > 0, n < 0, a NULL name or data, an
- * unknown dtype spelling, ndim out of range, non-contiguous strides), RF_ERR_EXTRA (a name
- * this rank does not hold), RF_ERR_MISMATCH (dtype or shape; both named), RF_ERR_UNSUPPORTED
- * (device >= 0), RF_ERR_INVALID too for a name registered twice before rf_session_plan; the
- * message names the tensor and this rank. Descriptors before it stay registered; the bad one
- * and those after it are not.
+ * register an F32 master for a BF16 or F16 tensor (the same shape): refit rounds it to nearest
+ * even whenever it packs it (rf_session_plan_info_t.narrowed counts them); any other dtype is
+ * RF_ERR_MISMATCH. A trainer tensor of this rank's stage whose shard is empty here (fsdp:
+ * torch.chunk gives the last ranks of a small tensor no rows) is not expected, but a
+ * registration of it with 0 rows and the tensor's other dims is accepted and ignored. The first
+ * bad one stops the call: RF_ERR_INVALID (NULL s or descs with n > 0, n < 0, a NULL name or
+ * data, an unknown dtype spelling, ndim out of range, non-contiguous strides), RF_ERR_EXTRA (a
+ * name this rank does not hold), RF_ERR_MISMATCH (dtype or shape; both named),
+ * RF_ERR_UNSUPPORTED (device >= 0), RF_ERR_INVALID too for a name registered twice before
+ * rf_session_plan; the message names the tensor and this rank. Descriptors before it stay
+ * registered; the bad one and those after it are not.
  *
  * A refused registration is remembered: the next collective call that uses the registered
  * set fails on every rank carrying its text (before a plan: rf_session_plan; after: the next

@@ -1,14 +1,14 @@
 /*
  * refit: topology files (DESIGN.md section 3).
  *
- * A topology file (YAML, parsed with libyaml) names the model, the trainer's parallel grid
- * (tp, cp, pp, dp, etp, ep, order, pp_layers, layout, gpus), the rollout side (engines x tp x
- * dp, ep, expert placement, backend, layout, gpus), colocation and the transfer settings.
- * Unknown and duplicate keys, YAML aliases, wrong types and sizes that do not divide are
- * errors naming the key and value. Rank 0 reads the file (and the model's config.json) and broadcasts the
- * text; every rank parses it and all agree on rf_topology_hash() of the canonical form (that
- * collective loading, and the rules against the model config, are model.h's:
- * rf_model_load_topology(), rf_model_check_topology()). Nothing here needs the model config.
+ * A topology file (YAML, parsed with libyaml) names the model, the trainer's parallel grid (tp, cp,
+ * pp, dp, etp, ep, order, pp_layers, layout, gpus), the rollout side (engines x tp x dp, ep, expert
+ * placement, backend, layout, gpus), colocation and the transfer settings. Unknown and duplicate
+ * keys, YAML aliases, wrong types and sizes that do not divide are errors naming the key and value.
+ * Rank 0 reads the file (and the model's config.json) and broadcasts the text; every rank parses it
+ * and all agree on rf_topology_hash() of the canonical form (that collective loading, and the rules
+ * against the model config, are model.h's: rf_model_load_topology(), rf_model_check_topology()).
+ * Nothing here needs the model config.
  */
 #ifndef REFIT_TOPOLOGY_H
 #define REFIT_TOPOLOGY_H
@@ -102,7 +102,7 @@ typedef struct rf_topology {
     /* trainer */
     int t_tp, t_cp, t_pp, t_dp, t_etp, t_ep; /* etp defaults to tp */
     char t_order[32];            /* "tp-cp-ep-dp-pp" only */
-    rf_trainer_layout_t t_layout; /* default megatron */
+    rf_trainer_layout_t t_layout;     /* default megatron */
     int64_t pp_layers[RF_MAX_STAGES]; /* layers per stage (even split if not given) */
     bool pp_layers_set;
     int t_gpus[RF_MAX_GPUS];

@@ -156,8 +156,7 @@ bool rf_trainer_source_dtype_ok(rf_dtype_t src, rf_dtype_t dst);
  * it (RF_ERR_UNSUPPORTED naming the tensor) and rf_trainer_produce refuses to write it
  * (RF_ERR_STATE). The shard's byte size is its elements x rf_dtype_size(src). Local.
  */
-rf_status_t rf_trainer_set_source_dtype(rf_trainer_t *tr, int entry, rf_dtype_t src,
-                                        rf_err_t *err);
+rf_status_t rf_trainer_set_source_dtype(rf_trainer_t *tr, int entry, rf_dtype_t src, rf_err_t *err);
 
 /* Collective over the trainer ranks (comm = trainer-only communicator). */
 rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,

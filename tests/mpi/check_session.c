@@ -1,14 +1,14 @@
-/* MPI test: the session API (include/refit/session.h) on the tests/data llama-tiny fixture,
- * under the topology given as argv[1] (2 ranks TP 1 -> TP 1, 4 ranks TP 2 -> TP 2, broadcast
- * and p2p; trainer.layout fsdp over 2 and 3 ranks, and qwen3-moe-tiny with an empty shard). Trainer ranks register their shards filled from the generator at update v's step;
- * rollout ranks register their engine tensors (filled with a sentinel), and after a COMMITTED
- * update every element must be what the oracle's scalar locator (runtime/verify.c) says the
- * loaders put there: the generator's value of the checkpoint element it maps to, or zero
- * padding. Bad inputs must be refused naming the tensor, a collective failure carry the same
- * text to every rank, and failed updates leave the engine's tensors untouched. Trainers
- * holding F32 masters instead: the engine gets each value rounded to nearest even (the
- * masters are built so that truncation, or rounding ties away from zero, would differ).
- * CK_FORK=no. */
+/* MPI test: the session API (include/refit/session.h) on the tests/data llama-tiny fixture, under
+ * the topology given as argv[1] (2 ranks TP 1 -> TP 1, 4 ranks TP 2 -> TP 2, broadcast and p2p;
+ * trainer.layout fsdp over 2 and 3 ranks, and qwen3-moe-tiny with an empty shard). Trainer ranks
+ * register their shards filled from the generator at update v's step; rollout ranks register their
+ * engine tensors (filled with a sentinel), and after a COMMITTED update every element must be what
+ * the oracle's scalar locator (runtime/verify.c) says the loaders put there: the generator's value
+ * of the checkpoint element it maps to, or zero padding. Bad inputs must be refused naming the
+ * tensor, a collective failure carry the same text to every rank, and failed updates leave the
+ * engine's tensors untouched. Trainers holding F32 masters instead: the engine gets each value
+ * rounded to nearest even (the masters are built so that truncation, or rounding ties away from
+ * zero, would differ). CK_FORK=no. */
 #include <check.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -250,8 +250,7 @@ START_TEST(test_update_bytes)
         if (!empty_here(&inv.tensors[ti]))
             continue;
         rf_tensor_desc_t d = empty_desc(&inv.tensors[ti]);
-        ck_assert_msg(rf_session_register(x.s, &d, 1) == RF_OK, "%s",
-                      rf_session_last_error(x.s));
+        ck_assert_msg(rf_session_register(x.s, &d, 1) == RF_OK, "%s", rf_session_last_error(x.s));
         empty++;
     }
     MPI_Allreduce(&empty, &empties, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -294,8 +294,9 @@ START_TEST(test_p2p_schedule_fsdp)
             tcase_t f = {cases[a].model, cases[a].trainer, cases[a].rollouts[b], NULL};
             tcase_t m = {cases[a].model, cases[a].megatron, cases[a].rollouts[b], NULL};
             bool want = check_case(&m, 1 << 20, &unused);
-            ck_assert_msg(check_case(&f, 16 << 10, &rects) == want, "%s: trainer { %s }, "
-                          "rollout { %s }", cases[a].model, f.trainer, f.rollout);
+            ck_assert_msg(check_case(&f, 16 << 10, &rects) == want,
+                          "%s: trainer { %s }, rollout { %s }",
+                          cases[a].model, f.trainer, f.rollout);
             ran += want;
         }
     ck_assert_int_ge(ran, 30);

@@ -402,7 +402,7 @@ START_TEST(test_fsdp_shards)
         const char *name;
         int64_t rows[3];
     } want[] = {
-        {"model.embed_tokens.weight", {335, 335, 333}},      /* V 1003 */
+        {"model.embed_tokens.weight", {335, 335, 333}}, /* V 1003 */
         {"model.layers.0.self_attn.q_proj.weight", {32, 32, 32}},
         {"model.layers.1.self_attn.k_proj.weight", {11, 11, 10}}, /* 2 kv heads x 16 */
         {"model.layers.2.mlp.gate_proj.weight", {54, 54, 52}},    /* I 160 */
@@ -417,10 +417,10 @@ START_TEST(test_fsdp_shards)
             rf_region_t reg;
             ck_assert_int_eq(rf_topology_rank_info(&w.topo, d, &me), RF_OK);
             ck_assert(rf_trainer_shard(&w.topo, &w.inv, &w.inv.tensors[ti], &me, &reg));
-            ck_assert_msg(reg.r1 - reg.r0 == want[i].rows[d], "%s rank %d: %lld rows",
-                          want[i].name, d, (long long)(reg.r1 - reg.r0));
+            ck_assert_msg(reg.r1 - reg.r0 == want[i].rows[d], "%s rank %d: %lld rows", want[i].name,
+                          d, (long long)(reg.r1 - reg.r0));
             ck_assert_int_eq(reg.c1 - reg.c0, (int64_t)(w.inv.tensors[ti].numel /
-                                                         rf_tensor_rows(&w.inv.tensors[ti])));
+                                                        rf_tensor_rows(&w.inv.tensors[ti])));
         }
     }
     world_down(&w);
@@ -429,8 +429,7 @@ START_TEST(test_fsdp_shards)
     ck_assert_int_eq(fsdp_case(&w, 2, 3), 0);
     world_down(&w);
     /* MoE, 4 experts over 3 ranks: the router's 4 rows go 2, 2, 0 (an empty last shard) */
-    world_up(&w, "qwen3-moe-tiny", "overrides: { num_experts: 4 }", "dp: 3, layout: fsdp",
-             1 << 20);
+    world_up(&w, "qwen3-moe-tiny", "overrides: { num_experts: 4 }", "dp: 3, layout: fsdp", 1 << 20);
     ck_assert_int_eq(fsdp_case(&w, 3, 1), 2); /* the routers of both layers on rank 2 */
     int ti = rf_inventory_find(&w.inv, "model.layers.0.mlp.gate.weight");
     ck_assert_int_ge(ti, 0);
@@ -463,8 +462,14 @@ static double ref_f16(float x)
     return copysign(r >= 65536.0 ? INFINITY : r, (double)x);
 }
 
-static bool bf16_nan(uint16_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0; }
-static bool f16_nan(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; }
+static bool bf16_nan(uint16_t h)
+{
+    return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0;
+}
+static bool f16_nan(uint16_t h)
+{
+    return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
+}
 
 typedef struct special {
     uint32_t f32;
@@ -491,11 +496,10 @@ static const special_t k_bf16[] = {
     {0x00018000u, 0x0002u, false}, /* subnormal tie, odd: up */
     {0x00010000u, 0x0001u, false}, /* a bf16 subnormal, exact */
     {0x007fffffu, 0x0080u, false}, /* largest subnormal rounds up to the smallest normal */
-    {0x00000000u, 0x0000u, false},
-    {0x80000000u, 0x8000u, false},
-    {0x7fc00000u, 0xffffu, true},  /* quiet NaN */
-    {0x7f800001u, 0xffffu, true},  /* signalling NaN whose payload is below bf16's bits */
-    {0xffc00000u, 0xffffu, true},  /* negative NaN */
+    {0x00000000u, 0x0000u, false}, {0x80000000u, 0x8000u, false},
+    {0x7fc00000u, 0xffffu, true}, /* quiet NaN */
+    {0x7f800001u, 0xffffu, true}, /* signalling NaN whose payload is below bf16's bits */
+    {0xffc00000u, 0xffffu, true}, /* negative NaN */
 };
 
 /* torch's float -> half cast gives these (checked likewise) */
@@ -507,16 +511,14 @@ static const special_t k_f16[] = {
     {0x477fefffu, 0x7bffu, false}, /* below the midpoint to 65536 */
     {0x477ff000u, 0x7c00u, false}, /* 65520: the midpoint rounds to inf */
     {0x7f7fffffu, 0x7c00u, false}, /* FLT_MAX */
-    {0x7f800000u, 0x7c00u, false},
-    {0xff800000u, 0xfc00u, false},
+    {0x7f800000u, 0x7c00u, false}, {0xff800000u, 0xfc00u, false},
     {0x33800000u, 0x0001u, false}, /* 2^-24, the smallest half subnormal */
     {0x33000000u, 0x0000u, false}, /* 2^-25: tie, even (0) */
     {0x33c00000u, 0x0002u, false}, /* 3 2^-25: tie, odd (1): up */
     {0x387fc000u, 0x03ffu, false}, /* largest half subnormal */
     {0x387fe000u, 0x0400u, false}, /* its tie with the smallest normal: up to even */
     {0x00000001u, 0x0000u, false}, /* an f32 subnormal */
-    {0x80000001u, 0x8000u, false},
-    {0x7fc00000u, 0xffffu, true},
+    {0x80000001u, 0x8000u, false}, {0x7fc00000u, 0xffffu, true},
     {0xffc00001u, 0xffffu, true},
 };
 
