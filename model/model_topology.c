@@ -182,6 +182,14 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
                         f, cfg->model_type, rf_quant_name(q));
         goto fail;
     }
+    if (t->t_layout == RF_TRAINER_LAYOUT_FSDP && q != RF_QUANT_NONE) {
+        /* a trainer quantizes its own slice: ceil(N / dp) rows need not start on a block */
+        st = rf_err_set(err, RF_ERR_TOPOLOGY,
+                        "%s: trainer.layout: fsdp with model.quantization %s is not supported "
+                        "yet (quantized models need trainer.layout megatron)",
+                        f, rf_quant_name(q));
+        goto fail;
+    }
 
     /* trainer (Megatron: KV heads never replicated; vocab split unevenly is fine) */
     bool moe = c.num_experts > 0, dense = !moe;

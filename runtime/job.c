@@ -656,9 +656,11 @@ int rf_job_run(const rf_job_opts_t *opts)
         job_print(
             opts, RF_JOB_OUT,
             "refit: topology %s (hash %016" PRIx64 "), model %s %s, trainer %d rank(s) (tp %d "
-            "pp %d dp %d) -> %d engine(s) x tp %d dp %d ep %d, %s, %s transport, %s\n",
+            "pp %d dp %d%s) -> %d engine(s) x tp %d dp %d ep %d, %s, %s transport, %s\n",
             j.topo.name, rf_topology_hash(&j.topo), j.cfg.model_type, j.cfg.architecture, j.T,
-            j.topo.t_tp, j.topo.t_pp, j.topo.t_dp, j.topo.r_engines, j.topo.r_tp, j.topo.r_dp,
+            j.topo.t_tp, j.topo.t_pp, j.topo.t_dp,
+            j.topo.t_layout == RF_TRAINER_LAYOUT_FSDP ? ", layout fsdp" : "", j.topo.r_engines,
+            j.topo.r_tp, j.topo.r_dp,
             j.topo.r_ep, rf_quant_name(j.topo.quantization), rf_transport_name(j.topo.transport),
             opts->checkpoint ? opts->checkpoint : "generator weights");
     }

@@ -8,8 +8,9 @@
  * (BORROWED: tr.buf[] points at the registered tensors, as rf_trainer_use_arena borrows an
  * arena) and the rollout's runtime storage (BORROWED: rf_storage_register slots over the
  * engine's tensors), the reload plans, rf_ctl / rf_xfer / rf_gate. This step: host memory,
- * the mpi transport (broadcast and p2p), quantization none, trainer layout megatron, rollout
- * layout vllm.
+ * the mpi transport (broadcast and p2p), quantization none, trainer layout megatron or fsdp
+ * (the shards rf_trainer_shard gives either way; F32 masters narrowed by the trainer's pack),
+ * rollout layout vllm.
  *
  * Pieces copied from runtime/job_setup.c and runtime/job.c while those are being restructured
  * (to be shared once refit-run becomes a client of this API), each marked "copied from":
@@ -196,9 +197,10 @@ static rf_status_t ex_add(rf_session_t *s, const char *name, const rf_slot_shape
     return RF_OK;
 }
 
-/* What this rank registers: a trainer rank its shard of every checkpoint tensor of its stage
- * (trainer.layout megatron), a rollout rank every runtime slot of every engine module
- * (rollout.layout vllm), in module order (the storage registers a module's slots together). */
+/* What this rank registers: a trainer rank its non-empty shard of every checkpoint tensor of its
+ * stage (trainer.layout megatron or fsdp: rf_trainer_shard), a rollout rank every runtime slot of
+ * every engine module (rollout.layout vllm), in module order (the storage registers a module's
+ * slots together). */
 static rf_status_t build_expected(rf_session_t *s, rf_err_t *err)
 {
     int cap = 0;
@@ -412,9 +414,35 @@ const char *rf_session_last_error(const rf_session_t *s)
 
 static const char *hold_hint(const rf_session_t *s)
 {
-    return is_rollout(s) ? "rollout.layout vllm: this rank's engine parameters"
-                         : "trainer.layout megatron: this rank's shards of its stage's "
-                           "checkpoint tensors";
+    if (is_rollout(s))
+        return "rollout.layout vllm: this rank's engine parameters";
+    return s->topo.t_layout == RF_TRAINER_LAYOUT_FSDP
+               ? "trainer.layout fsdp: this rank's rows of its stage's checkpoint tensors, "
+                 "torch.chunk(tensor, trainer.dp, 0)"
+               : "trainer.layout megatron: this rank's shards of its stage's checkpoint "
+                 "tensors";
+}
+
+/* A trainer tensor of this rank's stage whose shard here is empty (fsdp's last ranks on a
+ * small tensor, as torch.chunk leaves them) registered with 0 rows and the tensor's other
+ * dims: accepted and ignored, so a caller may hand over every local shard. */
+static bool empty_shard(const rf_session_t *s, const rf_tensor_desc_t *d)
+{
+    if (is_rollout(s) || d->ndim < 1 || d->shape[0] != 0)
+        return false;
+    int ti = rf_inventory_find(&s->inv, d->name);
+    if (ti < 0 || s->ex_of_tensor[ti] >= 0)
+        return false;
+    const rf_tensor_t *t = &s->inv.tensors[ti];
+    rf_region_t reg = {0, 0, 0, 0}; /* stays so when another EP rank holds the expert */
+    int stage = rf_topology_layer_stage(&s->topo, t->layer, s->inv.cfg.num_hidden_layers);
+    if (stage != s->me.p || rf_trainer_shard(&s->topo, &s->inv, t, &s->me, &reg) ||
+        d->ndim != t->ndim || reg.c0 != 0 || (uint64_t)reg.c1 != t->numel / rf_tensor_rows(t))
+        return false;
+    for (int k = 1; k < d->ndim; k++)
+        if (d->shape[k] != t->shape[k])
+            return false;
+    return true;
 }
 
 static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int k,
@@ -428,14 +456,31 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
     int i = -1;
     if (rf_map_get(&s->exmap, rf_map_strkey(d->name), &v) && strcmp(s->ex[v].name, d->name) == 0)
         i = (int)v;
+    rf_dtype_t dt = d->dtype ? rf_dtype_parse(d->dtype) : RF_DTYPE_INVALID;
+    if (i < 0 && dt != RF_DTYPE_INVALID && empty_shard(s, d))
+        return RF_OK;
     if (i < 0)
         return rf_err_set(err, RF_ERR_EXTRA, "rank %d (%s): %s is not a tensor this rank holds "
                           "(%s)", s->rank, role, d->name, hold_hint(s));
     sess_tensor_t *e = &s->ex[i];
-    rf_dtype_t dt = d->dtype ? rf_dtype_parse(d->dtype) : RF_DTYPE_INVALID;
     if (dt == RF_DTYPE_INVALID)
         return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): %s: unknown dtype %s", s->rank,
                           role, d->name, d->dtype ? d->dtype : "(NULL)");
+    rf_slot_shape_t want = e->want;
+    if (!is_rollout(s) && dt != want.dtype) {
+        /* an fp32 master of a bf16 / f16 tensor: rounded to nearest even when packed */
+        if (!rf_trainer_source_dtype_ok(dt, want.dtype))
+            return rf_err_set(err, RF_ERR_MISMATCH,
+                              "rank %d (%s): %s: dtype %s, expected %s "
+                              "(or an F32 master of a BF16 / F16 tensor)",
+                              s->rank, role, d->name, rf_dtype_name(dt), rf_dtype_name(want.dtype));
+        want.dtype = dt;
+    }
+    if (s->planned && dt != e->sig.dtype)
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "rank %d (%s): %s: dtype %s, registered as %s "
+                          "(the plan rounds what was registered; a dtype may not change)",
+                          s->rank, role, d->name, rf_dtype_name(dt), rf_dtype_name(e->sig.dtype));
     if (d->ndim < 0 || d->ndim > RF_SESSION_MAX_DIMS || d->ndim > RF_MAX_DIMS)
         return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): %s: ndim %d out of [0, %d]",
                           s->rank, role, d->name, d->ndim, RF_SESSION_MAX_DIMS);
@@ -461,7 +506,7 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
     sig.storage_bytes = rf_signature_bytes(&sig);
     rf_err_t e2;
     rf_err_clear(&e2);
-    rf_status_t st = rf_signature_check(&sig, &e->want, d->name, &e2);
+    rf_status_t st = rf_signature_check(&sig, &want, d->name, &e2);
     if (st != RF_OK)
         return rf_err_set(err, st, "rank %d (%s): %s", s->rank, role, e2.msg);
     if (!s->planned) {
@@ -594,8 +639,9 @@ static rf_status_t borrow_trainer(rf_session_t *s, rf_err_t *err)
         if (k < 0)
             continue;
         const rf_region_t *r = &s->tr.reg[i];
+        RF_CHECK(rf_trainer_set_source_dtype(&s->tr, i, s->ex[k].sig.dtype, err));
         uint64_t bytes = (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0) *
-                         rf_dtype_size(s->man.entries[i].dtype);
+                         rf_dtype_size(s->ex[k].sig.dtype);
         if (bytes != rf_signature_bytes(&s->ex[k].sig))
             return rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: %s: %llu registered bytes "
                               "for a %llu-byte shard", s->rank, s->ex[k].name,
@@ -646,25 +692,43 @@ static rf_status_t plan_info(rf_session_t *s, rf_session_plan_info_t *info, rf_e
         h = rf_hash64(dec, (size_t)s->plan.nlayers * 2 * sizeof(uint64_t));
         free(dec);
     }
-    uint64_t *all = calloc((size_t)s->size + 2, sizeof(uint64_t));
-    if (all == NULL)
-        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
-    if (MPI_Allreduce(mine, sum, RF_PLAN_MODES, MPI_UINT64_T, MPI_SUM, s->comm) != MPI_SUCCESS ||
-        MPI_Allgather(&h, 1, MPI_UINT64_T, all + 2, 1, MPI_UINT64_T, s->comm) != MPI_SUCCESS) {
+    uint64_t *all = calloc((size_t)s->size + 3, sizeof(uint64_t));
+    /* per manifest entry: 1 when some trainer rank packs it from a wider master */
+    uint8_t *nar = calloc((size_t)s->man.n + 1, 1), *any = calloc((size_t)s->man.n + 1, 1);
+    if (all == NULL || nar == NULL || any == NULL) {
         free(all);
+        free(nar);
+        free(any);
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
+    }
+    for (int i = 0; !is_rollout(s) && i < s->man.n; i++)
+        nar[i] = s->tr.has[i] && s->tr.src_dtype[i] != s->man.entries[i].dtype;
+    int narrowed = 0;
+    if (MPI_Allreduce(mine, sum, RF_PLAN_MODES, MPI_UINT64_T, MPI_SUM, s->comm) != MPI_SUCCESS ||
+        MPI_Allgather(&h, 1, MPI_UINT64_T, all + 3, 1, MPI_UINT64_T, s->comm) != MPI_SUCCESS ||
+        MPI_Allreduce(nar, any, s->man.n, MPI_UINT8_T, MPI_MAX, s->comm) != MPI_SUCCESS) {
+        free(all);
+        free(nar);
+        free(any);
         return rf_err_set(err, RF_ERR_MPI, "rank %d: agreeing the plan counts failed", s->rank);
     }
+    for (int i = 0; i < s->man.n; i++)
+        narrowed += any[i];
     all[0] = rf_topology_hash(&s->topo);
     all[1] = s->man.digest;
+    all[2] = rf_hash64(any, (size_t)s->man.n);
     if (info != NULL) {
         memset(info, 0, sizeof(*info));
         memcpy(info->layers, sum, sizeof(info->layers));
-        info->hash = rf_hash64(all, ((size_t)s->size + 2) * sizeof(uint64_t));
+        info->hash = rf_hash64(all, ((size_t)s->size + 3) * sizeof(uint64_t));
         info->manifest_digest = s->man.digest;
         info->tensors = s->man.n;
         info->payload_bytes = s->man.payload_bytes;
+        info->narrowed = narrowed;
     }
     free(all);
+    free(nar);
+    free(any);
     return RF_OK;
 }
 

@@ -22,6 +22,9 @@
 #include "refit/quant_ops.h"
 #include "refit/trainer.h"
 
+/* trainer.layout fsdp: every dp rank of a stage is a copy of record (topology.c's limit) */
+_Static_assert(RF_MAX_OWNERS >= RF_FSDP_MAX_DP, "RF_MAX_OWNERS below trainer.dp's fsdp limit");
+
 static uint64_t tensor_cols(const rf_tensor_t *t)
 {
     uint64_t rows = rf_tensor_rows(t);
@@ -75,12 +78,72 @@ static uint64_t entry_row_bytes(const rf_trainer_t *tr, int i)
     return rows ? tr->man->entries[i].nbytes / rows : 0;
 }
 
+/* trainer.layout fsdp: torch FSDP2's Shard(0), which splits with torch.chunk along dim 0:
+ * rank d of the stage's dp holds rows [min(d ceil(N/dp), N), min((d+1) ceil(N/dp), N)),
+ * whole rows, so the last ranks' shards are short or empty (a 0-D tensor is one row: d = 0).
+ * The same clipped ceil split as a vocabulary's. */
+static rf_region_t region_fsdp(const rf_tensor_t *t, int d, int dp)
+{
+    return region_split(t, RF_SPLIT_VOCAB, d, dp);
+}
+
+/* Element size of entry i's shard buffer: the entry's dtype, or its wider master's. */
+static size_t buf_es(const rf_trainer_t *tr, int i)
+{
+    return rf_dtype_size(tr->src_dtype[i]);
+}
+
+/* n elements of entry i from src, held in sdt (the entry's dtype or an F32 master), to dst in
+ * the entry's dtype: a copy, or each value rounded to nearest even (rf_f32_to_bf16,
+ * rf_f32_to_f16: torch's float -> bfloat16 / half casts; NaN stays a quiet NaN). */
+static void put_elems(const rf_trainer_t *tr, int i, void *dst, const char *src, rf_dtype_t sdt,
+                      size_t n)
+{
+    rf_dtype_t dt = tr->man->entries[i].dtype;
+    if (sdt == dt) {
+        memcpy(dst, src, n * rf_dtype_size(dt));
+        return;
+    }
+    char *d = dst;
+    for (size_t k = 0; k < n; k++) {
+        float f;
+        memcpy(&f, src + k * sizeof(float), sizeof(f)); /* the payload is only 2-aligned */
+        uint16_t h = dt == RF_DTYPE_BF16 ? rf_f32_to_bf16(f) : rf_f32_to_f16(f);
+        memcpy(d + k * sizeof(h), &h, sizeof(h));
+    }
+}
+
+bool rf_trainer_source_dtype_ok(rf_dtype_t src, rf_dtype_t dst)
+{
+    /* every bf16 / f16 value is an f32 value, so rounding back is exact on what was widened */
+    return src == dst || (src == RF_DTYPE_F32 && (dst == RF_DTYPE_BF16 || dst == RF_DTYPE_F16));
+}
+
+rf_status_t rf_trainer_set_source_dtype(rf_trainer_t *tr, int entry, rf_dtype_t src, rf_err_t *err)
+{
+    if (entry < 0 || entry >= tr->man->n || !tr->has[entry])
+        return rf_err_set(err, RF_ERR_INVALID, "trainer rank %d: entry %d: no shard here",
+                          tr->me.world_rank, entry);
+    const rf_manifest_entry_t *e = &tr->man->entries[entry];
+    if (!rf_trainer_source_dtype_ok(src, e->dtype))
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "trainer rank %d: %s: a %s source for a %s checkpoint tensor (only "
+                          "the checkpoint dtype, or an F32 master of a BF16 / F16 tensor)",
+                          tr->me.world_rank, e->name, rf_dtype_name(src), rf_dtype_name(e->dtype));
+    tr->src_dtype[entry] = src;
+    return RF_OK;
+}
+
 bool rf_trainer_shard(const rf_topology_t *topo, const rf_inventory_t *inv, const rf_tensor_t *t,
                       const rf_rank_info_t *me, rf_region_t *reg_p)
 {
     int stage = rf_topology_layer_stage(topo, t->layer, inv->cfg.num_hidden_layers);
     if (me->role != RF_ROLE_TRAINER || me->p != stage)
         return false;
+    if (topo->t_layout == RF_TRAINER_LAYOUT_FSDP) {
+        *reg_p = region_fsdp(t, me->d, topo->t_dp);
+        return !region_empty(reg_p);
+    }
     if (t->expert >= 0) {
         int64_t per = inv->cfg.num_experts / topo->t_ep;
         if (per <= 0 || t->expert / per != me->q)
@@ -103,6 +166,16 @@ int rf_trainer_owners_replica(const rf_topology_t *topo, const rf_inventory_t *i
 {
     int n = 0;
     int p = rf_topology_layer_stage(topo, t->layer, inv->cfg.num_hidden_layers);
+    if (topo->t_layout == RF_TRAINER_LAYOUT_FSDP) {
+        /* one copy: every dp rank of the stage holds its rows, no replica has them again */
+        for (int d = 0; d < topo->t_dp && n < RF_MAX_OWNERS; d++) {
+            rf_owner_t o = {rf_topology_trainer_rank(topo, 0, 0, d, p),
+                            region_fsdp(t, d, topo->t_dp)};
+            if (!region_empty(&o.reg))
+                out[n++] = o;
+        }
+        return n;
+    }
     if (t->expert >= 0) {
         int T = rf_topology_trainer_size(topo);
         int etp = topo->t_etp, ep = topo->t_ep, edp = T / (etp * ep * topo->t_pp);
@@ -181,12 +254,14 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     tr->reg = calloc((size_t)man->n + 1, sizeof(rf_region_t));
     tr->has = calloc((size_t)man->n + 1, sizeof(bool));
     tr->buf = calloc((size_t)man->n + 1, sizeof(char *));
-    if (!tr->reg || !tr->has || !tr->buf) {
+    tr->src_dtype = calloc((size_t)man->n + 1, sizeof(rf_dtype_t));
+    if (!tr->reg || !tr->has || !tr->buf || !tr->src_dtype) {
         rf_trainer_free(tr);
         return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
     }
     for (int i = 0; i < man->n; i++) {
         const rf_tensor_t *t = &inv->tensors[man->entries[i].tensor];
+        tr->src_dtype[i] = man->entries[i].dtype;
         tr->has[i] = rf_trainer_shard(topo, inv, t, me, &tr->reg[i]);
         if (!tr->has[i])
             continue;
@@ -251,6 +326,7 @@ void rf_trainer_free(rf_trainer_t *tr)
         for (int i = 0; i < tr->man->n; i++)
             free(tr->buf[i]);
     free(tr->buf);
+    free(tr->src_dtype);
     free(tr->has);
     free(tr->reg);
     free(tr->gather_buf);
@@ -676,6 +752,14 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
             cr.expect = ckpt_source(tr, i, ck);
             cr.done = false;
         }
+        if (tr->has[i] && tr->src_dtype[i] != tr->man->entries[i].dtype && st == RF_OK) {
+            /* a caller's master: produced by its trainer (collective: keeps taking part) */
+            st = rf_err_set(err, RF_ERR_STATE, "trainer rank %d: %s is a %s master, not "
+                            "produced here", tr->me.world_rank, tr->man->entries[i].name,
+                            rf_dtype_name(tr->src_dtype[i]));
+            if (!cr.coll)
+                return st;
+        }
         if (tr->has[i]) {
             const rf_region_t *r = &tr->reg[i];
             tr->stats.bytes_produced +=
@@ -935,17 +1019,19 @@ static uint64_t contribution_bytes(const rf_trainer_t *tr, const rf_chunk_t *c, 
     return total;
 }
 
-/* Copy `part` rows of a region-shaped buffer into a full-width piece in the payload. */
+/* Copy `part` rows of a region-shaped buffer (elements in sdt: a shard buffer's dtype, or
+ * the entry's for a peer's part) into a full-width piece in the payload. */
 static void place_part(const rf_trainer_t *tr, char *payload, const rf_chunk_piece_t *pc,
-                       const rf_region_t *part, const char *src, size_t src_pitch)
+                       const rf_region_t *part, const char *src, size_t src_pitch, rf_dtype_t sdt)
 {
     size_t es = entry_es(tr, (int)pc->item);
     size_t row_bytes = entry_row_bytes(tr, (int)pc->item);
-    size_t run = (size_t)(part->c1 - part->c0) * es;
+    size_t run = (size_t)(part->c1 - part->c0);
     for (int64_t r = part->r0; r < part->r1; r++)
-        memcpy(payload + pc->offset + (size_t)(r - (int64_t)pc->row_begin) * row_bytes +
-                   (size_t)part->c0 * es,
-               src + (size_t)(r - part->r0) * src_pitch, run);
+        put_elems(tr, (int)pc->item,
+                  payload + pc->offset + (size_t)(r - (int64_t)pc->row_begin) * row_bytes +
+                      (size_t)part->c0 * es,
+                  src + (size_t)(r - part->r0) * src_pitch, sdt, run);
 }
 
 /* Broadcast, host payload: the stage sender's pack of chunk c, its own parts copied while
@@ -999,9 +1085,10 @@ static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk
         int ei = (int)pc->item;
         rf_region_t part;
         if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part)) {
-            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * entry_es(tr, ei);
+            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * buf_es(tr, ei);
             place_part(tr, payload, pc, &part,
-                       tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, pitch);
+                       tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, pitch,
+                       tr->src_dtype[ei]);
         }
     }
     if (npeers > 0) {
@@ -1030,7 +1117,7 @@ static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk
                 if (own[o].rank != peers[q] || !piece_part(&own[o].reg, pc, &part))
                     continue;
                 size_t pitch = (size_t)(part.c1 - part.c0) * entry_es(tr, (int)pc->item);
-                place_part(tr, payload, pc, &part, src, pitch);
+                place_part(tr, payload, pc, &part, src, pitch, tr->man->entries[pc->item].dtype);
                 src += (size_t)(part.r1 - part.r0) * pitch;
             }
         }
@@ -1097,10 +1184,12 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, uint32_t update, int buffers
                 mine |= own[o].rank == tr->me.world_rank;
             if (!mine || !tr->has[ei] || !piece_part(&tr->reg[ei], pc, &part))
                 continue;
-            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * entry_es(tr, ei);
-            size_t nb = (size_t)(part.r1 - part.r0) * pitch;
-            memcpy(w, tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, nb);
-            w += nb;
+            size_t row = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0);
+            size_t pitch = row * buf_es(tr, ei);
+            const char *src = tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch;
+            /* one run: the part is whole rows of the shard */
+            put_elems(tr, ei, w, src, tr->src_dtype[ei], (size_t)(part.r1 - part.r0) * row);
+            w += (size_t)(part.r1 - part.r0) * row * entry_es(tr, ei);
         }
         rf_err_t e;
         rf_err_clear(&e);
@@ -1172,13 +1261,15 @@ static rf_status_t copy_rect(const rf_trainer_t *tr, int entry, const rf_region_
 {
     RF_CHECK(rect_check(tr, entry, rect, err));
     const rf_region_t *reg = &tr->reg[entry];
-    size_t es = entry_es(tr, entry);
+    size_t es = buf_es(tr, entry);
     size_t pitch = (size_t)(reg->c1 - reg->c0) * es;
-    size_t run = (size_t)(rect->c1 - rect->c0) * es;
+    size_t run = (size_t)(rect->c1 - rect->c0);
+    size_t out = run * entry_es(tr, entry);
     for (int64_t r = rect->r0; r < rect->r1; r++)
-        memcpy((char *)dst + (size_t)(r - rect->r0) * run,
-               tr->buf[entry] + (size_t)(r - reg->r0) * pitch + (size_t)(rect->c0 - reg->c0) * es,
-               run);
+        put_elems(tr, entry, (char *)dst + (size_t)(r - rect->r0) * out,
+                  tr->buf[entry] + (size_t)(r - reg->r0) * pitch +
+                      (size_t)(rect->c0 - reg->c0) * es,
+                  tr->src_dtype[entry], run);
     return RF_OK;
 }
 
@@ -1187,6 +1278,10 @@ static rf_status_t rect_rows(const rf_trainer_t *tr, int entry, const rf_region_
                              void *dst, rf_accel_rows_t *out, rf_err_t *err)
 {
     RF_CHECK(rect_check(tr, entry, rect, err));
+    if (tr->src_dtype[entry] != tr->man->entries[entry].dtype)
+        return rf_err_set(
+            err, RF_ERR_UNSUPPORTED, "trainer rank %d: %s: a %s master is rounded on the host only",
+            tr->me.world_rank, tr->man->entries[entry].name, rf_dtype_name(tr->src_dtype[entry]));
     const rf_region_t *reg = &tr->reg[entry];
     int64_t es = (int64_t)entry_es(tr, entry);
     int64_t pitch = (reg->c1 - reg->c0) * es, run = (rect->c1 - rect->c0) * es;

@@ -101,6 +101,18 @@ const char *rf_backend_name(rf_backend_t b)
     return "?";
 }
 
+const char *rf_trainer_layout_name(rf_trainer_layout_t l)
+{
+    return l == RF_TRAINER_LAYOUT_FSDP       ? "fsdp"
+           : l == RF_TRAINER_LAYOUT_MEGATRON ? "megatron"
+                                             : "?";
+}
+
+const char *rf_rollout_layout_name(rf_rollout_layout_t l)
+{
+    return l == RF_ROLLOUT_LAYOUT_HF ? "hf" : l == RF_ROLLOUT_LAYOUT_VLLM ? "vllm" : "?";
+}
+
 static const char *placement_name(rf_expert_placement_t p)
 {
     return p == RF_PLACE_ROUND_ROBIN ? "round_robin" : "linear";
@@ -508,6 +520,13 @@ static rf_status_t on_trainer(parse_ctx_t *cx, const char *key, const char *name
         int i;
         return get_enum(cx, v, key, o, 1, &i);
     }
+    if (strcmp(name, "layout") == 0) {
+        static const char *const l[] = {"megatron", "fsdp"};
+        int i;
+        RF_CHECK(get_enum(cx, v, key, l, 2, &i));
+        t->t_layout = i == 1 ? RF_TRAINER_LAYOUT_FSDP : RF_TRAINER_LAYOUT_MEGATRON;
+        return RF_OK;
+    }
     if (strcmp(name, "pp_layers") == 0) {
         int k;
         RF_CHECK(get_int_list(cx, v, key, 1, INT32_MAX, t->pp_layers, RF_MAX_STAGES, &k));
@@ -547,6 +566,12 @@ static rf_status_t on_rollout(parse_ctx_t *cx, const char *key, const char *name
                                           RF_BACKEND_ROCM_FNUZ, RF_BACKEND_MARLIN};
         RF_CHECK(get_enum(cx, v, key, b, 4, &i));
         t->r_backend = bv[i];
+        return RF_OK;
+    }
+    if (strcmp(name, "layout") == 0) {
+        static const char *const l[] = {"vllm", "hf"};
+        RF_CHECK(get_enum(cx, v, key, l, 2, &i));
+        t->r_layout = i == 1 ? RF_ROLLOUT_LAYOUT_HF : RF_ROLLOUT_LAYOUT_VLLM;
         return RF_OK;
     }
     if (strcmp(name, "gpus") == 0)
@@ -717,6 +742,8 @@ static void set_defaults(rf_topology_t *t)
     t->r_engines = t->r_tp = t->r_dp = t->r_ep = 1;
     t->r_placement = RF_PLACE_LINEAR;
     t->r_backend = RF_BACKEND_TRITON;
+    t->t_layout = RF_TRAINER_LAYOUT_MEGATRON;
+    t->r_layout = RF_ROLLOUT_LAYOUT_VLLM;
     t->transport = RF_TRANSPORT_MPI;
     t->mode = RF_MODE_BROADCAST;
     t->chunk_bytes = 64ull << 20;
@@ -786,6 +813,28 @@ static rf_status_t check_file_rules(parse_ctx_t *cx, rf_topology_t *t)
         if (npp != t->t_pp)
             return perr(cx, "trainer.pp_layers", "%d entries but trainer.pp is %d", npp, t->t_pp);
     }
+    if (t->t_layout == RF_TRAINER_LAYOUT_FSDP) {
+        /* FSDP2's Shard(0) mesh is the data-parallel ranks (all of them, or each pipeline
+         * stage's); FSDP2 + TP / CP / EP shards a TP or EP shard again (_StridedShard) */
+        static const char *const keys[] = {"trainer.tp", "trainer.cp", "trainer.etp", "trainer.ep"};
+        const int vals[] = {t->t_tp, t->t_cp, t->t_etp, t->t_ep};
+        for (int k = 0; k < 4; k++)
+            if (vals[k] != 1)
+                return perr(cx, keys[k],
+                            "%d with trainer.layout: fsdp is not supported (fsdp shards every "
+                            "tensor along dim 0 over the trainer.dp ranks of each stage; tp, "
+                            "cp, etp and ep must be 1)",
+                            vals[k]);
+        if (t->t_dp > RF_FSDP_MAX_DP)
+            return perr(cx, "trainer.dp",
+                        "%d with trainer.layout: fsdp: at most %d ranks per stage (each one "
+                        "holds a part of every tensor of its stage)",
+                        t->t_dp, RF_FSDP_MAX_DP);
+    }
+    if (t->r_layout == RF_ROLLOUT_LAYOUT_HF)
+        return perr(cx, "rollout.layout",
+                    "hf is not supported yet (the engine's tensors as transformers' "
+                    "named_parameters(); only vllm, the fused engine modules, today)");
     if (t->r_ep != 1 && t->r_ep != t->r_tp * t->r_dp)
         return perr(cx, "rollout.ep",
                     "%d must be 1 (experts TP-sharded) or rollout.tp x rollout.dp = %d", t->r_ep,
@@ -994,6 +1043,7 @@ size_t rf_topology_canonical(const rf_topology_t *t, char *buf, size_t cap)
     CANON("trainer.tp: %d\ntrainer.cp: %d\ntrainer.pp: %d\ntrainer.dp: %d\n", t->t_tp, t->t_cp,
           t->t_pp, t->t_dp);
     CANON("trainer.etp: %d\ntrainer.ep: %d\ntrainer.order: %s\n", t->t_etp, t->t_ep, t->t_order);
+    CANON("trainer.layout: %s\n", rf_trainer_layout_name(t->t_layout));
     if (t->pp_layers_set)
         canon_list(list, sizeof(list), t->pp_layers, t->t_pp);
     else
@@ -1005,6 +1055,7 @@ size_t rf_topology_canonical(const rf_topology_t *t, char *buf, size_t cap)
           t->r_tp, t->r_dp, t->r_ep);
     CANON("rollout.expert_placement: %s\nrollout.backend: %s\n", placement_name(t->r_placement),
           rf_backend_name(t->r_backend));
+    CANON("rollout.layout: %s\n", rf_rollout_layout_name(t->r_layout));
     canon_gpus(list, sizeof(list), t->r_gpus, t->r_ngpus);
     CANON("rollout.gpus: %s\n", list);
     CANON("colocated: %s\n", t->colocated ? "true" : "false");

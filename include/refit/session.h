@@ -29,10 +29,14 @@
  * RF_ERR_STATE.
  *
  * What this step covers (docs/api.md, "Not yet"): host memory (device -1), the mpi transport
- * (broadcast and p2p modes), unquantized models (quantization none), trainer layout megatron
- * (DESIGN.md section 6: every trainer rank registers its shard of each checkpoint tensor it
- * holds, as refit-run's trainer holds it) and rollout layout vllm (the fused engine modules:
- * qkv_proj, gate_up_proj, ..., per rollout rank, as runtime/storage.c lays them out).
+ * (broadcast and p2p modes), unquantized models (quantization none), the topology's
+ * trainer.layout: megatron (DESIGN.md section 6: every trainer rank registers its shard of
+ * each checkpoint tensor it holds, as refit-run's trainer holds it) or fsdp (torch FSDP2's
+ * Shard(0): rank d of a stage's trainer.dp registers torch.chunk(tensor, dp, 0)[d] of each
+ * tensor of its stage, include/refit/trainer.h), each shard in the checkpoint's dtype or as
+ * an F32 master of a BF16 / F16 tensor (rounded to nearest even when packed), and rollout
+ * layout vllm (the fused engine modules: qkv_proj, gate_up_proj, ..., per rollout rank, as
+ * runtime/storage.c lays them out).
  */
 #ifndef REFIT_SESSION_H
 #define REFIT_SESSION_H
@@ -47,7 +51,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes incompatibly (the Python binding checks it). */
-#define RF_SESSION_ABI_VERSION 1
+#define RF_SESSION_ABI_VERSION 2
 /* RF_SESSION_ABI_VERSION of the library actually linked or loaded. */
 int rf_session_abi_version(void);
 
@@ -92,11 +96,15 @@ typedef struct rf_tensor_desc {
 typedef struct rf_session_plan_info {
     uint64_t layers[3];      /* engine layers per reload mode, summed over every rollout rank:
                                 [0] DIRECT, [1] RUNTIME_VIEW, [2] LAYERWISE */
-    uint64_t hash;           /* hash64 over the topology hash, the manifest digest and every
-                                rollout rank's per-layer decisions, in rank order */
+    uint64_t hash;           /* hash64 over the topology hash, the manifest digest, which
+                                entries are narrowed from masters and every rollout rank's
+                                per-layer decisions, in rank order */
     uint64_t manifest_digest;
     int tensors;             /* manifest entries (checkpoint tensors one update carries) */
     uint64_t payload_bytes;  /* their bytes */
+    int narrowed;            /* manifest entries some trainer rank registered as an F32 master
+                                (rounded to nearest even into the entry's BF16 / F16 when
+                                packed); which ones is in hash */
 } rf_session_plan_info_t;
 
 /* What one rf_session_update ended with: the same verdict on every rank. */
@@ -153,13 +161,18 @@ const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype
 /*
  * Local: registers n tensors (descs: n entries, borrowed for the call) on this rank.
  * Each is checked against what this rank holds under the topology: the name must be one of
- * rf_session_expected, with its dtype and shape, contiguous, host memory. The first bad one
- * stops the call: RF_ERR_INVALID (NULL s or descs with n > 0, n < 0, a NULL name or data, an
- * unknown dtype spelling, ndim out of range, non-contiguous strides), RF_ERR_EXTRA (a name
- * this rank does not hold), RF_ERR_MISMATCH (dtype or shape; both named), RF_ERR_UNSUPPORTED
- * (device >= 0), RF_ERR_INVALID too for a name registered twice before rf_session_plan; the
- * message names the tensor and this rank. Descriptors before it stay registered; the bad one
- * and those after it are not.
+ * rf_session_expected, with its dtype and shape, contiguous, host memory. Trainer ranks may
+ * register an F32 master for a BF16 or F16 tensor (the same shape): refit rounds it to nearest
+ * even whenever it packs it (rf_session_plan_info_t.narrowed counts them); any other dtype is
+ * RF_ERR_MISMATCH. A trainer tensor of this rank's stage whose shard is empty here (fsdp:
+ * torch.chunk gives the last ranks of a small tensor no rows) is not expected, but a
+ * registration of it with 0 rows and the tensor's other dims is accepted and ignored. The first
+ * bad one stops the call: RF_ERR_INVALID (NULL s or descs with n > 0, n < 0, a NULL name or
+ * data, an unknown dtype spelling, ndim out of range, non-contiguous strides), RF_ERR_EXTRA (a
+ * name this rank does not hold), RF_ERR_MISMATCH (dtype or shape; both named),
+ * RF_ERR_UNSUPPORTED (device >= 0), RF_ERR_INVALID too for a name registered twice before
+ * rf_session_plan; the message names the tensor and this rank. Descriptors before it stay
+ * registered; the bad one and those after it are not.
  *
  * A refused registration is remembered: the next collective call that uses the registered
  * set fails on every rank carrying its text (before a plan: rf_session_plan; after: the next
@@ -167,7 +180,8 @@ const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype
  * usable again: register what was wrong, and plan or update again.
  *
  * After a successful rf_session_plan, a registration must name a registered tensor with the
- * same dtype and shape (the caller re-allocated it): refit reads or writes the new memory
+ * same dtype (the one it was registered with: a master stays a master) and shape (the caller
+ * re-allocated it): refit reads or writes the new memory
  * from the next update on (rollout ranks rebuild that update's reload plan; its result
  * counts the rebuild). Nothing is written into any tensor by this call.
  */

@@ -1,14 +1,14 @@
 /*
  * refit: topology files (DESIGN.md section 3).
  *
- * A topology file (YAML, parsed with libyaml) names the model, the trainer's parallel grid
- * (tp, cp, pp, dp, etp, ep, order, pp_layers, gpus), the rollout side (engines x tp x dp,
- * ep, expert placement, backend, gpus), colocation and the transfer settings. Unknown and
- * duplicate keys, YAML aliases, wrong types and sizes that do not divide are errors naming
- * the key and value. Rank 0 reads the file (and the model's config.json) and broadcasts the
- * text; every rank parses it and all agree on rf_topology_hash() of the canonical form (that
- * collective loading, and the rules against the model config, are model.h's:
- * rf_model_load_topology(), rf_model_check_topology()). Nothing here needs the model config.
+ * A topology file (YAML, parsed with libyaml) names the model, the trainer's parallel grid (tp, cp,
+ * pp, dp, etp, ep, order, pp_layers, layout, gpus), the rollout side (engines x tp x dp, ep, expert
+ * placement, backend, layout, gpus), colocation and the transfer settings. Unknown and duplicate
+ * keys, YAML aliases, wrong types and sizes that do not divide are errors naming the key and value.
+ * Rank 0 reads the file (and the model's config.json) and broadcasts the text; every rank parses it
+ * and all agree on rf_topology_hash() of the canonical form (that collective loading, and the rules
+ * against the model config, are model.h's: rf_model_load_topology(), rf_model_check_topology()).
+ * Nothing here needs the model config.
  */
 #ifndef REFIT_TOPOLOGY_H
 #define REFIT_TOPOLOGY_H
@@ -57,6 +57,24 @@ const char *rf_transport_name(rf_transport_kind_t t);
 const char *rf_mode_name(rf_mode_t m);
 const char *rf_backend_name(rf_backend_t b);
 
+/*
+ * trainer.layout: how trainer ranks hold the checkpoint tensors (include/refit/trainer.h).
+ *   megatron (default): DESIGN.md section 6, TP / EP shards replicated over DP and CP;
+ *   fsdp: torch FSDP2's Shard(0) over the data-parallel ranks of each pipeline stage: every
+ *     tensor split along dim 0 in ceil(N / dp) rows per rank (tp, cp, etp, ep 1).
+ */
+typedef enum { RF_TRAINER_LAYOUT_MEGATRON = 0, RF_TRAINER_LAYOUT_FSDP } rf_trainer_layout_t;
+/* trainer.dp at most this under fsdp: every rank of a stage is a copy of record of each of
+ * its tensors (the owner tables of include/refit/trainer.h hold RF_MAX_OWNERS) */
+#define RF_FSDP_MAX_DP 64
+/* rollout.layout: the engine's tensors. vllm (default): the fused engine modules (qkv_proj,
+ * gate_up_proj, experts w13 / w2); hf: transformers' named_parameters() (not supported yet:
+ * refused by rf_topology_parse naming the key). */
+typedef enum { RF_ROLLOUT_LAYOUT_VLLM = 0, RF_ROLLOUT_LAYOUT_HF } rf_rollout_layout_t;
+
+const char *rf_trainer_layout_name(rf_trainer_layout_t l);
+const char *rf_rollout_layout_name(rf_rollout_layout_t l);
+
 /* rollout.expert_placement */
 typedef enum {
     RF_PLACE_LINEAR = 0,
@@ -87,6 +105,7 @@ typedef struct rf_topology {
     /* trainer */
     int t_tp, t_cp, t_pp, t_dp, t_etp, t_ep; /* etp defaults to tp */
     char t_order[32];            /* "tp-cp-ep-dp-pp" only */
+    rf_trainer_layout_t t_layout;     /* default megatron */
     int64_t pp_layers[RF_MAX_STAGES]; /* layers per stage (even split if not given) */
     bool pp_layers_set;
     int t_gpus[RF_MAX_GPUS];
@@ -95,6 +114,7 @@ typedef struct rf_topology {
     int r_engines, r_tp, r_dp, r_ep;
     rf_expert_placement_t r_placement;
     rf_backend_t r_backend;
+    rf_rollout_layout_t r_layout; /* default vllm */
     int r_gpus[RF_MAX_GPUS];
     int r_ngpus;
     bool colocated;

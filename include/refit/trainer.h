@@ -9,13 +9,23 @@
  * tensors into chunks. One entry packs every chunk a trainer sends (rf_trainer_pack:
  * broadcast or p2p, host or device payload).
  *
- * Shard regions (rows along dim 0; columns = elements within a row):
+ * Shard regions (rows along dim 0; columns = elements within a row), trainer.layout megatron:
  *   replicated: everything (copy of record on t = 0);
  *   column-type (q/k/v/gate/up and their biases): rows [t N/TP, (t+1) N/TP);
  *   row-type (o_proj, down_proj): columns [t K/TP, (t+1) K/TP), biases replicated;
  *   vocab (embedding, lm_head): rows [min(t ceil(V/TP), V), min((t+1) ceil(V/TP), V));
  *   experts: EP rank q holds experts [q E/EP, (q+1) E/EP), split inside by expert TP rank u.
  * Copies of record: dense tensors on c = 0, d = 0; expert tensors on x = 0.
+ *
+ * trainer.layout fsdp (torch FSDP2's Shard(0), docs/topology.md): the FSDP mesh is the data-
+ * parallel ranks of a pipeline stage (every trainer rank when pp is 1; with pp > 1 each
+ * stage's dp ranks, as fully_shard(stage, mesh["dp"]) over a (pp, dp) mesh; tp, cp, etp and
+ * ep are 1). Every tensor of stage p, experts and norms included, is split along dim 0 as
+ * torch.chunk(tensor, dp, 0) splits it: rank (d, p) holds rows [min(d ceil(N/DP), N),
+ * min((d+1) ceil(N/DP), N)) and every column, so the last ranks' shards are short or empty
+ * (an empty one is not held). There are no replicas: every rank is the copy of record of its
+ * rows, the DP replica argument of rf_trainer_owners_replica is ignored, and p2p senders are
+ * all dp ranks of the stage.
  */
 #ifndef REFIT_TRAINER_H
 #define REFIT_TRAINER_H
@@ -98,6 +108,9 @@ typedef struct rf_trainer {
     rf_region_t *reg;            /* per manifest entry */
     bool *has;
     char **buf;                  /* own shard bytes per manifest entry (owned) */
+    rf_dtype_t *src_dtype;       /* per manifest entry: the dtype buf[i] holds, the entry's
+                                    unless rf_trainer_set_source_dtype says a wider master
+                                    (owned) */
     char *gather_buf;            /* sender: per-chunk staging for peers' parts (owned) */
     uint64_t gather_cap;
     rf_trainer_stats_t stats;
@@ -126,6 +139,26 @@ void rf_trainer_use_arena(rf_trainer_t *tr, char *base, const uint64_t *offs);
 uint64_t rf_trainer_arena_layout(const rf_topology_t *topo, const rf_inventory_t *inv,
                                  const rf_manifest_t *man, const rf_rank_info_t *me,
                                  uint64_t *offs);
+
+/*
+ * fp32 masters: a trainer may hold a tensor wider than the checkpoint's dtype. Accepted pairs
+ * (rf_trainer_source_dtype_ok): the same dtype, or F32 for a BF16 or F16 entry: widening
+ * those is exact, so rounding back to nearest even is its inverse (what torch's
+ * master.to(torch.bfloat16) / .half() gives, bit for bit on every non-NaN value, subnormals
+ * and infinities included; a NaN stays a quiet NaN of its sign, its payload kept: torch's
+ * own casts disagree there). Anything else (F64, F16 for BF16, F32 for an F8 / I32 entry, a
+ * narrower source) is refused. Pure.
+ */
+bool rf_trainer_source_dtype_ok(rf_dtype_t src, rf_dtype_t dst);
+/*
+ * Manifest entry `entry`'s shard buffer holds `src` (rf_trainer_source_dtype_ok against the
+ * entry's dtype, else RF_ERR_MISMATCH naming the tensor and both dtypes; RF_ERR_INVALID when
+ * this rank holds no shard of it). Host packs (broadcast own parts, gather contributions, p2p
+ * rectangles) then round it into the entry's dtype element by element; device packs refuse
+ * it (RF_ERR_UNSUPPORTED naming the tensor) and rf_trainer_produce refuses to write it
+ * (RF_ERR_STATE). The shard's byte size is its elements x rf_dtype_size(src). Local.
+ */
+rf_status_t rf_trainer_set_source_dtype(rf_trainer_t *tr, int entry, rf_dtype_t src, rf_err_t *err);
 
 /* Collective over the trainer ranks (comm = trainer-only communicator). */
 rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,

@@ -6,7 +6,7 @@ A ctypes binding of librefit's session API (include/refit/session.h; docs/api.md
     s = refit.Session(comm, "topology.yaml")   # mpi4py communicator; collective
     s.role                                      # "trainer" or "rollout"
     s.register({name: tensor, ...})             # torch tensors, kept by pointer; local
-    plan = s.plan()                             # plan.counts, plan.hash; collective
+    plan = s.plan()                             # plan.counts, plan.hash, plan.narrowed
     r = s.update(version=None)                  # r.committed, r.reason, r.version, r.stats
     s.close()                                   # collective
 
@@ -21,7 +21,7 @@ import glob
 import os
 import weakref
 
-ABI_VERSION = 1  # RF_SESSION_ABI_VERSION this binding speaks
+ABI_VERSION = 2  # RF_SESSION_ABI_VERSION this binding speaks
 MAX_DIMS = 8
 _MSG_MAX = 512
 _MODES = ("DIRECT", "RUNTIME_VIEW", "LAYERWISE")
@@ -70,7 +70,7 @@ class _Options(ctypes.Structure):
 class _PlanInfo(ctypes.Structure):
     _fields_ = [("layers", ctypes.c_uint64 * 3), ("hash", ctypes.c_uint64),
                 ("manifest_digest", ctypes.c_uint64), ("tensors", ctypes.c_int),
-                ("payload_bytes", ctypes.c_uint64)]
+                ("payload_bytes", ctypes.c_uint64), ("narrowed", ctypes.c_int)]
 
 
 class _Result(ctypes.Structure):
@@ -131,9 +131,12 @@ class Plan:
         self.manifest_digest = int(info.manifest_digest)
         self.tensors = int(info.tensors)
         self.payload_bytes = int(info.payload_bytes)
+        # tensors a trainer registered as float32 masters, rounded to nearest even when packed
+        self.narrowed = int(info.narrowed)
 
     def __repr__(self):
-        return "Plan(counts=%r, hash=%016x)" % (self.counts, self.hash)
+        return "Plan(counts=%r, hash=%016x, narrowed=%d)" % (self.counts, self.hash,
+                                                             self.narrowed)
 
 
 class Result:
@@ -219,7 +222,11 @@ class Session:
 
     def register(self, tensors):
         """Registers {name: tensor} on this rank (local); refit keeps each tensor's pointer.
-        Raises refit.Error naming the first bad tensor (those before it stay registered)."""
+        Trainer ranks: their shards under the topology's trainer.layout (fsdp: rank d's
+        tensor.chunk(dp, 0)[d]; an empty one may be passed and is ignored), in the model's
+        dtype or as float32 masters of bfloat16 / float16 tensors (rounded to nearest even
+        when packed). Raises refit.Error naming the first bad tensor (those before it stay
+        registered)."""
         s = self._handle()
         for name, t in tensors.items():
             if t.dim() > MAX_DIMS:

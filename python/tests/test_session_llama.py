@@ -1,14 +1,25 @@
-"""Python session test under mpiexec (SPMD, 2 ranks, /usr/bin/python3 with Debian's torch):
-rank 0 trains a tiny llama (plain torch, Hugging Face parameter names, the tests/data
-llama-tiny config) and registers its bf16 parameters; rank 1 is an engine holding the fused
-vLLM-layout tensors refit expects (qkv_proj, gate_up_proj, padded vocab), initialised
-differently. After every update the engine's tensors, split back per projection, equal the
-trainer's bit for bit, its logits computed from those views equal the trainer's exactly, and
-no registered data_ptr changed; an AdamW step between updates changes them; a bad tensor raises
-refit.Error naming it, and a plan after it raises on every rank; an aborted update leaves the
-engine's tensors unchanged and committed False on both ranks.
+"""Python session test under mpiexec (SPMD, /usr/bin/python3 with Debian's torch): the
+trainer ranks (all but the last) train a tiny llama (plain torch, Hugging Face parameter
+names, the tests/data llama-tiny config) and register their shards of its parameters; the
+last rank is an engine holding the fused vLLM-layout tensors refit expects (qkv_proj,
+gate_up_proj, padded vocab), initialised differently. After every update the engine's
+tensors, split back per projection, equal the trainer's bit for bit, its logits computed
+from those views equal the trainer's exactly, and no registered data_ptr changed; an AdamW
+step between updates changes them; a bad tensor raises refit.Error naming it, and a plan
+after it raises on every rank; an aborted update leaves the engine's tensors unchanged and
+committed False on every rank.
 
-    mpiexec -np 2 /usr/bin/python3 python/tests/test_session_llama.py TOPOLOGY CONFIG_JSON
+  --fsdp     the topology's trainer.layout is fsdp: trainer rank d registers FSDP2's Shard(0)
+             of each parameter, p.chunk(T, 0)[d] (a view: AdamW's in-place steps show through)
+  --masters  the trainers train in float32 and register float32 masters: the engine's bf16
+             equals master.to(torch.bfloat16) bit for bit, and so do infinities, subnormals
+             and ties put into a master for a last update (NaN stays NaN)
+
+Every trainer rank trains the same replicated model (same seed, same tokens: checked equal
+after each step); trainer rank 0 sends the reference to the engine.
+
+    mpiexec -np N /usr/bin/python3 python/tests/test_session_llama.py TOPOLOGY CONFIG_JSON
+        [--fsdp] [--masters]
 """
 import json
 import math
@@ -22,8 +33,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import refit  # noqa: E402
 
 comm = MPI.COMM_WORLD
-rank = comm.Get_rank()
+rank, size = comm.Get_rank(), comm.Get_size()
 topo_path, cfg_path = sys.argv[1], sys.argv[2]
+FSDP, MASTERS = "--fsdp" in sys.argv[3:], "--masters" in sys.argv[3:]
+T = size - 1  # trainer ranks; the last rank is the engine
+ENGINE = size - 1
 cfg = json.load(open(cfg_path))
 H, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
 NH, NKV, D, I = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
@@ -145,15 +159,37 @@ def bits(x):
     return x.contiguous().view(torch.int16)
 
 
+def raw(x):
+    """The tensor's bytes (bf16 or f32), for equality across ranks."""
+    x = x.detach().contiguous()
+    return x.view(torch.int16 if x.element_size() == 2 else torch.int32).numpy().tobytes()
+
+
+def shard(p):
+    """This trainer rank's shard of a full parameter: all of it (trainer TP 1, megatron) or,
+    fsdp, FSDP2's Shard(0) = torch.chunk along dim 0 (the last ranks of a small tensor get
+    fewer rows or none: an empty view, which refit accepts and ignores)."""
+    if not FSDP:
+        return p
+    c = p.chunk(T, 0)
+    return c[rank] if rank < len(c) else p[p.shape[0]:]
+
+
 TOKENS = torch.arange(16).remainder(V).view(1, 16) * 37 % V
 
 s = refit.Session(comm, topo_path)
-check(s.role == ("trainer" if rank == 0 else "rollout"), "role %s" % s.role)
+check(s.role == ("trainer" if rank < ENGINE else "rollout"), "role %s" % s.role)
 
 if s.role == "trainer":
     torch.manual_seed(0)
-    model = TinyLlama().to(torch.bfloat16)
-    params = {n: p.data for n, p in model.named_parameters()}
+    model = TinyLlama()  # float32: the masters; or the bf16 model itself
+    if not MASTERS:
+        model = model.to(torch.bfloat16)
+    full = {n: p.data for n, p in model.named_parameters()}
+    params = {n: shard(t) for n, t in full.items()}  # what this rank registers
+    want = {n: tuple(shape) for n, dt, shape in s.expected()}
+    mine = {n: tuple(t.shape) for n, t in params.items() if t.numel() > 0}
+    check(mine == want, "rank %d: shards %r, refit expects %r" % (rank, mine, want))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
 else:
     torch.manual_seed(1234)  # a differently initialised engine
@@ -162,7 +198,7 @@ else:
     params = engine
 
 # a bad tensor raises naming it, locally; the plan after it raises on every rank
-bad = "model.layers.0.self_attn.q_proj.weight" if rank == 0 else \
+bad = "model.layers.0.self_attn.q_proj.weight" if s.role == "trainer" else \
     "model.layers.0.self_attn.qkv_proj.weight"
 try:
     s.register({bad: torch.zeros(3, 3, dtype=torch.bfloat16)})
@@ -174,22 +210,32 @@ try:
     check(False, "the plan after a refused registration succeeded")
 except refit.Error as e:
     msg = comm.allgather(str(e))
-    check(msg[0] == msg[1] and "rank 0" in msg[0], "plan errors differ: %r" % msg)
+    check(all(m == msg[0] for m in msg) and "rank 0" in msg[0], "plan errors differ: %r" % msg)
 
 s.register(params)
 plan = s.plan()
-hashes = comm.allgather((plan.hash, plan.counts))
-check(hashes[0] == hashes[1], "plans differ %r" % hashes)
+hashes = comm.allgather((plan.hash, plan.counts, plan.narrowed))
+check(all(h == hashes[0] for h in hashes), "plans differ %r" % hashes)
 check(plan.counts["DIRECT"] == 6 * L + 3 and plan.counts["LAYERWISE"] == 0,
       "counts %r" % plan.counts)
+check(plan.narrowed == (plan.tensors if MASTERS else 0),
+      "narrowed %d of %d tensors" % (plan.narrowed, plan.tensors))
+
+
+def reference():
+    """What the engine must hold: the model's bf16 parameters (masters rounded by torch)."""
+    return {n: t.to(torch.bfloat16) for n, t in full.items()}
 
 
 def compare(version, r):
     """The engine's tensors equal the trainer's parameters (bit for bit), and its logits."""
     check(r.committed and r.version == version, "update %d: %r" % (version, r))
     if s.role == "trainer":
-        with torch.no_grad():
-            comm.send(({n: t.clone() for n, t in params.items()}, forward(params, TOKENS)), dest=1)
+        if rank == 0:
+            with torch.no_grad():
+                ref = reference()
+                comm.send(({n: t.clone() for n, t in ref.items()}, forward(ref, TOKENS)),
+                          dest=ENGINE)
         return None
     want, logits = comm.recv(source=0)
     views = engine_views(engine)
@@ -209,7 +255,7 @@ snap1 = compare(1, r)
 
 # a training step on random tokens, then the next update carries it
 if s.role == "trainer":
-    before = {n: t.clone() for n, t in params.items()}
+    before = {n: t.clone() for n, t in full.items()}
     g = torch.Generator().manual_seed(5)
     tok = torch.randint(0, V, (2, 12), generator=g)
     logits = forward(dict(model.named_parameters()), tok[:, :-1])
@@ -217,8 +263,13 @@ if s.role == "trainer":
     loss.backward()
     opt.step()
     opt.zero_grad()
-    changed = sum(int(not torch.equal(before[n], params[n])) for n in params)
-    check(changed == len(params), "AdamW changed %d of %d tensors" % (changed, len(params)))
+    changed = sum(int(not torch.equal(before[n], full[n])) for n in full)
+    check(changed == len(full), "AdamW changed %d of %d tensors" % (changed, len(full)))
+    check(all(params[n].data_ptr() == shard(full[n]).data_ptr() for n in full),
+          "a shard moved")
+digests = comm.allgather(b"".join(raw(full[n]) for n in sorted(full))
+                         if s.role == "trainer" else None)
+check(all(d == digests[0] for d in digests[:T]), "the trainer ranks' models diverged")
 r = s.update(version=2)
 snap2 = compare(2, r)
 if s.role == "rollout":
@@ -228,18 +279,49 @@ if s.role == "rollout":
 # an injected failure: the trainer aborts; nothing moves, committed False everywhere
 if s.role == "trainer":
     with torch.no_grad():
-        for t in params.values():
+        for t in full.values():
             t.add_(1.0)
-    s.abort("injected by the test")
+    if rank == 0:
+        s.abort("injected by the test")
 r = s.update()
 outcome = comm.allgather((r.committed, r.reason))
-check(outcome[0] == outcome[1] and not r.committed and "injected by the test" in r.reason,
-      "aborted update: %r" % outcome)
+check(all(o == outcome[0] for o in outcome) and not r.committed
+      and "injected by the test" in r.reason, "aborted update: %r" % outcome)
 if s.role == "rollout":
     check(all(torch.equal(bits(engine[n]), bits(snap2[n])) for n in engine),
           "the aborted update changed the engine's tensors")
 r = s.update()
 compare(3, r)
+
+if MASTERS:
+    # values torch rounds in every way, spread over the fsdp shards of two tensors: the
+    # engine's bf16 equals master.to(torch.bfloat16) bit for bit, a NaN stays NaN
+    special = torch.tensor([0x7F800000, 0xFF800000 - (1 << 32), 0x00000001, 0x007FFFFF,
+                            0x00018000, 0x3F808000, 0x3F818000, 0xBF818000 - (1 << 32),
+                            0x3F808001, 0x7F7FFFFF, 0x7FC00000, 0x80000001 - (1 << 32)],
+                           dtype=torch.int64).to(torch.int32).view(torch.float32)
+    if s.role == "trainer":
+        with torch.no_grad():
+            for n in ("model.norm.weight", "model.embed_tokens.weight"):
+                flat = full[n].view(-1)
+                k = len(special)
+                for at in (0, flat.numel() // 2, flat.numel() - k):
+                    flat[at:at + k] = special
+    r = s.update()
+    check(r.committed and r.version == 4, "update 4: %r" % r)
+    if s.role == "trainer":
+        if rank == 0:
+            comm.send({n: t.clone() for n, t in reference().items()}, dest=ENGINE)
+    else:
+        want = comm.recv(source=0)
+        views = engine_views(engine)
+        for n, w in want.items():
+            got = views[n]
+            nan = torch.isnan(w)
+            check(torch.equal(torch.isnan(got), nan), "update 4: %s: NaNs differ" % n)
+            check(torch.equal(bits(got)[~nan], bits(w)[~nan]), "update 4: %s differs" % n)
+        inf = torch.isinf(views["model.norm.weight"].float()).sum().item()
+        check(inf >= 9, "update 4: %d infinities in model.norm.weight" % inf)
 s.close()
 
 nfail = comm.allreduce(len(failures), op=MPI.SUM)

@@ -1,11 +1,14 @@
-/* MPI test: the session API (include/refit/session.h) on the tests/data llama-tiny fixture,
- * under the topology given as argv[1] (2 ranks TP 1 -> TP 1, 4 ranks TP 2 -> TP 2, broadcast
- * and p2p). Trainer ranks register their shards filled from the generator at update v's step;
- * rollout ranks register their engine tensors (filled with a sentinel), and after a COMMITTED
- * update every element must be what the oracle's scalar locator (runtime/verify.c) says the
- * loaders put there: the generator's value of the checkpoint element it maps to, or zero
- * padding. Bad inputs must be refused naming the tensor, a collective failure carry the same
- * text to every rank, and failed updates leave the engine's tensors untouched. CK_FORK=no. */
+/* MPI test: the session API (include/refit/session.h) on the tests/data llama-tiny fixture, under
+ * the topology given as argv[1] (2 ranks TP 1 -> TP 1, 4 ranks TP 2 -> TP 2, broadcast and p2p;
+ * trainer.layout fsdp over 2 and 3 ranks, and qwen3-moe-tiny with an empty shard). Trainer ranks
+ * register their shards filled from the generator at update v's step; rollout ranks register their
+ * engine tensors (filled with a sentinel), and after a COMMITTED update every element must be what
+ * the oracle's scalar locator (runtime/verify.c) says the loaders put there: the generator's value
+ * of the checkpoint element it maps to, or zero padding. Bad inputs must be refused naming the
+ * tensor, a collective failure carry the same text to every rank, and failed updates leave the
+ * engine's tensors untouched. Trainers holding F32 masters instead: the engine gets each value
+ * rounded to nearest even (the masters are built so that truncation, or rounding ties away from
+ * zero, would differ). CK_FORK=no. */
 #include <check.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -38,7 +41,7 @@ typedef struct sess {
     rf_tensor_desc_t *descs;
 } sess_t;
 
-static void sess_open(sess_t *x)
+static void sess_open_as(sess_t *x, bool masters)
 {
     memset(x, 0, sizeof(*x));
     rf_status_t st = rf_session_create(MPI_COMM_WORLD, topo_path, NULL, &x->s);
@@ -59,12 +62,19 @@ static void sess_open(sess_t *x)
             d->strides[k] = (int64_t)numel;
             numel *= (uint64_t)d->shape[k];
         }
+        if (masters && me.role == RF_ROLE_TRAINER)
+            d->dtype = "torch.float32"; /* an fp32 master of the bf16 tensor */
         x->bytes[i] = numel * rf_dtype_size(rf_dtype_parse(d->dtype));
         x->buf[i] = malloc(x->bytes[i] + 1);
         memset(x->buf[i], SENTINEL, x->bytes[i]);
         d->data = x->buf[i];
         d->device = -1;
     }
+}
+
+static void sess_open(sess_t *x)
+{
+    sess_open_as(x, false);
 }
 
 static void sess_close(sess_t *x)
@@ -75,6 +85,44 @@ static void sess_close(sess_t *x)
     free(x->buf);
     free(x->bytes);
     free(x->descs);
+}
+
+/* An F32 whose nearest-even BF16 is b, picked by k: exact, just below half, a tie (b even:
+ * from above, so ties away from zero would give b + 1), or just above half from b - 1 (so
+ * truncation would give b - 1). */
+static uint32_t master_of(uint16_t b, uint64_t k)
+{
+    uint32_t u = (uint32_t)b << 16;
+    bool zero = (b & 0x7fffu) == 0;
+    switch (k % 4) {
+    case 1:
+        return u | 0x7fffu;
+    case 2:
+        return u | ((b & 1u) ? 0x4000u : 0x8000u);
+    case 3:
+        return zero ? u : (((uint32_t)b - 1u) << 16) | 0x8001u;
+    }
+    return u;
+}
+
+/* Trainer: a descriptor of tensor t with 0 rows and t's other dims (no data). */
+static rf_tensor_desc_t empty_desc(const rf_tensor_t *t)
+{
+    rf_tensor_desc_t d = {.name = t->name, .dtype = "BF16", .ndim = t->ndim, .device = -1};
+    for (int k = 0; k < t->ndim; k++)
+        d.shape[k] = k ? t->shape[k] : 0;
+    for (int k = t->ndim - 1; k >= 0; k--)
+        d.strides[k] = k == t->ndim - 1 ? 1 : d.strides[k + 1] * d.shape[k + 1];
+    return d;
+}
+
+/* Trainer: whether this rank's shard of tensor t of its own stage is empty (fsdp). */
+static bool empty_here(const rf_tensor_t *t)
+{
+    rf_region_t reg;
+    return me.role == RF_ROLE_TRAINER && t->ndim >= 2 &&
+           rf_topology_layer_stage(&topo, t->layer, inv.cfg.num_hidden_layers) == me.p &&
+           !rf_trainer_shard(&topo, &inv, t, &me, &reg);
 }
 
 /* Trainer: every registered shard from the generator at `step`, at its global indices. */
@@ -88,12 +136,18 @@ static void trainer_fill(sess_t *x, uint64_t step)
         ck_assert(rf_trainer_shard(&topo, &inv, t, &me, &reg));
         uint64_t cols = t->numel / rf_tensor_rows(t), h = rf_gen_name_hash(t->name);
         uint16_t *b = (uint16_t *)x->descs[i].data;
+        uint32_t *f = (uint32_t *)x->descs[i].data;
+        bool master = rf_dtype_parse(x->descs[i].dtype) == RF_DTYPE_F32;
         int64_t w = reg.c1 - reg.c0;
         for (int64_t r = 0; r < reg.r1 - reg.r0; r++)
-            for (int64_t c = 0; c < w; c++)
-                b[r * w + c] = (uint16_t)rf_gen_value_bits(
-                    h, (uint64_t)(reg.r0 + r) * cols + (uint64_t)(reg.c0 + c), step,
-                    RF_DTYPE_BF16);
+            for (int64_t c = 0; c < w; c++) {
+                uint64_t k = (uint64_t)(reg.r0 + r) * cols + (uint64_t)(reg.c0 + c);
+                uint16_t v = (uint16_t)rf_gen_value_bits(h, k, step, RF_DTYPE_BF16);
+                if (master)
+                    f[r * w + c] = master_of(v, k);
+                else
+                    b[r * w + c] = v;
+            }
     }
 }
 
@@ -189,6 +243,19 @@ START_TEST(test_update_bytes)
         trainer_fill(&x, 1);
     ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
                   rf_session_last_error(x.s));
+    /* a tensor of this stage whose shard is empty here (fsdp's last ranks of a small one, as
+     * torch.chunk leaves them): registered with 0 rows it is accepted and ignored */
+    int empty = 0, empties;
+    for (int ti = 0; ti < inv.ntensors; ti++) {
+        if (!empty_here(&inv.tensors[ti]))
+            continue;
+        rf_tensor_desc_t d = empty_desc(&inv.tensors[ti]);
+        ck_assert_msg(rf_session_register(x.s, &d, 1) == RF_OK, "%s", rf_session_last_error(x.s));
+        empty++;
+    }
+    MPI_Allreduce(&empty, &empties, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (topo.t_layout == RF_TRAINER_LAYOUT_FSDP && inv.cfg.num_experts == 4)
+        ck_assert_int_eq(empties, 2); /* both layers' routers on trainer rank 2 */
     ck_assert_msg(rf_session_plan(x.s, &pi) == RF_OK, "%s", rf_session_last_error(x.s));
     ck_assert_uint_eq(pi.layers[0] + pi.layers[1] + pi.layers[2],
                       (uint64_t)inv.nmodules * (uint64_t)rf_topology_rollout_size(&topo));
@@ -231,10 +298,20 @@ START_TEST(test_bad_inputs)
     ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
     ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "shape"));
     d = x.descs[0];
-    d.dtype = "torch.float32";
+    d.dtype = "torch.float64"; /* wider, but no master: only F32 for BF16 / F16 */
     ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
     ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
-    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "F32"));
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "F64"));
+    d = x.descs[0];
+    d.dtype = "torch.float16";
+    ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
+    if (me.role == RF_ROLE_ROLLOUT) { /* the engine's tensors hold the model dtype only */
+        d = x.descs[0];
+        d.dtype = "torch.float32";
+        ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "F32"));
+    }
     d = x.descs[0];
     d.dtype = "bfloat17";
     ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_INVALID);
@@ -261,6 +338,13 @@ START_TEST(test_bad_inputs)
     d.data = NULL;
     ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
+    for (int ti = 0; ti < inv.ntensors; ti++) /* an empty shard with another dim: no tensor */
+        if (empty_here(&inv.tensors[ti])) {
+            d = empty_desc(&inv.tensors[ti]);
+            d.shape[1] += 1;
+            ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_EXTRA);
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), d.name));
+        }
     /* update before plan: refused on every rank, nothing communicated */
     ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
     /* all but the last registered: the plan fails everywhere with rank 0's first refusal */
@@ -380,6 +464,54 @@ START_TEST(test_failed_updates)
 }
 END_TEST
 
+/* Trainer ranks holding F32 masters: the plan counts every tensor as narrowed and its hash
+ * differs from the same topology's BF16 registration; the engine receives every master
+ * rounded to nearest even; a master registered again as BF16 after the plan is refused,
+ * naming it, and fails the next update on every rank. */
+START_TEST(test_fp32_masters)
+{
+    sess_t x;
+    rf_session_plan_info_t p16, p32;
+    rf_session_result_t r;
+    sess_open(&x);
+    ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n), RF_OK);
+    ck_assert_msg(rf_session_plan(x.s, &p16) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(p16.narrowed, 0);
+    sess_close(&x);
+
+    sess_open_as(&x, true);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 1);
+    ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
+                  rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_plan(x.s, &p32) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(p32.narrowed, inv.ntensors);
+    ck_assert_uint_eq(p32.manifest_digest, p16.manifest_digest); /* the wire is BF16 */
+    ck_assert_uint_ne(p32.hash, p16.hash);
+    same_int_everywhere((int)(p32.hash & 0x7fffffff));
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    check_committed(&x, &r, 1);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 5);
+    ck_assert_int_eq(rf_session_update(x.s, 5, &r), RF_OK);
+    check_committed(&x, &r, 5);
+    uint64_t h5 = rollout_hash(&x);
+    /* a master stays a master */
+    if (me.role == RF_ROLE_TRAINER) {
+        rf_tensor_desc_t d = x.descs[0];
+        d.dtype = "BF16";
+        ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), d.name));
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "may not change"));
+    }
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    ck_assert(!r.committed);
+    same_text_everywhere(r.reason, "registered as F32");
+    ck_assert_uint_eq(rollout_hash(&x), h5);
+    sess_close(&x);
+}
+END_TEST
+
 /* Creation errors: the same status and text on every rank, no session. */
 START_TEST(test_create_errors)
 {
@@ -422,6 +554,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_update_bytes);
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_failed_updates);
+    tcase_add_test(tc, test_fp32_masters);
     tcase_add_test(tc, test_create_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

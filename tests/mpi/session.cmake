@@ -14,6 +14,11 @@ endfunction()
 refit_session_test(check_session_tp1_np2 2 session-llama-tiny-tp1-to-tp1.yaml)
 refit_session_test(check_session_tp2_np4 4 session-llama-tiny-tp2-to-tp2.yaml)
 refit_session_test(check_session_tp2_p2p_np4 4 session-llama-tiny-tp2-to-tp2-p2p.yaml)
+# trainer.layout fsdp: 2 ranks p2p, 3 ranks (uneven rows) broadcast, MoE with an empty shard
+refit_session_test(check_session_fsdp2_p2p_np3 3 session-llama-tiny-fsdp2-to-tp1-p2p.yaml)
+refit_session_test(check_session_fsdp3_np5 5 session-llama-tiny-fsdp3-to-tp2.yaml)
+refit_session_test(check_session_moe_fsdp3_p2p_np5 5
+                   session-qwen3-moe-tiny-4e-fsdp3-to-tp2-p2p.yaml)
 
 # The Python package (python/refit, ctypes over librefit.so) under mpiexec with Debian's
 # /usr/bin/python3, python3-torch and python3-mpi4py (tools/setup.sh installs them): a torch
@@ -27,3 +32,22 @@ add_test(NAME python_session_llama_np2
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(python_session_llama_np2 PROPERTIES LABELS "mpi;python" TIMEOUT 300
                      ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+# trainer.layout fsdp: 3 trainer ranks register p.chunk(3, 0)[d] (broadcast); 2 ranks train
+# float32 masters and register their chunks (p2p): the engine's bf16 is torch's rounding
+foreach(case "fsdp3_np4;4;session-llama-tiny-fsdp3-to-tp1.yaml;--fsdp"
+             "fsdp2_masters_np3;3;session-llama-tiny-fsdp2-to-tp1-p2p.yaml;--fsdp --masters")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  list(GET case 3 flags)
+  separate_arguments(flags)
+  add_test(NAME python_session_llama_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -x REFIT_LIB -np ${np} /usr/bin/python3
+                   ${CMAKE_SOURCE_DIR}/python/tests/test_session_llama.py
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo}
+                   ${REFIT_TEST_DATA}/llama-tiny/config.json ${flags}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(python_session_llama_${name} PROPERTIES LABELS "mpi;python" TIMEOUT 300
+                       ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+endforeach()

@@ -182,7 +182,9 @@ static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
                 ck_assert_msg(rf_trainer_shard(&topo, &inv, t, &si, &sh), "%s", t->name);
                 ck_assert(q->reg.r0 >= sh.r0 && q->reg.r1 <= sh.r1 && q->reg.c0 >= sh.c0 &&
                           q->reg.c1 <= sh.c1);
-                if (t->expert >= 0)
+                if (topo.t_layout == RF_TRAINER_LAYOUT_FSDP)
+                    ck_assert_int_eq(si.t, 0); /* fsdp: each dp rank sends its own rows */
+                else if (t->expert >= 0)
                     ck_assert_int_eq(si.x, ri.engine % edp);
                 else
                     ck_assert_int_eq(si.d, ri.engine % topo.t_dp);
@@ -260,6 +262,44 @@ START_TEST(test_p2p_schedule_moe)
             ran += check_case(&c, 16 << 10, &rects);
         }
     ck_assert_int_ge(ran, 40);
+    ck_assert_int_gt(rects, 0);
+}
+END_TEST
+
+/* trainer.layout fsdp (dense and MoE, pp 1 and > 1, dp dividing N or not): every case the
+ * megatron layout with the same dp and pp runs must run too, and tile every receiver's need
+ * from the dp ranks' row shards (check_case's asserts: inside the sender's own shard, no
+ * element twice, none missed). */
+START_TEST(test_p2p_schedule_fsdp)
+{
+    static const struct {
+        const char *model, *trainer, *megatron;
+        const char *const *rollouts;
+        size_t nrollouts;
+    } cases[] = {
+#define LLAMA_R llama_rollouts, sizeof(llama_rollouts) / sizeof(*llama_rollouts)
+#define MOE_R moe_rollouts, sizeof(moe_rollouts) / sizeof(*moe_rollouts)
+        {"llama-tiny", "layout: fsdp, dp: 2", "dp: 2", LLAMA_R},
+        {"llama-tiny", "layout: fsdp, dp: 3", "dp: 3", LLAMA_R},
+        {"llama-tiny", "layout: fsdp, dp: 4", "dp: 4", LLAMA_R},
+        {"llama-tiny", "layout: fsdp, pp: 3, dp: 2", "pp: 3, dp: 2", LLAMA_R},
+        {"qwen3-moe-tiny", "layout: fsdp, dp: 3", "dp: 3", MOE_R},
+        {"qwen3-moe-tiny", "layout: fsdp, pp: 2, dp: 2", "pp: 2, dp: 2", MOE_R},
+#undef LLAMA_R
+#undef MOE_R
+    };
+    int ran = 0, rects = 0, unused = 0;
+    for (size_t a = 0; a < sizeof(cases) / sizeof(*cases); a++)
+        for (size_t b = 0; b < cases[a].nrollouts; b++) {
+            tcase_t f = {cases[a].model, cases[a].trainer, cases[a].rollouts[b], NULL};
+            tcase_t m = {cases[a].model, cases[a].megatron, cases[a].rollouts[b], NULL};
+            bool want = check_case(&m, 1 << 20, &unused);
+            ck_assert_msg(check_case(&f, 16 << 10, &rects) == want,
+                          "%s: trainer { %s }, rollout { %s }",
+                          cases[a].model, f.trainer, f.rollout);
+            ran += want;
+        }
+    ck_assert_int_ge(ran, 30);
     ck_assert_int_gt(rects, 0);
 }
 END_TEST
@@ -375,6 +415,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_p2p_schedule_llama);
     tcase_add_test(tc, test_p2p_schedule_moe);
+    tcase_add_test(tc, test_p2p_schedule_fsdp);
     tcase_add_test(tc, test_p2p_replicas_and_spread);
     tcase_add_test(tc, test_p2p_schedule_wna16);
     tcase_add_test(tc, test_p2p_schedule_fp8);

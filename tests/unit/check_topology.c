@@ -225,6 +225,8 @@ START_TEST(test_defaults)
     ck_assert_int_eq(t.t_etp, 1);
     ck_assert_int_eq(t.t_ep, 1);
     ck_assert_str_eq(t.t_order, "tp-cp-ep-dp-pp");
+    ck_assert_int_eq(t.t_layout, RF_TRAINER_LAYOUT_MEGATRON);
+    ck_assert_int_eq(t.r_layout, RF_ROLLOUT_LAYOUT_VLLM);
     ck_assert(!t.pp_layers_set);
     ck_assert_int_eq(t.t_ngpus, 0);
     ck_assert_int_eq(t.r_engines, 1);
@@ -451,6 +453,17 @@ static const bad_case_t k_bad[] = {
     {M "trainer: { tp: !!int 2 }\n", {"tag", "not allowed"}},
     {M "---\n" M, {"second yaml document"}},
     {M "? [a, b]\n: 1\n", {"a list used as a key"}},
+    /* layouts: fsdp shards over dp alone; hf is not built yet */
+    {M "trainer: { layout: zero }\n", {"trainer.layout: zero is not one of megatron | fsdp"}},
+    {M "trainer: { tp: 2, layout: fsdp }\n",
+     {"trainer.tp: 2 with trainer.layout: fsdp is not supported", "over the trainer.dp ranks"}},
+    {M "trainer: { cp: 2, layout: fsdp }\n", {"trainer.cp: 2 with trainer.layout: fsdp"}},
+    {M "trainer: { dp: 2, etp: 2, layout: fsdp }\n", {"trainer.etp: 2 with trainer.layout"}},
+    {M "trainer: { dp: 2, ep: 2, layout: fsdp }\n", {"trainer.ep: 2 with trainer.layout"}},
+    {M "trainer: { dp: 65, layout: fsdp }\n",
+     {"trainer.dp: 65 with trainer.layout: fsdp", "at most 64 ranks per stage"}},
+    {M "rollout: { layout: hf }\n", {"rollout.layout: hf is not supported yet"}},
+    {M "rollout: { layout: sglang }\n", {"rollout.layout: sglang is not one of vllm | hf"}},
 };
 #undef M
 #define N_BAD (sizeof(k_bad) / sizeof(k_bad[0]))
@@ -537,6 +550,17 @@ static const model_case_t k_model_bad[] = {
      {"model.quantization: wna16 disagrees", "fp8-block"}},
     {"qwen3-fp8-tiny", "rollout: { tp: 2 }\n", 3, {"rollout.tp: 2", "128-row fp8 block"}},
     {"llama-tiny", "  quantization: wna16\n", 2, {"wna16", "hidden_size 96", "group size 128"}},
+    /* fsdp: any pp, dense and MoE; quantized models (from the config too) refused */
+    {"llama-tiny", "trainer: { dp: 3, pp: 3, layout: fsdp }\n", 10, {NULL}},
+    {"qwen3-moe-tiny", "trainer: { dp: 3, layout: fsdp }\nrollout: { tp: 2 }\n", 5, {NULL}},
+    {"qwen3-fp8-tiny",
+     "trainer: { dp: 2, layout: fsdp }\n",
+     3,
+     {"m.yaml: trainer.layout: fsdp with model.quantization fp8-block is not supported yet"}},
+    {"qwen3-moe-tiny",
+     "  quantization: wna16\n  group_size: 32\ntrainer: { dp: 2, layout: fsdp }\n",
+     3,
+     {"trainer.layout: fsdp with model.quantization wna16"}},
 };
 #define N_MODEL_BAD (sizeof(k_model_bad) / sizeof(k_model_bad[0]))
 
@@ -767,6 +791,23 @@ START_TEST(test_hash)
     ck_assert_ptr_nonnull(strstr(full, "transfer.chunk_bytes: 1048576\n"));
     ck_assert_ptr_nonnull(strstr(full, "model.overrides.num_hidden_layers: 2\n"));
     ck_assert_ptr_null(strstr(full, "dir/"));
+    ck_assert_ptr_nonnull(strstr(full, "trainer.layout: megatron\n"));
+    ck_assert_ptr_nonnull(strstr(full, "rollout.layout: vllm\n"));
+    free(full);
+
+    /* the layouts: hashed, spelled out (the defaults and their explicit form agree) */
+    const char *dp2 = "model: { config: a.json }\ntrainer: { dp: 2 }\n";
+    uint64_t mg = hash_of(dp2);
+    ck_assert_uint_eq(mg, hash_of("model: { config: a.json }\ntrainer: { dp: 2, layout: "
+                                  "megatron }\nrollout: { layout: vllm }\n"));
+    ck_assert_uint_ne(mg, hash_of("model: { config: a.json }\ntrainer: { dp: 2, layout: fsdp }\n"));
+    rf_topology_t fs = parse_ok("model: { config: a.json }\ntrainer: { dp: 2, pp: 2, layout: "
+                                "fsdp }\n",
+                                "dir/h.yaml");
+    ck_assert_int_eq(fs.t_layout, RF_TRAINER_LAYOUT_FSDP);
+    full = malloc(rf_topology_canonical(&fs, NULL, 0) + 1);
+    rf_topology_canonical(&fs, full, rf_topology_canonical(&fs, NULL, 0) + 1);
+    ck_assert_ptr_nonnull(strstr(full, "trainer.layout: fsdp\n"));
     free(full);
 }
 END_TEST

@@ -12,8 +12,16 @@
  *                 a gather is refused naming the tensor
  *   produce_device_*  rf_trainer_produce_device on the host accelerator == rf_trainer_produce
  *                 (fp8-block, wna16), with its copied-back scale check
+ *   fsdp_shards   trainer.layout fsdp: each rank's rows are torch.chunk(tensor, dp, 0)'s
+ *                 (hand-computed sizes for llama-tiny dp 3; an empty last shard on a MoE
+ *                 router of 4 experts), the owners tile each tensor once, pp stages apart
+ *   master_*      F32 masters: the host packs (broadcast, p2p rectangle) round to nearest
+ *                 even into BF16 / F16 bit patterns worked out by hand (ties, subnormals,
+ *                 overflow to inf, infinities, NaN), random values against a reference
+ *                 rounding; the dtype rule; device packs and production refuse a master
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,6 +334,360 @@ START_TEST(test_produce_device_wna16)
 }
 END_TEST
 
+/* torch.chunk(t, dp, 0)'s rows for chunk d: ceil(N / dp) each, the last ones short or
+ * absent (an absent chunk: 0 rows). Written apart from runtime/trainer.c on purpose. */
+static void chunk_rows(int64_t n, int dp, int d, int64_t *r0, int64_t *r1)
+{
+    int64_t c = (n + dp - 1) / dp;
+    *r0 = d * c < n ? d * c : n;
+    *r1 = (d + 1) * c < n ? (d + 1) * c : n;
+}
+
+/* Every tensor of w (fsdp over dp, pp stages) on every trainer rank: the rows torch.chunk
+ * gives rank d of the tensor's stage, whole rows, none on other stages; the owners tile the
+ * tensor once, in d order. Returns the shards found empty. */
+static int fsdp_case(world_t *w, int dp, int pp)
+{
+    int T = rf_topology_trainer_size(&w->topo), empty = 0;
+    ck_assert_int_eq(T, dp * pp);
+    for (int ti = 0; ti < w->inv.ntensors; ti++) {
+        const rf_tensor_t *t = &w->inv.tensors[ti];
+        int64_t n = (int64_t)rf_tensor_rows(t), cols = n ? (int64_t)(t->numel / (uint64_t)n) : 0;
+        int p = rf_topology_layer_stage(&w->topo, t->layer, w->inv.cfg.num_hidden_layers);
+        int64_t next = 0;
+        rf_owner_t own[RF_MAX_OWNERS];
+        int no = rf_trainer_owners(&w->topo, &w->inv, t, own), k = 0;
+        ck_assert_int_eq(rf_trainer_owners_replica(&w->topo, &w->inv, t, 1, own), no);
+        for (int wr = 0; wr < T; wr++) {
+            rf_rank_info_t me;
+            rf_region_t reg;
+            ck_assert_int_eq(rf_topology_rank_info(&w->topo, wr, &me), RF_OK);
+            bool has = rf_trainer_shard(&w->topo, &w->inv, t, &me, &reg);
+            if (me.p != p) {
+                ck_assert_msg(!has, "%s on rank %d of stage %d", t->name, wr, me.p);
+                continue;
+            }
+            int64_t r0, r1;
+            chunk_rows(n, dp, me.d, &r0, &r1);
+            ck_assert_msg(has == (r1 > r0), "%s rank %d (d %d): held %d, rows [%lld, %lld)",
+                          t->name, wr, me.d, has, (long long)r0, (long long)r1);
+            empty += r1 == r0;
+            if (!has)
+                continue;
+            ck_assert_msg(reg.r0 == r0 && reg.r1 == r1 && reg.c0 == 0 && reg.c1 == cols,
+                          "%s rank %d: [%lld, %lld) x [%lld, %lld), torch.chunk: rows [%lld, "
+                          "%lld)",
+                          t->name, wr, (long long)reg.r0, (long long)reg.r1, (long long)reg.c0,
+                          (long long)reg.c1, (long long)r0, (long long)r1);
+            ck_assert_int_lt(k, no);
+            ck_assert_int_eq(own[k].rank, wr);
+            ck_assert(own[k].reg.r0 == next && own[k].reg.r1 == r1);
+            next = r1;
+            k++;
+        }
+        ck_assert_int_eq(k, no);
+        ck_assert_msg(next == n, "%s: owners tile %lld of %lld rows", t->name, (long long)next,
+                      (long long)n);
+    }
+    return empty;
+}
+
+START_TEST(test_fsdp_shards)
+{
+    world_t w;
+    /* llama-tiny over 3 ranks: uneven rows (hand-computed: ceil(N / 3) then the rest) */
+    world_up(&w, "llama-tiny", NULL, "dp: 3, layout: fsdp", 1 << 20);
+    ck_assert_int_eq(fsdp_case(&w, 3, 1), 0);
+    static const struct {
+        const char *name;
+        int64_t rows[3];
+    } want[] = {
+        {"model.embed_tokens.weight", {335, 335, 333}}, /* V 1003 */
+        {"model.layers.0.self_attn.q_proj.weight", {32, 32, 32}},
+        {"model.layers.1.self_attn.k_proj.weight", {11, 11, 10}}, /* 2 kv heads x 16 */
+        {"model.layers.2.mlp.gate_proj.weight", {54, 54, 52}},    /* I 160 */
+        {"model.layers.2.mlp.down_proj.weight", {32, 32, 32}},    /* whole rows of K 160 */
+        {"model.norm.weight", {32, 32, 32}},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        int ti = rf_inventory_find(&w.inv, want[i].name);
+        ck_assert_int_ge(ti, 0);
+        for (int d = 0; d < 3; d++) {
+            rf_rank_info_t me;
+            rf_region_t reg;
+            ck_assert_int_eq(rf_topology_rank_info(&w.topo, d, &me), RF_OK);
+            ck_assert(rf_trainer_shard(&w.topo, &w.inv, &w.inv.tensors[ti], &me, &reg));
+            ck_assert_msg(reg.r1 - reg.r0 == want[i].rows[d], "%s rank %d: %lld rows", want[i].name,
+                          d, (long long)(reg.r1 - reg.r0));
+            ck_assert_int_eq(reg.c1 - reg.c0, (int64_t)(w.inv.tensors[ti].numel /
+                                                        rf_tensor_rows(&w.inv.tensors[ti])));
+        }
+    }
+    world_down(&w);
+    /* pp 3 x dp 2: each stage's two ranks split its tensors */
+    world_up(&w, "llama-tiny", NULL, "dp: 2, pp: 3, layout: fsdp", 1 << 20);
+    ck_assert_int_eq(fsdp_case(&w, 2, 3), 0);
+    world_down(&w);
+    /* MoE, 4 experts over 3 ranks: the router's 4 rows go 2, 2, 0 (an empty last shard) */
+    world_up(&w, "qwen3-moe-tiny", "overrides: { num_experts: 4 }", "dp: 3, layout: fsdp", 1 << 20);
+    ck_assert_int_eq(fsdp_case(&w, 3, 1), 2); /* the routers of both layers on rank 2 */
+    int ti = rf_inventory_find(&w.inv, "model.layers.0.mlp.gate.weight");
+    ck_assert_int_ge(ti, 0);
+    rf_owner_t own[RF_MAX_OWNERS];
+    ck_assert_int_eq(rf_trainer_owners(&w.topo, &w.inv, &w.inv.tensors[ti], own), 2);
+    world_down(&w);
+}
+END_TEST
+
+/* RNE by hand (the bit arithmetic of the IEEE rule), apart from core/dtype.h's. */
+static uint16_t ref_bf16(uint32_t u)
+{
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0; /* NaN: checked apart */
+    uint32_t low = u & 0xffffu, hi = u >> 16;
+    if (low > 0x8000u || (low == 0x8000u && (hi & 1u)))
+        hi++;
+    return (uint16_t)hi;
+}
+
+/* RNE to binary16 on the value (double arithmetic, nearbyint in the default rounding
+ * mode), inf from the midpoint 65520 on; returned as a double. */
+static double ref_f16(float x)
+{
+    double a = fabs((double)x);
+    int e;
+    frexp(a, &e); /* a in [2^(e-1), 2^e) */
+    int ue = e - 1 < -14 ? -14 : e - 1;
+    double ulp = ldexp(1.0, ue - 10), r = nearbyint(a / ulp) * ulp;
+    return copysign(r >= 65536.0 ? INFINITY : r, (double)x);
+}
+
+static bool bf16_nan(uint16_t h)
+{
+    return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0;
+}
+static bool f16_nan(uint16_t h)
+{
+    return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
+}
+
+typedef struct special {
+    uint32_t f32;
+    uint16_t want; /* 0xffff with nan: a NaN of the f32's sign */
+    bool nan;
+} special_t;
+
+/* torch's float -> bfloat16 cast gives these (checked against Debian's torch 1.13, one element
+ * and 64: c10's scalar and the vectorized path; a NaN only as NaN, their payloads differ) */
+static const special_t k_bf16[] = {
+    {0x3f800000u, 0x3f80u, false}, /* 1 */
+    {0x3f808000u, 0x3f80u, false}, /* tie, even below */
+    {0x3f818000u, 0x3f82u, false}, /* tie, odd below: up */
+    {0x3f808001u, 0x3f81u, false}, /* above half */
+    {0x3f807fffu, 0x3f80u, false}, /* below half */
+    {0xbf818000u, 0xbf82u, false}, /* negative tie: away from zero to even */
+    {0x7f7fffffu, 0x7f80u, false}, /* FLT_MAX rounds to inf */
+    {0x7f7f7fffu, 0x7f7fu, false}, /* largest below: stays finite */
+    {0x7f800000u, 0x7f80u, false}, /* inf */
+    {0xff800000u, 0xff80u, false}, /* -inf */
+    {0x00000001u, 0x0000u, false}, /* smallest subnormal: to +0 */
+    {0x80000001u, 0x8000u, false}, /* to -0 */
+    {0x00008000u, 0x0000u, false}, /* subnormal tie, even */
+    {0x00018000u, 0x0002u, false}, /* subnormal tie, odd: up */
+    {0x00010000u, 0x0001u, false}, /* a bf16 subnormal, exact */
+    {0x007fffffu, 0x0080u, false}, /* largest subnormal rounds up to the smallest normal */
+    {0x00000000u, 0x0000u, false}, {0x80000000u, 0x8000u, false},
+    {0x7fc00000u, 0xffffu, true}, /* quiet NaN */
+    {0x7f800001u, 0xffffu, true}, /* signalling NaN whose payload is below bf16's bits */
+    {0xffc00000u, 0xffffu, true}, /* negative NaN */
+};
+
+/* torch's float -> half cast gives these (checked likewise) */
+static const special_t k_f16[] = {
+    {0x3f800000u, 0x3c00u, false}, /* 1 */
+    {0x3f801000u, 0x3c00u, false}, /* 1 + 2^-11: tie, even */
+    {0x3f803000u, 0x3c02u, false}, /* 1 + 3 2^-11: tie, odd: up */
+    {0x477fe000u, 0x7bffu, false}, /* 65504, the largest half */
+    {0x477fefffu, 0x7bffu, false}, /* below the midpoint to 65536 */
+    {0x477ff000u, 0x7c00u, false}, /* 65520: the midpoint rounds to inf */
+    {0x7f7fffffu, 0x7c00u, false}, /* FLT_MAX */
+    {0x7f800000u, 0x7c00u, false}, {0xff800000u, 0xfc00u, false},
+    {0x33800000u, 0x0001u, false}, /* 2^-24, the smallest half subnormal */
+    {0x33000000u, 0x0000u, false}, /* 2^-25: tie, even (0) */
+    {0x33c00000u, 0x0002u, false}, /* 3 2^-25: tie, odd (1): up */
+    {0x387fc000u, 0x03ffu, false}, /* largest half subnormal */
+    {0x387fe000u, 0x0400u, false}, /* its tie with the smallest normal: up to even */
+    {0x00000001u, 0x0000u, false}, /* an f32 subnormal */
+    {0x80000001u, 0x8000u, false}, {0x7fc00000u, 0xffffu, true},
+    {0xffc00001u, 0xffffu, true},
+};
+
+static float f32_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* Entry e of trainer tr as an F32 master: the specials first, then random finite values
+ * (the low 16 bits random, so every kind of rounding occurs); master[] owned by the caller. */
+static float *master_up(rf_trainer_t *tr, int e, const special_t *sp, size_t nsp, uint64_t *n_p)
+{
+    const rf_region_t *g = &tr->reg[e];
+    uint64_t n = (uint64_t)(g->r1 - g->r0) * (uint64_t)(g->c1 - g->c0);
+    float *m = malloc(n * sizeof(float) + 1);
+    uint64_t x = 0x243f6a8885a308d3ull;
+    ck_assert_uint_gt(n, nsp + 16);
+    for (uint64_t k = 0; k < n; k++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t u = (uint32_t)(x >> 32);
+        u = (u & 0x807fffffu) | ((uint32_t)(100 + (x >> 20) % 56) << 23); /* finite normal */
+        m[k] = k < nsp ? f32_of(sp[k].f32) : f32_of(u);
+    }
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_msg(rf_trainer_set_source_dtype(tr, e, RF_DTYPE_F32, &err) == RF_OK, "%s", err.msg);
+    tr->buf[e] = (char *)m;
+    *n_p = n;
+    return m;
+}
+
+/* Element k of the master as packed (h) against the rounding it must get. */
+static void check_elem(const char *what, uint64_t k, const float *m, uint16_t h,
+                       const special_t *sp, size_t nsp, bool f16)
+{
+    uint32_t u;
+    memcpy(&u, &m[k], sizeof(u));
+    if (k < nsp && sp[k].nan) {
+        ck_assert_msg(f16 ? f16_nan(h) : bf16_nan(h), "%s %llu: %08x -> %04x is no NaN", what,
+                      (unsigned long long)k, u, h);
+        ck_assert_msg((h >> 15) == (u >> 31), "%s %llu: NaN %08x lost its sign", what,
+                      (unsigned long long)k, u);
+        return;
+    }
+    if (k >= nsp && f16) {
+        double want = ref_f16(m[k]), got = (double)rf_f16_to_f32(h);
+        ck_assert_msg(got == want && signbit(got) == signbit(want),
+                      "%s element %llu: %08x -> %04x (%g), expected %g", what,
+                      (unsigned long long)k, u, h, got, want);
+        return;
+    }
+    uint16_t want = k < nsp ? sp[k].want : ref_bf16(u);
+    ck_assert_msg(h == want, "%s element %llu: %08x -> %04x, expected %04x", what,
+                  (unsigned long long)k, u, h, want);
+}
+
+/* Broadcast (the sender's own parts) and p2p packs of entry e with an F32 master. */
+static void master_case(world_t *w, rf_trainer_t *tr, int e, const special_t *sp, size_t nsp,
+                        bool f16)
+{
+    rf_err_t err;
+    uint64_t n;
+    rf_err_clear(&err);
+    float *m = master_up(tr, e, sp, nsp, &n);
+    const rf_region_t *g = &tr->reg[e];
+    int64_t cols = g->c1 - g->c0;
+    uint64_t seen = 0;
+    char *payload = malloc(w->plan->chunk_bytes);
+    for (size_t c = 0; c < w->plan->n_chunks; c++) {
+        const rf_chunk_t *ch = &w->plan->chunks[c];
+        bool mine = false;
+        for (size_t k = 0; k < ch->piece_count; k++)
+            mine |= (int)w->plan->pieces[ch->piece_begin + k].item == e;
+        if (!mine)
+            continue;
+        ck_assert_msg(pack_chunk(tr, ch, payload, NULL, &err) == RF_OK, "%s", err.msg);
+        for (size_t k = 0; k < ch->piece_count; k++) {
+            const rf_chunk_piece_t *pc = &w->plan->pieces[ch->piece_begin + k];
+            if ((int)pc->item != e)
+                continue;
+            const uint16_t *h = (const uint16_t *)(void *)(payload + pc->offset);
+            uint64_t base = pc->row_begin * (uint64_t)cols;
+            for (uint64_t q = 0; q < (pc->row_end - pc->row_begin) * (uint64_t)cols; q++)
+                check_elem(f16 ? "f16 broadcast" : "bf16 broadcast", base + q, m, h[q], sp, nsp,
+                           f16);
+            seen += (pc->row_end - pc->row_begin) * (uint64_t)cols;
+        }
+    }
+    ck_assert_uint_eq(seen, n);
+    /* a p2p rectangle from inside the shard: row 0's specials and a middle window */
+    rf_region_t r = {g->r0, g->r0 + 2, g->c0, g->c1};
+    uint16_t *out = malloc((size_t)(2 * cols) * sizeof(uint16_t));
+    ck_assert_msg(pack_rect(tr, e, &r, out, NULL, &err) == RF_OK, "%s", err.msg);
+    for (int64_t q = 0; q < 2 * cols; q++)
+        check_elem("p2p", (uint64_t)q, m, out[q], sp, nsp, f16);
+    r = (rf_region_t){g->r0 + 1, g->r0 + 3, g->c0 + 3, g->c0 + 7};
+    ck_assert_msg(pack_rect(tr, e, &r, out, NULL, &err) == RF_OK, "%s", err.msg);
+    for (int64_t q = 0; q < 8; q++) {
+        uint64_t k = (uint64_t)((1 + q / 4) * cols + 3 + q % 4);
+        check_elem("p2p window", k, m, out[q], sp, nsp, f16);
+    }
+    /* device packs and production refuse a master, naming it */
+    rf_accel_rows_t row;
+    rf_err_clear(&err);
+    ck_assert_int_eq(pack_rect(tr, e, &r, out, &row, &err), RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, w->man.entries[e].name));
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_trainer_produce(tr, 3, NULL, &err), RF_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "master"));
+    free(out);
+    free(payload);
+    free(m);
+}
+
+START_TEST(test_master_bf16)
+{
+    world_t w;
+    rf_trainer_t tr;
+    rf_err_t err;
+    world_up(&w, "llama-tiny", NULL, "tp: 1", 64 << 10);
+    char *arena = trainer_up(&w, 0, &tr);
+    int e = -1;
+    for (int i = 0; i < w.man.n && e < 0; i++) /* a tensor split over chunks */
+        if (strcmp(w.man.entries[i].name, "model.embed_tokens.weight") == 0)
+            e = i;
+    ck_assert_int_ge(e, 0);
+    char *keep = tr.buf[e];
+    master_case(&w, &tr, e, k_bf16, sizeof(k_bf16) / sizeof(k_bf16[0]), false);
+    tr.buf[e] = keep;
+    /* the rule: the dtype, or F32 for BF16 / F16; anything else refused naming the tensor */
+    ck_assert(rf_trainer_source_dtype_ok(RF_DTYPE_BF16, RF_DTYPE_BF16));
+    ck_assert(rf_trainer_source_dtype_ok(RF_DTYPE_F32, RF_DTYPE_BF16));
+    ck_assert(rf_trainer_source_dtype_ok(RF_DTYPE_F32, RF_DTYPE_F16));
+    ck_assert(!rf_trainer_source_dtype_ok(RF_DTYPE_F64, RF_DTYPE_BF16));
+    ck_assert(!rf_trainer_source_dtype_ok(RF_DTYPE_F16, RF_DTYPE_BF16));
+    ck_assert(!rf_trainer_source_dtype_ok(RF_DTYPE_BF16, RF_DTYPE_F32));
+    ck_assert(!rf_trainer_source_dtype_ok(RF_DTYPE_F32, RF_DTYPE_F8_E4M3));
+    ck_assert(!rf_trainer_source_dtype_ok(RF_DTYPE_F32, RF_DTYPE_I32));
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_trainer_set_source_dtype(&tr, e, RF_DTYPE_F64, &err), RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.embed_tokens.weight"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "F64"));
+    rf_trainer_free(&tr);
+    free(arena);
+    world_down(&w);
+}
+END_TEST
+
+START_TEST(test_master_f16)
+{
+    world_t w;
+    rf_trainer_t tr;
+    world_up(&w, "llama-tiny", NULL, "tp: 1", 64 << 10);
+    int e = -1;
+    for (int i = 0; i < w.man.n && e < 0; i++)
+        if (strcmp(w.man.entries[i].name, "lm_head.weight") == 0)
+            e = i;
+    ck_assert_int_ge(e, 0);
+    w.man.entries[e].dtype = RF_DTYPE_F16; /* an F16 model's entry: packs read only this */
+    char *arena = trainer_up(&w, 0, &tr);
+    master_case(&w, &tr, e, k_f16, sizeof(k_f16) / sizeof(k_f16[0]), true);
+    rf_trainer_free(&tr);
+    free(arena);
+    world_down(&w);
+}
+END_TEST
+
 static Suite *trainer_suite(void)
 {
     Suite *s = suite_create("trainer");
@@ -337,6 +699,9 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, test_rect_rows);
     tcase_add_test(tc, test_produce_device_fp8);
     tcase_add_test(tc, test_produce_device_wna16);
+    tcase_add_test(tc, test_fsdp_shards);
+    tcase_add_test(tc, test_master_bf16);
+    tcase_add_test(tc, test_master_f16);
     suite_add_tcase(s, tc);
     return s;
 }
