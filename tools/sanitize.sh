@@ -22,6 +22,8 @@ export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1:fast_unwi
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
 export OMPI_MCA_mca_base_component_disable_dlclose=1
+# ASan + UBSan run the tests 2-5x slower: Check's per-test timeouts (tcase_set_timeout) scale
+export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-4}
 ctest --test-dir "$build" --output-on-failure -L unit
 ctest --test-dir "$build" --output-on-failure -L mpi -LE 'slow|soak'
 echo "refit sanitize: ok (ASan + UBSan + LSan: unit and tiny-fixture MPI tests)"
