@@ -1,0 +1,63 @@
+/*
+ * refit: what runtime/trainer.c (shards, production) and runtime/trainer_pack.c (the pack,
+ * the stage gather's sides, the source) share: element sizes and the copy of elements in a
+ * source dtype (a caller's fp32 master) into the entry's.
+ */
+#ifndef REFIT_TRAINER_INT_H
+#define REFIT_TRAINER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "refit/dtype.h"
+#include "refit/trainer.h"
+
+static inline uint64_t tensor_cols(const rf_tensor_t *t)
+{
+    uint64_t rows = rf_tensor_rows(t);
+    return rows == 0 ? 0 : t->numel / rows;
+}
+
+static inline bool region_empty(const rf_region_t *r) { return r->r1 <= r->r0 || r->c1 <= r->c0; }
+
+/* Element size of manifest entry i (the manifest's dtype: FP8 scales may travel as bf16). */
+static inline size_t entry_es(const rf_trainer_t *tr, int i)
+{
+    return rf_dtype_size(tr->man->entries[i].dtype);
+}
+
+static inline uint64_t entry_row_bytes(const rf_trainer_t *tr, int i)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+    uint64_t rows = rf_tensor_rows(t);
+    return rows ? tr->man->entries[i].nbytes / rows : 0;
+}
+
+/* Element size of entry i's shard buffer: the entry's dtype, or its wider master's. */
+static inline size_t buf_es(const rf_trainer_t *tr, int i)
+{
+    return rf_dtype_size(tr->src_dtype[i]);
+}
+
+/* n elements of entry i from src, held in sdt (the entry's dtype or an F32 master), to dst in
+ * the entry's dtype: a copy, or each value rounded to nearest even (rf_f32_to_bf16,
+ * rf_f32_to_f16: torch's float -> bfloat16 / half casts; NaN stays a quiet NaN). */
+static inline void put_elems(const rf_trainer_t *tr, int i, void *dst, const char *src, rf_dtype_t sdt,
+                      size_t n)
+{
+    rf_dtype_t dt = tr->man->entries[i].dtype;
+    if (sdt == dt) {
+        memcpy(dst, src, n * rf_dtype_size(dt));
+        return;
+    }
+    char *d = dst;
+    for (size_t k = 0; k < n; k++) {
+        float f;
+        memcpy(&f, src + k * sizeof(float), sizeof(f)); /* the payload is only 2-aligned */
+        uint16_t h = dt == RF_DTYPE_BF16 ? rf_f32_to_bf16(f) : rf_f32_to_f16(f);
+        memcpy(d + k * sizeof(h), &h, sizeof(h));
+    }
+}
+
+#endif /* REFIT_TRAINER_INT_H */
