@@ -50,7 +50,12 @@ def _find_library():
                       "the tree (cmake -S . -B build && cmake --build build)" % here)
 
 
-_lib = ctypes.CDLL(_find_library(), mode=ctypes.RTLD_GLOBAL)
+_path = _find_library()
+try:
+    _lib = ctypes.CDLL(_path, mode=ctypes.RTLD_GLOBAL)
+except OSError as e:
+    raise ImportError("refit: cannot load %s%s: %s" % (
+        _path, " (from $REFIT_LIB)" if os.environ.get("REFIT_LIB") else "", e)) from None
 _lib.rf_session_abi_version.restype = ctypes.c_int
 if _lib.rf_session_abi_version() != ABI_VERSION:
     raise ImportError("refit: %s has ABI version %d, this binding speaks %d"
