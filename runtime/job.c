@@ -54,9 +54,11 @@ static rf_status_t cold_copy(job_t *j, const rf_chunk_t *chunk, const rf_xfer_se
     if (copy == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
     rf_status_t cs = RF_OK;
+    /* the items of the chunk plan in use: p2p chunks index this rank's own plan's items */
+    const rf_chunk_item_t *items = j->p2p ? j->p2p_s.recv[j->rank - j->T].items : j->items;
     for (size_t k = 0; k < (payload != NULL ? 1 : nsegs) && cs == RF_OK; k++) {
         const rf_xfer_segment_t *sg = &segs[k];
-        uint64_t rb = j->items[sg->piece->item].row_bytes;
+        uint64_t rb = payload != NULL ? 0 : items[sg->piece->item].row_bytes;
         char *dst = payload != NULL ? copy
                                     : copy + sg->piece->offset +
                                           (sg->row_begin - sg->piece->row_begin) * rb;
