@@ -104,9 +104,11 @@ static rf_status_t cu_stream_create(rf_accel_t *a, rf_accel_stream_t **stream_p)
     s->impl = c;
     cudaError_t e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
     if (e == cudaSuccess)
-        e = cudaMalloc((void **)&c->d_scratch, 2 * sizeof(unsigned long long));
+        e = cudaMalloc((void **)&c->d_scratch, 3 * sizeof(unsigned long long));
+    if (e == cudaSuccess) /* [2]: no bad quantize call yet */
+        e = cudaMemsetAsync(c->d_scratch + 2, 0xff, sizeof(unsigned long long), c->s);
     if (e == cudaSuccess)
-        e = cudaMallocHost((void **)&c->h_scratch, 2 * sizeof(unsigned long long));
+        e = cudaMallocHost((void **)&c->h_scratch, 3 * sizeof(unsigned long long));
     if (e != cudaSuccess) {
         rf_error("cuda: stream create failed: %s (%s)", cudaGetErrorString(e),
                  cudaGetErrorName(e));

@@ -218,6 +218,13 @@ static rf_status_t cu_wna16_repack(rf_accel_t *a, void *dst, const void *src, in
 
 /* ---- quantizers ---------------------------------------------------------------------------- */
 
+/* Bad input or a bad stored scale in the quantize call tagged `tag_why` (next_tag | why): the
+ * sticky word d_scratch[2] keeps the smallest, i.e. the first bad call's (quant check). */
+__device__ static inline void d_note_bad(unsigned long long *flag, unsigned long long tag_why)
+{
+    atomicMin(&flag[2], tag_why);
+}
+
 static bool float_dt(rf_dtype_t dt)
 {
     return dt == RF_DTYPE_BF16 || dt == RF_DTYPE_F16 || dt == RF_DTYPE_F32;
@@ -226,7 +233,7 @@ static bool float_dt(rf_dtype_t dt)
 /* One block per 128 x 128 block of the region: amax (max is exact in any order), then q. */
 __global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, int64_t wp,
                             uint8_t *q, int64_t qp, void *scale, int sdt, int64_t sp,
-                            unsigned long long *flag)
+                            unsigned long long *flag, unsigned long long tag)
 {
     __shared__ float red[RF_CUDA_THREADS];
     int64_t r0 = (int64_t)blockIdx.y * 128, c0 = (int64_t)blockIdx.x * 128;
@@ -241,7 +248,7 @@ __global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, 
         amax = v > amax ? v : amax;
     }
     if (bad)
-        atomicOr(&flag[1], 1ull);
+        d_note_bad(flag, tag | RF_QUANT_BAD_INPUT);
     red[threadIdx.x] = amax;
     __syncthreads();
     for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
@@ -265,13 +272,29 @@ __global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, 
     }
 }
 
-static rf_status_t sync_flag(rf_accel_t *a, rf_accel_stream_t *s)
+/* The tag of the next quantize call on stream c: its index since the last quant check, shifted
+ * past the RF_QUANT_BAD_* bits (d_note_bad keeps the smallest, so the first bad call's). */
+static unsigned long long next_tag(cuda_stream_t *c)
 {
+    return c->quant_calls++ << 2;
+}
+
+/* quant check: one synchronization for every quantize call enqueued since the last one. */
+static rf_status_t cu_quant_check(rf_accel_t *a, rf_accel_stream_t *s, int64_t *first_bad,
+                                  unsigned *why)
+{
+    if (!a || !first_bad || !why)
+        return RF_ERR_INVALID;
     cuda_stream_t *c = stream_impl(a, s);
-    RF_CUDA_CHECK(cudaMemcpyAsync(c->h_scratch, c->d_scratch, 2 * sizeof(unsigned long long),
+    RF_CUDA_CHECK(cudaMemcpyAsync(&c->h_scratch[2], &c->d_scratch[2], sizeof(unsigned long long),
                                   cudaMemcpyDeviceToHost, c->s));
+    RF_CUDA_CHECK(cudaMemsetAsync(&c->d_scratch[2], 0xff, sizeof(unsigned long long), c->s));
     RF_CUDA_CHECK(cudaStreamSynchronize(c->s));
-    return c->h_scratch[1] ? RF_ERR_INVALID : RF_OK;
+    unsigned long long v = c->h_scratch[2];
+    c->quant_calls = 0;
+    *first_bad = v == ~0ull ? -1 : (int64_t)(v >> 2);
+    *why = v == ~0ull ? 0u : (unsigned)(v & 3u);
+    return RF_OK;
 }
 
 static rf_status_t cu_fp8_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_dtype, int64_t rows,
@@ -289,18 +312,17 @@ static rf_status_t cu_fp8_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_dt
     if (gx > 0x7fffffff || gy > 65535)
         return RF_ERR_INVALID;
     cuda_stream_t *c = stream_impl(a, s);
-    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
     k_fp8_quant<<<dim3((unsigned)gx, (unsigned)gy), RF_CUDA_THREADS, 0, c->s>>>(
         w, (int)w_dtype, rows, cols, w_pitch, q, q_pitch, scale, (int)scale_dtype, scale_pitch,
-        c->d_scratch);
+        c->d_scratch, next_tag(c));
     RF_CUDA_LAUNCH_CHECK();
-    return sync_flag(a, s);
+    return RF_OK;
 }
 
 /* Pass 1: one thread per (row, group): the rounded scale. */
 __global__ void k_wna16_scale(const void *w, int wdt, int64_t rows, int64_t K, int64_t wp,
                               int64_t G, void *scale, int sdt, int64_t sp,
-                              unsigned long long *flag)
+                              unsigned long long *flag, unsigned long long tag)
 {
     int64_t ng = K / G;
     uint64_t n = (uint64_t)rows * (uint64_t)ng;
@@ -316,12 +338,14 @@ __global__ void k_wna16_scale(const void *w, int wdt, int64_t rows, int64_t K, i
             amax = fabsf(v) > amax ? fabsf(v) : amax;
         }
         if (bad)
-            atomicOr(&flag[1], 1ull);
+            d_note_bad(flag, tag | RF_QUANT_BAD_INPUT);
         float sv = __fdiv_rn(amax, 7.5f);
         uint16_t h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(sv) : d_f32_to_f16(sv);
         float back = sdt == RF_DTYPE_BF16 ? rf_cuda_bf16_to_f32(h) : rf_cuda_f16_to_f32(h);
         if (back == 0.0f)
             h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(1.0f / 128.0f) : d_f32_to_f16(1.0f / 1024.0f);
+        else if (!d_finite(back)) /* amax / 7.5 past f16's range: the stored scale is inf */
+            d_note_bad(flag, tag | RF_QUANT_BAD_SCALE);
         ((uint16_t *)scale)[r * sp + g] = h;
     }
 }
@@ -362,16 +386,15 @@ static rf_status_t cu_wna16_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_
     if (rows == 0 || K == 0)
         return RF_OK;
     cuda_stream_t *c = stream_impl(a, s);
-    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
     k_wna16_scale<<<rf_cuda_grid_for((uint64_t)rows * (uint64_t)(K / G)), RF_CUDA_THREADS, 0,
                     c->s>>>(w, (int)w_dtype, rows, K, w_pitch, G, scale, (int)scale_dtype,
-                            scale_pitch, c->d_scratch);
+                            scale_pitch, c->d_scratch, next_tag(c));
     RF_CUDA_LAUNCH_CHECK();
     k_wna16_pack<<<rf_cuda_grid_for((uint64_t)rows * (uint64_t)(K / 8)), RF_CUDA_THREADS, 0,
                    c->s>>>(w, (int)w_dtype, rows, K, w_pitch, G, packed, packed_pitch, scale,
                            (int)scale_dtype, scale_pitch);
     RF_CUDA_LAUNCH_CHECK();
-    return sync_flag(a, s);
+    return RF_OK;
 }
 /* ---- fp8-tensor / fp8-channel -------------------------------------------------------------- */
 
@@ -390,7 +413,8 @@ __device__ static inline float d_fp8_scale(float amax)
 
 /* Per channel: one block per row (grid-stride over rows), the row's amax, then its scale. */
 __global__ void k_fp8_row_scale(const void *w, int wdt, int64_t rows, int64_t cols, int64_t wp,
-                                float *scale, unsigned long long *flag)
+                                float *scale, unsigned long long *flag,
+                                unsigned long long tag)
 {
     __shared__ float red[RF_CUDA_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -404,7 +428,7 @@ __global__ void k_fp8_row_scale(const void *w, int wdt, int64_t rows, int64_t co
             amax = v > amax ? v : amax;
         }
         if (bad)
-            atomicOr(&flag[1], 1ull);
+            d_note_bad(flag, tag | RF_QUANT_BAD_INPUT);
         red[threadIdx.x] = amax;
         __syncthreads();
         for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
@@ -419,9 +443,10 @@ __global__ void k_fp8_row_scale(const void *w, int wdt, int64_t rows, int64_t co
 }
 
 /* Per tensor, pass 1: block maxima folded into flag[0] by atomicMax on the bits (the order of
- * non-negative floats is the order of their bit patterns; a non-finite input sets flag[1]). */
+ * non-negative floats is the order of their bit patterns; a non-finite input is noted by
+ * d_note_bad). */
 __global__ void k_fp8_tensor_amax(const void *w, int wdt, int64_t rows, int64_t cols, int64_t wp,
-                                  unsigned long long *flag)
+                                  unsigned long long *flag, unsigned long long tag)
 {
     __shared__ float red[RF_CUDA_THREADS];
     uint64_t n = (uint64_t)rows * (uint64_t)cols, stride = (uint64_t)gridDim.x * blockDim.x;
@@ -436,7 +461,7 @@ __global__ void k_fp8_tensor_amax(const void *w, int wdt, int64_t rows, int64_t 
         amax = v > amax ? v : amax;
     }
     if (bad)
-        atomicOr(&flag[1], 1ull);
+        d_note_bad(flag, tag | RF_QUANT_BAD_INPUT);
     red[threadIdx.x] = amax;
     __syncthreads();
     for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
@@ -478,15 +503,17 @@ static rf_status_t cu_fp8_quantize_rows(rf_accel_t *a, const void *w, rf_dtype_t
         q_c0 + q_cols > cols || q_pitch < q_cols)
         return RF_ERR_INVALID;
     cuda_stream_t *c = stream_impl(a, s);
-    RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
+    unsigned long long tag = next_tag(c);
     if (per_row && rows > 0) {
         unsigned g = rows > (int64_t)RF_CUDA_MAX_BLOCKS ? RF_CUDA_MAX_BLOCKS : (unsigned)rows;
         k_fp8_row_scale<<<g, RF_CUDA_THREADS, 0, c->s>>>(w, (int)w_dtype, rows, cols, w_pitch, scale,
-                                                  c->d_scratch);
+                                                  c->d_scratch, tag);
         RF_CUDA_LAUNCH_CHECK();
     } else if (!per_row) {
+        /* [0] is this call's amax (zeroed here, stream-ordered) */
+        RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, sizeof(unsigned long long), c->s));
         k_fp8_tensor_amax<<<rf_cuda_grid_for((uint64_t)rows * (uint64_t)cols), RF_CUDA_THREADS, 0, c->s>>>(
-            w, (int)w_dtype, rows, cols, w_pitch, c->d_scratch);
+            w, (int)w_dtype, rows, cols, w_pitch, c->d_scratch, tag);
         RF_CUDA_LAUNCH_CHECK();
         k_fp8_tensor_scale<<<1, 1, 0, c->s>>>(scale, c->d_scratch);
         RF_CUDA_LAUNCH_CHECK();
@@ -497,7 +524,7 @@ static rf_status_t cu_fp8_quantize_rows(rf_accel_t *a, const void *w, rf_dtype_t
             q_pitch);
         RF_CUDA_LAUNCH_CHECK();
     }
-    return sync_flag(a, s);
+    return RF_OK;
 }
 
 __global__ void k_fp8_requant(uint8_t *w, uint64_t n, float s_from, float s_to)
@@ -531,4 +558,5 @@ extern "C" const rf_quant_ops_t rf_quant_cuda_ops = {
     /* .wna16_quantize = */ cu_wna16_quantize,
     /* .fp8_quantize_rows = */ cu_fp8_quantize_rows,
     /* .fp8_requant = */ cu_fp8_requant,
+    /* .check = */ cu_quant_check,
 };

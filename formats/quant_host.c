@@ -134,6 +134,19 @@ static rf_status_t host_fp8_requant(rf_accel_t *accel, uint8_t *w, size_t n, flo
     return RF_OK;
 }
 
+/* The host quantizers refuse bad input when called: nothing is ever pending. */
+static rf_status_t host_quant_check(rf_accel_t *accel, rf_accel_stream_t *stream,
+                                    int64_t *first_bad, unsigned *why)
+{
+    (void)accel;
+    (void)stream;
+    if (!first_bad || !why)
+        return RF_ERR_INVALID;
+    *first_bad = -1;
+    *why = 0;
+    return RF_OK;
+}
+
 const rf_quant_ops_t rf_quant_host_ops = {
     .name = "host",
     .fp8_to_fnuz = host_fp8_to_fnuz,
@@ -142,6 +155,7 @@ const rf_quant_ops_t rf_quant_host_ops = {
     .wna16_quantize = host_wna16_quantize,
     .fp8_quantize_rows = host_fp8_quantize_rows,
     .fp8_requant = host_fp8_requant,
+    .check = host_quant_check,
 };
 
 const rf_quant_ops_t *rf_quant_ops_for(const rf_accel_t *accel)

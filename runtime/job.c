@@ -506,6 +506,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.dev = ps->dev;
     } else {
         j->js.bytes_produced = j->tr.stats.bytes_produced;
+        j->js.produce_s = j->tr.stats.produce_s;
         j->js.bytes_read = j->tr.stats.bytes_read;
         j->js.header_bytes_read = j->tr.stats.header_bytes_read;
         j->js.bytes_gathered = j->tr.stats.bytes_gathered;

@@ -109,10 +109,12 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
     uint64_t produced = 0, read = 0, gathered = 0, elems = 0, mism = 0, dtot = 0, dchg = 0;
     uint64_t deq = 0, fnuz = 0, qtot = 0, qchg = 0, requant = 0;
     int crit = -1, inflight = 0;
-    double crit_s = 0, upd = 0;
+    double crit_s = 0, upd = 0, produce_s = 0;
     for (int r = 0; r < j->size; r++) {
         const job_stats_t *s = &all[r];
         produced += s->bytes_produced;
+        if (s->role == RF_ROLE_TRAINER && s->produce_s > produce_s)
+            produce_s = s->produce_s;
         read += s->bytes_read;
         gathered += s->bytes_gathered;
         elems += s->verify_elems;
@@ -166,11 +168,12 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
               c->loader_s, c->finalize_s,
               crit_s > 0 ? (double)j->man.payload_bytes / crit_s / 1e9 : 0.0);
     job_print(j->o, RF_JOB_OUT,
-              "  %-10s produced %s, read %s, gathered %s%s%s; max %d chunks in flight\n", "trainer",
+              "  %-10s produced %s, read %s, gathered %s%s%s; max %d chunks in flight; "
+              "production %.3f s (slowest trainer rank)\n", "trainer",
               job_human_bytes((double)produced, b1, sizeof(b1)),
               job_human_bytes((double)read, b2, sizeof(b2)),
               job_human_bytes((double)gathered, b3, sizeof(b3)), j->wire ? " over the " : "",
-              j->wire ? j->wire : "", inflight);
+              j->wire ? j->wire : "", inflight, produce_s);
     if (j->fence && !j->ipc) { /* nccl trainers with resident weights */
         double res = 0;
         for (int r = 0; r < j->T; r++)

@@ -303,8 +303,21 @@ static int entry_of(const rf_trainer_t *tr, const char *prefix, const char *suff
     int ti = rf_inventory_find(tr->inv, name);
     if (ti < 0)
         return -1;
+    /* rf_manifest_build keeps the inventory's order, so a binary search finds the entry (a
+     * production asks once per quantized linear: a linear scan made it quadratic, issue 18);
+     * the scan stays as the fallback should that order ever change */
+    const rf_manifest_entry_t *e = tr->man->entries;
+    for (int lo = 0, hi = tr->man->n - 1; lo <= hi;) {
+        int mid = lo + (hi - lo) / 2;
+        if (e[mid].tensor == ti)
+            return mid;
+        if (e[mid].tensor < ti)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
     for (int i = 0; i < tr->man->n; i++)
-        if (tr->man->entries[i].tensor == ti)
+        if (e[i].tensor == ti)
             return i;
     return -1;
 }
@@ -754,11 +767,23 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
     return RF_OK;
 }
 
+/* One device production's bookkeeping: the device quantizers are enqueued without a
+ * synchronization per call (rf_quant_ops_t check), so the calls are remembered in order to
+ * name the tensor of the first bad one; the scale entries they wrote; and the weight_shape
+ * values, which must outlive their asynchronous host-to-device copies. */
+typedef struct dev_batch {
+    int *call_entry;     /* [n]: manifest entry of each quantize call, in enqueue order */
+    int ncalls;
+    bool *quant_scale;   /* [n]: entry i is a scale a device quantizer wrote */
+    int64_t (*shape)[2]; /* [n]: entry i's weight_shape values (wna16) */
+} dev_batch_t;
+
 /* The generator's logical (unquantized) region of the linear holding quantized entry ei into
  * device scratch, quantized on the device into the entry's and its scale's device slices. */
 static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t step,
                                            rf_accel_t *ax, char *dev, const char *host,
-                                           void **scratch, size_t *scratch_cap, rf_err_t *err)
+                                           void **scratch, size_t *scratch_cap, dev_batch_t *db,
+                                           rf_err_t *err)
 {
     const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
     const rf_region_t *r = &tr->reg[ei];
@@ -822,6 +847,8 @@ static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t s
     if (st != RF_OK)
         return rf_err_set(err, st, "trainer rank %d: producing and quantizing %s on %s device %d "
                           "failed", tr->me.world_rank, t->name, ax->ops->name, ax->device);
+    db->call_entry[db->ncalls++] = ei;
+    db->quant_scale[si] = true;
     return RF_OK;
 }
 
@@ -829,7 +856,7 @@ static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t s
  * each scale slice is copied back (scales are a small fraction of the weights: 1/16384 of an
  * fp8 weight's elements, 1/G of a wna16 weight's). */
 static rf_status_t check_device_scales(rf_trainer_t *tr, rf_accel_t *ax, char *dev,
-                                       const char *host, rf_err_t *err)
+                                       const char *host, const bool *skip, rf_err_t *err)
 {
     void *tmp = NULL;
     size_t cap = 0;
@@ -837,7 +864,8 @@ static rf_status_t check_device_scales(rf_trainer_t *tr, rf_accel_t *ax, char *d
     for (int i = 0; i < tr->man->n && st == RF_OK; i++) {
         const rf_manifest_entry_t *e = &tr->man->entries[i];
         const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
-        if (!tr->has[i] || (!rf_param_is_f32_scale(t->param) && t->param != RF_PARAM_WEIGHT_SCALE))
+        if (!tr->has[i] || (skip && skip[i]) ||
+            (!rf_param_is_f32_scale(t->param) && t->param != RF_PARAM_WEIGHT_SCALE))
             continue;
         const rf_region_t *r = &tr->reg[i];
         size_t nb = (size_t)(r->r1 - r->r0) * (size_t)(r->c1 - r->c0) * entry_es(tr, i);
@@ -873,6 +901,11 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
     void *scratch = NULL;
     size_t scratch_cap = 0;
     rf_status_t st = RF_OK;
+    size_t n = (size_t)(tr->man->n > 0 ? tr->man->n : 1);
+    dev_batch_t db = {malloc(n * sizeof(int)), 0, calloc(n, sizeof(bool)),
+                      malloc(n * sizeof(int64_t[2]))};
+    if (!db.call_entry || !db.quant_scale || !db.shape)
+        st = rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory", tr->me.world_rank);
     tr->stats.bytes_produced = 0;
     for (int i = 0; i < tr->man->n && st == RF_OK; i++) {
         if (!tr->has[i])
@@ -886,7 +919,7 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
         if (rf_manifest_trainer_quantizes(tr->inv, t, NULL)) {
             if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
                 st = produce_quantized_device(tr, i, step, ax, dev, host, &scratch, &scratch_cap,
-                                              err);
+                                              &db, err);
             } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
                 char prefix[RF_NAME_MAX - 16];
                 const char *dot = strrchr(t->name, '.');
@@ -894,13 +927,18 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
                 int pi = entry_of(tr, prefix, "weight_packed");
                 const rf_tensor_t *pt =
                     pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
-                int64_t nk[2] = {pt->shape[0], pt->shape[1] * 8};
-                int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
+                /* db.shape[i] lives until the synchronization after the loop; an i32 pair is
+                 * written over its first 8 bytes */
+                int64_t *nk = db.shape[i];
+                nk[0] = pt->shape[0];
+                nk[1] = pt->shape[1] * 8;
                 bool i32 = e->dtype == RF_DTYPE_I32;
-                st = ax->ops->copy(ax, d, i32 ? (const void *)v : (const void *)nk,
-                                   i32 ? sizeof(v) : sizeof(nk), RF_COPY_H2D, NULL);
-                if (st == RF_OK) /* v and nk live on this stack frame */
-                    st = rf_accel_sync(ax);
+                if (i32) {
+                    int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
+                    memcpy(nk, v, sizeof(v));
+                }
+                st = ax->ops->copy(ax, d, nk, i32 ? sizeof(int32_t[2]) : sizeof(int64_t[2]),
+                                   RF_COPY_H2D, NULL);
                 if (st != RF_OK)
                     rf_err_set(err, st, "trainer rank %d: writing %s on %s device %d failed",
                                tr->me.world_rank, t->name, ax->ops->name, ax->device);
@@ -921,10 +959,31 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
     if (st == RF_OK && ss != RF_OK)
         st = rf_err_set(err, ss, "trainer rank %d: device production of update %llu failed",
                         tr->me.world_rank, (unsigned long long)step);
-    if (st == RF_OK)
-        st = check_device_scales(tr, ax, dev, host, err);
+    /* the quantizers' verdict, once for the whole production: a bad input names its tensor; a
+     * bad stored scale is located by the element-wise scale check below */
+    const rf_quant_ops_t *qo = rf_quant_ops_for(ax);
+    int64_t bad = -1;
+    unsigned why = 0;
+    if (st == RF_OK && db.ncalls > 0) {
+        ss = qo ? qo->check(ax, NULL, &bad, &why) : RF_ERR_UNSUPPORTED;
+        if (ss != RF_OK)
+            st = rf_err_set(err, ss, "trainer rank %d: the device quantizers of update %llu "
+                            "failed on %s device %d", tr->me.world_rank,
+                            (unsigned long long)step, ax->ops->name, ax->device);
+        else if (bad >= 0 && (bad >= db.ncalls || (why & RF_QUANT_BAD_INPUT)))
+            st = rf_err_set(err, RF_ERR_INVALID, "trainer rank %d: producing and quantizing %s "
+                            "on %s device %d failed: its unquantized values are not all finite",
+                            tr->me.world_rank,
+                            bad < db.ncalls ? tr->man->entries[db.call_entry[bad]].name : "?",
+                            ax->ops->name, ax->device);
+    }
+    if (st == RF_OK) /* the scales the quantizers wrote are checked only when one was bad */
+        st = check_device_scales(tr, ax, dev, host, bad >= 0 ? NULL : db.quant_scale, err);
     if (scratch != NULL)
         ax->ops->free(ax, scratch);
+    free(db.call_entry);
+    free(db.quant_scale);
+    free(db.shape);
     tr->stats.bytes_read = 0;
     tr->stats.header_bytes_read = 0;
     produce_done(tr, t0);

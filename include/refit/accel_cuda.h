@@ -19,8 +19,12 @@
  * quantizer non-finite flag). */
 typedef struct rf_accel_cuda_stream {
     cudaStream_t s;
-    unsigned long long *d_scratch; /* [0] sum, [1] flags */
-    unsigned long long *h_scratch;
+    /* [0] sum, [1] flags (one call's: zeroed by the call that uses them); [2] the format
+     * kernels' sticky word: (index << 2 | why) of the first quantize call since the last
+     * quant check that saw bad input, ~0 when none (formats/quant_cuda.cu) */
+    unsigned long long *d_scratch;
+    unsigned long long *h_scratch;  /* pinned, as many words */
+    unsigned long long quant_calls; /* quantize calls enqueued since the last quant check */
 } rf_accel_cuda_stream_t;
 
 /* The CUDA side of stream s of the cuda accelerator a (s NULL: a's default stream). a must

@@ -25,6 +25,10 @@
 extern "C" {
 #endif
 
+/* Why a quantize call was bad (quant check's *why, a bit set). */
+#define RF_QUANT_BAD_INPUT 1u /* a non-finite input element (the call's outputs are unspecified) */
+#define RF_QUANT_BAD_SCALE 2u /* a stored scale that is not finite and positive (f16 overflow) */
+
 typedef struct rf_quant_ops {
     const char *name; /* "host", "cuda" */
     /* fp8-block on rocm-fnuz, in place: every byte 0x80 of w[0, nw) becomes 0x00 (w may be
@@ -37,14 +41,19 @@ typedef struct rf_quant_ops {
                                 int64_t R, int64_t C, size_t esize, bool inverse,
                                 rf_accel_stream_t *stream);
     /* rf_fp8_quantize with the PLAIN rule, same arguments; bit-exact with formats/quant.c.
-     * Synchronizes the stream (non-finite input is detected on device and reported as
-     * RF_ERR_INVALID; outputs are then unspecified). */
+     * The three quantizers (this, wna16_quantize, fp8_quantize_rows) return RF_ERR_INVALID
+     * at once for bad arguments. Bad DATA: the host table refuses non-finite input at once
+     * (RF_ERR_INVALID); the cuda table enqueues without synchronizing and reports it at the
+     * next `check` on the same stream (one synchronization per batch of calls, not per call:
+     * issue 18, a wna16 MoE update is ~10^4 calls). */
     rf_status_t (*fp8_quantize)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
                                 int64_t rows, int64_t cols, int64_t w_pitch_elems, uint8_t *q,
                                 int64_t q_pitch, void *scale, rf_dtype_t scale_dtype,
                                 int64_t scale_pitch_elems, rf_accel_stream_t *stream);
-    /* rf_wna16_quantize, same arguments; bit-exact with formats/quant.c. Synchronizes the
-     * stream, as fp8_quantize. */
+    /* rf_wna16_quantize, same arguments; bit-exact with formats/quant.c. Bad data as
+     * fp8_quantize; the cuda table also notes a stored f16 scale that overflowed
+     * (RF_QUANT_BAD_SCALE; the host table stores it and leaves it to the caller's scale
+     * check, rf_scale_first_bad). */
     rf_status_t (*wna16_quantize)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
                                   int64_t rows, int64_t K, int64_t w_pitch_elems, int64_t G,
                                   uint32_t *packed, int64_t packed_pitch, void *scale,
@@ -53,7 +62,7 @@ typedef struct rf_quant_ops {
     /* fp8-tensor / fp8-channel: rf_fp8_scales into `scale` (device f32: 1 or rows values),
      * then rf_fp8_quantize_scaled of the sub-region rows [q_r0, q_r0 + q_rows), columns
      * [q_c0, q_c0 + q_cols) of the same w with those scales into q (pitch q_pitch); both
-     * bit-exact with formats/quant.c. Synchronizes the stream, as fp8_quantize. */
+     * bit-exact with formats/quant.c. Bad data as fp8_quantize. */
     rf_status_t (*fp8_quantize_rows)(rf_accel_t *accel, const void *w, rf_dtype_t w_dtype,
                                      int64_t rows, int64_t cols, int64_t w_pitch_elems,
                                      bool per_row, float *scale, int64_t q_r0, int64_t q_rows,
@@ -63,6 +72,13 @@ typedef struct rf_quant_ops {
      * s_to) for n bytes (host floats; enqueued, not synchronized). */
     rf_status_t (*fp8_requant)(rf_accel_t *accel, uint8_t *w, size_t n, float s_from, float s_to,
                                rf_accel_stream_t *stream);
+    /* The verdict on the quantize calls enqueued on `stream` since its last check:
+     * synchronizes the stream once; *first_bad = the 0-based index, in enqueue order, of the
+     * first call that met bad data (*why: RF_QUANT_BAD_* bits) or -1 (*why 0) when none; then
+     * starts the next batch. The host table's quantizers refuse bad input when called, so its
+     * check reports -1. RF_ERR_INVALID for NULL outputs; RF_ERR_CUDA when the stream failed. */
+    rf_status_t (*check)(rf_accel_t *accel, rf_accel_stream_t *stream, int64_t *first_bad,
+                         unsigned *why);
 } rf_quant_ops_t;
 
 extern const rf_quant_ops_t rf_quant_host_ops;

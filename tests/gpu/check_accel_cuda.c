@@ -78,6 +78,16 @@ static void *dev_upload(const void *h, size_t bytes)
 }
 
 /* Downloads `bytes` of d and compares them with the host reference. */
+/* The device quantizers' verdict since the last check (rf_quant_ops_t check). */
+static void expect_check(int64_t first_bad, unsigned why)
+{
+    int64_t got = -2;
+    unsigned gw = 99;
+    ck_assert_int_eq(rf_quant_ops_for(G)->check(G, NULL, &got, &gw), RF_OK);
+    ck_assert_int_eq(got, first_bad);
+    ck_assert_uint_eq(gw, why);
+}
+
 static void expect_same(const void *ref, const void *d, size_t bytes, const char *what)
 {
     unsigned char *got = malloc(bytes ? bytes : 1);
@@ -378,9 +388,10 @@ START_TEST(test_fp8_quantize)
                          RF_OK);
         ck_assert_int_eq(rf_quant_ops_for(G)->fp8_quantize(G, dw, wdt, rows, cols, wp, dq, qp, ds, sdt, sp,
                                               NULL), RF_OK);
+        expect_check(-1, 0);
         expect_same(q, dq, qbytes, "fp8 q");
         expect_same(s, ds, sbytes, "fp8 scales");
-        /* a NaN anywhere is refused by both */
+        /* a NaN anywhere is refused by both: the host at once, the device at its check */
         if (wdt == RF_DTYPE_F32 && rows * cols > 1000) {
             float nan = __builtin_nanf("");
             ck_assert_int_eq(G->ops->copy(G, (float *)dw + 777, &nan, 4, RF_COPY_H2D, NULL), RF_OK);
@@ -388,7 +399,8 @@ START_TEST(test_fp8_quantize)
             ck_assert_int_eq(rf_quant_ops_for(H)->fp8_quantize(H, w, wdt, rows, cols, wp, q, qp, s, sdt, sp,
                                                   NULL), RF_ERR_INVALID);
             ck_assert_int_eq(rf_quant_ops_for(G)->fp8_quantize(G, dw, wdt, rows, cols, wp, dq, qp, ds, sdt, sp,
-                                                  NULL), RF_ERR_INVALID);
+                                                  NULL), RF_OK);
+            expect_check(0, RF_QUANT_BAD_INPUT);
         }
         G->ops->free(G, dw);
         G->ops->free(G, dq);
@@ -433,6 +445,7 @@ START_TEST(test_fp8_quantize_rows)
         ck_assert_int_eq(gq->fp8_quantize_rows(G, dw, wdt, rows, cols, wp, per_row, ds, r0, nr, c0,
                                                nc, dq, qp, NULL),
                          RF_OK);
+        expect_check(-1, 0);
         expect_same(s, ds, sbytes, "fp8 rows scales");
         expect_same(q, dq, qbytes, "fp8 rows q");
         /* the shard requantization of the fused per-tensor modules, in place */
@@ -450,7 +463,8 @@ START_TEST(test_fp8_quantize_rows)
                              RF_ERR_INVALID);
             ck_assert_int_eq(gq->fp8_quantize_rows(G, dw, wdt, rows, cols, wp, per_row, ds, r0, nr,
                                                    c0, nc, dq, qp, NULL),
-                             RF_ERR_INVALID);
+                             RF_OK);
+            expect_check(0, RF_QUANT_BAD_INPUT);
         }
         G->ops->free(G, dw);
         G->ops->free(G, dq);
@@ -485,6 +499,7 @@ START_TEST(test_wna16_quantize)
                                                 NULL), RF_OK);
         ck_assert_int_eq(rf_quant_ops_for(G)->wna16_quantize(G, dw, wdt, rows, K, wp, Gs, dp, pp, ds, sdt, sp,
                                                 NULL), RF_OK);
+        expect_check(-1, 0);
         expect_same(p, dp, pbytes, "wna16 packed");
         expect_same(s, ds, sbytes, "wna16 scales");
         G->ops->free(G, dw);
@@ -494,6 +509,66 @@ START_TEST(test_wna16_quantize)
         free(p);
         free(s);
     }
+}
+END_TEST
+
+/* One check for a batch of device quantize calls (issue 18: no synchronization per call): it
+ * names the first bad call in enqueue order and why, whatever comes after, and starts afresh. */
+START_TEST(test_quant_check_batch)
+{
+    const rf_quant_ops_t *gq = rf_quant_ops_for(G);
+    enum { R = 4, K = 256, GS = 128 };
+    float w[R * K];
+    for (int i = 0; i < R * K; i++)
+        w[i] = (float)((i * 37) % 23 - 11) / 8.0f;
+    float big[R * K], nanw[R * K];
+    memcpy(big, w, sizeof(w));
+    memcpy(nanw, w, sizeof(w));
+    big[5] = 1e6f; /* amax / 7.5 past f16's 65504: the stored f16 scale overflows */
+    nanw[K + 3] = __builtin_nanf("");
+    float *dw = dev_upload(w, sizeof(w)), *dbig = dev_upload(big, sizeof(big));
+    float *dnan = dev_upload(nanw, sizeof(nanw));
+    uint32_t *dp;
+    uint16_t *ds;
+    ck_assert_int_eq(G->ops->alloc(G, R * K / 2, (void **)&dp), RF_OK);
+    ck_assert_int_eq(G->ops->alloc(G, R * (K / GS) * 2, (void **)&ds), RF_OK);
+    /* calls: good, good, big (bad scale), nan (bad input), good -> the first bad is call 2 */
+    const float *order[] = {dw, dw, dbig, dnan, dw};
+    for (int c = 0; c < 5; c++)
+        ck_assert_int_eq(gq->wna16_quantize(G, order[c], RF_DTYPE_F32, R, K, K, GS, dp, K / 8, ds,
+                                            RF_DTYPE_F16, K / GS, NULL),
+                         RF_OK);
+    expect_check(2, RF_QUANT_BAD_SCALE);
+    /* afresh: good, nan, big -> call 1, bad input */
+    const float *order2[] = {dw, dnan, dbig};
+    for (int c = 0; c < 3; c++)
+        ck_assert_int_eq(gq->wna16_quantize(G, order2[c], RF_DTYPE_F32, R, K, K, GS, dp, K / 8, ds,
+                                            RF_DTYPE_F16, K / GS, NULL),
+                         RF_OK);
+    expect_check(1, RF_QUANT_BAD_INPUT);
+    /* bf16 scales do not overflow: the same big input is fine, and mixed with fp8 calls */
+    ck_assert_int_eq(gq->wna16_quantize(G, dbig, RF_DTYPE_F32, R, K, K, GS, dp, K / 8, ds,
+                                        RF_DTYPE_BF16, K / GS, NULL),
+                     RF_OK);
+    float *dsc;
+    uint8_t *dq;
+    ck_assert_int_eq(G->ops->alloc(G, R * 4, (void **)&dsc), RF_OK);
+    ck_assert_int_eq(G->ops->alloc(G, R * K, (void **)&dq), RF_OK);
+    ck_assert_int_eq(gq->fp8_quantize_rows(G, dw, RF_DTYPE_F32, R, K, K, true, dsc, 0, R, 0, K, dq,
+                                           K, NULL),
+                     RF_OK);
+    ck_assert_int_eq(gq->fp8_quantize_rows(G, dnan, RF_DTYPE_F32, R, K, K, false, dsc, 0, R, 0, K,
+                                           dq, K, NULL),
+                     RF_OK);
+    expect_check(2, RF_QUANT_BAD_INPUT);
+    expect_check(-1, 0); /* nothing since */
+    G->ops->free(G, dw);
+    G->ops->free(G, dbig);
+    G->ops->free(G, dnan);
+    G->ops->free(G, dp);
+    G->ops->free(G, ds);
+    G->ops->free(G, dsc);
+    G->ops->free(G, dq);
 }
 END_TEST
 
@@ -610,6 +685,7 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_fp8_quantize);
     tcase_add_test(tc, test_fp8_quantize_rows);
     tcase_add_test(tc, test_wna16_quantize);
+    tcase_add_test(tc, test_quant_check_batch);
     tcase_add_test(tc, test_checksum);
     suite_add_tcase(s, tc);
     return s;

@@ -287,6 +287,17 @@ START_TEST(test_wna16_quantize)
                                             RF_DTYPE_F16, 1, NULL), RF_OK);
     ck_assert_uint_eq(s, 0x1400); /* f16 2^-10 */
     ck_assert_uint_eq(p, 0x88888888u);
+    /* the host refuses bad input at the call, so its check has nothing pending */
+    float bad[8] = {0, 0, 0, __builtin_nanf(""), 0, 0, 0, 0};
+    ck_assert_int_eq(rf_quant_ops_for(a)->wna16_quantize(a, bad, RF_DTYPE_F32, 1, 8, 8, 8, &p, 1,
+                                                         &s, RF_DTYPE_F16, 1, NULL),
+                     RF_ERR_INVALID);
+    int64_t first = -2;
+    unsigned why = 9;
+    ck_assert_int_eq(rf_quant_ops_for(a)->check(a, NULL, &first, &why), RF_OK);
+    ck_assert_int_eq(first, -1);
+    ck_assert_uint_eq(why, 0);
+    ck_assert_int_eq(rf_quant_ops_for(a)->check(a, NULL, NULL, &why), RF_ERR_INVALID);
     rf_accel_close(a);
 }
 END_TEST
