@@ -373,6 +373,62 @@ __global__ void k_wna16_pack(const void *w, int wdt, int64_t rows, int64_t K, in
     }
 }
 
+/* G % 8 == 0 (every packed word inside one group): one warp per (row, group), reading the
+ * group coalesced, its amax by shuffles (max is exact in any order), the scale by the same
+ * arithmetic as k_wna16_scale and the group's G / 8 words as k_wna16_pack: the same bits as the
+ * two passes in one launch (issue 18: pass 1 read with a G-element stride between threads). */
+__global__ void k_wna16_fused(const void *w, int wdt, int64_t rows, int64_t K, int64_t wp,
+                              int64_t G, uint32_t *packed, int64_t pp, void *scale, int sdt,
+                              int64_t sp, unsigned long long *flag, unsigned long long tag)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t ng = K / G;
+    const uint64_t n = (uint64_t)rows * (uint64_t)ng, wpb = blockDim.x / 32;
+    const uint64_t stride = (uint64_t)gridDim.x * wpb;
+    for (uint64_t t = blockIdx.x * wpb + threadIdx.x / 32; t < n; t += stride) { /* warp-uniform */
+        int64_t r = (int64_t)(t / (uint64_t)ng), g = (int64_t)(t % (uint64_t)ng);
+        const int64_t base = r * wp + g * G;
+        float amax = 0.0f;
+        bool bad = false;
+        for (int64_t k = lane; k < G; k += 32) {
+            float v = d_load_f32(w, wdt, base + k);
+            if (!d_finite(v))
+                bad = true;
+            amax = fabsf(v) > amax ? fabsf(v) : amax;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float x = __shfl_xor_sync(0xffffffffu, amax, o);
+            amax = x > amax ? x : amax;
+        }
+        bad = __any_sync(0xffffffffu, bad);
+        float sv = __fdiv_rn(amax, 7.5f);
+        uint16_t h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(sv) : d_f32_to_f16(sv);
+        float back = sdt == RF_DTYPE_BF16 ? rf_cuda_bf16_to_f32(h) : rf_cuda_f16_to_f32(h);
+        bool bad_scale = false;
+        if (back == 0.0f)
+            h = sdt == RF_DTYPE_BF16 ? d_f32_to_bf16(1.0f / 128.0f) : d_f32_to_f16(1.0f / 1024.0f);
+        else if (!d_finite(back))
+            bad_scale = true;
+        if (lane == 0) {
+            ((uint16_t *)scale)[r * sp + g] = h;
+            if (bad)
+                d_note_bad(flag, tag | RF_QUANT_BAD_INPUT);
+            if (bad_scale)
+                d_note_bad(flag, tag | RF_QUANT_BAD_SCALE);
+        }
+        float s = sdt == RF_DTYPE_BF16 ? rf_cuda_bf16_to_f32(h) : rf_cuda_f16_to_f32(h);
+        for (int64_t j = lane; j < G / 8; j += 32) {
+            uint32_t word = 0;
+            for (int e = 0; e < 8; e++) {
+                float x = rintf(__fdiv_rn(d_load_f32(w, wdt, base + 8 * j + e), s));
+                int qv = x < -8.0f ? -8 : (x > 7.0f ? 7 : (int)x);
+                word |= (uint32_t)(qv + 8) << (4 * e);
+            }
+            packed[r * pp + (g * G) / 8 + j] = word;
+        }
+    }
+}
+
 static rf_status_t cu_wna16_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_dtype,
                                      int64_t rows, int64_t K, int64_t w_pitch, int64_t G,
                                      uint32_t *packed, int64_t packed_pitch, void *scale,
@@ -386,6 +442,17 @@ static rf_status_t cu_wna16_quantize(rf_accel_t *a, const void *w, rf_dtype_t w_
     if (rows == 0 || K == 0)
         return RF_OK;
     cuda_stream_t *c = stream_impl(a, s);
+    if (G % 8 == 0) {
+        uint64_t groups = (uint64_t)rows * (uint64_t)(K / G), wpb = RF_CUDA_THREADS / 32;
+        uint64_t nb = (groups + wpb - 1) / wpb;
+        k_wna16_fused<<<nb > RF_CUDA_MAX_BLOCKS ? RF_CUDA_MAX_BLOCKS : (unsigned)nb,
+                        RF_CUDA_THREADS, 0, c->s>>>(w, (int)w_dtype, rows, K, w_pitch, G,
+                                                    packed, packed_pitch, scale,
+                                                    (int)scale_dtype, scale_pitch, c->d_scratch,
+                                                    next_tag(c));
+        RF_CUDA_LAUNCH_CHECK();
+        return RF_OK;
+    }
     k_wna16_scale<<<rf_cuda_grid_for((uint64_t)rows * (uint64_t)(K / G)), RF_CUDA_THREADS, 0,
                     c->s>>>(w, (int)w_dtype, rows, K, w_pitch, G, scale, (int)scale_dtype,
                             scale_pitch, c->d_scratch, next_tag(c));
