@@ -231,6 +231,7 @@ static bool float_dt(rf_dtype_t dt)
 }
 
 /* One block per 128 x 128 block of the region: amax (max is exact in any order), then q. */
+static_assert(RF_CUDA_THREADS % 128 == 0, "k_fp8_quant maps threads onto 128 columns");
 __global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, int64_t wp,
                             uint8_t *q, int64_t qp, void *scale, int sdt, int64_t sp,
                             unsigned long long *flag, unsigned long long tag)
@@ -240,8 +241,11 @@ __global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, 
     int64_t nr = rows - r0 < 128 ? rows - r0 : 128, nc = cols - c0 < 128 ? cols - c0 : 128;
     float amax = 0.0f;
     bool bad = false;
-    for (int64_t t = threadIdx.x; t < nr * nc; t += blockDim.x) {
-        float v = d_load_f32(w, wdt, (r0 + t / nc) * wp + c0 + t % nc);
+    /* 32-bit tile coordinates (no 64-bit division per element, issue 18): thread x reads column
+     * x % 128 of rows x / 128, x / 128 + rstep, ...: a warp reads 32 adjacent elements */
+    const int tc = (int)(threadIdx.x % 128u), rstep = (int)(blockDim.x / 128u);
+    for (int rr = (int)(threadIdx.x / 128u); tc < nc && rr < nr; rr += rstep) {
+        float v = d_load_f32(w, wdt, (r0 + rr) * wp + c0 + tc);
         if (!d_finite(v))
             bad = true;
         v = fabsf(v);
@@ -258,8 +262,8 @@ __global__ void k_fp8_quant(const void *w, int wdt, int64_t rows, int64_t cols, 
     }
     amax = red[0];
     float s = __fdiv_rn(amax > 1e-12f ? amax : 1e-12f, 448.0f);
-    for (int64_t t = threadIdx.x; t < nr * nc; t += blockDim.x) {
-        int64_t r = r0 + t / nc, c = c0 + t % nc;
+    for (int rr = (int)(threadIdx.x / 128u); tc < nc && rr < nr; rr += rstep) {
+        int64_t r = r0 + rr, c = c0 + tc;
         float v = d_load_f32(w, wdt, r * wp + c);
         q[r * qp + c] = d_f32_to_e4m3(__fdiv_rn(v, s));
     }
