@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin check libsubunit-dev
       libyaml-dev libjansson-dev libxxhash-dev libssl-dev
       libhdf5-openmpi-dev python3-h5py  # HDF5 checkpoints; h5py: the cross-check tests
-      python3-torch python3-mpi4py)     # python3-*: the Python binding's test (python/tests)
+      python3-torch python3-mpi4py      # python3-*: the Python binding's test (python/tests)
+      python3-pip python3-setuptools python3-wheel)  # pip install ./python (install test)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install test: `cmake --install BUILD --prefix TMP`, then tests/install/hello_refit.c built
 # against TMP twice, with pkg-config (refit.pc) and with the CMake package (find_package(refit),
-# refit::refit), each run on 2 ranks against TMP's librefit.so (its SONAME resolved there).
+# refit::refit), each run on 2 ranks against TMP's librefit.so (its SONAME resolved there); then
+# the Python package installed by pip from python/ (offline, into TMP) imported against TMP's
+# librefit.so through REFIT_LIB.
 #   install_test.sh BUILD_DIR SOURCE_DIR TOPOLOGY MPIEXEC
 set -euo pipefail
 build=$1 src=$(cd "$2" && pwd) topo=$3 mpiexec=$4
@@ -40,4 +42,15 @@ for exe in "$tmp/hello_pc" "$tmp/cm/b/hello_cm"; do
   echo "$out" | grep -q "rank 0: trainer" && echo "$out" | grep -q "rank 1: rollout" ||
     { echo "install_test: $exe: unexpected output"; exit 1; }
 done
+# pip: from a copy of python/ (setuptools writes build/ and *.egg-info beside the sources)
+cp -r "$src/python" "$tmp/pysrc"
+rm -rf "$tmp/pysrc/tests"
+/usr/bin/python3 -m pip install --quiet --no-deps --no-build-isolation --no-index \
+  --target "$tmp/site" "$tmp/pysrc" ||
+  { echo "install_test: pip install python/ failed"; exit 1; }
+got=$(cd "$tmp" && REFIT_LIB="$libdir/$soname" PYTHONPATH="$tmp/site" /usr/bin/python3 -c \
+      'import refit; print(refit.__file__); print(refit.ABI_VERSION)')
+echo "$got"
+[ "$(echo "$got" | sed -n 1p)" = "$tmp/site/refit/__init__.py" ] && [ "$(echo "$got" | sed -n 2p)" = "$abi" ] ||
+  { echo "install_test: the pip-installed package did not import from $tmp/site with ABI $abi"; exit 1; }
 echo "install_test: ok"
