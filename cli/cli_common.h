@@ -14,4 +14,13 @@
  * when it holds max_bytes bytes or more. */
 char *cli_file_read(const char *path, long max_bytes, size_t *len_p);
 
+/* Why the last cli_file_read returned NULL: strerror(errno) of the failed call, or "larger than
+ * the N-byte limit". Valid until the next cli_file_read. */
+const char *cli_file_error(void);
+
+/* getopt_long's verdict on argv[optind - 1] when it returned '?' or ':' (opterr = 0 and an
+ * optstring starting with ':'): prints "PROG: unknown option 'X' (see --help)" or
+ * "PROG: option 'X' needs a value" on stderr. */
+void cli_bad_option(const char *prog, int c, char **argv);
+
 #endif

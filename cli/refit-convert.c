@@ -87,6 +87,13 @@ static int die(const char *msg)
     return 1;
 }
 
+/* A bad option value, quoted. */
+static int die2(const char *opt, const char *value, const char *why)
+{
+    fprintf(stderr, "refit-convert: %s '%s': %s\n", opt, value, why);
+    return 2;
+}
+
 /* Peak resident set (VmHWM) in KiB, 0 if unknown. */
 static long peak_rss_kib(void)
 {
@@ -345,23 +352,25 @@ int main(int argc, char **argv)
     const char *gen = NULL;
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'f': force = true; break;
         case 's':
             if (parse_bytes(optarg, &shard) != 0 || shard == 0)
-                return die("--shard-bytes: not a positive byte count");
+                return die2("--shard-bytes", optarg, "not a positive byte count (N, or N followed by K / KiB, M / MiB or G / GiB)");
             break;
         case 'b':
             if (parse_bytes(optarg, &bufsz) != 0 || bufsz == 0)
-                return die("--buffer-bytes: not a positive byte count");
+                return die2("--buffer-bytes", optarg, "not a positive byte count (N, or N followed by K / KiB, M / MiB or G / GiB)");
             break;
         case 'g': gen = optarg; break;
         case 'S':
             if (parse_bytes(optarg, &step) != 0)
-                return die("--step: not a non-negative integer");
+                return die2("--step", optarg, "not a non-negative integer");
             break;
         case 'h': usage(stdout); return 0;
+        case '?':
+        case ':': cli_bad_option("refit-convert", c, argv); return 2;
         default: usage(stderr); return 2;
         }
     }
@@ -403,7 +412,7 @@ int main(int argc, char **argv)
         mpi = true;
         char *yaml = cli_file_read(gen, CLI_TEXT_MAX, NULL);
         if (yaml == NULL) {
-            st = rf_err_set(&err, RF_ERR_IO, "%s: cannot read", gen);
+            st = rf_err_set(&err, RF_ERR_IO, "%s: cannot read: %s", gen, cli_file_error());
         } else if ((st = rf_topology_parse(yaml, strlen(yaml), gen, &topo, &err)) == RF_OK &&
                    (st = rf_model_config_load(topo.model_config_path, &cfg0, &err)) == RF_OK &&
                    (st = rf_model_check_topology(&topo, &cfg0, 0, &cfg, &err)) == RF_OK &&

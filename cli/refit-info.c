@@ -47,11 +47,13 @@ int main(int argc, char **argv)
     const char *json_path = NULL, *topo = NULL;
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'j': json_path = optarg; break;
         case 't': topo = optarg; break;
         case 'h': usage(stdout); return 0;
+        case '?':
+        case ':': cli_bad_option("refit-info", c, argv); return 2;
         default: usage(stderr); return 2;
         }
     }

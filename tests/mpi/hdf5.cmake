@@ -153,3 +153,12 @@ set_tests_properties(refit_run_h5_config_layers_refused PROPERTIES FIXTURES_REQU
 h5_test(h5_info_topology ok "refit-info: .*/llama-tiny.h5: hdf5 .* 30 tensors, 810432 bytes;dtypes +BF16 30;config +\\(root attribute config\\) llama LlamaForCausalLM: 3 layers;^ +3 +1 +0 +0 +0 +21 +0 +0 +30"
         $<TARGET_FILE:refit-info> --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml ${H5D}/llama-tiny.h5)
 set_tests_properties(h5_info_topology PROPERTIES FIXTURES_REQUIRED h5_llama-tiny)
+# the programs' own argument errors name the option and quote the value
+h5_test(cli_info_unknown_option fail "^refit-info: unknown option '--bogus' \\(see --help\\)$"
+        $<TARGET_FILE:refit-info> --bogus ${H5D}/llama-tiny.h5)
+h5_test(cli_info_option_needs_value fail "^refit-info: option '--topology' needs a value"
+        $<TARGET_FILE:refit-info> --topology)
+h5_test(cli_convert_bad_shard_bytes fail "^refit-convert: --shard-bytes '12x': not a positive byte count"
+        $<TARGET_FILE:refit-convert> --shard-bytes 12x ${DATA}/llama-tiny ${H5D}/never.h5)
+h5_test(cli_convert_unreadable_topology fail "^refit-convert: .*no-such-topology.yaml: cannot read: No such file or directory"
+        $<TARGET_FILE:refit-convert> --generate ${H5D}/no-such-topology.yaml ${H5D}/never-gen.h5)
