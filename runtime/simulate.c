@@ -412,6 +412,9 @@ static void sim_links(sim_ctx_t *cx)
                  : RF_LINK_NVLINK_IN;
     s->floor_class = fc;
     s->floor_s = s->link[fc].seconds;
+    double fbw = class_bw(m, fc), mean_send = s->T > 0 ? (double)s->wire_bytes / s->T : 0;
+    double need = (double)s->max_recv > mean_send ? (double)s->max_recv : mean_send;
+    s->bound_s = fbw > 0 ? need / fbw : 0;
 }
 
 void rf_sim_free(rf_sim_t *s)

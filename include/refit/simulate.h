@@ -113,6 +113,9 @@ typedef struct rf_sim {
     double wire_s, latency_s, fill_s, predicted_s;
     double floor_s;             /* busiest NIC (or NVLink within one node) / bandwidth */
     rf_link_class_t floor_class;
+    double bound_s;             /* what no schedule of these receivers' bytes beats: the busiest
+                                   receiver's bytes, or the senders' mean share, over the floor
+                                   class's bandwidth (the balance a schedule could reach) */
 } rf_sim_t;
 
 /*
