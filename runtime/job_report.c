@@ -539,6 +539,12 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
                 json_object_set_new(to, key, json_integer((json_int_t)xs->peers[r].bytes_sent));
         }
         json_object_set_new(u, "sent_to", to);
+        /* trainer ranks: production (inside the update on mpi) and the send phase (pack,
+         * checksum, wire), so the wire model can be held against the send alone */
+        if (!job_is_rollout(j))
+            json_object_set_new(u, "trainer", json_pack("{s:f, s:f}", "produce_s",
+                                                         j->tr.stats.produce_s, "send_s",
+                                                         s->send_s));
         /* the gate's status alone would call an update whose oracle failed healthy */
         json_object_set_new(u, "oracle",
                             json_string(s->status != RF_OK ? "not_run"
