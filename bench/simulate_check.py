@@ -89,21 +89,23 @@ def main():
             rows.append({"shape": name, "mode": mode, "ranks": np_,
                          "wire_bytes": sim["wire_bytes"], "gather_bytes": sim["gather_bytes"],
                          "busiest_link": sim["busiest_link"], "predicted_s": sim["predicted_s"],
+                         "ordered_s": sim["ordered_s"],
                          "measured_s": b["median_s"], "best_s": b["best_s"],
                          "ratio": b["median_s"] / sim["predicted_s"],
                          "receiver_wire_s": max(wire) if wire else None,
                          "produce_s": med(prod), "send_s": med(send),
                          "send_ratio": med(send) / sim["predicted_s"] if send else None})
-    hdr = ("| shape | mode | ranks | wire MB | gather MB | busiest link | predicted s | "
+    hdr = ("| shape | mode | ranks | wire MB | gather MB | busiest link | predicted s | ordered s | "
            "update s (median) | update / predicted | trainer produce s | trainer send s | "
            "send / predicted |")
     lines = ["machine: %s" % open(machine).read().replace("\n", " "), "", hdr,
-             "|" + "---|" * 12]
+             "|" + "---|" * 13]
     for r in rows:
-        lines.append("| %s | %s | %d | %.1f | %.1f | %s | %.3f | %.3f | %.1f | %.3f | %.3f | "
+        lines.append("| %s | %s | %d | %.1f | %.1f | %s | %.3f | %.3f | %.3f | %.1f | %.3f | %.3f | "
                      "%.1f |" % (
             r["shape"], r["mode"], r["ranks"], r["wire_bytes"] / 1e6, r["gather_bytes"] / 1e6,
-            r["busiest_link"], r["predicted_s"], r["measured_s"], r["ratio"], r["produce_s"],
+            r["busiest_link"], r["predicted_s"], r["ordered_s"], r["measured_s"], r["ratio"],
+            r["produce_s"],
             r["send_s"], r["send_ratio"]))
     text = "\n".join(lines) + "\n"
     print(text)

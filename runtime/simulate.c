@@ -417,6 +417,74 @@ static void sim_links(sim_ctx_t *cx)
     s->bound_s = fbw > 0 ? need / fbw : 0;
 }
 
+/* A pair's link bandwidth: NVLink inside a node, NIC between nodes; 0 on one GPU. */
+static double pair_bw(const sim_ctx_t *cx, int src, int dst)
+{
+    int gs = sim_gpu(cx, src), gd = sim_gpu(cx, dst);
+    if (gs == gd)
+        return 0;
+    return gs / cx->m->gpus_per_node == gd / cx->m->gpus_per_node ? cx->m->nvlink_Bps
+                                                                    : cx->m->nic_Bps;
+}
+
+static double pair_s(const sim_ctx_t *cx, const rf_sim_pair_t *p)
+{
+    double bw = pair_bw(cx, p->src, p->dst);
+    return (bw > 0 ? (double)p->bytes / bw : 0) + (double)p->chunks * cx->m->chunk_latency_s;
+}
+
+static int pair_cmp_src(const void *a, const void *b)
+{
+    const rf_sim_pair_t *x = a, *y = b;
+    if (x->src != y->src)
+        return x->src < y->src ? -1 : 1;
+    return x->dst < y->dst ? -1 : (x->dst > y->dst);
+}
+
+/* refit's send order (ordered_s in simulate.h). */
+static rf_status_t sim_ordered(sim_ctx_t *cx, rf_err_t *err)
+{
+    rf_sim_t *s = cx->s;
+    double dag = 0;
+    if (s->mode == RF_MODE_P2P) {
+        rf_sim_pair_t *v = malloc((s->npairs + 1) * sizeof(*v));
+        double *fin = calloc((size_t)(s->T + s->R) + 1, sizeof(double));
+        if (v == NULL || fin == NULL) {
+            free(v);
+            free(fin);
+            return rf_err_set(err, RF_ERR_NOMEM, "simulate: out of memory");
+        }
+        memcpy(v, s->pairs, s->npairs * sizeof(*v));
+        /* (src, dst) order: a sender's earlier receivers and a receiver's earlier senders
+         * both come first, so one pass is the longest path */
+        qsort(v, s->npairs, sizeof(*v), pair_cmp_src);
+        for (size_t i = 0; i < s->npairs; i++) {
+            double t0 = fin[v[i].src] > fin[v[i].dst] ? fin[v[i].src] : fin[v[i].dst];
+            fin[v[i].src] = fin[v[i].dst] = t0 + pair_s(cx, &v[i]);
+            dag = fin[v[i].dst] > dag ? fin[v[i].dst] : dag;
+        }
+        free(v);
+        free(fin);
+    } else {
+        /* pairs are stage-major (one sender per stage, receivers in order) */
+        for (size_t i = 0; i < s->npairs;) {
+            int src = s->pairs[i].src;
+            double out = 0, in = 0;
+            for (; i < s->npairs && s->pairs[i].src == src; i++) {
+                double bw = pair_bw(cx, src, s->pairs[i].dst);
+                double t = bw > 0 ? (double)s->pairs[i].bytes / bw : 0;
+                out += t;
+                in = t > in ? t : in;
+            }
+            /* the stage's chunks, each posted once per receiver by the sender */
+            dag += (out > in ? out : in) + (double)s->pairs[i - 1].chunks * cx->m->chunk_latency_s;
+        }
+    }
+    double lo = s->wire_s + s->latency_s;
+    s->ordered_s = (dag > lo ? dag : lo) + s->fill_s;
+    return RF_OK;
+}
+
 void rf_sim_free(rf_sim_t *s)
 {
     free(s->pairs);
@@ -484,6 +552,7 @@ rf_status_t rf_sim_run(const rf_topology_t *topo, const rf_inventory_t *inv,
             }
         }
         sim_links(&cx);
+        st = sim_ordered(&cx, err);
     }
     for (int c = 0; c < RF_LINK_NCLASSES; c++) {
         free(cx.load[c]);

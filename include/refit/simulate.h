@@ -116,6 +116,13 @@ typedef struct rf_sim {
     double bound_s;             /* what no schedule of these receivers' bytes beats: the busiest
                                    receiver's bytes, or the senders' mean share, over the floor
                                    class's bandwidth (the balance a schedule could reach) */
+    double ordered_s;           /* the same bytes in refit's send order (mpi): p2p senders serve
+                                   receivers one at a time in world-rank order and receivers
+                                   take senders in order, so pair (s, r) starts when s finished
+                                   its previous pair and r its previous one (longest path);
+                                   broadcast stages one after another (receivers consume them
+                                   stage-major), each stage sender fanning out to all receivers;
+                                   never below the busiest link's wire + latency; + fill */
 } rf_sim_t;
 
 /*
