@@ -3,12 +3,19 @@
  * committing memory (DESIGN.md section 8).
  *
  *   refit-plan --topology FILE [--reload-policy auto|layerwise] [--json FILE]
+ *   refit-plan --topology FILE --simulate [--machine FILE] [machine flags] [--mode M]
+ *              [--json FILE]
  *
  * Runs as one process (no mpirun needed): it parses the topology and the model config, builds
  * the inventory, and for each rollout rank reserves that rank's runtime arenas with
  * mmap(MAP_NORESERVE, PROT_NONE), plans every layer with the format owner of the topology's
  * (quantization, backend), and prints the layers per plan mode and the expected applications.
  * Full-size models (Qwen3-30B-A3B: ~19k tensors, 30 B parameters) plan in seconds on a laptop.
+ *
+ * --simulate prints the scale model instead (include/refit/simulate.h, docs/simulate.md): per
+ * mode the bytes each sender sends each receiver, the load on every link class of the machine,
+ * the busiest link, the wire floor and the predicted update time; --json writes all of it,
+ * every pair included.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -24,6 +31,7 @@
 #include "refit/log.h"
 #include "refit/model.h"
 #include "refit/plan.h"
+#include "refit/simulate.h"
 #include "refit/storage.h"
 #include "refit/topology.h"
 
@@ -35,7 +43,23 @@ static void usage(FILE *f)
                "Prints, per rollout rank of the topology, the layers per plan mode (DIRECT,\n"
                "RUNTIME_VIEW, LAYERWISE) and the expected applications, without moving data or\n"
                "committing memory (arenas are reserved with MAP_NORESERVE). --format-owner NAME\n"
-               "overrides the owner chosen from the topology's quantization and backend.\n");
+               "overrides the owner chosen from the topology's quantization and backend.\n"
+               "\n"
+               "       refit-plan --topology FILE --simulate [--machine FILE] [--gpus-per-node N]\n"
+               "                  [--nodes N] [--nvlink-bw RATE] [--nic-bw RATE] [--node-bw RATE]\n"
+               "                  [--chunk-latency-us US] [--mode broadcast|p2p|both] [--json FILE]\n"
+               "\n"
+               "--simulate: no data moves, one process, any topology size. Per mode (both by\n"
+               "default): bytes each sender sends each receiver (the real manifest, chunk plan and\n"
+               "p2p schedule), the load on each link class (nvlink-out/in inside a node, nic-out/in\n"
+               "between nodes, node: one shared fabric per node when --node-bw is set), the busiest\n"
+               "link, predicted time = busiest link bytes / bandwidth + its chunks x latency + one\n"
+               "chunk of fill, and the wire floor (busiest NIC / NIC bandwidth); ordered_s: the\n"
+               "same bytes in refit's send order (p2p: receivers one at a time per sender,\n"
+               "senders in order per receiver; broadcast: stage after stage). Machine: a YAML\n"
+               "file (gpus_per_node, nodes, nvlink_bandwidth, nic_bandwidth, node_bandwidth,\n"
+               "chunk_latency_us) and/or flags over it; default 8 GPUs a node, NVLink 450GB/s,\n"
+               "NIC 50GB/s (400 Gb/s), 10 us a chunk, nodes as needed (docs/simulate.md).\n");
 }
 
 static int fail(const char *msg)
@@ -44,12 +68,171 @@ static int fail(const char *msg)
     return 1;
 }
 
+
+static double gb(uint64_t b)
+{
+    return (double)b / 1e9;
+}
+
+static json_t *sim_json(const rf_sim_t *s)
+{
+    json_t *links = json_object(), *pairs = json_array(), *gather = json_array();
+    for (int c = 0; c < RF_LINK_NCLASSES; c++) {
+        const rf_sim_link_t *l = &s->link[c];
+        json_object_set_new(links, rf_link_class_name((rf_link_class_t)c),
+                            json_pack("{s:I, s:I, s:i, s:I, s:f}", "busiest_bytes",
+                                      (json_int_t)l->bytes, "busiest_chunks",
+                                      (json_int_t)l->chunks, "where", l->where, "total_bytes",
+                                      (json_int_t)l->total, "seconds", l->seconds));
+    }
+    for (size_t i = 0; i < s->npairs; i++)
+        json_array_append_new(pairs, json_pack("{s:i, s:i, s:I, s:I, s:I}", "src",
+                                               s->pairs[i].src, "dst", s->pairs[i].dst, "bytes",
+                                               (json_int_t)s->pairs[i].bytes, "payload",
+                                               (json_int_t)s->pairs[i].payload, "chunks",
+                                               (json_int_t)s->pairs[i].chunks));
+    for (size_t i = 0; i < s->ngather; i++)
+        json_array_append_new(gather, json_pack("{s:i, s:i, s:I}", "src", s->gather[i].src,
+                                                "dst", s->gather[i].dst, "bytes",
+                                                (json_int_t)s->gather[i].bytes));
+    return json_pack("{s:s, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:I, s:i, s:I, s:i, s:s, "
+                     "s:f, s:f, s:f, s:f, s:f, s:s, s:f, s:f, s:o, s:o, s:o}",
+                     "mode", rf_mode_name(s->mode), "trainer_ranks", s->T, "rollout_ranks",
+                     s->R, "nodes", s->nodes, "payload_bytes", (json_int_t)s->payload_bytes,
+                     "wire_bytes", (json_int_t)s->wire_bytes, "gather_bytes",
+                     (json_int_t)s->gather_bytes, "quant_in_bytes",
+                     (json_int_t)s->quant_in_bytes, "quant_rank", s->quant_rank,
+                     "max_send_bytes", (json_int_t)s->max_send, "max_send_rank",
+                     s->max_send_rank, "max_recv_bytes", (json_int_t)s->max_recv,
+                     "max_recv_rank", s->max_recv_rank, "busiest_link",
+                     rf_link_class_name(s->busiest), "wire_s", s->wire_s, "latency_s",
+                     s->latency_s, "fill_s", s->fill_s, "predicted_s", s->predicted_s,
+                     "floor_s", s->floor_s, "floor_link", rf_link_class_name(s->floor_class),
+                     "bound_s", s->bound_s, "ordered_s", s->ordered_s,
+                     "links", links, "pairs", pairs, "gather", gather);
+}
+
+/* --simulate: one row per mode, then each mode's link classes; 0 or 1 (message printed). */
+static int simulate(const rf_topology_t *topo, const rf_inventory_t *inv,
+                    const rf_machine_t *m, int modes, const char *json_path)
+{
+    rf_err_t err;
+    rf_err_clear(&err);
+    rf_sim_t sims[2];
+    int have[2] = {0, 0};
+    printf("refit-plan: simulate: %s: %s, %d layers, %d tensors, %" PRIu64
+           " checkpoint elements, quantization %s; %d trainer + %d rollout ranks%s\n",
+           topo->name, inv->cfg.model_type, (int)inv->cfg.num_hidden_layers, inv->ntensors,
+           inv->nparams, rf_quant_name(topo->quantization), rf_topology_trainer_size(topo),
+           rf_topology_rollout_size(topo), topo->colocated ? " (colocated)" : "");
+    char nodes[32];
+    snprintf(nodes, sizeof(nodes), m->nodes ? "%d nodes" : "nodes as needed", m->nodes);
+    printf("refit-plan: simulate: machine %s: %d GPUs a node, %s, NVLink %.1f GB/s, "
+           "NIC %.1f GB/s, node %s%.1f GB/s, %.1f us a chunk; chunk_bytes %" PRIu64
+           ", integrity %s\n",
+           m->name, m->gpus_per_node, nodes,
+           m->nvlink_Bps / 1e9, m->nic_Bps / 1e9, m->node_Bps > 0 ? "" : "unlimited, ",
+           m->node_Bps / 1e9, m->chunk_latency_s * 1e6, topo->chunk_bytes,
+           topo->integrity ? "on" : "off");
+    for (int k = 0; k < 2; k++) {
+        if (!(modes & (1 << k)))
+            continue;
+        if (rf_sim_run(topo, inv, m, k == 0 ? RF_MODE_BROADCAST : RF_MODE_P2P, &sims[k], &err) !=
+            RF_OK) {
+            for (int i = 0; i < k; i++)
+                if (have[i])
+                    rf_sim_free(&sims[i]);
+            return fail(err.msg);
+        }
+        have[k] = 1;
+    }
+    printf("%-9s %5s %6s %6s %10s %10s %12s %9s %12s %8s %11s %14s %11s %9s %9s %9s %11s %9s %10s %9s %10s\n",
+           "mode", "T", "R", "nodes", "pairs", "payload_GB", "wire_GB", "gather_GB",
+           "max_send_GB", "send_at", "max_recv_GB", "busiest_link", "link_GB", "wire_s",
+           "latency_s", "fill_s", "predicted_s", "floor_s", "pred/floor", "bound_s", "ordered_s");
+    for (int k = 0; k < 2; k++) {
+        if (!have[k])
+            continue;
+        const rf_sim_t *s = &sims[k];
+        const rf_sim_link_t *b = &s->link[s->busiest];
+        char where[48];
+        snprintf(where, sizeof(where), "%s:%d", rf_link_class_name(s->busiest), b->where);
+        printf("%-9s %5d %6d %6d %10zu %10.4g %12.4g %9.4g %12.4g %8d %11.4g %14s %11.4g %9.4g "
+               "%9.4g %9.4g %11.4g %9.4g %10.3f %9.4g %10.4g\n",
+               rf_mode_name(s->mode), s->T, s->R, s->nodes, s->npairs, gb(s->payload_bytes),
+               gb(s->wire_bytes), gb(s->gather_bytes), gb(s->max_send), s->max_send_rank,
+               gb(s->max_recv), where, gb(b->bytes), s->wire_s, s->latency_s, s->fill_s,
+               s->predicted_s, s->floor_s, s->floor_s > 0 ? s->predicted_s / s->floor_s : 0.0,
+               s->bound_s, s->ordered_s);
+    }
+    printf("%-9s %-11s %12s %12s %10s %10s %9s\n", "mode", "link", "total_GB", "busiest_GB",
+           "where", "chunks", "seconds");
+    for (int k = 0; k < 2; k++) {
+        for (int c = 0; have[k] && c < RF_LINK_NCLASSES; c++) {
+            const rf_sim_link_t *l = &sims[k].link[c];
+            printf("%-9s %-11s %12.4g %12.4g %10d %10" PRIu64 " %9.4g\n",
+                   rf_mode_name(sims[k].mode), rf_link_class_name((rf_link_class_t)c),
+                   gb(l->total), gb(l->bytes), l->where, l->chunks, l->seconds);
+        }
+        if (have[k] && sims[k].quant_in_bytes > 0)
+            printf("%-9s trainer-side quantization: busiest trainer rank %d quantizes %.3f GB of "
+                   "bf16 input\n",
+                   rf_mode_name(sims[k].mode), sims[k].quant_rank, gb(sims[k].quant_in_bytes));
+    }
+    int rc = 0;
+    if (json_path != NULL) {
+        json_t *modes_j = json_array();
+        for (int k = 0; k < 2; k++)
+            if (have[k])
+                json_array_append_new(modes_j, sim_json(&sims[k]));
+        json_t *root = json_pack(
+            "{s:s, s:s, s:s, s:s, s:i, s:I, s:b, s:{s:s, s:i, s:i, s:f, s:f, s:f, s:f}, s:o}",
+            "format", "refit-simulate", "topology", topo->name, "transfer_mode",
+            rf_mode_name(topo->mode), "quantization",
+            rf_quant_name(topo->quantization), "tensors", inv->ntensors, "chunk_bytes",
+            (json_int_t)topo->chunk_bytes, "integrity", topo->integrity, "machine", "name",
+            m->name, "gpus_per_node", m->gpus_per_node, "nodes", m->nodes, "nvlink_Bps",
+            m->nvlink_Bps, "nic_Bps", m->nic_Bps, "node_Bps", m->node_Bps, "chunk_latency_s",
+            m->chunk_latency_s, "modes", modes_j);
+        if (root == NULL || json_dump_file(root, json_path, JSON_INDENT(1)) != 0) {
+            fprintf(stderr, "refit-plan: %s: cannot write\n", json_path);
+            rc = 1;
+        }
+        json_decref(root);
+    }
+    for (int k = 0; k < 2; k++)
+        if (have[k])
+            rf_sim_free(&sims[k]);
+    return rc;
+}
+
+static int parse_rate_flag(const char *flag, const char *v, double *out)
+{
+    if (strcmp(v, "0") == 0 && strcmp(flag, "--node-bw") == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (rf_topology_parse_rate(v, out) != RF_OK || !(*out > 0)) {
+        fprintf(stderr, "refit-plan: %s: %s is not a rate (for example 50GB/s)\n", flag, v);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"topology", required_argument, NULL, 't'}, {"reload-policy", required_argument, NULL, 'p'},
         {"json", required_argument, NULL, 'j'},     {"format-owner", required_argument, NULL, 'f'},
+        {"simulate", no_argument, NULL, 'S'},       {"machine", required_argument, NULL, 'M'},
+        {"gpus-per-node", required_argument, NULL, 'g'}, {"nodes", required_argument, NULL, 'n'},
+        {"nvlink-bw", required_argument, NULL, 'v'}, {"nic-bw", required_argument, NULL, 'i'},
+        {"node-bw", required_argument, NULL, 'o'},   {"chunk-latency-us", required_argument, NULL, 'l'},
+        {"mode", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    /* machine flags apply over the machine file, in any order: kept until both are known */
+    const char *machine_path = NULL, *mf[7] = {NULL};
+    int sim = 0, modes = 3;
     const char *topo_path = NULL, *json_path = NULL, *owner = NULL;
     rf_reload_policy_t policy = RF_POLICY_AUTO;
     rf_topology_t topo;
@@ -80,6 +263,40 @@ int main(int argc, char **argv)
             else
                 return fail("--reload-policy must be auto or layerwise");
             break;
+        case 'S':
+            sim = 1;
+            break;
+        case 'M':
+            machine_path = optarg;
+            break;
+        case 'g':
+            mf[0] = optarg;
+            break;
+        case 'n':
+            mf[1] = optarg;
+            break;
+        case 'v':
+            mf[2] = optarg;
+            break;
+        case 'i':
+            mf[3] = optarg;
+            break;
+        case 'o':
+            mf[4] = optarg;
+            break;
+        case 'l':
+            mf[5] = optarg;
+            break;
+        case 'm':
+            if (strcmp(optarg, "broadcast") == 0)
+                modes = 1;
+            else if (strcmp(optarg, "p2p") == 0)
+                modes = 2;
+            else if (strcmp(optarg, "both") == 0)
+                modes = 3;
+            else
+                return fail("--mode must be broadcast, p2p or both");
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -91,6 +308,36 @@ int main(int argc, char **argv)
     if (topo_path == NULL) {
         usage(stderr);
         return 2;
+    }
+    rf_machine_t mach;
+    rf_machine_default(&mach);
+    if (machine_path != NULL) {
+        char *mt = cli_file_read(machine_path, 0, &len);
+        if (mt == NULL) {
+            fprintf(stderr, "refit-plan: %s: cannot read\n", machine_path);
+            return 1;
+        }
+        rf_status_t mst = rf_machine_parse(mt, len, machine_path, &mach, &err);
+        free(mt);
+        if (mst != RF_OK)
+            return fail(err.msg);
+    }
+    {
+        char *end;
+        if (mf[0] != NULL && ((mach.gpus_per_node = (int)strtol(mf[0], &end, 10)) < 1 || *end))
+            return fail("--gpus-per-node must be an integer >= 1");
+        if (mf[1] != NULL && ((mach.nodes = (int)strtol(mf[1], &end, 10)) < 0 || *end))
+            return fail("--nodes must be an integer >= 0");
+        if ((mf[2] && parse_rate_flag("--nvlink-bw", mf[2], &mach.nvlink_Bps)) ||
+            (mf[3] && parse_rate_flag("--nic-bw", mf[3], &mach.nic_Bps)) ||
+            (mf[4] && parse_rate_flag("--node-bw", mf[4], &mach.node_Bps)))
+            return 1;
+        if (mf[5] != NULL) {
+            double us = strtod(mf[5], &end);
+            if (*end || !(us >= 0))
+                return fail("--chunk-latency-us must be a number >= 0");
+            mach.chunk_latency_s = us * 1e-6;
+        }
     }
     /* MPI only so that the library's MPI-typed pieces are initialized; one process */
     MPI_Init(&argc, &argv);
@@ -116,6 +363,14 @@ int main(int argc, char **argv)
     if (fmt.ops == NULL) {
         MPI_Finalize();
         return fail("no format owner for this (quantization, backend)");
+    }
+    if (sim) {
+        int src = simulate(&topo, &inv, &mach, modes, json_path);
+        rf_inventory_free(&inv);
+        rf_model_config_free(&cfg);
+        rf_model_config_free(&cfg0);
+        MPI_Finalize();
+        return src;
     }
     int T = rf_topology_trainer_size(&topo), R = rf_topology_rollout_size(&topo);
     printf("refit-plan: %s: %s %s, %d layers, %d tensors, %" PRIu64

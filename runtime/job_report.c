@@ -530,6 +530,24 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
         "max_inflight_chunks", s->max_inflight);
     if (u != NULL) {
         json_object_set_new(u, "verdict_s", json_real(s->verdict_s));
+        /* the transport's bytes to each peer this update (what the gate checked), keyed by
+         * world rank, non-zero only: the scale model's pairs (refit-plan --simulate) are
+         * compared with these (docs/simulate.md) */
+        const rf_xfer_stats_t *xs = j->xfer != NULL ? rf_xfer_stats(j->xfer) : NULL;
+        json_t *to = json_object();
+        for (int r = 0; xs != NULL && xs->peers != NULL && to != NULL && r < j->size; r++) {
+            char key[16];
+            snprintf(key, sizeof(key), "%d", r);
+            if (xs->peers[r].bytes_sent > 0)
+                json_object_set_new(to, key, json_integer((json_int_t)xs->peers[r].bytes_sent));
+        }
+        json_object_set_new(u, "sent_to", to);
+        /* trainer ranks: production (inside the update on mpi) and the send phase (pack,
+         * checksum, wire), so the wire model can be held against the send alone */
+        if (!job_is_rollout(j))
+            json_object_set_new(u, "trainer", json_pack("{s:f, s:f}", "produce_s",
+                                                         j->tr.stats.produce_s, "send_s",
+                                                         s->send_s));
         /* the gate's status alone would call an update whose oracle failed healthy */
         json_object_set_new(u, "oracle",
                             json_string(s->status != RF_OK ? "not_run"
