@@ -28,20 +28,28 @@ static int entry_order(const rf_manifest_entry_t *a, const rf_manifest_entry_t *
 
 static int entry_cmp(const void *a, const void *b) { return entry_order(a, b); }
 
+static size_t entry_line(const rf_manifest_entry_t *e, char *p);
+
+/* XXH3-64 of the serialized manifest (rf_manifest_serialize's text), streamed line by line: no
+ * copy of the text is made (on a parsed manifest it is the re-serialization that proves the
+ * parse lost nothing). A failed state allocation leaves digest 0, which no real manifest's
+ * agreement accepts against a rank that computed one. */
 static void manifest_digest(rf_manifest_t *man)
 {
-    size_t len = rf_manifest_serialize(man, NULL, 0);
-    char *buf = malloc(len + 1);
+    XXH3_state_t *h = XXH3_createState();
     man->payload_bytes = 0;
     for (int i = 0; i < man->n; i++)
         man->payload_bytes += man->entries[i].nbytes;
-    if (buf == NULL) {
-        man->digest = 0;
+    man->digest = 0;
+    if (h == NULL)
         return;
+    XXH3_64bits_reset(h);
+    for (int i = 0; i < man->n; i++) {
+        char line[RF_NAME_MAX + 256];
+        XXH3_64bits_update(h, line, entry_line(&man->entries[i], line));
     }
-    rf_manifest_serialize(man, buf, len + 1);
-    man->digest = XXH3_64bits(buf, len);
-    free(buf);
+    man->digest = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
 }
 
 /* The quantized linear (or expert projection) tensor t belongs to: its prefix "<P>" and its
