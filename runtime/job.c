@@ -55,7 +55,8 @@ static rf_status_t cold_copy(job_t *j, const rf_chunk_t *chunk, const rf_xfer_se
         return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
     rf_status_t cs = RF_OK;
     /* the items of the chunk plan in use: p2p chunks index this rank's own plan's items */
-    const rf_chunk_item_t *items = j->p2p ? j->p2p_s.recv[j->rank - j->T].items : j->items;
+    const rf_chunk_item_t *items = j->p2p ? rf_p2p_schedule_find(&j->p2p_s, j->rank)->items
+                                          : j->items;
     for (size_t k = 0; k < (payload != NULL ? 1 : nsegs) && cs == RF_OK; k++) {
         const rf_xfer_segment_t *sg = &segs[k];
         uint64_t rb = payload != NULL ? 0 : items[sg->piece->item].row_bytes;
@@ -382,9 +383,9 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         t = rf_time_now();
         if (j->p2p) {
             /* p2p: this rank's own plan (rollout) or one plan per receiver (trainer) */
-            cfg.stage_senders = j->p2p_s.senders;
             if (job_is_rollout(j)) {
-                const rf_p2p_recv_t *me = &j->p2p_s.recv[j->rank - j->T];
+                const rf_p2p_recv_t *me = rf_p2p_schedule_find(&j->p2p_s, j->rank);
+                cfg.stage_senders = me->senders;
                 cfg.plan = me->plan;
                 cfg.items = me->items;
                 cfg.receivers = &me->rank;
@@ -405,11 +406,12 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         } else if (j->p2p) {
             /* receivers in world-rank order on every sender, senders in order on every
              * receiver (the plan's stages): no cycle of waits */
-            for (int r = 0; r < j->R && st == RF_OK; r++) {
+            for (size_t r = 0; r < j->p2p_s.nrecv && st == RF_OK; r++) {
                 const rf_p2p_recv_t *rv = &j->p2p_s.recv[r];
-                if (rv->plan->n_stages <= j->rank ||
-                    rv->plan->stages[j->rank].chunk_count == 0)
+                int k = rf_p2p_recv_stage(rv, j->rank);
+                if (k < 0 || rv->plan->stages[k].chunk_count == 0)
                     continue;
+                cfg.stage_senders = rv->senders;
                 cfg.plan = rv->plan;
                 cfg.items = rv->items;
                 cfg.receivers = &rv->rank;

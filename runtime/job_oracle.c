@@ -625,7 +625,8 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
         st = rf_plan_begin(&cp, v, err);
     for (size_t c = 0; c < j->ncold && st == RF_OK; c++) {
         const rf_chunk_t *ch = j->cold[c].chunk;
-        const rf_chunk_plan_t *pl = j->p2p ? j->p2p_s.recv[j->rank - j->T].plan : j->cplan;
+        const rf_chunk_plan_t *pl = j->p2p ? rf_p2p_schedule_find(&j->p2p_s, j->rank)->plan
+                                           : j->cplan;
         st = rf_plan_stage(&cp, j->cold[c].payload, ch->payload_bytes, err);
         if (st == RF_OK)
             st = job_apply_pieces(j, &cp, ch, &pl->pieces[ch->piece_begin], j->cold[c].payload,

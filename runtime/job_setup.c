@@ -86,7 +86,7 @@ rf_status_t job_apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
                              const rf_chunk_piece_t *pieces, const void *payload, bool dev,
                              rf_err_t *err)
 {
-    const rf_p2p_recv_t *me = j->p2p ? &j->p2p_s.recv[j->rank - j->T] : NULL;
+    const rf_p2p_recv_t *me = j->p2p ? rf_p2p_schedule_find(&j->p2p_s, j->rank) : NULL;
     for (size_t k = 0; k < chunk->piece_count; k++) {
         const rf_chunk_piece_t *pc = &pieces[k];
         rf_piece_src_t ps = {.sender = -1,
@@ -617,22 +617,15 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
         j->expect.bytes[(size_t)q * j->size + j->pair_of[q]] += RF_IPC_ACK_BYTES;
     }
     if (j->p2p) {
-        /* p2p: every (trainer rank, rollout rank) pair's chunks from the schedule */
-        st = rf_p2p_schedule_build(&j->topo, &j->inv, &j->man,
-                                   rf_xfer_plan_bytes(j->topo.chunk_bytes, j->integrity),
-                                   &j->p2p_s, err);
+        /* p2p: this rank's part of the schedule (the pairs it sends or receives); rank 0's
+         * gate expectation from every rank's part, both ends of each pair agreeing */
+        st = rf_p2p_schedule_build_rank(&j->topo, &j->inv, &j->man,
+                                        rf_xfer_plan_bytes(j->topo.chunk_bytes, j->integrity),
+                                        j->rank, &j->p2p_s, err);
         RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
-        for (int r = 0; r < j->R; r++) {
-            const rf_chunk_plan_t *pl = j->p2p_s.recv[r].plan;
-            size_t d = (size_t)j->p2p_s.recv[r].rank;
-            for (int p = 0; p < pl->n_stages; p++) {
-                const rf_chunk_stage_range_t *sr = &pl->stages[p];
-                uint64_t per = RF_CHUNK_HEADER_BYTES + (j->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
-                j->expect.chunks[(size_t)p * j->size + d] += sr->chunk_count;
-                j->expect.bytes[(size_t)p * j->size + d] +=
-                    sr->payload_bytes + (uint64_t)sr->chunk_count * per;
-            }
-        }
+        uint64_t per = RF_CHUNK_HEADER_BYTES + (j->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
+        st = rf_p2p_expect_agree(&j->p2p_s, j->rank, per, MPI_COMM_WORLD, &j->expect, err);
+        RF_CHECK(agree_status(j, MPI_COMM_WORLD, st, err));
     }
     for (int p = 0; p < j->cplan->n_stages && !j->ipc && !j->p2p; p++) {
         const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];

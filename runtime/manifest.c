@@ -28,20 +28,28 @@ static int entry_order(const rf_manifest_entry_t *a, const rf_manifest_entry_t *
 
 static int entry_cmp(const void *a, const void *b) { return entry_order(a, b); }
 
+static size_t entry_line(const rf_manifest_entry_t *e, char *p);
+
+/* XXH3-64 of the serialized manifest (rf_manifest_serialize's text), streamed line by line: no
+ * copy of the text is made (on a parsed manifest it is the re-serialization that proves the
+ * parse lost nothing). A failed state allocation leaves digest 0, which no real manifest's
+ * agreement accepts against a rank that computed one. */
 static void manifest_digest(rf_manifest_t *man)
 {
-    size_t len = rf_manifest_serialize(man, NULL, 0);
-    char *buf = malloc(len + 1);
+    XXH3_state_t *h = XXH3_createState();
     man->payload_bytes = 0;
     for (int i = 0; i < man->n; i++)
         man->payload_bytes += man->entries[i].nbytes;
-    if (buf == NULL) {
-        man->digest = 0;
+    man->digest = 0;
+    if (h == NULL)
         return;
+    XXH3_64bits_reset(h);
+    for (int i = 0; i < man->n; i++) {
+        char line[RF_NAME_MAX + 256];
+        XXH3_64bits_update(h, line, entry_line(&man->entries[i], line));
     }
-    rf_manifest_serialize(man, buf, len + 1);
-    man->digest = XXH3_64bits(buf, len);
-    free(buf);
+    man->digest = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
 }
 
 /* The quantized linear (or expert projection) tensor t belongs to: its prefix "<P>" and its
@@ -341,25 +349,146 @@ void rf_manifest_free(rf_manifest_t *man)
     memset(man, 0, sizeof(*man));
 }
 
+/* Decimal digits of v at p (no terminator); returns the count. */
+static size_t put_i64(char *p, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0, k = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        p[k++] = '-';
+    while (n > 0)
+        p[k++] = tmp[--n];
+    return k;
+}
+
+/* One entry's line "name dtype ndim:d0xd1.. stage layer expert\n" at p (room for
+ * RF_NAME_MAX + 256 bytes); returns its length. Written by hand, not snprintf: the agreement
+ * serializes (root) and re-serializes (every rank, for the digest) a line per tensor, and
+ * printf's formatting was most of a 56k-tensor manifest's cost (issue 18 item 4). */
+static size_t entry_line(const rf_manifest_entry_t *e, char *p)
+{
+    size_t n = strnlen(e->name, RF_NAME_MAX - 1), k;
+    const char *dt = rf_dtype_name(e->dtype);
+    size_t dl = strlen(dt);
+    memcpy(p, e->name, n);
+    k = n;
+    p[k++] = ' ';
+    memcpy(p + k, dt, dl);
+    k += dl;
+    p[k++] = ' ';
+    k += put_i64(p + k, e->ndim);
+    p[k++] = ':';
+    for (int d = 0; d < e->ndim && d < RF_MAX_DIMS; d++) {
+        if (d)
+            p[k++] = 'x';
+        k += put_i64(p + k, e->shape[d]);
+    }
+    p[k++] = ' ';
+    k += put_i64(p + k, e->stage);
+    p[k++] = ' ';
+    k += put_i64(p + k, e->layer);
+    p[k++] = ' ';
+    k += put_i64(p + k, e->expert);
+    p[k++] = '\n';
+    return k;
+}
+
 size_t rf_manifest_serialize(const rf_manifest_t *man, char *buf, size_t cap)
 {
     size_t len = 0;
     for (int i = 0; i < man->n; i++) {
-        const rf_manifest_entry_t *e = &man->entries[i];
-        char line[RF_NAME_MAX + 256], dims[160] = "";
-        size_t dl = 0;
-        for (int d = 0; d < e->ndim; d++)
-            dl += (size_t)snprintf(dims + dl, sizeof(dims) - dl, "%s%" PRId64, d ? "x" : "",
-                                   e->shape[d]);
-        int n = snprintf(line, sizeof(line), "%s %s %d:%s %d %d %d\n", e->name,
-                         rf_dtype_name(e->dtype), e->ndim, dims, e->stage, e->layer, e->expert);
-        if (buf != NULL && len + (size_t)n < cap)
-            memcpy(buf + len, line, (size_t)n);
-        len += (size_t)n;
+        char line[RF_NAME_MAX + 256];
+        size_t n = entry_line(&man->entries[i], line);
+        if (buf != NULL && len + n < cap)
+            memcpy(buf + len, line, n);
+        len += n;
     }
     if (buf != NULL && cap > 0)
         buf[len < cap ? len : cap - 1] = '\0';
     return len;
+}
+
+/* The space-terminated token at *p within [*p, end): its start and length; *p moves past the
+ * one space. false when no space follows (the line's last field is read by int_field). */
+static bool token(const char **p, const char *end, const char **tok, size_t *len)
+{
+    const char *sp = memchr(*p, ' ', (size_t)(end - *p));
+    if (sp == NULL)
+        return false;
+    *tok = *p;
+    *len = (size_t)(sp - *p);
+    *p = sp + 1;
+    return true;
+}
+
+/* A decimal integer of [p, end) exactly (optional '-'); false for anything else. */
+static bool int_of(const char *p, const char *end, int64_t *v)
+{
+    bool neg = p < end && *p == '-';
+    uint64_t u = 0;
+    p += neg;
+    if (p == end || end - p > 18)
+        return false;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        u = u * 10 + (uint64_t)(*p - '0');
+    }
+    *v = neg ? -(int64_t)u : (int64_t)u;
+    return true;
+}
+
+static bool int32_of(const char *p, const char *end, int *v)
+{
+    int64_t x;
+    if (!int_of(p, end, &x) || x < INT32_MIN || x > INT32_MAX)
+        return false;
+    *v = (int)x;
+    return true;
+}
+
+/* One line [p, end) into e (the format entry_line writes, field for field). */
+static bool entry_parse(const char *p, const char *end, rf_manifest_entry_t *e)
+{
+    const char *tok, *colon;
+    size_t tl;
+    char dt[32];
+    if (!token(&p, end, &tok, &tl) || tl == 0 || tl >= sizeof(e->name))
+        return false;
+    memcpy(e->name, tok, tl);
+    e->name[tl] = '\0';
+    if (!token(&p, end, &tok, &tl) || tl == 0 || tl >= sizeof(dt))
+        return false;
+    memcpy(dt, tok, tl);
+    dt[tl] = '\0';
+    e->dtype = rf_dtype_parse(dt);
+    if (!token(&p, end, &tok, &tl) || (colon = memchr(tok, ':', tl)) == NULL ||
+        !int32_of(tok, colon, &e->ndim) || e->dtype == RF_DTYPE_INVALID || e->ndim < 0 ||
+        e->ndim > RF_MAX_DIMS)
+        return false;
+    const char *q = colon + 1, *dend = tok + tl;
+    uint64_t numel = 1;
+    for (int d = 0; d < e->ndim; d++) {
+        const char *x = memchr(q, 'x', (size_t)(dend - q));
+        const char *de = d + 1 < e->ndim ? x : dend;
+        if (de == NULL || !int_of(q, de, &e->shape[d]) || e->shape[d] < 0)
+            return false;
+        numel *= (uint64_t)e->shape[d];
+        q = de + (d + 1 < e->ndim);
+    }
+    if (q != dend) /* nothing after the last dim (a 0-D tensor: an empty field) */
+        return false;
+    e->nbytes = numel * rf_dtype_size(e->dtype);
+    if (!token(&p, end, &tok, &tl) || !int32_of(tok, tok + tl, &e->stage) ||
+        !token(&p, end, &tok, &tl) || !int32_of(tok, tok + tl, &e->layer) ||
+        !int32_of(p, end, &e->expert))
+        return false;
+    return true;
 }
 
 rf_status_t rf_manifest_parse(const char *buf, size_t len, rf_manifest_t *man_p, rf_err_t *err)
@@ -367,42 +496,18 @@ rf_status_t rf_manifest_parse(const char *buf, size_t len, rf_manifest_t *man_p,
     rf_manifest_t man;
     int lines = 0;
     memset(&man, 0, sizeof(man));
-    for (size_t i = 0; i < len; i++)
-        lines += buf[i] == '\n';
-    man.entries = calloc((size_t)lines + 1, sizeof(rf_manifest_entry_t));
+    for (const char *q = buf; (q = memchr(q, '\n', (size_t)(buf + len - q))) != NULL; q++)
+        lines++;
+    man.entries = calloc((size_t)lines + 2, sizeof(rf_manifest_entry_t));
     if (man.entries == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "manifest: out of memory");
     const char *p = buf, *end = buf + len;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
-        char line[RF_NAME_MAX + 256], dt[32], dims[160];
-        size_t ll = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        const char *le = nl ? nl : end;
         rf_manifest_entry_t *e = &man.entries[man.n];
-        if (ll >= sizeof(line))
+        if ((size_t)(le - p) >= RF_NAME_MAX + 256 || !entry_parse(p, le, e))
             goto bad;
-        memcpy(line, p, ll);
-        line[ll] = '\0';
-        dims[0] = '\0';
-        if (sscanf(line, "%159s %31s %d:%159s %d %d %d", e->name, dt, &e->ndim, dims, &e->stage,
-                   &e->layer, &e->expert) != 7) {
-            /* a 0-D tensor has an empty dims field */
-            if (sscanf(line, "%159s %31s %d: %d %d %d", e->name, dt, &e->ndim, &e->stage,
-                       &e->layer, &e->expert) != 6 ||
-                e->ndim != 0)
-                goto bad;
-        }
-        e->dtype = rf_dtype_parse(dt);
-        if (e->dtype == RF_DTYPE_INVALID || e->ndim < 0 || e->ndim > RF_MAX_DIMS)
-            goto bad;
-        uint64_t numel = 1;
-        char *q = dims;
-        for (int d = 0; d < e->ndim; d++) {
-            e->shape[d] = strtoll(q, &q, 10);
-            if (e->shape[d] < 0 || (d + 1 < e->ndim && *q++ != 'x'))
-                goto bad;
-            numel *= (uint64_t)e->shape[d];
-        }
-        e->nbytes = numel * rf_dtype_size(e->dtype);
         e->tensor = -1;
         man.n++;
         p = nl ? nl + 1 : end;

@@ -131,6 +131,7 @@ void rf_plan_free(rf_plan_t *p)
     free(p->layers);
     free(p->apps);
     free(p->app_of_tensor);
+    free(p->tensor_apps);
     free(p->sigs);
     free(p->batch);
     free(p->lw_q);

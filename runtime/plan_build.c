@@ -285,8 +285,9 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
                           fmt->ops->name, st->accel->device);
     p->nlayers = inv->nmodules;
     p->layers = calloc((size_t)p->nlayers + 1, sizeof(rf_layer_t));
-    if (senders_fn != NULL)
-        cap = cap * PLAN_MAX_SENDERS;
+    /* one application per tensor to begin with; p2p grows it where tensors have several
+     * senders (an upfront ntensors x PLAN_MAX_SENDERS array and index cost more than the
+     * rest of the plan) */
     p->apps = calloc(cap, sizeof(rf_app_t));
     p->app_index = malloc(sizeof(rf_map_t));
     if (!p->layers || !p->apps || !p->app_index || rf_map_init(p->app_index, cap) != RF_OK) {
@@ -311,6 +312,16 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
           rect[0][3] = rect[0][1] ? (int64_t)(t->numel / (uint64_t)rect[0][1]) : 1;
           if (senders_fn != NULL)
               ns = senders_fn(ctx, mod->tensors[j], snd, rect, PLAN_MAX_SENDERS);
+          while ((size_t)(p->napps + ns) >= cap) {
+              rf_app_t *g = realloc(p->apps, 2 * cap * sizeof(rf_app_t));
+              if (g == NULL) {
+                  rf_plan_free(p);
+                  return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+              }
+              memset(g + cap, 0, cap * sizeof(rf_app_t));
+              p->apps = g;
+              cap *= 2;
+          }
           for (int q = 0; q < ns; q++) {
             rf_app_t *a = &p->apps[p->napps];
             a->tensor = mod->tensors[j];
@@ -352,11 +363,19 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
         rf_plan_free(p);
         return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
     }
+    p->tensor_apps = malloc(((size_t)inv->ntensors + 1) * sizeof(int32_t));
+    if (p->tensor_apps == NULL) {
+        rf_plan_free(p);
+        return rf_err_set(err, RF_ERR_NOMEM, "plan: out of memory");
+    }
     for (int i = 0; i < inv->ntensors; i++)
-        p->app_of_tensor[i] = -1;
-    for (int i = 0; i < p->napps; i++)
+        p->app_of_tensor[i] = p->tensor_apps[i] = -1;
+    for (int i = 0; i < p->napps; i++) {
         if (p->apps[i].sender == -1)
             p->app_of_tensor[p->apps[i].tensor] = i;
+        if (p->tensor_apps[p->apps[i].tensor] < 0)
+            p->tensor_apps[p->apps[i].tensor] = i;
+    }
     rf_status_t s = plan_layers(p, err);
     if (s != RF_OK) {
         rf_plan_free(p);
@@ -487,20 +506,18 @@ rf_status_t rf_plan_read_model(rf_plan_t *p, int layer, void *const *bufs, rf_er
 
 rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype, rf_err_t *err)
 {
-    rf_app_t *a = NULL;
-    uint64_t idx;
-    if (rf_map_get(p->app_index, plan_app_key(tensor, -1), &idx))
-        a = &p->apps[idx]; /* broadcast: one application per tensor */
-    for (int i = 0; i < p->napps && a == NULL; i++)
-        if (p->apps[i].tensor == tensor)
-            a = &p->apps[i];
-    if (a == NULL)
+    /* a tensor's applications (one per sender) are contiguous from tensor_apps[tensor]: the
+     * call costs its own applications, not the plan's (a manifest's worth of calls was
+     * quadratic in the tensors) */
+    int first = tensor >= 0 && tensor < p->inv->ntensors ? p->tensor_apps[tensor] : -1, end = first;
+    while (first >= 0 && end < p->napps && p->apps[end].tensor == tensor)
+        end++;
+    if (first < 0)
         return RF_OK; /* not received here */
     const rf_tensor_t *t = &p->inv->tensors[tensor];
     if (dtype == t->dtype) {
-        for (int i = 0; i < p->napps; i++)
-            if (p->apps[i].tensor == tensor)
-                p->apps[i].src_dtype = dtype;
+        for (int i = first; i < end; i++)
+            p->apps[i].src_dtype = dtype;
         return RF_OK;
     }
     bool ok = (rf_param_is_f32_scale(t->param) &&
@@ -509,8 +526,7 @@ rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype,
     if (!ok)
         return rf_err_set(err, RF_ERR_MISMATCH, "%s arrives as %s, the runtime needs %s", t->name,
                           rf_dtype_name(dtype), rf_dtype_name(t->dtype));
-    for (int i = 0; i < p->napps; i++)
-        if (p->apps[i].tensor == tensor)
-            p->apps[i].src_dtype = dtype;
+    for (int i = first; i < end; i++)
+        p->apps[i].src_dtype = dtype;
     return RF_OK;
 }

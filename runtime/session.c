@@ -595,18 +595,10 @@ static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
     RF_CHECK(rf_gate_expect_init(&s->expect, s->size, err));
     uint64_t per = RF_CHUNK_HEADER_BYTES + (s->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
     if (s->p2p) {
-        RF_CHECK(rf_p2p_schedule_build(&s->topo, &s->inv, &s->man, plan_bytes, &s->p2p_s, err));
-        for (int r = 0; r < s->R; r++) {
-            const rf_chunk_plan_t *pl = s->p2p_s.recv[r].plan;
-            size_t d = (size_t)s->p2p_s.recv[r].rank;
-            for (int p = 0; p < pl->n_stages; p++) {
-                const rf_chunk_stage_range_t *sr = &pl->stages[p];
-                s->expect.chunks[(size_t)p * s->size + d] += sr->chunk_count;
-                s->expect.bytes[(size_t)p * s->size + d] +=
-                    sr->payload_bytes + (uint64_t)sr->chunk_count * per;
-            }
-        }
-        return RF_OK;
+        /* this rank's part of the schedule (the caller agrees rank 0's expectation from every
+         * rank's part: rf_p2p_expect_agree, collective) */
+        return rf_p2p_schedule_build_rank(&s->topo, &s->inv, &s->man, plan_bytes, s->rank,
+                                          &s->p2p_s, err);
     }
     for (int p = 0; p < s->cplan->n_stages; p++) {
         const rf_chunk_stage_range_t *sr = &s->cplan->stages[p];
@@ -753,6 +745,11 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info)
     RF_CHECK(agree_status(s->comm, st, err));
     RF_CHECK(rf_manifest_agree(&s->man, 0, &s->inv, &s->topo, s->comm, err));
     RF_CHECK(agree_status(s->comm, build_transfer(s, err), err));
+    if (s->p2p) {
+        uint64_t per = RF_CHUNK_HEADER_BYTES + (s->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
+        RF_CHECK(agree_status(
+            s->comm, rf_p2p_expect_agree(&s->p2p_s, s->rank, per, s->comm, &s->expect, err), err));
+    }
     st = RF_OK;
     if (!is_rollout(s)) {
         st = rf_trainer_init(&s->tr, &s->topo, &s->inv, &s->man, s->cplan, &s->me, s->role_comm,
@@ -795,7 +792,7 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
     rf_status_t st = RF_OK;
     rf_xfer_config_t cfg = {.update = s->seq,
                             .plan = s->cplan,
-                            .stage_senders = s->p2p ? s->p2p_s.senders : s->senders,
+                            .stage_senders = s->senders,
                             .receivers = s->receivers,
                             .n_receivers = s->R,
                             .deadline = deadline,
@@ -810,7 +807,8 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
     if (is_rollout(s)) {
         rf_sink_t sink = {.plan = &s->plan, .item_tensor = s->item_tensor};
         if (s->p2p) {
-            const rf_p2p_recv_t *me = &s->p2p_s.recv[s->rank - s->T];
+            const rf_p2p_recv_t *me = rf_p2p_schedule_find(&s->p2p_s, s->rank);
+            cfg.stage_senders = me->senders;
             cfg.plan = me->plan;
             cfg.items = me->items;
             cfg.receivers = &me->rank;
@@ -825,10 +823,12 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
         }
     } else if (s->p2p) {
         /* receivers in world-rank order on every sender: no cycle of waits (job.c) */
-        for (int r = 0; r < s->R && st == RF_OK; r++) {
+        for (size_t r = 0; r < s->p2p_s.nrecv && st == RF_OK; r++) {
             const rf_p2p_recv_t *rv = &s->p2p_s.recv[r];
-            if (rv->plan->n_stages <= s->rank || rv->plan->stages[s->rank].chunk_count == 0)
+            int k = rf_p2p_recv_stage(rv, s->rank);
+            if (k < 0 || rv->plan->stages[k].chunk_count == 0)
                 continue;
+            cfg.stage_senders = rv->senders;
             cfg.plan = rv->plan;
             cfg.items = rv->items;
             cfg.receivers = &rv->rank;

@@ -309,18 +309,19 @@ static rf_status_t sim_broadcast(sim_ctx_t *cx, const rf_inventory_t *inv,
 }
 
 /* The one adapter onto the p2p schedule: every (sender, receiver) pair's payload and chunks,
- * read from rf_p2p_schedule_build's per-receiver chunk plans (stage = sender world rank). */
+ * read from rf_p2p_schedule_build's per-receiver chunk plans (stage k is sent by
+ * recv.senders[k]). */
 static rf_status_t sim_p2p_pairs(sim_ctx_t *cx, const rf_inventory_t *inv,
                                  const rf_manifest_t *man, uint64_t plan_bytes, rf_err_t *err)
 {
     rf_p2p_schedule_t ps;
     RF_CHECK(rf_p2p_schedule_build(cx->topo, inv, man, plan_bytes, &ps, err));
     rf_status_t st = RF_OK;
-    for (int j = 0; j < ps.R && st == RF_OK; j++) {
-        const rf_chunk_plan_t *pl = ps.recv[j].plan;
-        for (int p = 0; p < pl->n_stages && st == RF_OK; p++)
-            st = sim_pair(cx, ps.senders[p], ps.recv[j].rank, pl->stages[p].payload_bytes,
-                          pl->stages[p].chunk_count, err);
+    for (size_t j = 0; j < ps.nrecv && st == RF_OK; j++) {
+        const rf_p2p_recv_t *rv = &ps.recv[j];
+        for (int p = 0; p < rv->plan->n_stages && p < rv->nsenders && st == RF_OK; p++)
+            st = sim_pair(cx, rv->senders[p], rv->rank, rv->plan->stages[p].payload_bytes,
+                          rv->plan->stages[p].chunk_count, err);
     }
     rf_p2p_schedule_free(&ps);
     return st;

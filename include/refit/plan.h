@@ -149,6 +149,8 @@ typedef struct rf_plan {
     int napps;
     void *app_index;            /* key -> app */
     int32_t *app_of_tensor;     /* [ntensors]: the broadcast (sender -1) app, or -1 */
+    int32_t *tensor_apps;       /* [ntensors]: the tensor's first app (its apps are
+                                 * contiguous, one per sender), or -1 */
     uint32_t epoch;             /* bumped at every (re)build of the layers: invalidates tmpl */
     rf_signature_t *sigs;       /* recorded signatures, per storage slot */
     int nsigs;

@@ -83,6 +83,58 @@ static void check_scale_rect(const rf_inventory_t *inv, const rf_p2p_recv_t *rv,
     ck_assert_msg(found == 1, "%s: %d rectangles to rank %d", sib, found, rv->rank);
 }
 
+/* a and b are the same receiver's schedule, rectangle for rectangle and piece for piece */
+static void check_same_recv(const rf_p2p_recv_t *a, const rf_p2p_recv_t *b)
+{
+    ck_assert_int_eq(a->rank, b->rank);
+    ck_assert_uint_eq(a->n, b->n);
+    ck_assert_int_eq(a->nsenders, b->nsenders);
+    ck_assert(memcmp(a->senders, b->senders, (size_t)a->nsenders * sizeof(int)) == 0);
+    for (size_t k = 0; k < a->n; k++) {
+        const rf_p2p_rect_t *x = &a->rects[k], *y = &b->rects[k];
+        ck_assert(x->entry == y->entry && x->tensor == y->tensor && x->sender == y->sender &&
+                  x->reg.r0 == y->reg.r0 && x->reg.r1 == y->reg.r1 && x->reg.c0 == y->reg.c0 &&
+                  x->reg.c1 == y->reg.c1);
+        ck_assert_int_eq(a->items[k].stage, b->items[k].stage);
+        ck_assert_uint_eq(a->items[k].bytes, b->items[k].bytes);
+    }
+    ck_assert_uint_eq(a->plan->n_chunks, b->plan->n_chunks);
+    ck_assert_uint_eq(a->plan->n_pieces, b->plan->n_pieces);
+    ck_assert(memcmp(a->plan->pieces, b->plan->pieces,
+                     a->plan->n_pieces * sizeof(rf_chunk_piece_t)) == 0);
+    for (int k = 0; k < a->nsenders; k++)
+        ck_assert_uint_eq(rf_p2p_pair_digest(a, k), rf_p2p_pair_digest(b, k));
+}
+
+/* Every world rank's own part (rf_p2p_schedule_build_rank) is the full schedule's: a rollout
+ * rank exactly its receiver, a trainer exactly the receivers it sends to, each whole. */
+static void check_rank_parts(const rf_topology_t *topo, const rf_inventory_t *inv,
+                             const rf_manifest_t *man, uint64_t chunk_bytes,
+                             const rf_p2p_schedule_t *full)
+{
+    rf_err_t err;
+    rf_err_clear(&err);
+    for (int w = 0; w < full->T + full->R; w++) {
+        rf_p2p_schedule_t part;
+        ck_assert_msg(rf_p2p_schedule_build_rank(topo, inv, man, chunk_bytes, w, &part, &err) ==
+                          RF_OK,
+                      "rank %d: %s", w, err.msg);
+        ck_assert_int_eq(part.rank, w);
+        size_t k = 0;
+        for (size_t j = 0; j < full->nrecv; j++) {
+            const rf_p2p_recv_t *rv = &full->recv[j];
+            if (rv->rank != w && rf_p2p_recv_stage(rv, w) < 0)
+                continue;
+            ck_assert_msg(k < part.nrecv, "rank %d misses receiver %d", w, rv->rank);
+            check_same_recv(&part.recv[k], rv);
+            ck_assert_ptr_eq(rf_p2p_schedule_find(&part, rv->rank), &part.recv[k]);
+            k++;
+        }
+        ck_assert_uint_eq(part.nrecv, k);
+        rf_p2p_schedule_free(&part);
+    }
+}
+
 /* Returns false when the topology does not fit the model (skipped). */
 static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
 {
@@ -146,7 +198,9 @@ static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
         uint64_t bytes = 0;
         for (size_t k = 0; k < rv->n; k++) {
             ck_assert_uint_eq(rv->items[k].bytes, rv->items[k].rows * rv->items[k].row_bytes);
-            ck_assert_int_eq(rv->items[k].stage, rv->rects[k].sender);
+            ck_assert_int_ge(rv->items[k].stage, 0);
+            ck_assert_int_lt(rv->items[k].stage, rv->nsenders);
+            ck_assert_int_eq(rv->senders[rv->items[k].stage], rv->rects[k].sender);
             if (k > 0)
                 ck_assert_int_le(rv->rects[k - 1].sender, rv->rects[k].sender);
             bytes += rv->items[k].bytes;
@@ -212,6 +266,7 @@ static bool check_case(const tcase_t *c, uint64_t chunk_bytes, int *rects_p)
             *rects_p += nrect;
         }
     }
+    check_rank_parts(&topo, &inv, &man, chunk_bytes, &s);
     rf_p2p_schedule_free(&s);
     rf_manifest_free(&man);
     rf_inventory_free(&inv);
@@ -393,7 +448,8 @@ START_TEST(test_p2p_replicas_and_spread)
     for (int j = 0; j < 2; j++) {
         const rf_chunk_plan_t *pl = s.recv[j].plan;
         for (int w = 0; w < 4; w++) {
-            uint32_t n = w < pl->n_stages ? pl->stages[w].chunk_count : 0;
+            int k = rf_p2p_recv_stage(&s.recv[j], w);
+            uint32_t n = k >= 0 ? pl->stages[k].chunk_count : 0;
             if (w / 2 == j)
                 ck_assert_uint_gt(n, 0);
             else
@@ -408,6 +464,82 @@ START_TEST(test_p2p_replicas_and_spread)
 }
 END_TEST
 
+/* Plan metadata per rank is flat in the world size (issue 19): qwen3-moe-tiny, trainer
+ * {tp 2, ep 2, etp 1, dp k} -> k engines of {tp 2, ep 2}, k = 2 .. 128 (8 to 512 ranks). A trainer
+ * rank's, the first and the last rollout rank's own part of the schedule holds the same bytes
+ * at every k, while the whole world's schedule grows with k (the measure sees growth). */
+static size_t part_bytes(const rf_topology_t *topo, const rf_inventory_t *inv,
+                         const rf_manifest_t *man, int rank, size_t *nrecv)
+{
+    rf_p2p_schedule_t s;
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_msg(rf_p2p_schedule_build_rank(topo, inv, man, 1 << 16, rank, &s, &err) == RF_OK,
+                  "%s", err.msg);
+    size_t b = rf_p2p_schedule_bytes(&s);
+    *nrecv = s.nrecv;
+    rf_p2p_schedule_free(&s);
+    return b;
+}
+
+START_TEST(test_p2p_metadata_flat)
+{
+    static const int ks[] = {2, 8, 32, 128};
+    size_t first[3] = {0, 0, 0}, full1 = 0;
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+        char yaml[512], path[1024];
+        rf_topology_t topo;
+        rf_model_config_t raw, cfg;
+        rf_inventory_t inv;
+        rf_manifest_t man;
+        rf_err_t err;
+        int k = ks[i];
+        snprintf(yaml, sizeof(yaml),
+                 "name: flat\nmodel: { config: ../models/qwen3-moe-tiny.config.json }\n"
+                 "trainer: { tp: 2, ep: 2, etp: 1, dp: %d }\nrollout: { engines: %d, tp: 2, ep: 2 }\n"
+                 "transfer: { mode: p2p }\n",
+                 k, k);
+        snprintf(path, sizeof(path), "%s/topologies/flat.yaml", REFIT_JOBS_DIR);
+        rf_err_clear(&err);
+        ck_assert_msg(rf_topology_parse(yaml, strlen(yaml), path, &topo, &err) == RF_OK, "%s",
+                      err.msg);
+        ck_assert_int_eq(rf_model_config_load(topo.model_config_path, &raw, &err), RF_OK);
+        int T = rf_topology_trainer_size(&topo), R = rf_topology_rollout_size(&topo);
+        ck_assert_int_eq(T + R, 4 * k);
+        ck_assert_msg(rf_model_check_topology(&topo, &raw, T + R, &cfg, &err) == RF_OK, "%s",
+                      err.msg);
+        ck_assert_int_eq(rf_model_bind_topology(&topo, &cfg, &err), RF_OK);
+        ck_assert_int_eq(rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err),
+                         RF_OK);
+        ck_assert_int_eq(rf_manifest_build(&inv, &topo, NULL, NULL, &man, &err), RF_OK);
+        const int ranks[3] = {1, T, T + R - 1};
+        for (int r = 0; r < 3; r++) {
+            size_t nrecv = 0, b = part_bytes(&topo, &inv, &man, ranks[r], &nrecv);
+            ck_assert_uint_gt(b, 0);
+            ck_assert_uint_ge(nrecv, 1);
+            if (i == 0)
+                first[r] = b;
+            ck_assert_msg(b == first[r], "world %d: rank %d holds %zu bytes of schedule "
+                          "(%zu receivers), %zu at world 8", T + R, ranks[r], b, nrecv, first[r]);
+        }
+        if (k <= 32) { /* the whole world's, for contrast: it grows with the receivers */
+            rf_p2p_schedule_t s;
+            ck_assert_int_eq(rf_p2p_schedule_build(&topo, &inv, &man, 1 << 16, &s, &err), RF_OK);
+            size_t fb = rf_p2p_schedule_bytes(&s);
+            if (i == 0)
+                full1 = fb;
+            else
+                ck_assert_uint_ge(fb, (size_t)(k / ks[0]) * full1 * 9 / 10);
+            rf_p2p_schedule_free(&s);
+        }
+        rf_manifest_free(&man);
+        rf_inventory_free(&inv);
+        rf_model_config_free(&cfg);
+        rf_model_config_free(&raw);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("p2p");
@@ -419,6 +551,7 @@ int main(void)
     tcase_add_test(tc, test_p2p_replicas_and_spread);
     tcase_add_test(tc, test_p2p_schedule_wna16);
     tcase_add_test(tc, test_p2p_schedule_fp8);
+    tcase_add_test(tc, test_p2p_metadata_flat);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
