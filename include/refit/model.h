@@ -9,7 +9,9 @@
  *
  * Families: Llama, Qwen2 (q/k/v bias), Qwen3 (q_norm/k_norm) dense; Qwen3-MoE; GPT-NeoX
  * (Pythia: fused query_key_value interleaved per head, LayerNorm with biases) and OPT (learned
- * positions, fc1 / fc2, project_in / project_out), in vLLM's engine layout.
+ * positions, fc1 / fc2, project_in / project_out); Qwen3-Next (Gated DeltaNet layers with
+ * sectioned in_proj_qkvz / in_proj_ba / conv1d / A_log / dt_bias, gated full attention, MoE
+ * with a shared expert), in vLLM's engine layout.
  *
  * model/ stands above topology/: the rules of a parsed topology against the model config
  * (rf_model_check_topology, rf_model_bind_topology) and the collective loading of both files
@@ -47,7 +49,8 @@ typedef enum {
  * rf_model_config_free(). */
 typedef struct rf_model_config {
     rf_family_t family;
-    char model_type[32];     /* "llama", "qwen2", "qwen3", "qwen3_moe", "gpt_neox", "opt" */
+    char model_type[32];     /* "llama", "qwen2", "qwen3", "qwen3_moe", "gpt_neox", "opt",
+                                "qwen3_next" */
     char architecture[64];   /* architectures[0] */
     rf_dtype_t dtype;        /* torch_dtype or dtype */
     int64_t hidden_size;     /* H */
