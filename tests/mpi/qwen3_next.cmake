@@ -13,6 +13,28 @@ foreach(t "tp1-to-tp1;2" "tp2-to-tp2;4" "tp2-to-2xtp1;4" "tp1-to-tp2ep2-p2p;3" "
                  --reference ${DATA}/qwen3-next-tiny/tensors.reference.json --cold-check --steps 2)
 endforeach()
 
+# colocated over ipc: the sectioned tensors are read whole by every rank (in place or staged)
+refit_run_test(ipc_qwen3_next_tiny_tp2_to_tp2 4 ok
+               "ipc transport;reassembly \\+ sha256 vs --reference: 154 tensors equal;refit: COMMITTED 2 update\\(s\\), verified 154 tensors"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp2-to-tp2-colocated-ipc.yaml
+               --checkpoint ${DATA}/qwen3-next-tiny
+               --reference ${DATA}/qwen3-next-tiny/tensors.reference.json --cold-check --steps 2)
+
+# the device branches on the CPU (REFIT_TEST_DEVICE_ACCEL=host-device: staged payloads, batched
+# row copies): conv1d's three copies per piece through them, DIRECT and LAYERWISE
+foreach(case "auto;DIRECT 56" "layerwise;LAYERWISE 56")
+  list(GET case 0 pol)
+  list(GET case 1 re)
+  refit_run_test(emu_refit_qwen3_next_tiny_tp2_${pol} 4 ok
+                 "${re};refit: COMMITTED 2 update\\(s\\), verified 154 tensors"
+                 --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp2-to-tp2.yaml
+                 --checkpoint ${DATA}/qwen3-next-tiny
+                 --reference ${DATA}/qwen3-next-tiny/tensors.reference.json --steps 2 --cold-check
+                 --reload-policy ${pol})
+  set_tests_properties(emu_refit_qwen3_next_tiny_tp2_${pol} PROPERTIES LABELS "mpi;device-emu"
+                       ENVIRONMENT "REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
+
 # mtp.* (multi-token prediction, no engine module): skipped with one log line; the fixture
 # itself has none, and is valid without them
 make_family_ckpt_test(next_mtp ${DATA}/qwen3-next-tiny qwen3-next-tiny-mtp --mtp)
