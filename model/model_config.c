@@ -715,6 +715,17 @@ rf_status_t rf_model_config_compare(const rf_model_config_t *ck, const rf_model_
     if (ck->tie_word_embeddings != topo->tie_word_embeddings)
         return cfg_differs(ck_dir, "tie_word_embeddings", ck->tie_word_embeddings ? "true" : "false",
                            topo->tie_word_embeddings ? "true" : "false", model, err);
+    /* Qwen3-Next: the layer kinds decide which tensors a layer has (both sides as parsed:
+     * layer_types or full_attention_interval) */
+    for (int i = 0; i < ck->n_full_attention && i < topo->n_full_attention; i++) {
+        char key[64];
+        if (ck->full_attention[i] == topo->full_attention[i])
+            continue;
+        snprintf(key, sizeof(key), "layer_types[%d] (full_attention_interval)", i);
+        return cfg_differs(ck_dir, key, ck->full_attention[i] ? "full_attention" : "linear_attention",
+                           topo->full_attention[i] ? "full_attention" : "linear_attention", model,
+                           err);
+    }
     /* no quantization_config in the checkpoint: a bf16 source, which the trainer quantizes
      * when the topology asks for a format (its tensors are checked against the manifest) */
     if (!ck->has_quant_config)

@@ -106,6 +106,45 @@ START_TEST(test_layer_kinds)
 }
 END_TEST
 
+/* a checkpoint's config.json against the topology's: the same layer kinds in either spelling
+ * agree; other kinds, or another linear_num_key_heads, are refused naming the key */
+START_TEST(test_config_compare)
+{
+    rf_model_config_t a, b;
+    rf_err_t err;
+    ck_assert_int_eq(parse_next("", &a, &err), RF_OK);
+    ck_assert_int_eq(parse_next(",\"layer_types\":[\"linear_attention\",\"linear_attention\","
+                                "\"linear_attention\",\"full_attention\"]",
+                                &b, &err),
+                     RF_OK);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_model_config_compare(&b, &a, RF_QUANT_NONE, 0, "ck", &err), RF_OK);
+    rf_model_config_free(&b);
+    ck_assert_int_eq(parse_next(",\"full_attention_interval\":2", &b, &err), RF_OK);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_model_config_compare(&b, &a, RF_QUANT_NONE, 0, "ck", &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_msg(strstr(err.msg, "config.json says layer_types[1] (full_attention_interval) "
+                                  "full_attention, the topology's model config says "
+                                  "linear_attention") != NULL,
+                  "%s", err.msg);
+    rf_model_config_free(&b);
+    {
+        char json[1024];
+        snprintf(json, sizeof(json), NEXT_KEYS, "");
+        memcpy(strstr(json, "\"linear_num_key_heads\":2") + 23, "4", 1);
+        rf_err_clear(&err);
+        ck_assert_int_eq(rf_model_config_parse(json, strlen(json), "next.json", &b, &err), RF_OK);
+    }
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_model_config_compare(&b, &a, RF_QUANT_NONE, 0, "ck", &err),
+                     RF_ERR_MISMATCH);
+    ck_assert_msg(strstr(err.msg, "linear_num_key_heads 4") != NULL, "%s", err.msg);
+    rf_model_config_free(&b);
+    rf_model_config_free(&a);
+}
+END_TEST
+
 static void load_fixture(rf_inventory_t *inv)
 {
     rf_model_config_t c;
@@ -293,6 +332,7 @@ int main(void)
     Suite *s = suite_create("qwen3_next");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_layer_kinds);
+    tcase_add_test(tc, test_config_compare);
     tcase_add_test(tc, test_fixture_inventory);
     tcase_add_test(tc, test_slots_and_refusals);
     tcase_add_test(tc, test_sections_loader);
