@@ -11,6 +11,7 @@
  *                        (F32 [4])
  *     --keep NAME        with --rename: also keep NAME under its original name (a tensor then
  *                        stored under both spellings)
+ *     --drop NAME        leave tensor NAME out
  *     --mtp              add what Qwen3-Next checkpoints store for multi-token prediction
  *                        (no engine module takes it): mtp.fc.weight (BF16 [H, 2H]),
  *                        mtp.norm.weight (BF16 [H]) and mtp.layers.0.self_attn.q_proj.weight
@@ -51,7 +52,7 @@ static int copy_file(const char *from, const char *to)
 
 int main(int argc, char **argv)
 {
-    const char *from = NULL, *to = NULL, *keep = NULL;
+    const char *from = NULL, *to = NULL, *keep = NULL, *drop = NULL;
     int buffers = 0, mtp = 0;
     char path[4096], path2[4096];
     rf_ckpt_t *ck;
@@ -59,13 +60,16 @@ int main(int argc, char **argv)
     rf_err_clear(&err);
     if (argc < 3)
         return fail("usage",
-                    "SRC-DIR OUT-DIR [--rename FROM TO] [--neox-buffers] [--keep NAME] [--mtp]");
+                    "SRC-DIR OUT-DIR [--rename FROM TO] [--neox-buffers] [--keep NAME] [--drop NAME] "
+                    "[--mtp]");
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "--rename") == 0 && i + 2 < argc) {
             from = argv[++i];
             to = argv[++i];
         } else if (strcmp(argv[i], "--neox-buffers") == 0) {
             buffers = 1;
+        } else if (strcmp(argv[i], "--drop") == 0 && i + 1 < argc) {
+            drop = argv[++i];
         } else if (strcmp(argv[i], "--mtp") == 0) {
             mtp = 1;
         } else if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc) {
@@ -88,6 +92,8 @@ int main(int argc, char **argv)
         mask[k] = (k % 8) <= (k / 8); /* lower triangle */
     for (size_t i = 0; i < rf_ckpt_count(ck) && m + 4 < MAXT; i++) {
         const rf_st_entry_t *e = rf_ckpt_entry(ck, i);
+        if (drop != NULL && strcmp(e->name, drop) == 0)
+            continue;
         uint64_t rows = rf_st_entry_rows(e), rb = rf_st_entry_row_bytes(e);
         void *b = malloc(e->nbytes + 1);
         if (b == NULL || rf_ckpt_read(ck, e, 0, rows, 0, rb, b, rb, &err) != RF_OK)

@@ -46,6 +46,15 @@ refit_run_test(refit_run_qwen3_next_mtp_skipped 2 ok
 set_tests_properties(refit_run_qwen3_next_mtp_skipped PROPERTIES FIXTURES_REQUIRED famck_next_mtp
                      ENVIRONMENT "REFIT_LOG_LEVEL=info")
 
+# a checkpoint without one of a Gated DeltaNet layer's tensors: refused naming it
+make_family_ckpt_test(next_drop ${DATA}/qwen3-next-tiny qwen3-next-tiny-no-conv1d
+                      --drop model.layers.1.linear_attn.conv1d.weight)
+refit_run_test(refit_run_qwen3_next_missing_conv1d_refused 2 fail
+               "refit: FAILED: .*tensor model.layers.1.linear_attn.conv1d.weight is missing"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp1-to-tp1.yaml
+               --checkpoint ${FAMCK}/qwen3-next-tiny-no-conv1d --steps 1)
+set_tests_properties(refit_run_qwen3_next_missing_conv1d_refused PROPERTIES FIXTURES_REQUIRED famck_next_drop)
+
 # topologies that cannot work, and quantization: refused at startup naming module and sizes
 refit_run_test(refit_run_qwen3_next_rollout_tp4_refused 5 fail
                "refit: FAILED: .*rollout.tp: 4 .*model.layers.0.linear_attn.in_proj_qkvz: linear_num_key_heads 2 is not divisible by 4"
