@@ -34,6 +34,8 @@ const char *rf_module_kind_name(rf_module_kind_t k)
         return "column";
     case RF_MOD_QKV_HEADS:
         return "qkv_heads";
+    case RF_MOD_SECTIONS:
+        return "sections";
     }
     return "?";
 }
@@ -373,6 +375,153 @@ static rf_status_t inv_layer_opt(inv_builder_t *b, int i)
     return inv_own_linear(b, mn, RF_MOD_ROW, i, H, I, c->mlp_bias, RF_SPLIT_COLS);
 }
 
+/*
+ * A module of one tensor split by sections (RF_MOD_SECTIONS): `name` is the module's and,
+ * with `sfx` appended, the tensor's name; dim 0 is the nsec sections rows[i] (heads[i] heads,
+ * counted by config key keys[i]). The trainer splits it by contiguous rows (RF_SPLIT_ROWS).
+ */
+static rf_status_t inv_sections(inv_builder_t *b, const char *name, const char *sfx, int layer,
+                                int ndim, const int64_t *shape, int nsec, const int64_t *rows,
+                                const int64_t *heads, const char *const *keys)
+{
+    char w[RF_NAME_MAX];
+    int m = inv_add_module(b, name, RF_MOD_SECTIONS, layer, shape[0], ndim >= 2 ? shape[ndim - 1] : 1);
+    if (m < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    rf_module_t *mod = &b->inv->modules[m];
+    mod->nsec = nsec;
+    for (int i = 0; i < nsec; i++) {
+        mod->sec_rows[i] = rows[i];
+        mod->sec_heads[i] = heads[i];
+        mod->sec_key[i] = keys[i];
+    }
+    snprintf(w, sizeof(w), "%s%s", name, sfx);
+    return inv_add_tensor(b, w, b->inv->cfg.dtype, ndim, shape, layer, -1, RF_PARAM_WEIGHT,
+                          RF_SPLIT_ROWS, m, "weight", 0);
+}
+
+/*
+ * Qwen3-Next's Gated DeltaNet (vLLM Qwen3NextGatedDeltaNet; transformers
+ * Qwen3NextGatedDeltaNet). in_proj_qkvz [2 nk dk + 2 nv dv, H] is stored per key-head group
+ * ([q_g; k_g; v_g; z_g], g = 0..nk-1, with nv / nk value heads per group) and in_proj_ba
+ * [2 nv, H] likewise ([b_g; a_g]): both ColumnParallelLinear, so rank r's contiguous rows are
+ * key-head groups [r nk / T, ...) and nk must divide by T. conv1d [2 nk dk + nv dv, 1, K] is
+ * [q; k; v] over all heads, loaded by mamba_v2_sharded_weight_loader: each of q, k, v split by
+ * T on its own, the slot (conv_dim / T, 1, K) = [q_r; k_r; v_r]. A_log and dt_bias [nv]:
+ * sharded_weight_loader(0). norm (RMSNormGated over dv): replicated. out_proj: row parallel.
+ */
+static rf_status_t inv_gdn_qwen3_next(inv_builder_t *b, const char *p, int i)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, nk = c->linear_num_key_heads, nv = c->linear_num_value_heads;
+    int64_t kd = nk * c->linear_key_head_dim, vd = nv * c->linear_value_head_dim;
+    int64_t Kc = c->linear_conv_kernel_dim;
+    static const char *const kk[3] = {"linear_num_key_heads", "linear_num_key_heads",
+                                      "linear_num_value_heads"};
+    static const char *const kv[1] = {"linear_num_value_heads"};
+    char mn[RF_NAME_MAX], w[RF_NAME_MAX];
+    snprintf(mn, sizeof(mn), "%s.linear_attn.in_proj_qkvz", p);
+    RF_CHECK(inv_sections(b, mn, ".weight", i, 2, SHAPE(2 * kd + 2 * vd, H), 1,
+                          SHAPE(2 * kd + 2 * vd), SHAPE(nk), kk));
+    snprintf(mn, sizeof(mn), "%s.linear_attn.in_proj_ba", p);
+    RF_CHECK(inv_sections(b, mn, ".weight", i, 2, SHAPE(2 * nv, H), 1, SHAPE(2 * nv), SHAPE(nk),
+                          kk));
+    snprintf(mn, sizeof(mn), "%s.linear_attn.conv1d", p);
+    RF_CHECK(inv_sections(b, mn, ".weight", i, 3, SHAPE(2 * kd + vd, 1, Kc), 3,
+                          SHAPE(kd, kd, vd), SHAPE(nk, nk, nv), kk));
+    snprintf(mn, sizeof(mn), "%s.linear_attn.A_log", p);
+    RF_CHECK(inv_sections(b, mn, "", i, 1, SHAPE(nv), 1, SHAPE(nv), SHAPE(nv), kv));
+    snprintf(mn, sizeof(mn), "%s.linear_attn.dt_bias", p);
+    RF_CHECK(inv_sections(b, mn, "", i, 1, SHAPE(nv), 1, SHAPE(nv), SHAPE(nv), kv));
+    snprintf(w, sizeof(w), "%s.linear_attn.norm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.linear_attn.norm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, c->linear_value_head_dim));
+    snprintf(mn, sizeof(mn), "%s.linear_attn.out_proj", p);
+    return inv_own_linear(b, mn, RF_MOD_ROW, i, H, vd, false, RF_SPLIT_COLS);
+}
+
+/*
+ * Qwen3-Next (vLLM Qwen3NextDecoderLayer): Gated DeltaNet (linear_attn) or gated full
+ * attention (self_attn: q_proj [2 nh d, H] holds each head's query followed by its output
+ * gate, so vLLM's QKVParallelLinear takes 2 nh heads of d rows for q: a rank's q rows are
+ * whole (query, gate) pairs; q_norm / k_norm [d]) per layer_types; then the MoE block (router
+ * mlp.gate, experts, shared_expert as a dense MLP of shared_expert_intermediate_size split by
+ * TP, shared_expert_gate [1, H] replicated) or, off the MoE layers, a dense MLP.
+ */
+static rf_status_t inv_layer_qwen3_next(inv_builder_t *b, int i)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, d = c->head_dim, nh = c->num_attention_heads,
+            nkv = c->num_key_value_heads;
+    char p[48], mn[RF_NAME_MAX], w[RF_NAME_MAX];
+    int m;
+    snprintf(p, sizeof(p), "model.layers.%d", i);
+    snprintf(w, sizeof(w), "%s.input_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.input_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, H));
+    snprintf(w, sizeof(w), "%s.post_attention_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.post_attention_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, H));
+    if (!rf_model_layer_is_full_attention(c, i)) {
+        RF_CHECK(inv_gdn_qwen3_next(b, p, i));
+    } else {
+        static const char *qkv[] = {"q_proj", "k_proj", "v_proj"};
+        snprintf(mn, sizeof(mn), "%s.self_attn.qkv_proj", p);
+        if ((m = inv_add_module(b, mn, RF_MOD_QKV, i, (2 * nh + 2 * nkv) * d, H)) < 0)
+            return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+        for (int s = 0; s < 3; s++) {
+            snprintf(w, sizeof(w), "%s.self_attn.%s", p, qkv[s]);
+            RF_CHECK(inv_linear(b, w, i, -1, (s == 0 ? 2 * nh : nkv) * d, H, c->qkv_bias,
+                                RF_SPLIT_ROWS, m, s));
+        }
+        snprintf(mn, sizeof(mn), "%s.self_attn.o_proj", p);
+        RF_CHECK(inv_own_linear(b, mn, RF_MOD_ROW, i, H, nh * d, false, RF_SPLIT_COLS));
+        snprintf(w, sizeof(w), "%s.self_attn.q_norm.weight", p);
+        snprintf(mn, sizeof(mn), "%s.self_attn.q_norm", p);
+        RF_CHECK(inv_norm(b, w, mn, i, d));
+        snprintf(w, sizeof(w), "%s.self_attn.k_norm.weight", p);
+        snprintf(mn, sizeof(mn), "%s.self_attn.k_norm", p);
+        RF_CHECK(inv_norm(b, w, mn, i, d));
+    }
+    /* the MLP: gate_up_proj + down_proj of width I under `base` ("mlp" or the shared expert) */
+    const char *base = "mlp";
+    int64_t I = c->intermediate_size;
+    if (rf_model_layer_is_moe(c, i)) {
+        int64_t E = c->num_experts, Im = c->moe_intermediate_size;
+        snprintf(mn, sizeof(mn), "%s.mlp.gate", p);
+        RF_CHECK(inv_own_linear(b, mn, RF_MOD_REPLICATED, i, E, H, false, RF_SPLIT_REPLICATED));
+        snprintf(mn, sizeof(mn), "%s.mlp.experts", p);
+        if ((m = inv_add_module(b, mn, RF_MOD_MOE, i, Im, H)) < 0)
+            return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+        for (int e = 0; e < E; e++) {
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.gate_proj", p, e);
+            RF_CHECK(inv_linear_q(b, w, i, e, Im, H, false, RF_SPLIT_ROWS, m, 0, "w13_"));
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.up_proj", p, e);
+            RF_CHECK(inv_linear_q(b, w, i, e, Im, H, false, RF_SPLIT_ROWS, m, 1, "w13_"));
+            snprintf(w, sizeof(w), "%s.mlp.experts.%d.down_proj", p, e);
+            RF_CHECK(inv_linear_q(b, w, i, e, H, Im, false, RF_SPLIT_COLS, m, 0, "w2_"));
+        }
+        if (c->shared_expert_intermediate_size <= 0)
+            return RF_OK;
+        snprintf(mn, sizeof(mn), "%s.mlp.shared_expert_gate", p);
+        RF_CHECK(inv_own_linear(b, mn, RF_MOD_REPLICATED, i, 1, H, false, RF_SPLIT_REPLICATED));
+        base = "mlp.shared_expert";
+        I = c->shared_expert_intermediate_size;
+    }
+    if (I <= 0)
+        return rf_err_set(b->err, RF_ERR_CONFIG,
+                          "inventory: layer %d has a dense MLP but intermediate_size is 0", i);
+    snprintf(mn, sizeof(mn), "%s.%s.gate_up_proj", p, base);
+    if ((m = inv_add_module(b, mn, RF_MOD_MERGED, i, 2 * I, H)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    snprintf(w, sizeof(w), "%s.%s.gate_proj", p, base);
+    RF_CHECK(inv_linear(b, w, i, -1, I, H, false, RF_SPLIT_ROWS, m, 0));
+    snprintf(w, sizeof(w), "%s.%s.up_proj", p, base);
+    RF_CHECK(inv_linear(b, w, i, -1, I, H, false, RF_SPLIT_ROWS, m, 1));
+    snprintf(mn, sizeof(mn), "%s.%s.down_proj", p, base);
+    return inv_own_linear(b, mn, RF_MOD_ROW, i, H, I, false, RF_SPLIT_COLS);
+}
+
 static rf_status_t inv_layer(inv_builder_t *b, int i)
 {
     const rf_model_config_t *c = &b->inv->cfg;
@@ -504,7 +653,8 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                           (long long)cfg->num_hidden_layers, (long long)cfg->num_experts,
                           RF_INVENTORY_MAX_TENSORS);
     bool neox = cfg->family == RF_FAMILY_GPT_NEOX, opt = cfg->family == RF_FAMILY_OPT;
-    if ((neox || opt) && quant != RF_QUANT_NONE)
+    bool next = cfg->family == RF_FAMILY_QWEN3_NEXT;
+    if ((neox || opt || next) && quant != RF_QUANT_NONE)
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
                           "inventory: %s is reloaded unquantized only (quantization %s asked)",
                           cfg->model_type, rf_quant_name(quant));
@@ -550,8 +700,10 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
         }
     }
     for (int i = 0; i < L; i++)
-        RF_CHECK_GOTO(neox ? inv_layer_gpt_neox(&b, i) : (opt ? inv_layer_opt(&b, i)
-                                                              : inv_layer(&b, i)),
+        RF_CHECK_GOTO(neox   ? inv_layer_gpt_neox(&b, i)
+                      : opt  ? inv_layer_opt(&b, i)
+                      : next ? inv_layer_qwen3_next(&b, i)
+                             : inv_layer(&b, i),
                       st, fail);
     if (neox)
         RF_CHECK_GOTO(inv_layernorm(&b, "gpt_neox.final_layer_norm", (int)L, H), st, fail);
@@ -875,7 +1027,8 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
             RF_CHECK(need_div(m, "num_key_value_heads", nkv, T, err));
         else
             RF_CHECK(need_div(m, "tensor parallel size (kv heads replicated)", T, nkv, err));
-        int64_t nh_p = nh / T, nkv_p = nkv >= T ? nkv / T : 1;
+        /* q rows in heads of d: nh, or 2 nh for qwen3_next's gated q (query + gate per head) */
+        int64_t nh_p = (m->n / d - 2 * nkv) / T, nkv_p = nkv >= T ? nkv / T : 1;
         if (fp8) {
             RF_CHECK(need_block(m, "q rows per rank", nh_p * d, err));
             RF_CHECK(need_block(m, "k/v rows per rank", nkv_p * d, err));
@@ -896,6 +1049,23 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
         if (fp8 && T > 1)
             RF_CHECK(need_block(m, "input columns per rank", K, err));
         break;
+    case RF_MOD_SECTIONS: {
+        /* the tensor's own shape with dim 0 cut to this rank's sections, whole heads each */
+        const rf_tensor_t *t = &inv->tensors[m->tensors[0]];
+        int64_t r = 0;
+        if (m->ntensors != 1 || m->nsec < 1)
+            return rf_err_set(err, RF_ERR_INVALID, "%s: a sectioned module holds one tensor",
+                              m->name);
+        for (int i = 0; i < m->nsec; i++) {
+            RF_CHECK(need_div(m, m->sec_key[i], m->sec_heads[i], T, err));
+            RF_CHECK(need_div(m, "section rows", m->sec_rows[i], T, err));
+            r += m->sec_rows[i] / T;
+        }
+        slot_set(&out[0], m->slot_names[0], t->dtype, t->ndim, t->shape);
+        out[0].shape[0] = r;
+        *nslots_p = 1;
+        return RF_OK;
+    }
     case RF_MOD_MOE: {
         int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
         int64_t El = rf_moe_local_count(c->num_experts, rc);

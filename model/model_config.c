@@ -4,6 +4,8 @@
  * Accepts both spellings of the keys (transformers 4.x as published, transformers 5 as
  * printed): torch_dtype | dtype, num_experts | num_local_experts | n_routed_experts,
  * rope_theta | rope_parameters.rope_theta, head_dim or H / nh, and null lists as empty.
+ * Qwen3-Next's layer kinds: layer_types (transformers 5) or full_attention_interval (older
+ * configs, default 4), which must agree when both are given.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -306,6 +308,94 @@ static rf_status_t cfg_layernorm_family(json_t *root, const char *path, rf_model
     return RF_OK;
 }
 
+/*
+ * Qwen3-Next (transformers Qwen3NextConfig, vLLM qwen3_next.py): the Gated DeltaNet sizes,
+ * the shared expert's width, and the layer kinds. layer_types (transformers 5) lists
+ * "linear_attention" / "full_attention" per layer; older configs give full_attention_interval
+ * (layer i is full attention when (i + 1) % interval == 0; Qwen3NextConfig's default 4). Both
+ * present: they must say the same for every layer, else the two keys are named. Sizes that
+ * shape tensors must be positive; nv must be a multiple of nk (value heads are grouped per
+ * key head in in_proj_qkvz / in_proj_ba). The q / k / v biases follow vLLM's qkv_bias key
+ * (default false); o_proj and the MLPs have none.
+ */
+static rf_status_t cfg_qwen3_next(json_t *root, const char *path, rf_model_config_t *c,
+                                  rf_err_t *err)
+{
+    json_t *lt = json_object_get(root, "layer_types");
+    bool have_interval = json_object_get(root, "full_attention_interval") != NULL &&
+                         !json_is_null(json_object_get(root, "full_attention_interval"));
+    int64_t L = c->num_hidden_layers;
+    RF_CHECK(cfg_int(root, "linear_num_key_heads", path, 0, true, &c->linear_num_key_heads, err));
+    RF_CHECK(cfg_int(root, "linear_num_value_heads", path, 0, true, &c->linear_num_value_heads,
+                     err));
+    RF_CHECK(cfg_int(root, "linear_key_head_dim", path, 0, true, &c->linear_key_head_dim, err));
+    RF_CHECK(cfg_int(root, "linear_value_head_dim", path, 0, true, &c->linear_value_head_dim,
+                     err));
+    RF_CHECK(cfg_int(root, "linear_conv_kernel_dim", path, 4, false, &c->linear_conv_kernel_dim,
+                     err));
+    RF_CHECK(cfg_int(root, "shared_expert_intermediate_size", path, 0, false,
+                     &c->shared_expert_intermediate_size, err));
+    RF_CHECK(cfg_int(root, "full_attention_interval", path, 4, false, &c->full_attention_interval,
+                     err));
+    RF_CHECK(cfg_bool(root, "qkv_bias", path, false, &c->qkv_bias, err));
+    c->o_bias = c->mlp_bias = false;
+    if (c->linear_num_key_heads == 0 || c->linear_num_value_heads == 0 ||
+        c->linear_key_head_dim == 0 || c->linear_value_head_dim == 0 ||
+        c->linear_conv_kernel_dim == 0 || c->full_attention_interval == 0)
+        return rf_err_set(err, RF_ERR_CONFIG,
+                          "%s: qwen3_next: linear_num_key_heads, linear_num_value_heads, "
+                          "linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim "
+                          "and full_attention_interval must be positive",
+                          path);
+    if (c->linear_num_value_heads % c->linear_num_key_heads != 0)
+        return rf_err_set(err, RF_ERR_CONFIG,
+                          "%s: qwen3_next: linear_num_value_heads %lld is not a multiple of "
+                          "linear_num_key_heads %lld",
+                          path, (long long)c->linear_num_value_heads,
+                          (long long)c->linear_num_key_heads);
+    if (c->num_experts > 0 && c->moe_intermediate_size == 0)
+        return rf_err_set(err, RF_ERR_CONFIG,
+                          "%s: qwen3_next: num_experts %lld needs moe_intermediate_size", path,
+                          (long long)c->num_experts);
+    if (L > (1 << 20))
+        return rf_err_set(err, RF_ERR_CONFIG, "%s: num_hidden_layers %lld is too large", path,
+                          (long long)L);
+    c->full_attention = calloc((size_t)L + 1, 1);
+    if (c->full_attention == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", path);
+    c->n_full_attention = (int)L;
+    for (int64_t i = 0; i < L; i++)
+        c->full_attention[i] = (i + 1) % c->full_attention_interval == 0;
+    if (lt == NULL || json_is_null(lt))
+        return RF_OK;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != L)
+        return rf_err_set(err, RF_ERR_CONFIG,
+                          "%s: layer_types must be a list of num_hidden_layers (%lld) strings",
+                          path, (long long)L);
+    for (int64_t i = 0; i < L; i++) {
+        json_t *x = json_array_get(lt, (size_t)i);
+        const char *v = json_is_string(x) ? json_string_value(x) : "";
+        unsigned char full;
+        if (strcmp(v, "full_attention") == 0)
+            full = 1;
+        else if (strcmp(v, "linear_attention") == 0)
+            full = 0;
+        else
+            return rf_err_set(err, RF_ERR_CONFIG,
+                              "%s: layer_types[%lld] must be \"linear_attention\" or "
+                              "\"full_attention\"",
+                              path, (long long)i);
+        if (have_interval && full != c->full_attention[i])
+            return rf_err_set(err, RF_ERR_CONFIG,
+                              "%s: layer_types[%lld] \"%s\" disagrees with "
+                              "full_attention_interval %lld (layer %lld is %s attention by it)",
+                              path, (long long)i, v, (long long)c->full_attention_interval,
+                              (long long)i, c->full_attention[i] ? "full" : "linear");
+        c->full_attention[i] = full;
+    }
+    return RF_OK;
+}
+
 rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path,
                                   rf_model_config_t *cfg_p, rf_err_t *err)
 {
@@ -345,10 +435,12 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
         cfg.family = RF_FAMILY_GPT_NEOX;
     else if (strcmp(cfg.model_type, "opt") == 0)
         cfg.family = RF_FAMILY_OPT;
+    else if (strcmp(cfg.model_type, "qwen3_next") == 0)
+        cfg.family = RF_FAMILY_QWEN3_NEXT;
     else {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: model_type '%s' is not supported (llama, qwen2, qwen3, qwen3_moe, "
-                        "gpt_neox, opt)",
+                        "gpt_neox, opt, qwen3_next)",
                         path, cfg.model_type);
         goto out;
     }
@@ -374,7 +466,8 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
                 &cfg.num_key_value_heads, err));
     /* OPT names the MLP width ffn_dim */
     TRY(cfg_int(root, cfg.family == RF_FAMILY_OPT ? "ffn_dim" : "intermediate_size", path, 0,
-                cfg.family != RF_FAMILY_QWEN3_MOE, &cfg.intermediate_size, err));
+                cfg.family != RF_FAMILY_QWEN3_MOE && cfg.family != RF_FAMILY_QWEN3_NEXT,
+                &cfg.intermediate_size, err));
     if (cfg.hidden_size == 0 || cfg.num_hidden_layers == 0 || cfg.vocab_size == 0 ||
         cfg.num_attention_heads == 0 || cfg.num_key_value_heads == 0) {
         st = rf_err_set(err, RF_ERR_CONFIG,
@@ -466,6 +559,8 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
             cfg.mlp_bias = false;
     }
     TRY(cfg_layernorm_family(root, path, &cfg, err));
+    if (cfg.family == RF_FAMILY_QWEN3_NEXT)
+        TRY(cfg_qwen3_next(root, path, &cfg, err));
     {
         json_t *rp = json_object_get(root, "rope_parameters");
         /* old GPT-NeoX configs (Pythia) name it rotary_emb_base */
@@ -528,6 +623,9 @@ void rf_model_config_free(rf_model_config_t *cfg)
     if (cfg == NULL)
         return;
     free(cfg->mlp_only_layers);
+    free(cfg->full_attention);
+    cfg->full_attention = NULL;
+    cfg->n_full_attention = 0;
     for (int i = 0; i < cfg->n_not_convert; i++)
         free(cfg->not_convert[i]);
     free(cfg->not_convert);
@@ -542,6 +640,13 @@ rf_status_t rf_model_config_copy(rf_model_config_t *dst, const rf_model_config_t
     *dst = *src;
     dst->mlp_only_layers = NULL;
     dst->not_convert = NULL;
+    dst->full_attention = NULL;
+    if (src->n_full_attention > 0) {
+        dst->full_attention = malloc((size_t)src->n_full_attention);
+        if (dst->full_attention == NULL)
+            return RF_ERR_NOMEM;
+        memcpy(dst->full_attention, src->full_attention, (size_t)src->n_full_attention);
+    }
     if (src->n_mlp_only_layers > 0) {
         dst->mlp_only_layers = malloc(src->n_mlp_only_layers * sizeof(int64_t));
         if (dst->mlp_only_layers == NULL)
@@ -588,6 +693,13 @@ rf_status_t rf_model_config_compare(const rf_model_config_t *ck, const rf_model_
         {"num_experts", ck->num_experts, topo->orig_num_experts},
         {"word_embed_proj_dim", ck->word_embed_proj_dim, topo->word_embed_proj_dim},
         {"max_position_embeddings", ck->max_position_embeddings, topo->max_position_embeddings},
+        {"linear_num_key_heads", ck->linear_num_key_heads, topo->linear_num_key_heads},
+        {"linear_num_value_heads", ck->linear_num_value_heads, topo->linear_num_value_heads},
+        {"linear_key_head_dim", ck->linear_key_head_dim, topo->linear_key_head_dim},
+        {"linear_value_head_dim", ck->linear_value_head_dim, topo->linear_value_head_dim},
+        {"linear_conv_kernel_dim", ck->linear_conv_kernel_dim, topo->linear_conv_kernel_dim},
+        {"shared_expert_intermediate_size", ck->shared_expert_intermediate_size,
+         topo->shared_expert_intermediate_size},
     };
     char a[48], b[48];
     ck_dir = ck_dir ? ck_dir : "?";
@@ -603,6 +715,17 @@ rf_status_t rf_model_config_compare(const rf_model_config_t *ck, const rf_model_
     if (ck->tie_word_embeddings != topo->tie_word_embeddings)
         return cfg_differs(ck_dir, "tie_word_embeddings", ck->tie_word_embeddings ? "true" : "false",
                            topo->tie_word_embeddings ? "true" : "false", model, err);
+    /* Qwen3-Next: the layer kinds decide which tensors a layer has (both sides as parsed:
+     * layer_types or full_attention_interval) */
+    for (int i = 0; i < ck->n_full_attention && i < topo->n_full_attention; i++) {
+        char key[64];
+        if (ck->full_attention[i] == topo->full_attention[i])
+            continue;
+        snprintf(key, sizeof(key), "layer_types[%d] (full_attention_interval)", i);
+        return cfg_differs(ck_dir, key, ck->full_attention[i] ? "full_attention" : "linear_attention",
+                           topo->full_attention[i] ? "full_attention" : "linear_attention", model,
+                           err);
+    }
     /* no quantization_config in the checkpoint: a bf16 source, which the trainer quantizes
      * when the topology asks for a format (its tensors are checked against the manifest) */
     if (!ck->has_quant_config)
@@ -666,4 +789,11 @@ bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer)
         if (cfg->mlp_only_layers[i] == layer)
             return false;
     return (layer + 1) % cfg->decoder_sparse_step == 0;
+}
+
+bool rf_model_layer_is_full_attention(const rf_model_config_t *cfg, int64_t layer)
+{
+    if (cfg->family != RF_FAMILY_QWEN3_NEXT || layer < 0 || layer >= cfg->n_full_attention)
+        return false;
+    return cfg->full_attention[layer] != 0;
 }

@@ -175,7 +175,9 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
         goto fail;
     }
     RF_CHECK_GOTO(rf_topology_check_quant_backend(f, q, t->r_backend, err), st, fail);
-    if ((cfg->family == RF_FAMILY_GPT_NEOX || cfg->family == RF_FAMILY_OPT) && q != RF_QUANT_NONE) {
+    if ((cfg->family == RF_FAMILY_GPT_NEOX || cfg->family == RF_FAMILY_OPT ||
+         cfg->family == RF_FAMILY_QWEN3_NEXT) &&
+        q != RF_QUANT_NONE) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: model.quantization: %s is reloaded unquantized only (quantization %s "
                         "asked)",
@@ -202,6 +204,20 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
     if (dense)
         RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "intermediate_size", c.intermediate_size),
                       st, fail);
+    if (c.family == RF_FAMILY_QWEN3_NEXT) {
+        /* the Gated DeltaNet tensors split by rows in whole key-head groups / value heads,
+         * the shared expert like a dense MLP */
+        RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "linear_num_key_heads",
+                           c.linear_num_key_heads),
+                      st, fail);
+        RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "linear_num_value_heads",
+                           c.linear_num_value_heads),
+                      st, fail);
+        if (moe && c.shared_expert_intermediate_size > 0)
+            RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "shared_expert_intermediate_size",
+                               c.shared_expert_intermediate_size),
+                          st, fail);
+    }
     if (moe) {
         RF_CHECK_GOTO(
             need(t, err, "trainer.etp", t->t_etp, "moe_intermediate_size", c.moe_intermediate_size),

@@ -162,7 +162,8 @@ static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, in
         break;
     }
     case RF_MOD_QKV: {
-        int64_t d = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+        /* q heads of d rows: nh, or 2 nh for qwen3_next's gated q (m->n = (2 nh + 2 nkv) d) */
+        int64_t d = c->head_dim, nkv = c->num_key_value_heads, nh = m->n / d - 2 * nkv;
         int64_t nh_p = nh / T, rep = T > nkv ? T / nkv : 1, nkv_p = nkv >= T ? nkv / T : 1;
         if (t->shard == 0) {
             lo = r * nh_p * d;
@@ -185,6 +186,13 @@ static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, in
         /* heads [r nh_p, (r+1) nh_p): contiguous rows as stored; heads_runs() places them */
         lo = r * (m->n / T);
         n = m->n / T;
+        break;
+    case RF_MOD_SECTIONS:
+        /* one section: its contiguous rows; several: every row (sections_runs() picks them) */
+        if (m->nsec == 1) {
+            lo = r * (rows / T);
+            n = rows / T;
+        }
         break;
     case RF_MOD_MERGED: {
         int64_t Ip = (m->n / 2) / T;
@@ -315,6 +323,29 @@ static int heads_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, 
     return n;
 }
 
+/*
+ * A sectioned tensor (RF_MOD_SECTIONS, e.g. Qwen3-Next's conv1d [q; k; v]): section i's rows
+ * [start_i + r S_i / T, +S_i / T) land at destination rows [sum_{j<i} S_j / T, ...); one copy
+ * per section the piece meets.
+ */
+static int sections_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                         const need_t *nd, const rf_module_t *m, const rf_dst_t *dst,
+                         const char *src, rf_dtype_t sdt, uint64_t rb, uint64_t re, int64_t cb,
+                         int64_t ce, int64_t pitch, rf_accel_rows_t *out)
+{
+    int64_t T = rc->tp, r = rc->tp_rank, start = 0, off = 0;
+    int n = 0;
+    (void)inv;
+    for (int i = 0; i < m->nsec; i++) {
+        int64_t per = m->sec_rows[i] / T;
+        n += rect_rows(dst, 0, src, sdt, rb, re, start + r * per, per, off, nd->c0, nd->nc,
+                       nd->width, cb, ce, pitch, &out[n]);
+        start += m->sec_rows[i];
+        off += per;
+    }
+    return n;
+}
+
 int rf_load_rect_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
                       int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
                       uint64_t row_begin, uint64_t row_end, int64_t col_begin, int64_t col_end,
@@ -328,6 +359,9 @@ int rf_load_rect_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, 
     if (k == RF_MOD_QKV_HEADS)
         return heads_runs(inv, rc, &nd, dst, src, sdt, row_begin, row_end, col_begin, col_end,
                           src_pitch, out);
+    if (k == RF_MOD_SECTIONS)
+        return sections_runs(inv, rc, &nd, &inv->modules[t->module], dst, src, sdt, row_begin,
+                             row_end, col_begin, col_end, src_pitch, out);
     return rect_rows(dst, k == RF_MOD_MOE ? local_expert : 0, src, sdt, row_begin, row_end, nd.lo,
                      nd.n, nd.off, nd.c0, nd.nc, nd.width, col_begin, col_end, src_pitch, out)
                ? 1
@@ -352,7 +386,8 @@ bool rf_load_rect_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
 {
     need_t nd;
     const rf_tensor_t *t = &inv->tensors[tensor];
-    if (inv->modules[t->module].kind == RF_MOD_QKV_HEADS) { /* its first run (see loader.h) */
+    if (inv->modules[t->module].kind == RF_MOD_QKV_HEADS ||
+        inv->modules[t->module].kind == RF_MOD_SECTIONS) { /* its first run (see loader.h) */
         rf_accel_rows_t r[RF_LOAD_MAX_RUNS];
         if (rf_load_rect_runs(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end,
                               col_begin, col_end, src_pitch, r) < 1)
@@ -372,7 +407,8 @@ bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc
 {
     need_t nd;
     const rf_tensor_t *t = &inv->tensors[tensor];
-    if (inv->modules[t->module].kind == RF_MOD_QKV_HEADS) { /* its first run (see loader.h) */
+    if (inv->modules[t->module].kind == RF_MOD_QKV_HEADS ||
+        inv->modules[t->module].kind == RF_MOD_SECTIONS) { /* its first run (see loader.h) */
         rf_accel_rows_t r[RF_LOAD_MAX_RUNS];
         if (rf_load_piece_runs(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end,
                                r) < 1)

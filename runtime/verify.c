@@ -265,6 +265,9 @@ static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
     static const char *names[3] = {"q_proj", "k_proj", "v_proj"};
     int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads, d = c->head_dim;
+    /* vLLM Qwen3NextAttention: QKVParallelLinear over nh (1 + attn_output_gate) q heads, each
+     * head's query followed by its gate in q_proj */
+    int64_t qm = c->family == RF_FAMILY_QWEN3_NEXT ? 2 : 1;
     RF_CHECK(strip_suffix(m, "qkv_proj", base, sizeof(base), err));
     snprintf(first, sizeof(first), "%sq_proj", base);
     RF_CHECK(dense_param(l, m, first, err));
@@ -276,7 +279,7 @@ static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     if (tensor_scale_slot(l))
         return loc_tensor_scale(l, base, names, 3, err);
     int64_t u = row_unit(l->param);
-    int64_t nh_p = nh / l->T, rep = l->T / nkv > 1 ? l->T / nkv : 1;
+    int64_t nh_p = qm * nh / l->T, rep = l->T / nkv > 1 ? l->T / nkv : 1;
     int64_t nkv_p = nkv / l->T > 1 ? nkv / l->T : 1;
     int64_t qr = 0, kvr = 0, q0 = 0, kv0 = 0;
     RF_CHECK(in_units(m, "q rows per rank", nh_p * d, u, &qr, err));
@@ -292,7 +295,8 @@ static rf_status_t loc_qkv(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     }
     int64_t W = tensor_width(&l->inv->tensors[l->bt[0]]);
     for (int s = 0; s < 3; s++)
-        RF_CHECK(check_rows(&l->inv->tensors[l->bt[s]], cdiv((s == 0 ? nh : nkv) * d, u), W, err));
+        RF_CHECK(check_rows(&l->inv->tensors[l->bt[s]], cdiv((s == 0 ? qm * nh : nkv) * d, u), W,
+                            err));
     l->seg[0] = (ref_seg_t){0, qr, q0};
     l->seg[1] = (ref_seg_t){qr, kvr, kv0};
     l->seg[2] = (ref_seg_t){qr + kvr, kvr, kv0};
@@ -346,10 +350,77 @@ static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
     return RF_OK;
 }
 
+/*
+ * Qwen3-Next's Gated DeltaNet tensors (vLLM Qwen3NextGatedDeltaNet), from the config alone:
+ * in_proj_qkvz [2 nk dk + 2 nv dv, H] and in_proj_ba [2 nv, H] stored per key-head group and
+ * split in contiguous rows (whole groups: nk / T per rank); conv1d [2 nk dk + nv dv, 1, K]
+ * split per section q, k, v (mamba_v2_sharded_weight_loader); A_log, dt_bias [nv] split in
+ * value heads. The slot keeps the tensor's shape with dim 0 cut; row j of segment s is source
+ * row src0_s + j.
+ */
+static rf_status_t loc_sections(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
+{
+    const rf_model_config_t *c = &l->inv->cfg;
+    int64_t nk = c->linear_num_key_heads, nv = c->linear_num_value_heads;
+    int64_t kd = nk * c->linear_key_head_dim, vd = nv * c->linear_value_head_dim;
+    int64_t sec[3] = {0, 0, 0};
+    int ns = 1;
+    size_t ml = strlen(m->name);
+#define ENDS(x) (ml >= strlen(x) && strcmp(m->name + ml - strlen(x), x) == 0)
+    if (c->family != RF_FAMILY_QWEN3_NEXT || l->slot != 0)
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s: no sectioned slot %d", m->name,
+                          l->slot);
+    if (ENDS(".in_proj_qkvz")) {
+        RF_CHECK(need_div(m, "linear_num_key_heads", nk, l->T, err));
+        sec[0] = 2 * kd + 2 * vd;
+    } else if (ENDS(".in_proj_ba")) {
+        RF_CHECK(need_div(m, "linear_num_key_heads", nk, l->T, err));
+        sec[0] = 2 * nv;
+    } else if (ENDS(".conv1d")) {
+        RF_CHECK(need_div(m, "linear_num_key_heads", nk, l->T, err));
+        RF_CHECK(need_div(m, "linear_num_value_heads", nv, l->T, err));
+        sec[0] = sec[1] = kd;
+        sec[2] = vd;
+        ns = 3;
+    } else if (ENDS(".A_log") || ENDS(".dt_bias")) {
+        RF_CHECK(need_div(m, "linear_num_value_heads", nv, l->T, err));
+        sec[0] = nv;
+    } else {
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s is not a Gated DeltaNet tensor",
+                          m->name);
+    }
+    bool bare = ENDS(".A_log") || ENDS(".dt_bias");
+#undef ENDS
+    snprintf(l->param, sizeof(l->param), "weight");
+    l->nblk = 1;
+    l->nseg = ns;
+    RF_CHECK(alloc_bt(l, err));
+    RF_CHECK(find_tensor(l->inv, m->name, bare ? "" : ".weight", &l->bt[0], err));
+    const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
+    int64_t start = 0, off = 0;
+    for (int s = 0; s < ns; s++) {
+        int64_t per = sec[s] / l->T;
+        l->bt[s] = l->bt[0];
+        l->seg[s] = (ref_seg_t){off, per, start + l->r * per};
+        start += sec[s];
+        off += per;
+    }
+    if (t->shape[0] != start)
+        return rf_err_set(err, RF_ERR_MISMATCH, "reference: %s has %lld rows, expected %lld",
+                          t->name, (long long)t->shape[0], (long long)start);
+    l->R = off;
+    l->C = l->W = (int64_t)(t->numel / (uint64_t)t->shape[0]);
+    return RF_OK;
+}
+
 static rf_status_t loc_merged(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
     char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
     int64_t I = l->inv->cfg.intermediate_size;
+    size_t ml = strlen(m->name), sl = strlen("shared_expert.gate_up_proj");
+    /* Qwen3-Next's shared expert: a dense MLP of shared_expert_intermediate_size */
+    if (ml >= sl && strcmp(m->name + ml - sl, "shared_expert.gate_up_proj") == 0)
+        I = l->inv->cfg.shared_expert_intermediate_size;
     RF_CHECK(strip_suffix(m, "gate_up_proj", base, sizeof(base), err));
     snprintf(first, sizeof(first), "%sgate_proj", base);
     RF_CHECK(dense_param(l, m, first, err));
@@ -532,10 +603,12 @@ static void set_shape(rf_ref_locator_t *l)
     if (tensor_scale_slot(l)) {
         s->ndim = 1;
         s->shape[0] = l->R;
-    } else if (l->kind == RF_MOD_REPLICATED) {
+    } else if (l->kind == RF_MOD_REPLICATED || l->kind == RF_MOD_SECTIONS) {
         s->ndim = t->ndim;
         for (int i = 0; i < t->ndim; i++)
             s->shape[i] = t->shape[i];
+        if (l->kind == RF_MOD_SECTIONS) /* dim 0 cut to the rank's sections */
+            s->shape[0] = l->R;
     } else if (strcmp(l->param, "bias") == 0) {
         s->ndim = 1;
         s->shape[0] = l->R;
@@ -600,6 +673,9 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
         break;
     case RF_MOD_QKV_HEADS:
         st = loc_qkv_heads(l, m, err);
+        break;
+    case RF_MOD_SECTIONS:
+        st = loc_sections(l, m, err);
         break;
     default:
         st = rf_err_set(err, RF_ERR_UNSUPPORTED, "reference: %s: module kind %d", m->name,

@@ -9,7 +9,9 @@
  *
  * Families: Llama, Qwen2 (q/k/v bias), Qwen3 (q_norm/k_norm) dense; Qwen3-MoE; GPT-NeoX
  * (Pythia: fused query_key_value interleaved per head, LayerNorm with biases) and OPT (learned
- * positions, fc1 / fc2, project_in / project_out), in vLLM's engine layout.
+ * positions, fc1 / fc2, project_in / project_out); Qwen3-Next (Gated DeltaNet layers with
+ * sectioned in_proj_qkvz / in_proj_ba / conv1d / A_log / dt_bias, gated full attention, MoE
+ * with a shared expert), in vLLM's engine layout.
  *
  * model/ stands above topology/: the rules of a parsed topology against the model config
  * (rf_model_check_topology, rf_model_bind_topology) and the collective loading of both files
@@ -40,13 +42,15 @@ typedef enum {
     RF_FAMILY_QWEN3_MOE,
     RF_FAMILY_GPT_NEOX,
     RF_FAMILY_OPT,
+    RF_FAMILY_QWEN3_NEXT,
 } rf_family_t;
 
 /* config.json, after the key alias table of DESIGN.md section 4. Owned strings freed by
  * rf_model_config_free(). */
 typedef struct rf_model_config {
     rf_family_t family;
-    char model_type[32];     /* "llama", "qwen2", "qwen3", "qwen3_moe", "gpt_neox", "opt" */
+    char model_type[32];     /* "llama", "qwen2", "qwen3", "qwen3_moe", "gpt_neox", "opt",
+                                "qwen3_next" */
     char architecture[64];   /* architectures[0] */
     rf_dtype_t dtype;        /* torch_dtype or dtype */
     int64_t hidden_size;     /* H */
@@ -77,6 +81,17 @@ typedef struct rf_model_config {
     bool do_layer_norm_before;   /* opt (true): false has no final_layer_norm (OPT-350m) */
     bool final_layer_norm;       /* opt: do_layer_norm_before and not _remove_final_layer_norm */
     int64_t max_position_embeddings; /* opt: learned positions have this + 2 rows */
+    /* Qwen3-Next (hybrid attention; 0 / NULL for the other families): Gated DeltaNet sizes
+     * (linear_num_key_heads nk, linear_num_value_heads nv, linear_key_head_dim dk,
+     * linear_value_head_dim dv, linear_conv_kernel_dim), the shared expert's width, and which
+     * layers are gated full attention: layer_types (transformers 5) or
+     * full_attention_interval (default 4: layer i when (i + 1) % 4 == 0) */
+    int64_t linear_num_key_heads, linear_num_value_heads;
+    int64_t linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim;
+    int64_t shared_expert_intermediate_size;
+    int64_t full_attention_interval;
+    unsigned char *full_attention; /* owned: num_hidden_layers entries, 1 = full attention */
+    int n_full_attention;          /* entries in full_attention (orig_num_hidden_layers) */
     /* quantization_config (absent: has_quant_config false, quant NONE) */
     bool has_quant_config;
     rf_quant_t quant;
@@ -124,6 +139,9 @@ rf_status_t rf_model_config_check_checkpoint(const char *ck_dir, const rf_model_
                                              rf_quant_t q, int64_t group, rf_err_t *err);
 /* True for a MoE layer (qwen3_moe: E > 0, not in mlp_only_layers, (i+1) % step == 0). */
 bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer);
+/* True for a gated full-attention layer of a qwen3_next model (its self_attn); false for a
+ * Gated DeltaNet layer (linear_attn) and for every other family. */
+bool rf_model_layer_is_full_attention(const rf_model_config_t *cfg, int64_t layer);
 
 /* ---- a topology against the model (model/model_topology.c, model/model_load.c) -------- */
 
@@ -182,6 +200,14 @@ typedef enum {
                           interleaved per head, rows [q_h; k_h; v_h] for h = 0..nh-1 (GPT-NeoX
                           query_key_value, nkv = nh): rank r reads the contiguous rows of heads
                           [r nh_p, (r+1) nh_p) and writes them as [q_r; k_r; v_r] */
+    RF_MOD_SECTIONS,   /* ONE checkpoint tensor of any rank whose dim 0 is nsec sections
+                          (sec_rows[i] rows = sec_heads[i] heads each), every section split by
+                          TP on its own in whole heads; rank r's slot is the tensor's shape
+                          with dim 0 = sum sec_rows[i] / T, rows [sec_0,r; sec_1,r; ...].
+                          One section: vLLM's ColumnParallelLinear / sharded_weight_loader(0)
+                          on a tensor whose heads a rank must take whole (Qwen3-Next
+                          in_proj_qkvz / in_proj_ba per key-head group, A_log, dt_bias); three:
+                          mamba_v2_sharded_weight_loader (Qwen3-Next conv1d: q, k, v) */
 } rf_module_kind_t;
 
 const char *rf_module_kind_name(rf_module_kind_t k);
@@ -246,8 +272,14 @@ typedef struct rf_module {
     rf_quant_t quant;       /* quantization of its weights (RF_QUANT_NONE when unquantized) */
     int nlinears;           /* linears fused into it (inventory builder bookkeeping) */
     /* logical sizes used by the loader arithmetic */
-    int64_t n;              /* output rows: N (V for vocab, nh*d + 2 nkv*d for qkv, 2I merged) */
+    int64_t n;              /* output rows: N (V for vocab, nh*d + 2 nkv*d for qkv, 2I merged;
+                               qwen3_next's gated qkv: 2 nh*d + 2 nkv*d, each q head followed by
+                               its output gate) */
     int64_t k;              /* input columns K (H for most) */
+    /* RF_MOD_SECTIONS: the sections of dim 0 and the config key naming each one's heads */
+    int nsec;
+    int64_t sec_rows[3], sec_heads[3];
+    const char *sec_key[3]; /* static */
 } rf_module_t;
 
 /* Where the decoder layers' tensors live: "model.layers." (Llama, Qwen), "gpt_neox.layers.",
@@ -293,7 +325,8 @@ int rf_inventory_find(const rf_inventory_t *inv, const char *name);
 /* What to do with a checkpoint tensor the inventory does not know (DESIGN.md section 4). */
 typedef enum {
     RF_UNKNOWN_ERROR = 0, /* not on the skip list */
-    RF_UNKNOWN_SKIP,      /* *.rotary_emb.inv_freq, mtp.*; gpt_neox: *.attention.bias and
+    RF_UNKNOWN_SKIP,      /* *.rotary_emb.inv_freq, mtp.* (Qwen3-Next's multi-token
+                             prediction head: no engine module takes it); gpt_neox: *.attention.bias and
                              *.attention.masked_bias (old causal-mask buffers) */
     RF_UNKNOWN_CUT,       /* layer >= L or expert >= E after overrides */
     RF_UNKNOWN_TIED,      /* lm_head.weight when tied: skipped only if it equals the embedding */

@@ -1,5 +1,5 @@
 /*
- * Writes a modified copy of a GPT-NeoX / OPT checkpoint directory into OUT-DIR, for the tests
+ * Writes a modified copy of a GPT-NeoX / OPT / Qwen3-Next checkpoint directory into OUT-DIR, for the tests
  * of the names those families' checkpoints come with (DESIGN.md section 4):
  * OUT-DIR/model.safetensors and OUT-DIR/config.json (SRC's, copied byte for byte).
  *   make_family_ckpt SRC-DIR OUT-DIR [OPTION...]
@@ -11,6 +11,11 @@
  *                        (F32 [4])
  *     --keep NAME        with --rename: also keep NAME under its original name (a tensor then
  *                        stored under both spellings)
+ *     --drop NAME        leave tensor NAME out
+ *     --mtp              add what Qwen3-Next checkpoints store for multi-token prediction
+ *                        (no engine module takes it): mtp.fc.weight (BF16 [H, 2H]),
+ *                        mtp.norm.weight (BF16 [H]) and mtp.layers.0.self_attn.q_proj.weight
+ *                        (BF16 [2 H, H]), H = 64 (qwen3-next-tiny), zeros
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,20 +52,26 @@ static int copy_file(const char *from, const char *to)
 
 int main(int argc, char **argv)
 {
-    const char *from = NULL, *to = NULL, *keep = NULL;
-    int buffers = 0;
+    const char *from = NULL, *to = NULL, *keep = NULL, *drop = NULL;
+    int buffers = 0, mtp = 0;
     char path[4096], path2[4096];
     rf_ckpt_t *ck;
     rf_err_t err;
     rf_err_clear(&err);
     if (argc < 3)
-        return fail("usage", "SRC-DIR OUT-DIR [--rename FROM TO] [--neox-buffers] [--keep NAME]");
+        return fail("usage",
+                    "SRC-DIR OUT-DIR [--rename FROM TO] [--neox-buffers] [--keep NAME] [--drop NAME] "
+                    "[--mtp]");
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "--rename") == 0 && i + 2 < argc) {
             from = argv[++i];
             to = argv[++i];
         } else if (strcmp(argv[i], "--neox-buffers") == 0) {
             buffers = 1;
+        } else if (strcmp(argv[i], "--drop") == 0 && i + 1 < argc) {
+            drop = argv[++i];
+        } else if (strcmp(argv[i], "--mtp") == 0) {
+            mtp = 1;
         } else if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc) {
             keep = argv[++i];
         } else {
@@ -81,6 +92,8 @@ int main(int argc, char **argv)
         mask[k] = (k % 8) <= (k / 8); /* lower triangle */
     for (size_t i = 0; i < rf_ckpt_count(ck) && m + 4 < MAXT; i++) {
         const rf_st_entry_t *e = rf_ckpt_entry(ck, i);
+        if (drop != NULL && strcmp(e->name, drop) == 0)
+            continue;
         uint64_t rows = rf_st_entry_rows(e), rb = rf_st_entry_row_bytes(e);
         void *b = malloc(e->nbytes + 1);
         if (b == NULL || rf_ckpt_read(ck, e, 0, rows, 0, rb, b, rb, &err) != RF_OK)
@@ -130,6 +143,19 @@ int main(int argc, char **argv)
             }
             m++;
         }
+    }
+    static const unsigned char zeros[2 * 64 * 128 * 2];
+    static const char *mtp_names[3] = {"mtp.fc.weight", "mtp.norm.weight",
+                                       "mtp.layers.0.self_attn.q_proj.weight"};
+    static const uint64_t mtp_shapes[3][2] = {{64, 128}, {64, 0}, {128, 64}};
+    for (int k = 0; mtp && k < 3 && m + 1 < MAXT; k++) {
+        names[m] = mtp_names[k];
+        dts[m] = RF_DTYPE_BF16;
+        ndims[m] = k == 1 ? 1 : 2;
+        memset(shapes[m], 0, sizeof(shapes[m]));
+        shapes[m][0] = mtp_shapes[k][0];
+        shapes[m][1] = mtp_shapes[k][1];
+        data[m++] = zeros;
     }
     snprintf(path, sizeof(path), "%s", argv[2]); /* mkdir -p */
     for (char *q = path + 1; *q; q++)

@@ -1,0 +1,79 @@
+# Qwen3-Next (hybrid attention: Gated DeltaNet and gated full attention, MoE with a shared
+# expert) in vLLM's engine layout: the transformers-written fixture end to end with --reference
+# and --cold-check at rollout TP 1 and 2, EP 2 (p2p and broadcast), trainer TP 2 (its heads and
+# key-head groups divide); its MTP tensors skipped; refusals; refit-plan on the full-size
+# Qwen3-Next-80B-A3B config (counts: tests/data/SOURCES.md).
+set(NEXT_TTOPO ${CMAKE_CURRENT_SOURCE_DIR}/topologies)
+foreach(t "tp1-to-tp1;2" "tp2-to-tp2;4" "tp2-to-2xtp1;4" "tp1-to-tp2ep2-p2p;3" "tp2ep2-to-tp2ep2;4")
+  list(GET t 0 topo)
+  list(GET t 1 np)
+  refit_run_test(refit_run_qwen3_next_tiny_${topo} ${np} ok
+                 "reassembly \\+ sha256 vs --reference: 154 tensors equal;cold load == load then refit;refit: COMMITTED 2 update\\(s\\), verified 154 tensors"
+                 --topology ${NEXT_TTOPO}/qwen3-next-tiny-${topo}.yaml --checkpoint ${DATA}/qwen3-next-tiny
+                 --reference ${DATA}/qwen3-next-tiny/tensors.reference.json --cold-check --steps 2)
+endforeach()
+
+# colocated over ipc: the sectioned tensors are read whole by every rank (in place or staged)
+refit_run_test(ipc_qwen3_next_tiny_tp2_to_tp2 4 ok
+               "ipc transport;reassembly \\+ sha256 vs --reference: 154 tensors equal;refit: COMMITTED 2 update\\(s\\), verified 154 tensors"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp2-to-tp2-colocated-ipc.yaml
+               --checkpoint ${DATA}/qwen3-next-tiny
+               --reference ${DATA}/qwen3-next-tiny/tensors.reference.json --cold-check --steps 2)
+
+# the device branches on the CPU (REFIT_TEST_DEVICE_ACCEL=host-device: staged payloads, batched
+# row copies): conv1d's three copies per piece through them, DIRECT and LAYERWISE
+foreach(case "auto;DIRECT 56" "layerwise;LAYERWISE 56")
+  list(GET case 0 pol)
+  list(GET case 1 re)
+  refit_run_test(emu_refit_qwen3_next_tiny_tp2_${pol} 4 ok
+                 "${re};refit: COMMITTED 2 update\\(s\\), verified 154 tensors"
+                 --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp2-to-tp2.yaml
+                 --checkpoint ${DATA}/qwen3-next-tiny
+                 --reference ${DATA}/qwen3-next-tiny/tensors.reference.json --steps 2 --cold-check
+                 --reload-policy ${pol})
+  set_tests_properties(emu_refit_qwen3_next_tiny_tp2_${pol} PROPERTIES LABELS "mpi;device-emu"
+                       ENVIRONMENT "REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
+
+# mtp.* (multi-token prediction, no engine module): skipped with one log line; the fixture
+# itself has none, and is valid without them
+make_family_ckpt_test(next_mtp ${DATA}/qwen3-next-tiny qwen3-next-tiny-mtp --mtp)
+refit_run_test(refit_run_qwen3_next_mtp_skipped 2 ok
+               "skipped 3 tensor\\(s\\) on the skip list \\(first: mtp.fc.weight\\);reassembly \\+ sha256 vs --reference: 154 tensors equal;refit: COMMITTED 1 update\\(s\\), verified 154 tensors"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp1-to-tp1.yaml
+               --checkpoint ${FAMCK}/qwen3-next-tiny-mtp
+               --reference ${DATA}/qwen3-next-tiny/tensors.reference.json --steps 1)
+set_tests_properties(refit_run_qwen3_next_mtp_skipped PROPERTIES FIXTURES_REQUIRED famck_next_mtp
+                     ENVIRONMENT "REFIT_LOG_LEVEL=info")
+
+# a checkpoint without one of a Gated DeltaNet layer's tensors: refused naming it
+make_family_ckpt_test(next_drop ${DATA}/qwen3-next-tiny qwen3-next-tiny-no-conv1d
+                      --drop model.layers.1.linear_attn.conv1d.weight)
+refit_run_test(refit_run_qwen3_next_missing_conv1d_refused 2 fail
+               "refit: FAILED: .*tensor model.layers.1.linear_attn.conv1d.weight is missing"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp1-to-tp1.yaml
+               --checkpoint ${FAMCK}/qwen3-next-tiny-no-conv1d --steps 1)
+set_tests_properties(refit_run_qwen3_next_missing_conv1d_refused PROPERTIES FIXTURES_REQUIRED famck_next_drop)
+
+# topologies that cannot work, and quantization: refused at startup naming module and sizes
+refit_run_test(refit_run_qwen3_next_rollout_tp4_refused 5 fail
+               "refit: FAILED: .*rollout.tp: 4 .*model.layers.0.linear_attn.in_proj_qkvz: linear_num_key_heads 2 is not divisible by 4"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp1-to-tp4.yaml --checkpoint ${DATA}/qwen3-next-tiny)
+refit_run_test(refit_run_qwen3_next_fp8_refused 2 fail
+               "refit: FAILED: .*qwen3_next is reloaded unquantized only \\(quantization fp8-block asked\\)"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-fp8-block.yaml)
+
+# refit-plan on the full-size config: tensors, elements and modules (DIRECT / RUNTIME_VIEW /
+# LAYERWISE / applications / declined / layers per rollout rank) as tests/data/SOURCES.md works
+# them out; at EP 2 each rank declines the other's 256 experts x 3 x 48 layers
+foreach(case "tp2;2 +0 +0 +0 +0 +639 +0 +0 +74391 +0 +639"
+             "tp2ep2;2 +0 +0 +0 +0 +639 +0 +0 +37527 +36864 +639")
+  list(GET case 0 t)
+  list(GET case 1 counts)
+  add_test(NAME refit_plan_qwen3_next_80b_a3b_${t}
+           COMMAND ${EXPECT} ok "refit-plan: qwen3-next-80b-a3b-${t}: qwen3_next Qwen3NextForCausalLM, 48 layers, 74391 tensors, 79674391296 checkpoint elements"
+                   "^ +${counts} " -- $<TARGET_FILE:refit-plan>
+                   --topology ${TOPO}/plan/qwen3-next-80b-a3b-${t}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(refit_plan_qwen3_next_80b_a3b_${t} PROPERTIES LABELS plan TIMEOUT 120)
+endforeach()
