@@ -339,6 +339,8 @@ static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
     snprintf(sfx, sizeof(sfx), ".%s", l->param);
     RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
     const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
+    if (m->heads > 0) /* DeepSeek's MLA projections: whole heads per rank */
+        RF_CHECK(need_div(m, "num_attention_heads", l->inv->cfg.num_attention_heads, l->T, err));
     RF_CHECK(need_div(m, "output rows", t->shape[0], l->T, err));
     l->R = t->shape[0] / l->T;
     l->seg[0] = (ref_seg_t){0, l->R, l->r * l->R};
@@ -349,7 +351,7 @@ static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
 static rf_status_t loc_merged(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
     char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
-    int64_t I = l->inv->cfg.intermediate_size;
+    int64_t I = m->n / 2; /* intermediate_size; DeepSeek's shared_experts: Im x n_shared */
     RF_CHECK(strip_suffix(m, "gate_up_proj", base, sizeof(base), err));
     snprintf(first, sizeof(first), "%sgate_proj", base);
     RF_CHECK(dense_param(l, m, first, err));
@@ -388,6 +390,8 @@ static rf_status_t loc_row(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     snprintf(sfx, sizeof(sfx), ".%s", l->param);
     RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
     const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
+    if (m->heads > 0) /* DeepSeek's o_proj: whole heads per rank */
+        RF_CHECK(need_div(m, "num_attention_heads", l->inv->cfg.num_attention_heads, l->T, err));
     l->R = t->shape[0];
     l->seg[0] = (ref_seg_t){0, l->R, 0};
     /* full copy on every rank: the bias, and fp8-tensor / fp8-channel scales (one per output
@@ -435,17 +439,74 @@ static rf_status_t loc_vocab(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t
 
 static rf_status_t loc_replicated(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
-    /* slot 1: a LayerNorm's bias (GPT-NeoX, OPT) */
-    if (l->slot != 0 && !(l->slot == 1 && has_tensor(l->inv, m->name, ".bias")))
+    /* slot 1: a LayerNorm's bias (GPT-NeoX, OPT) or DeepSeek's router e_score_correction_bias */
+    static const char *const second[] = {"bias", "e_score_correction_bias"};
+    char sfx[40];
+    const char *param = l->slot == 0 ? "weight" : NULL;
+    for (int i = 0; l->slot == 1 && param == NULL && i < 2; i++) {
+        snprintf(sfx, sizeof(sfx), ".%s", second[i]);
+        if (has_tensor(l->inv, m->name, sfx))
+            param = second[i];
+    }
+    if (param == NULL)
         return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    snprintf(l->param, sizeof(l->param), "%s", l->slot == 0 ? "weight" : "bias");
+    snprintf(l->param, sizeof(l->param), "%s", param);
+    snprintf(sfx, sizeof(sfx), ".%s", param);
     l->nblk = 1;
     l->nseg = 1;
     RF_CHECK(alloc_bt(l, err));
-    RF_CHECK(find_tensor(l->inv, m->name, l->slot == 0 ? ".weight" : ".bias", &l->bt[0], err));
+    RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
     l->R = (int64_t)l->inv->tensors[l->bt[0]].numel; /* full copy, element = element */
     l->seg[0] = (ref_seg_t){0, l->R, 0};
     l->C = l->W = 1;
+    return RF_OK;
+}
+
+/*
+ * DeepSeek's ReplicatedLinear / fused_qkv_a_proj (MergedColumnParallelLinear, disable_tp):
+ * every rank holds all rows; with q_lora_rank set the shards are q_a_proj then
+ * kv_a_proj_with_mqa (vLLM's stacked_params_mapping), each at the rows of those before it.
+ */
+static rf_status_t loc_replicated_linear(rf_ref_locator_t *l, const rf_module_t *m,
+                                         rf_err_t *err)
+{
+    char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
+    static const char *const names[2] = {"q_a_proj", "kv_a_proj_with_mqa"};
+    size_t ln = strlen(m->name), ls = strlen("fused_qkv_a_proj");
+    bool fused = ln > ls && strcmp(m->name + ln - ls, "fused_qkv_a_proj") == 0;
+    if (fused)
+        RF_CHECK(strip_suffix(m, "fused_qkv_a_proj", base, sizeof(base), err));
+    int n = fused ? 2 : 1;
+    if (fused)
+        snprintf(first, sizeof(first), "%sq_a_proj", base);
+    else
+        snprintf(first, sizeof(first), "%s", m->name);
+    RF_CHECK(dense_param(l, m, first, err));
+    int64_t u = row_unit(l->param), at = 0;
+    l->nblk = 1;
+    l->nseg = n;
+    RF_CHECK(alloc_bt(l, err));
+    for (int s = 0; s < n; s++) {
+        if (fused)
+            snprintf(sfx, sizeof(sfx), "%s.%s", names[s], l->param);
+        else
+            snprintf(sfx, sizeof(sfx), ".%s", l->param);
+        RF_CHECK(find_tensor(l->inv, fused ? base : m->name, sfx, &l->bt[s], err));
+        const rf_tensor_t *t = &l->inv->tensors[l->bt[s]];
+        if (s + 1 < n && u > 1) { /* the next shard starts on a whole block */
+            int tw = 0;
+            snprintf(sfx, sizeof(sfx), "%s.weight", names[s]);
+            RF_CHECK(find_tensor(l->inv, base, sfx, &tw, err));
+            int64_t q = 0;
+            RF_CHECK(in_units(m, "rows of its first fused linear", l->inv->tensors[tw].shape[0], u,
+                              &q, err));
+        }
+        l->seg[s] = (ref_seg_t){at, t->shape[0], 0};
+        at += t->shape[0];
+        l->W = tensor_width(t);
+    }
+    l->R = at;
+    l->C = l->W;
     return RF_OK;
 }
 
@@ -600,6 +661,9 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
         break;
     case RF_MOD_QKV_HEADS:
         st = loc_qkv_heads(l, m, err);
+        break;
+    case RF_MOD_REPLICATED_LINEAR:
+        st = loc_replicated_linear(l, m, err);
         break;
     default:
         st = rf_err_set(err, RF_ERR_UNSUPPORTED, "reference: %s: module kind %d", m->name,
