@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "refit/generator.h"
+#include "refit/quant.h" /* rf_f32_to_f16 (RNE), for an f16 model's MLA oracle */
 #include "refit/verify.h"
 
 /* Slot rows [dst0, dst0 + n) come from source rows [src0, src0 + n) (rows in the tensor's own
@@ -1295,4 +1296,74 @@ out:
     for (int s = 0; s < n; s++)
         rf_ref_locator_destroy(loc[s]);
     return st;
+}
+
+/* ---- DeepSeek's absorbed MLA matrices ---------------------------------------------------- */
+
+/* The bits of value v in dtype dt (bf16 / f16 round to nearest even), as a 32-bit pattern. */
+static uint32_t mla_bits(float v, rf_dtype_t dt)
+{
+    if (dt == RF_DTYPE_BF16)
+        return rf_f32_to_bf16(v);
+    if (dt == RF_DTYPE_F16)
+        return rf_f32_to_f16(v);
+    return bits_of_f32(v);
+}
+
+rf_status_t rf_verify_mla_derived(const rf_inventory_t *inv, int module, const char *slot_name,
+                                  const void *w, rf_dtype_t wdt, int64_t rows, const float *scale,
+                                  const void *got, uint64_t nbytes, rf_err_t *err)
+{
+    const rf_model_config_t *c = &inv->cfg;
+    const char *mn = inv->modules[module].name;
+    int64_t P = c->qk_nope_head_dim, Dv = c->v_head_dim, Lkv = c->kv_lora_rank, hw = P + Dv;
+    bool uk = strcmp(slot_name, "W_UK_T") == 0;
+    rf_dtype_t dt = c->dtype;
+    size_t es = rf_dtype_size(dt);
+    if ((!uk && strcmp(slot_name, "W_UV") != 0) || hw <= 0 || rows % hw != 0 ||
+        (wdt == RF_DTYPE_F8_E4M3) != (scale != NULL) || (wdt != RF_DTYPE_F8_E4M3 && wdt != dt))
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s: %s is not an MLA derived slot of "
+                          "a %s [%lld, %lld] kv_b_proj",
+                          mn, slot_name, rf_dtype_name(wdt), (long long)rows, (long long)Lkv);
+    uint64_t n = (uint64_t)(rows / hw) * (uint64_t)(uk ? P : Dv) * (uint64_t)Lkv;
+    if (n * es != nbytes)
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s.%s holds %llu bytes, not %llu",
+                          mn, slot_name, (unsigned long long)nbytes,
+                          (unsigned long long)(n * es));
+    int64_t scols = (Lkv + 127) / 128;
+    uint64_t bad = 0, first = 0;
+    uint32_t want_first = 0, got_first = 0;
+    for (uint64_t x = 0; x < n; x++) {
+        /* the slot's flat index -> (head, row within the head's block, latent column) */
+        int64_t h, row, l;
+        if (uk) {
+            h = (int64_t)(x / (uint64_t)(P * Lkv));
+            row = (int64_t)(x / (uint64_t)Lkv) % P;
+            l = (int64_t)(x % (uint64_t)Lkv);
+        } else {
+            h = (int64_t)(x / (uint64_t)(Lkv * Dv));
+            l = (int64_t)(x / (uint64_t)Dv) % Lkv;
+            row = P + (int64_t)(x % (uint64_t)Dv);
+        }
+        int64_t src = h * hw + row;
+        uint32_t want, have = load_bits((const unsigned char *)got + x * es, es);
+        if (scale == NULL) {
+            want = load_bits((const unsigned char *)w + (uint64_t)(src * Lkv + l) * es, es);
+        } else {
+            float q = rf_ref_e4m3fn_to_f32(((const uint8_t *)w)[src * Lkv + l]);
+            want = mla_bits(q * scale[(src / 128) * scols + l / 128], dt);
+        }
+        if (want != have && bad++ == 0) {
+            first = x;
+            want_first = want;
+            got_first = have;
+        }
+    }
+    if (bad)
+        return rf_err_set(err, RF_ERR_VERIFY,
+                          "reference: %s.%s: element %llu is 0x%x, a recomputation from the "
+                          "loaded kv_b_proj gives 0x%x (%llu of %llu elements differ)",
+                          mn, slot_name, (unsigned long long)first, got_first, want_first,
+                          (unsigned long long)bad, (unsigned long long)n);
+    return RF_OK;
 }
