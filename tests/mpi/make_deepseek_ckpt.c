@@ -4,7 +4,8 @@
  * DeepSeek's checkpoints come in (DESIGN.md section 4, docs/design.md "DeepSeek-V3"):
  *   make_deepseek_ckpt fp8 SRC-DIR OUT-DIR    every linear of the decoder layers (not the router
  *                       mlp.gate, not embed_tokens / lm_head) quantized fp8-block with the
- *                       library's quantizer (e4m3 weight + F32 weight_scale_inv, 128 x 128), and
+ *                       library's quantizer (e4m3 weight + F32 weight_scale_inv, 128 x 128; each
+ *                       block first scaled by a power of two, so the scales differ), and
  *                       e_score_correction_bias stored F32: DeepSeek-V3's published layout.
  *                       SRC's config.json must already carry the fp8 quantization_config.
  *   make_deepseek_ckpt f32-bias SRC-DIR OUT-DIR  only e_score_correction_bias widened to F32
@@ -191,6 +192,14 @@ int main(int argc, char **argv)
             int64_t sr = (r + 127) / 128, sc = (c + 127) / 128;
             uint8_t *q = malloc((size_t)(r * c) + 1);
             float *s = malloc((size_t)(sr * sc) * 4 + 4);
+            /* 128 x 128 block (i, j) scaled by 2^-((i + j) mod 4), exactly in bf16, so the
+             * block scales differ and a scale read from the wrong block shows */
+            for (int64_t y = 0; e->dtype == RF_DTYPE_BF16 && y < r; y++)
+                for (int64_t x = 0; x < c; x++) {
+                    uint16_t *v = (uint16_t *)b + y * c + x;
+                    *v = rf_f32_to_bf16(rf_bf16_to_f32(*v) /
+                                        (float)(1 << ((y / 128 + x / 128) % 4)));
+                }
             if (rf_fp8_quantize(b, e->dtype, r, c, c, q, c, s, RF_DTYPE_F32, sc, RF_FP8_PLAIN) !=
                 RF_OK)
                 return fail(e->name, "fp8 quantization failed");
