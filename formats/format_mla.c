@@ -134,8 +134,8 @@ rf_status_t rf_mla_compute_derived(rf_format_t *f, const rf_inventory_t *inv, in
     int64_t rows = w->sig.shape[0], nh_p = rows / (P + Dv);
     size_t es = rf_dtype_size(c->dtype);
     if (!fp8 && w->sig.dtype != c->dtype)
-        return rf_err_set(err, RF_ERR_MISMATCH, "mla: %s is %s, the model dtype %s",
-                          w->name, rf_dtype_name(w->sig.dtype), rf_dtype_name(c->dtype));
+        return rf_err_set(err, RF_ERR_MISMATCH, "mla: %s is %s, the model dtype %s", w->name,
+                          rf_dtype_name(w->sig.dtype), rf_dtype_name(c->dtype));
     rf_accel_t *dev = rf_format_device(f);
     unsigned char *wb, *sb = NULL, *wown = NULL, *sown = NULL;
     rf_status_t st = mla_host(dev, w, &wb, &wown, err);
@@ -158,16 +158,16 @@ rf_status_t rf_mla_compute_derived(rf_format_t *f, const rf_inventory_t *inv, in
                 for (int64_t j = 0; j < Dv; j++, o += es)
                     mla_elem(wb, scale, scols, Lkv, es, c->dtype, h * (P + Dv) + P + j, l, o);
         if (rf_signature_bytes(&uk->sig) != nuk * es || rf_signature_bytes(&uv->sig) != nuv * es)
-            st = rf_err_set(err, RF_ERR_MISMATCH, "mla: %s: derived slots are not %llu + %llu "
+            st = rf_err_set(err, RF_ERR_MISMATCH,
+                            "mla: %s: derived slots are not %llu + %llu "
                             "elements",
-                            inv->modules[m].name, (unsigned long long)nuk,
-                            (unsigned long long)nuv);
+                            inv->modules[m].name, (unsigned long long)nuk, (unsigned long long)nuv);
     }
     if (st == RF_OK && dev != NULL) {
         st = dev->ops->copy(dev, uk->sig.data, out, (size_t)(nuk * es), RF_COPY_H2D, NULL);
         if (st == RF_OK)
-            st = dev->ops->copy(dev, uv->sig.data, out + nuk * es, (size_t)(nuv * es),
-                                RF_COPY_H2D, NULL);
+            st = dev->ops->copy(dev, uv->sig.data, out + nuk * es, (size_t)(nuv * es), RF_COPY_H2D,
+                                NULL);
         if (st == RF_OK)
             st = rf_accel_sync(dev);
         if (st != RF_OK)

@@ -75,9 +75,10 @@ static void *pattern(uint64_t n, unsigned seed)
 /* A decoder linear that DeepSeek-V3's fp8 release quantizes. */
 static int quantized(const char *name)
 {
-    static const char *const lin[] = {".q_a_proj.weight", ".kv_a_proj_with_mqa.weight",
-                                      ".q_b_proj.weight", ".q_proj.weight", ".kv_b_proj.weight",
-                                      ".o_proj.weight", ".gate_proj.weight", ".up_proj.weight",
+    static const char *const lin[] = {".q_a_proj.weight",  ".kv_a_proj_with_mqa.weight",
+                                      ".q_b_proj.weight",  ".q_proj.weight",
+                                      ".kv_b_proj.weight", ".o_proj.weight",
+                                      ".gate_proj.weight", ".up_proj.weight",
                                       ".down_proj.weight"};
     if (strncmp(name, "model.layers.", 13) != 0)
         return 0;
@@ -221,8 +222,7 @@ int main(int argc, char **argv)
         }
     }
     if (mtp) {
-        static const char *const one[] = {"enorm", "hnorm", "shared_head.norm",
-                                          "input_layernorm"};
+        static const char *const one[] = {"enorm", "hnorm", "shared_head.norm", "input_layernorm"};
         for (int k = 0; k < 4; k++) {
             snprintf(path, sizeof(path), "model.layers.%d.%s.weight", L, one[k]);
             add(path, RF_DTYPE_BF16, 1, H, 0, pattern(H, 3u + (unsigned)k));

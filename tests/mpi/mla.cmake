@@ -10,7 +10,8 @@ set(MLA_DATA ${DATA}/deepseek-v3-tiny-b)
 set(MLA_REF ${MLA_DATA}/tensors.reference.json)
 # rank count, topology, derived slots checked per update (2 per kv_b_proj per rollout rank) and
 # deferred-stage runs (one per MLA layer per rollout rank), summed over the rollout ranks
-foreach(case "tp1-to-tp1;2;6;3" "tp2-to-tp2;4;12;6" "tp1-to-tp2-ep2;3;12;6" "tp2-to-2xtp1;4;12;6")
+foreach(case "tp1-to-tp1;2;6;3" "tp2-to-tp2;4;12;6" "tp1-to-tp2-ep2;3;12;6" "tp2-to-2xtp1;4;12;6"
+             "tp2-to-tp2-p2p;4;12;6")
   list(GET case 0 topo)
   list(GET case 1 np)
   list(GET case 2 nd)
@@ -20,6 +21,17 @@ foreach(case "tp1-to-tp1;2;6;3" "tp2-to-tp2;4;12;6" "tp1-to-tp2-ep2;3;12;6" "tp2
                  --topology ${MLA_TTOPO}/deepseek-v3-tiny-b-${topo}.yaml --checkpoint ${MLA_DATA}
                  --reference ${MLA_REF} --cold-check --steps 2)
 endforeach()
+# the device branches on the CPU (REFIT_TEST_DEVICE_ACCEL=host-device): the deferred stage
+# reads kv_b_proj device to host and writes W_UK_T / W_UV host to device, DIRECT and LAYERWISE
+foreach(pol auto layerwise)
+  refit_run_test(emu_refit_deepseek_v3_tiny_b_tp2_${pol} 4 ok
+                 "derived +absorbed MLA W_UK_T / W_UV: 12 slots == a recomputation from the loaded kv_b_proj;refit: COMMITTED 2 update\\(s\\), verified 91 tensors"
+                 --topology ${MLA_TTOPO}/deepseek-v3-tiny-b-tp2-to-tp2.yaml --checkpoint ${MLA_DATA}
+                 --reference ${MLA_REF} --cold-check --steps 2 --reload-policy ${pol})
+  set_tests_properties(emu_refit_deepseek_v3_tiny_b_tp2_${pol} PROPERTIES LABELS "mpi;device-emu"
+                       ENVIRONMENT "REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
+
 # LAYERWISE: the deferred stage still runs once per MLA layer, after the layer's processing
 refit_run_test(refit_run_deepseek_v3_tiny_b_layerwise 4 ok
                "DIRECT 0  RUNTIME_VIEW 0  LAYERWISE 37;deferred stage 6 runs for 6 layers;refit: COMMITTED 3 update\\(s\\), verified 91 tensors"
