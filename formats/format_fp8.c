@@ -3,7 +3,8 @@
  *
  * fp8-block (backends triton, cutlass): runtime slots are the model layout byte for byte
  *   (e4m3fn weight, fp32 weight_scale_inv); post-processing is the identity by explicit
- *   opt-in, so every layer plans DIRECT. runtime_to_model is a copy.
+ *   opt-in, so every layer plans DIRECT. runtime_to_model is a copy. A DeepSeek kv_b_proj
+ *   also holds the absorbed MLA matrices, dequantized in the deferred stage (format_mla.c).
  * fp8-block-fnuz (rocm-fnuz): same shapes, but the runtime holds e4m3fnuz: the weight byte
  *   0x80 (-0.0 in fn, NaN in fnuz) becomes 0x00 and every scale is multiplied by 2 (a fnuz
  *   byte is worth half the fn byte). No view can express a value change: LAYERWISE, with
@@ -31,6 +32,17 @@ static rf_status_t fp8_runtime_slots(const rf_format_t *f, const rf_inventory_t 
     }
     *nrt_p = nmodel;
     return RF_OK;
+}
+
+/* fp8-block: the model layout, plus the absorbed MLA matrices of a DeepSeek kv_b_proj,
+ * dequantized from its fp8 weight in the deferred stage (formats/format_mla.c) */
+static rf_status_t fp8_mla_runtime_slots(const rf_format_t *f, const rf_inventory_t *inv, int m,
+                                         const rf_slot_shape_t *model, int nmodel,
+                                         rf_slot_shape_t *rt, bool *derived, int *nrt_p,
+                                         rf_err_t *err)
+{
+    RF_CHECK(fp8_runtime_slots(f, inv, m, model, nmodel, rt, derived, nrt_p, err));
+    return rf_mla_derived_slots(inv, m, model, nmodel, rt, derived, nrt_p, err);
 }
 
 static bool fp8_identity(const rf_format_t *f, const rf_inventory_t *inv, int m)
@@ -175,12 +187,12 @@ static rf_status_t fnuz_to_model(const rf_format_t *f, const rf_inventory_t *inv
 
 const rf_format_ops_t rf_format_fp8_block_ops = {
     .name = "fp8-block",
-    .runtime_slots = fp8_runtime_slots,
+    .runtime_slots = fp8_mla_runtime_slots,
     .identity = fp8_identity,
     .runtime_mapping = NULL,
     .process_after_loading = fp8_process,
     .runtime_to_model = fp8_to_model,
-    .compute_derived = NULL,
+    .compute_derived = rf_mla_compute_derived,
 };
 
 const rf_format_ops_t rf_format_fp8_block_fnuz_ops = {

@@ -1,7 +1,9 @@
 /*
  * refit: the unquantized format owner ("none") and the test-only owners.
  *
- * none: runtime layout == model layout, post-processing is the identity: DIRECT.
+ * none: runtime layout == model layout, post-processing is the identity: DIRECT; a DeepSeek
+ *   kv_b_proj also holds the absorbed MLA matrices, recomputed in the deferred stage
+ *   (formats/format_mla.c).
  * test-transpose: every 2-D weight of a qkv / gate_up / o / down module is stored transposed
  *   in runtime storage, so no layout-preserving reload is possible: LAYERWISE, with
  *   process_after_loading doing the transpose into the original storage.
@@ -79,6 +81,17 @@ static rf_status_t none_runtime_slots(const rf_format_t *f, const rf_inventory_t
     return RF_OK;
 }
 
+/* none's runtime slots: the model layout, plus the absorbed MLA matrices of a DeepSeek
+ * kv_b_proj (formats/format_mla.c) */
+static rf_status_t none_mla_runtime_slots(const rf_format_t *f, const rf_inventory_t *inv, int m,
+                                          const rf_slot_shape_t *model, int nmodel,
+                                          rf_slot_shape_t *rt, bool *derived, int *nrt_p,
+                                          rf_err_t *err)
+{
+    RF_CHECK(none_runtime_slots(f, inv, m, model, nmodel, rt, derived, nrt_p, err));
+    return rf_mla_derived_slots(inv, m, model, nmodel, rt, derived, nrt_p, err);
+}
+
 static bool none_identity(const rf_format_t *f, const rf_inventory_t *inv, int m)
 {
     (void)f, (void)inv, (void)m;
@@ -128,12 +141,12 @@ static rf_status_t none_to_model(const rf_format_t *f, const rf_inventory_t *inv
 
 static const rf_format_ops_t rf_format_none_ops = {
     .name = "none",
-    .runtime_slots = none_runtime_slots,
+    .runtime_slots = none_mla_runtime_slots,
     .identity = none_identity,
     .runtime_mapping = NULL,
     .process_after_loading = none_process,
     .runtime_to_model = none_to_model,
-    .compute_derived = NULL,
+    .compute_derived = rf_mla_compute_derived,
 };
 
 /* ---- test-transpose ------------------------------------------------------------------ */

@@ -34,6 +34,8 @@ const char *rf_module_kind_name(rf_module_kind_t k)
         return "column";
     case RF_MOD_QKV_HEADS:
         return "qkv_heads";
+    case RF_MOD_REPLICATED_LINEAR:
+        return "replicated_linear";
     case RF_MOD_SECTIONS:
         return "sections";
     }
@@ -522,6 +524,138 @@ static rf_status_t inv_layer_qwen3_next(inv_builder_t *b, int i)
     return inv_own_linear(b, mn, RF_MOD_ROW, i, H, I, false, RF_SPLIT_COLS);
 }
 
+/* A column- or row-parallel linear split by whole attention heads (its own module). */
+static rf_status_t inv_heads_linear(inv_builder_t *b, const char *prefix, rf_module_kind_t kind,
+                                    int layer, int64_t n, int64_t k, int64_t heads)
+{
+    int m = inv_add_module(b, prefix, kind, layer, n, k);
+    if (m < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    b->inv->modules[m].heads = heads;
+    return inv_linear(b, prefix, layer, -1, n, k, false,
+                      kind == RF_MOD_ROW ? RF_SPLIT_COLS : RF_SPLIT_ROWS, m, 0);
+}
+
+/* A dense SiLU MLP as vLLM builds it (gate_up_proj merged, down_proj row parallel) under the
+ * checkpoint prefix `p` ("model.layers.3.mlp", "....mlp.shared_experts"), width I. */
+static rf_status_t inv_mlp(inv_builder_t *b, const char *p, int i, int64_t I)
+{
+    int64_t H = b->inv->cfg.hidden_size;
+    char mn[RF_NAME_MAX], w[RF_NAME_MAX];
+    int m;
+    snprintf(mn, sizeof(mn), "%s.gate_up_proj", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_MERGED, i, 2 * I, H)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    snprintf(w, sizeof(w), "%s.gate_proj", p);
+    RF_CHECK(inv_linear(b, w, i, -1, I, H, false, RF_SPLIT_ROWS, m, 0));
+    snprintf(w, sizeof(w), "%s.up_proj", p);
+    RF_CHECK(inv_linear(b, w, i, -1, I, H, false, RF_SPLIT_ROWS, m, 1));
+    snprintf(mn, sizeof(mn), "%s.down_proj", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_ROW, i, H, I)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    return inv_linear(b, mn, i, -1, H, I, false, RF_SPLIT_COLS, m, 0);
+}
+
+/*
+ * DeepSeek-V3 / Moonlight (vLLM DeepseekV2DecoderLayer with DeepseekV2MLAAttention; names as
+ * transformers' DeepseekV3 writes them). Attention, nh heads of P + R query rows and P + Dv
+ * key / value rows:
+ *   q_lora_rank set: fused_qkv_a_proj = [q_a_proj (Lq, H); kv_a_proj_with_mqa (Lkv + R, H)]
+ *     (MergedColumnParallelLinear, disable_tp: replicated), q_a_layernorm (Lq), q_b_proj
+ *     (nh (P + R), Lq) column parallel by heads;
+ *   q_lora_rank null: q_proj (nh (P + R), H) column parallel by heads, kv_a_proj_with_mqa
+ *     (Lkv + R, H) replicated;
+ *   kv_a_layernorm (Lkv), kv_b_proj (nh (P + Dv), Lkv) column parallel by heads (the format
+ *   owners add the absorbed W_UK_T / W_UV it derives, formats/format_mla.c), o_proj
+ *   (H, nh Dv) row parallel by heads.
+ * MLP: dense (intermediate_size) below first_k_dense_replace; otherwise the router mlp.gate
+ * (E, H) with e_score_correction_bias (E) fp32 (noaux_tc), routed experts (FusedMoE) and
+ * shared_experts (a dense MLP of width Im x n_shared_experts, tensor parallel).
+ */
+static rf_status_t inv_layer_deepseek(inv_builder_t *b, int i)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, nh = c->num_attention_heads, P = c->qk_nope_head_dim,
+            R = c->qk_rope_head_dim, Dv = c->v_head_dim, Lq = c->q_lora_rank,
+            Lkv = c->kv_lora_rank;
+    char p[48], mn[RF_NAME_MAX], w[RF_NAME_MAX];
+    int m;
+    snprintf(p, sizeof(p), "model.layers.%d", i);
+    snprintf(w, sizeof(w), "%s.input_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.input_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, H));
+    snprintf(w, sizeof(w), "%s.post_attention_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.post_attention_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, H));
+
+    if (Lq > 0) {
+        snprintf(mn, sizeof(mn), "%s.self_attn.fused_qkv_a_proj", p);
+        if ((m = inv_add_module(b, mn, RF_MOD_REPLICATED_LINEAR, i, Lq + Lkv + R, H)) < 0)
+            return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+        snprintf(w, sizeof(w), "%s.self_attn.q_a_proj", p);
+        RF_CHECK(inv_linear(b, w, i, -1, Lq, H, false, RF_SPLIT_REPLICATED, m, 0));
+        snprintf(w, sizeof(w), "%s.self_attn.kv_a_proj_with_mqa", p);
+        RF_CHECK(inv_linear(b, w, i, -1, Lkv + R, H, false, RF_SPLIT_REPLICATED, m, 1));
+        snprintf(w, sizeof(w), "%s.self_attn.q_a_layernorm.weight", p);
+        snprintf(mn, sizeof(mn), "%s.self_attn.q_a_layernorm", p);
+        RF_CHECK(inv_norm(b, w, mn, i, Lq));
+        snprintf(mn, sizeof(mn), "%s.self_attn.q_b_proj", p);
+        RF_CHECK(inv_heads_linear(b, mn, RF_MOD_COLUMN, i, nh * (P + R), Lq, nh));
+    } else {
+        snprintf(mn, sizeof(mn), "%s.self_attn.q_proj", p);
+        RF_CHECK(inv_heads_linear(b, mn, RF_MOD_COLUMN, i, nh * (P + R), H, nh));
+        snprintf(mn, sizeof(mn), "%s.self_attn.kv_a_proj_with_mqa", p);
+        if ((m = inv_add_module(b, mn, RF_MOD_REPLICATED_LINEAR, i, Lkv + R, H)) < 0)
+            return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+        RF_CHECK(inv_linear(b, mn, i, -1, Lkv + R, H, false, RF_SPLIT_REPLICATED, m, 0));
+    }
+    snprintf(w, sizeof(w), "%s.self_attn.kv_a_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.self_attn.kv_a_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, Lkv));
+    snprintf(mn, sizeof(mn), "%s.self_attn.kv_b_proj", p);
+    RF_CHECK(inv_heads_linear(b, mn, RF_MOD_COLUMN, i, nh * (P + Dv), Lkv, nh));
+    snprintf(mn, sizeof(mn), "%s.self_attn.o_proj", p);
+    RF_CHECK(inv_heads_linear(b, mn, RF_MOD_ROW, i, H, nh * Dv, nh));
+
+    snprintf(mn, sizeof(mn), "%s.mlp", p);
+    if (!rf_model_layer_is_moe(c, i)) {
+        if (c->intermediate_size <= 0)
+            return rf_err_set(b->err, RF_ERR_CONFIG,
+                              "inventory: layer %d has a dense MLP but intermediate_size is 0", i);
+        return inv_mlp(b, mn, i, c->intermediate_size);
+    }
+    int64_t E = c->num_experts, Im = c->moe_intermediate_size;
+    snprintf(mn, sizeof(mn), "%s.mlp.gate", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_REPLICATED, i, E, H)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    snprintf(w, sizeof(w), "%s.mlp.gate.weight", p);
+    RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(E, H), i, -1, RF_PARAM_WEIGHT,
+                            RF_SPLIT_REPLICATED, m, "weight", 0));
+    if (c->score_correction) {
+        /* vLLM: nn.Parameter(torch.empty(n_routed_experts, dtype=torch.float32)); sent every
+         * update (aux-loss-free balancing moves it each step) */
+        snprintf(w, sizeof(w), "%s.mlp.gate.e_score_correction_bias", p);
+        RF_CHECK(inv_add_tensor(b, w, RF_DTYPE_F32, 1, SHAPE(E), i, -1, RF_PARAM_F32_BUFFER,
+                                RF_SPLIT_REPLICATED, m, "e_score_correction_bias", 0));
+    }
+    snprintf(mn, sizeof(mn), "%s.mlp.experts", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_MOE, i, Im, H)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    for (int e = 0; e < E; e++) {
+        snprintf(w, sizeof(w), "%s.mlp.experts.%d.gate_proj", p, e);
+        RF_CHECK(inv_linear_q(b, w, i, e, Im, H, false, RF_SPLIT_ROWS, m, 0, "w13_"));
+        snprintf(w, sizeof(w), "%s.mlp.experts.%d.up_proj", p, e);
+        RF_CHECK(inv_linear_q(b, w, i, e, Im, H, false, RF_SPLIT_ROWS, m, 1, "w13_"));
+        snprintf(w, sizeof(w), "%s.mlp.experts.%d.down_proj", p, e);
+        RF_CHECK(inv_linear_q(b, w, i, e, H, Im, false, RF_SPLIT_COLS, m, 0, "w2_"));
+    }
+    if (c->n_shared_experts > 0) {
+        snprintf(mn, sizeof(mn), "%s.mlp.shared_experts", p);
+        RF_CHECK(inv_mlp(b, mn, i, Im * c->n_shared_experts));
+    }
+    return RF_OK;
+}
+
 static rf_status_t inv_layer(inv_builder_t *b, int i)
 {
     const rf_model_config_t *c = &b->inv->cfg;
@@ -653,6 +787,12 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                           (long long)cfg->num_hidden_layers, (long long)cfg->num_experts,
                           RF_INVENTORY_MAX_TENSORS);
     bool neox = cfg->family == RF_FAMILY_GPT_NEOX, opt = cfg->family == RF_FAMILY_OPT;
+    if (cfg->family == RF_FAMILY_DEEPSEEK_V3 && quant != RF_QUANT_NONE &&
+        quant != RF_QUANT_FP8_BLOCK)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "inventory: deepseek_v3 is reloaded unquantized or fp8-block only "
+                          "(quantization %s asked)",
+                          rf_quant_name(quant));
     bool next = cfg->family == RF_FAMILY_QWEN3_NEXT;
     if ((neox || opt || next) && quant != RF_QUANT_NONE)
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
@@ -700,7 +840,8 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
         }
     }
     for (int i = 0; i < L; i++)
-        RF_CHECK_GOTO(neox   ? inv_layer_gpt_neox(&b, i)
+        RF_CHECK_GOTO(cfg->family == RF_FAMILY_DEEPSEEK_V3 ? inv_layer_deepseek(&b, i)
+                      : neox ? inv_layer_gpt_neox(&b, i)
                       : opt  ? inv_layer_opt(&b, i)
                       : next ? inv_layer_qwen3_next(&b, i)
                              : inv_layer(&b, i),
@@ -818,6 +959,11 @@ rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char
     if (strncmp(name, lp, lpn) == 0 && sscanf(name + lpn, "%d.%n", &layer, &used) == 1 &&
         used > 0) {
         used += (int)lpn;
+        /* DeepSeek's multi-token-prediction layers follow the decoder layers as written
+         * (eh_proj, enorm, hnorm, shared_head.*, and a whole decoder layer): not served */
+        if (c->family == RF_FAMILY_DEEPSEEK_V3 && layer >= c->orig_num_hidden_layers &&
+            layer < c->orig_num_hidden_layers + c->num_nextn_predict_layers)
+            return RF_UNKNOWN_SKIP;
         if (layer >= c->num_hidden_layers && layer < c->orig_num_hidden_layers)
             return RF_UNKNOWN_CUT;
         if (sscanf(name + used, "mlp.experts.%d.", &expert) == 1 && expert >= c->num_experts &&
@@ -1010,6 +1156,8 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
         return RF_OK;
     }
     case RF_MOD_COLUMN:
+        if (m->heads > 0) /* whole heads per rank (vLLM's MLA projections) */
+            RF_CHECK(need_div(m, "num_attention_heads", m->heads, T, err));
         RF_CHECK(need_div(m, "output size", m->n, T, err));
         rows = m->n / T;
         if (fp8)
@@ -1042,7 +1190,19 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
         if (fp8)
             RF_CHECK(need_block(m, "intermediate rows per rank", m->n / 2 / T, err));
         break;
+    case RF_MOD_REPLICATED_LINEAR:
+        /* a full copy; an fp8 block scale's shards start on a 128-row block (the merged
+         * scale holds each shard's cdiv(N_s, 128) rows back to back) */
+        rows = m->n;
+        for (int i = 0; fp8 && m->nlinears > 1 && i < m->ntensors; i++) {
+            const rf_tensor_t *t = &inv->tensors[m->tensors[i]];
+            if (t->param == RF_PARAM_WEIGHT && t->shard == 0)
+                RF_CHECK(need_block(m, "rows of its first fused linear", t->shape[0], err));
+        }
+        break;
     case RF_MOD_ROW:
+        if (m->heads > 0)
+            RF_CHECK(need_div(m, "num_attention_heads", m->heads, T, err));
         RF_CHECK(need_div(m, "input size", m->k, T, err));
         rows = m->n;
         K = m->k / T;

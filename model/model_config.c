@@ -396,6 +396,46 @@ static rf_status_t cfg_qwen3_next(json_t *root, const char *path, rf_model_confi
     return RF_OK;
 }
 
+/*
+ * DeepSeek-V3 / Moonlight (transformers DeepseekV3Config; vLLM deepseek_v2.py): the MLA sizes,
+ * where the MoE layers are, shared experts, the router's correction bias, MTP layers.
+ * Defaults are DeepseekV3Config's: q_lora_rank 1536 (null: a plain q_proj), kv_lora_rank 512,
+ * qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, first_k_dense_replace 3,
+ * moe_layer_freq 1, n_shared_experts 1, topk_method "noaux_tc", num_nextn_predict_layers 1.
+ */
+static rf_status_t cfg_deepseek(json_t *root, const char *path, rf_model_config_t *c,
+                                rf_err_t *err)
+{
+    char topk[32];
+    json_t *q = json_object_get(root, "q_lora_rank");
+    RF_CHECK(cfg_int(root, "q_lora_rank", path, 0, false, &c->q_lora_rank, err));
+    if (q == NULL)
+        c->q_lora_rank = 1536;
+    RF_CHECK(cfg_int(root, "kv_lora_rank", path, 512, false, &c->kv_lora_rank, err));
+    RF_CHECK(cfg_int(root, "qk_nope_head_dim", path, 128, false, &c->qk_nope_head_dim, err));
+    RF_CHECK(cfg_int(root, "qk_rope_head_dim", path, 64, false, &c->qk_rope_head_dim, err));
+    RF_CHECK(cfg_int(root, "v_head_dim", path, 128, false, &c->v_head_dim, err));
+    RF_CHECK(cfg_int(root, "first_k_dense_replace", path, 3, false, &c->first_k_dense_replace,
+                     err));
+    RF_CHECK(cfg_int(root, "moe_layer_freq", path, 1, false, &c->moe_layer_freq, err));
+    RF_CHECK(cfg_int(root, "n_shared_experts", path, 1, false, &c->n_shared_experts, err));
+    RF_CHECK(cfg_int(root, "num_nextn_predict_layers", path, 1, false,
+                     &c->num_nextn_predict_layers, err));
+    RF_CHECK(cfg_str(root, "topk_method", path, topk, sizeof(topk), err));
+    c->score_correction = topk[0] == '\0' || strcmp(topk, "noaux_tc") == 0;
+    if (c->kv_lora_rank == 0 || c->qk_nope_head_dim == 0 || c->qk_rope_head_dim == 0 ||
+        c->v_head_dim == 0 || c->moe_layer_freq == 0)
+        return rf_err_set(err, RF_ERR_CONFIG,
+                          "%s: deepseek_v3 needs positive kv_lora_rank, qk_nope_head_dim, "
+                          "qk_rope_head_dim, v_head_dim and moe_layer_freq",
+                          path);
+    if (c->num_experts > 0 && c->moe_intermediate_size == 0)
+        return rf_err_set(err, RF_ERR_CONFIG,
+                          "%s: deepseek_v3 with n_routed_experts needs moe_intermediate_size",
+                          path);
+    return RF_OK;
+}
+
 rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path,
                                   rf_model_config_t *cfg_p, rf_err_t *err)
 {
@@ -437,10 +477,12 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
         cfg.family = RF_FAMILY_OPT;
     else if (strcmp(cfg.model_type, "qwen3_next") == 0)
         cfg.family = RF_FAMILY_QWEN3_NEXT;
+    else if (strcmp(cfg.model_type, "deepseek_v3") == 0)
+        cfg.family = RF_FAMILY_DEEPSEEK_V3;
     else {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: model_type '%s' is not supported (llama, qwen2, qwen3, qwen3_moe, "
-                        "gpt_neox, opt, qwen3_next)",
+                        "gpt_neox, opt, qwen3_next, deepseek_v3)",
                         path, cfg.model_type);
         goto out;
     }
@@ -561,6 +603,8 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
     TRY(cfg_layernorm_family(root, path, &cfg, err));
     if (cfg.family == RF_FAMILY_QWEN3_NEXT)
         TRY(cfg_qwen3_next(root, path, &cfg, err));
+    if (cfg.family == RF_FAMILY_DEEPSEEK_V3)
+        TRY(cfg_deepseek(root, path, &cfg, err));
     {
         json_t *rp = json_object_get(root, "rope_parameters");
         /* old GPT-NeoX configs (Pythia) name it rotary_emb_base */
@@ -700,6 +744,13 @@ rf_status_t rf_model_config_compare(const rf_model_config_t *ck, const rf_model_
         {"linear_conv_kernel_dim", ck->linear_conv_kernel_dim, topo->linear_conv_kernel_dim},
         {"shared_expert_intermediate_size", ck->shared_expert_intermediate_size,
          topo->shared_expert_intermediate_size},
+        {"q_lora_rank", ck->q_lora_rank, topo->q_lora_rank},
+        {"kv_lora_rank", ck->kv_lora_rank, topo->kv_lora_rank},
+        {"qk_nope_head_dim", ck->qk_nope_head_dim, topo->qk_nope_head_dim},
+        {"qk_rope_head_dim", ck->qk_rope_head_dim, topo->qk_rope_head_dim},
+        {"v_head_dim", ck->v_head_dim, topo->v_head_dim},
+        {"first_k_dense_replace", ck->first_k_dense_replace, topo->first_k_dense_replace},
+        {"n_shared_experts", ck->n_shared_experts, topo->n_shared_experts},
     };
     char a[48], b[48];
     ck_dir = ck_dir ? ck_dir : "?";
@@ -785,6 +836,8 @@ bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer)
 {
     if (cfg->num_experts <= 0)
         return false;
+    if (cfg->family == RF_FAMILY_DEEPSEEK_V3) /* vLLM DeepseekV2DecoderLayer */
+        return layer >= cfg->first_k_dense_replace && layer % cfg->moe_layer_freq == 0;
     for (int i = 0; i < cfg->n_mlp_only_layers; i++)
         if (cfg->mlp_only_layers[i] == layer)
             return false;

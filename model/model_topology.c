@@ -184,6 +184,15 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
                         f, cfg->model_type, rf_quant_name(q));
         goto fail;
     }
+    if (cfg->family == RF_FAMILY_DEEPSEEK_V3 && q != RF_QUANT_NONE && q != RF_QUANT_FP8_BLOCK) {
+        /* the absorbed MLA matrices are derived from kv_b_proj by dequantizing it: only the
+         * fp8 block owner's dequantization is implemented for them */
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: model.quantization: deepseek_v3 is reloaded unquantized or fp8-block "
+                        "only (quantization %s asked)",
+                        f, rf_quant_name(q));
+        goto fail;
+    }
     if (t->t_layout == RF_TRAINER_LAYOUT_FSDP && q != RF_QUANT_NONE) {
         /* a trainer quantizes its own slice: ceil(N / dp) rows need not start on a block */
         st = rf_err_set(err, RF_ERR_TOPOLOGY,
@@ -223,6 +232,11 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
             need(t, err, "trainer.etp", t->t_etp, "moe_intermediate_size", c.moe_intermediate_size),
             st, fail);
         RF_CHECK_GOTO(need(t, err, "trainer.ep", t->t_ep, "num_experts", c.num_experts), st, fail);
+        if (c.family == RF_FAMILY_DEEPSEEK_V3 && c.n_shared_experts > 0)
+            RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp,
+                               "moe_intermediate_size x n_shared_experts",
+                               c.moe_intermediate_size * c.n_shared_experts),
+                          st, fail);
     } else if (t->t_ep > 1 || t->r_ep > 1) {
         st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s: %d requires a MoE model (%s has no experts)",
                         f, t->t_ep > 1 ? "trainer.ep" : "rollout.ep",

@@ -501,6 +501,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.loader_s = ps->loader_s;
         j->js.layerwise_s = ps->layerwise_s;
         j->js.deferred_s = ps->deferred_s;
+        j->js.derived_runs = ps->derived_runs;
         j->js.stage_h2d = j->plan.stage_h2d;
         j->js.batch_launches = j->plan.batch_launches;
         j->js.batch_rows = j->plan.batch_rows;

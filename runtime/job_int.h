@@ -51,6 +51,9 @@ typedef struct job_stats {
         deferred_s, gate_s, produce_s, send_s, verify_s;
     uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed, cold_slots, dequant_checked, fnuz_tensors;
     uint64_t qdiff_elems, qdiff_changed;
+    /* rollout: deferred-stage runs this update, layers with derived state, and DeepSeek's
+     * absorbed MLA slots found equal to the oracle's recomputation (job_oracle.c) */
+    uint64_t derived_runs, derived_layers, derived_checked;
     uint64_t requant_tensors; /* --reference: fp8-tensor tensors compared requantized to s_max */
     double verdict_s;       /* update begin to the verdict on this rank */
     int storage_unchanged;  /* rollout, fault updates: 1 yes, 0 no; -1 not measured */

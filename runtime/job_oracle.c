@@ -668,6 +668,89 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
     return st;
 }
 
+/* A host copy of a slot's bytes (device storage) or the slot itself; *own to free. */
+static const void *derived_host(job_t *j, const rf_slot_t *sl, char **own, rf_err_t *err)
+{
+    size_t b = (size_t)rf_signature_bytes(&sl->sig);
+    *own = NULL;
+    if (!rf_storage_on_device(&j->st))
+        return sl->sig.data;
+    *own = malloc(b + 1);
+    if (*own == NULL) {
+        rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
+        return NULL;
+    }
+    if (rf_storage_read(&j->st, *own, sl->sig.data, b, err) != RF_OK) {
+        free(*own);
+        *own = NULL;
+        return NULL;
+    }
+    return *own;
+}
+
+/*
+ * Weight-derived state (DESIGN.md 8.6): the deferred stage ran exactly once for every layer
+ * with derived slots this update, and every absorbed MLA slot (DeepSeek's W_UK_T / W_UV of
+ * kv_b_proj) equals the oracle's own recomputation from the kv_b_proj bytes as loaded
+ * (rf_verify_mla_derived, runtime/verify.c).
+ */
+static rf_status_t verify_derived(job_t *j, uint32_t v, rf_err_t *err)
+{
+    uint64_t layers = 0, checked = 0;
+    rf_status_t st = RF_OK;
+    for (int m = 0; m < j->inv.nmodules && st == RF_OK; m++) {
+        int n = rf_storage_module_nslots(&j->st, m);
+        rf_slot_t *w = NULL, *sc = NULL;
+        bool has = false;
+        for (int i = 0; i < n; i++) {
+            rf_slot_t *sl = rf_storage_module_slot(&j->st, m, i);
+            const char *dot = strrchr(sl->name, '.');
+            has = has || sl->derived;
+            if (!sl->derived && dot != NULL && strcmp(dot + 1, "weight") == 0)
+                w = sl;
+            if (!sl->derived && dot != NULL && strcmp(dot + 1, "weight_scale_inv") == 0)
+                sc = sl;
+        }
+        layers += has;
+        if (!has || j->inv.cfg.family != RF_FAMILY_DEEPSEEK_V3)
+            continue;
+        for (int i = 0; i < n && st == RF_OK; i++) {
+            rf_slot_t *sl = rf_storage_module_slot(&j->st, m, i);
+            const char *dot = strrchr(sl->name, '.');
+            if (!sl->derived || dot == NULL)
+                continue;
+            if (w == NULL || w->sig.ndim != 2)
+                return rf_err_set(err, RF_ERR_VERIFY, "rank %d: %s has derived slots but no "
+                                  "2-D weight", j->rank, j->inv.modules[m].name);
+            char *ow = NULL, *os = NULL, *od = NULL;
+            const void *wb = derived_host(j, w, &ow, err);
+            const void *sb = sc != NULL && wb != NULL ? derived_host(j, sc, &os, err) : NULL;
+            const void *db = wb != NULL ? derived_host(j, sl, &od, err) : NULL;
+            if (wb == NULL || db == NULL || (sc != NULL && sb == NULL))
+                st = RF_ERR_NOMEM;
+            else
+                st = rf_verify_mla_derived(&j->inv, m, dot + 1, wb, w->sig.dtype,
+                                           w->sig.shape[0], (const float *)sb, db,
+                                           rf_signature_bytes(&sl->sig), err);
+            free(ow);
+            free(os);
+            free(od);
+            if (st != RF_OK)
+                return rf_err_set(err, st, "rank %d: update %u: %s", j->rank, v, err->msg);
+            checked++;
+        }
+    }
+    if (j->js.derived_runs != layers)
+        return rf_err_set(err, RF_ERR_VERIFY,
+                          "rank %d: update %u: the deferred stage ran %llu times for %llu "
+                          "layers with weight-derived state (once each expected)",
+                          j->rank, v, (unsigned long long)j->js.derived_runs,
+                          (unsigned long long)layers);
+    j->js.derived_layers = layers;
+    j->js.derived_checked = checked;
+    return RF_OK;
+}
+
 /* ---- one update's verdict ------------------------------------------------------------- */
 
 /*
@@ -687,6 +770,8 @@ void job_verify_update(job_t *j, uint32_t v, bool from_ckpt, bool diff)
         vs = verify_reference(j, &ve);
     else
         vs = verify_scalar(j, v, from_ckpt, &ve);
+    if (vs == RF_OK)
+        vs = verify_derived(j, v, &ve);
     if (vs == RF_OK && diff) {
         diff_rule(j);
         double frac = j->js.diff_elems ? (double)j->js.diff_changed / j->js.diff_elems : 1.0;

@@ -282,6 +282,18 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
                   "  %-10s quantized tensors: changed %.2f%% of %" PRIu64 " elements (packed int4 "
                   "per byte)\n",
                   "", 100.0 * (double)qchg / (double)qtot, qtot);
+    uint64_t dchk = 0, druns = 0, dlay = 0;
+    for (int r = 0; r < j->size; r++) {
+        dchk += all[r].derived_checked;
+        druns += all[r].derived_runs;
+        dlay += all[r].derived_layers;
+    }
+    if (v->committed && dchk > 0)
+        job_print(j->o, RF_JOB_OUT,
+                  "  %-10s absorbed MLA W_UK_T / W_UV: %" PRIu64 " slots == a recomputation from "
+                  "the loaded kv_b_proj; deferred stage %" PRIu64 " runs for %" PRIu64
+                  " layers (all rollout ranks)\n",
+                  "derived", dchk, druns, dlay);
     if (v->committed && j->o->cold_check) {
         uint64_t cold = 0;
         for (int r = 0; r < j->size; r++)

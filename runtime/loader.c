@@ -154,6 +154,15 @@ static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, in
     switch (m->kind) {
     case RF_MOD_REPLICATED:
         break;
+    case RF_MOD_REPLICATED_LINEAR:
+        /* a full copy; shard s lands after the rows (in this param's own units) of the
+         * module's earlier shards of the same param: [q_a_proj; kv_a_proj_with_mqa] */
+        for (int i = 0; i < m->ntensors; i++) {
+            const rf_tensor_t *o = &inv->tensors[m->tensors[i]];
+            if (o->param == t->param && o->shard < t->shard)
+                off += (int64_t)rf_tensor_rows(o);
+        }
+        break;
     case RF_MOD_VOCAB: {
         int64_t per = rf_vocab_padded(c->vocab_size) / T;
         lo = r * per < c->vocab_size ? r * per : c->vocab_size;

@@ -136,7 +136,7 @@ bool rf_manifest_trainer_quantizes(const rf_inventory_t *inv, const rf_tensor_t 
 
 bool rf_manifest_scale_widens(const rf_tensor_t *t, rf_dtype_t stored)
 {
-    return rf_param_is_f32_scale(t->param) && t->dtype == RF_DTYPE_F32 &&
+    return rf_param_widens(t->param) && t->dtype == RF_DTYPE_F32 &&
            (stored == RF_DTYPE_BF16 || stored == RF_DTYPE_F16);
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "refit/generator.h"
+#include "refit/quant.h" /* rf_f32_to_f16 (RNE), for an f16 model's MLA oracle */
 #include "refit/verify.h"
 
 /* Slot rows [dst0, dst0 + n) come from source rows [src0, src0 + n) (rows in the tensor's own
@@ -343,6 +344,8 @@ static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
     snprintf(sfx, sizeof(sfx), ".%s", l->param);
     RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
     const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
+    if (m->heads > 0) /* DeepSeek's MLA projections: whole heads per rank */
+        RF_CHECK(need_div(m, "num_attention_heads", l->inv->cfg.num_attention_heads, l->T, err));
     RF_CHECK(need_div(m, "output rows", t->shape[0], l->T, err));
     l->R = t->shape[0] / l->T;
     l->seg[0] = (ref_seg_t){0, l->R, l->r * l->R};
@@ -416,7 +419,7 @@ static rf_status_t loc_sections(rf_ref_locator_t *l, const rf_module_t *m, rf_er
 static rf_status_t loc_merged(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
     char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
-    int64_t I = l->inv->cfg.intermediate_size;
+    int64_t I = m->n / 2; /* intermediate_size; DeepSeek's shared_experts: Im x n_shared */
     size_t ml = strlen(m->name), sl = strlen("shared_expert.gate_up_proj");
     /* Qwen3-Next's shared expert: a dense MLP of shared_expert_intermediate_size */
     if (ml >= sl && strcmp(m->name + ml - sl, "shared_expert.gate_up_proj") == 0)
@@ -459,6 +462,8 @@ static rf_status_t loc_row(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *
     snprintf(sfx, sizeof(sfx), ".%s", l->param);
     RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
     const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
+    if (m->heads > 0) /* DeepSeek's o_proj: whole heads per rank */
+        RF_CHECK(need_div(m, "num_attention_heads", l->inv->cfg.num_attention_heads, l->T, err));
     l->R = t->shape[0];
     l->seg[0] = (ref_seg_t){0, l->R, 0};
     /* full copy on every rank: the bias, and fp8-tensor / fp8-channel scales (one per output
@@ -506,17 +511,74 @@ static rf_status_t loc_vocab(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t
 
 static rf_status_t loc_replicated(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
-    /* slot 1: a LayerNorm's bias (GPT-NeoX, OPT) */
-    if (l->slot != 0 && !(l->slot == 1 && has_tensor(l->inv, m->name, ".bias")))
+    /* slot 1: a LayerNorm's bias (GPT-NeoX, OPT) or DeepSeek's router e_score_correction_bias */
+    static const char *const second[] = {"bias", "e_score_correction_bias"};
+    char sfx[40];
+    const char *param = l->slot == 0 ? "weight" : NULL;
+    for (int i = 0; l->slot == 1 && param == NULL && i < 2; i++) {
+        snprintf(sfx, sizeof(sfx), ".%s", second[i]);
+        if (has_tensor(l->inv, m->name, sfx))
+            param = second[i];
+    }
+    if (param == NULL)
         return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
-    snprintf(l->param, sizeof(l->param), "%s", l->slot == 0 ? "weight" : "bias");
+    snprintf(l->param, sizeof(l->param), "%s", param);
+    snprintf(sfx, sizeof(sfx), ".%s", param);
     l->nblk = 1;
     l->nseg = 1;
     RF_CHECK(alloc_bt(l, err));
-    RF_CHECK(find_tensor(l->inv, m->name, l->slot == 0 ? ".weight" : ".bias", &l->bt[0], err));
+    RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
     l->R = (int64_t)l->inv->tensors[l->bt[0]].numel; /* full copy, element = element */
     l->seg[0] = (ref_seg_t){0, l->R, 0};
     l->C = l->W = 1;
+    return RF_OK;
+}
+
+/*
+ * DeepSeek's ReplicatedLinear / fused_qkv_a_proj (MergedColumnParallelLinear, disable_tp):
+ * every rank holds all rows; with q_lora_rank set the shards are q_a_proj then
+ * kv_a_proj_with_mqa (vLLM's stacked_params_mapping), each at the rows of those before it.
+ */
+static rf_status_t loc_replicated_linear(rf_ref_locator_t *l, const rf_module_t *m,
+                                         rf_err_t *err)
+{
+    char base[RF_NAME_MAX], first[RF_NAME_MAX + 16], sfx[64];
+    static const char *const names[2] = {"q_a_proj", "kv_a_proj_with_mqa"};
+    size_t ln = strlen(m->name), ls = strlen("fused_qkv_a_proj");
+    bool fused = ln > ls && strcmp(m->name + ln - ls, "fused_qkv_a_proj") == 0;
+    if (fused)
+        RF_CHECK(strip_suffix(m, "fused_qkv_a_proj", base, sizeof(base), err));
+    int n = fused ? 2 : 1;
+    if (fused)
+        snprintf(first, sizeof(first), "%sq_a_proj", base);
+    else
+        snprintf(first, sizeof(first), "%s", m->name);
+    RF_CHECK(dense_param(l, m, first, err));
+    int64_t u = row_unit(l->param), at = 0;
+    l->nblk = 1;
+    l->nseg = n;
+    RF_CHECK(alloc_bt(l, err));
+    for (int s = 0; s < n; s++) {
+        if (fused)
+            snprintf(sfx, sizeof(sfx), "%s.%s", names[s], l->param);
+        else
+            snprintf(sfx, sizeof(sfx), ".%s", l->param);
+        RF_CHECK(find_tensor(l->inv, fused ? base : m->name, sfx, &l->bt[s], err));
+        const rf_tensor_t *t = &l->inv->tensors[l->bt[s]];
+        if (s + 1 < n && u > 1) { /* the next shard starts on a whole block */
+            int tw = 0;
+            snprintf(sfx, sizeof(sfx), "%s.weight", names[s]);
+            RF_CHECK(find_tensor(l->inv, base, sfx, &tw, err));
+            int64_t q = 0;
+            RF_CHECK(in_units(m, "rows of its first fused linear", l->inv->tensors[tw].shape[0], u,
+                              &q, err));
+        }
+        l->seg[s] = (ref_seg_t){at, t->shape[0], 0};
+        at += t->shape[0];
+        l->W = tensor_width(t);
+    }
+    l->R = at;
+    l->C = l->W;
     return RF_OK;
 }
 
@@ -676,6 +738,9 @@ rf_status_t rf_ref_locator_create(const rf_inventory_t *inv, int module, int slo
         break;
     case RF_MOD_SECTIONS:
         st = loc_sections(l, m, err);
+        break;
+    case RF_MOD_REPLICATED_LINEAR:
+        st = loc_replicated_linear(l, m, err);
         break;
     default:
         st = rf_err_set(err, RF_ERR_UNSUPPORTED, "reference: %s: module kind %d", m->name,
@@ -1307,4 +1372,74 @@ out:
     for (int s = 0; s < n; s++)
         rf_ref_locator_destroy(loc[s]);
     return st;
+}
+
+/* ---- DeepSeek's absorbed MLA matrices ---------------------------------------------------- */
+
+/* The bits of value v in dtype dt (bf16 / f16 round to nearest even), as a 32-bit pattern. */
+static uint32_t mla_bits(float v, rf_dtype_t dt)
+{
+    if (dt == RF_DTYPE_BF16)
+        return rf_f32_to_bf16(v);
+    if (dt == RF_DTYPE_F16)
+        return rf_f32_to_f16(v);
+    return bits_of_f32(v);
+}
+
+rf_status_t rf_verify_mla_derived(const rf_inventory_t *inv, int module, const char *slot_name,
+                                  const void *w, rf_dtype_t wdt, int64_t rows, const float *scale,
+                                  const void *got, uint64_t nbytes, rf_err_t *err)
+{
+    const rf_model_config_t *c = &inv->cfg;
+    const char *mn = inv->modules[module].name;
+    int64_t P = c->qk_nope_head_dim, Dv = c->v_head_dim, Lkv = c->kv_lora_rank, hw = P + Dv;
+    bool uk = strcmp(slot_name, "W_UK_T") == 0;
+    rf_dtype_t dt = c->dtype;
+    size_t es = rf_dtype_size(dt);
+    if ((!uk && strcmp(slot_name, "W_UV") != 0) || hw <= 0 || rows % hw != 0 ||
+        (wdt == RF_DTYPE_F8_E4M3) != (scale != NULL) || (wdt != RF_DTYPE_F8_E4M3 && wdt != dt))
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s: %s is not an MLA derived slot of "
+                          "a %s [%lld, %lld] kv_b_proj",
+                          mn, slot_name, rf_dtype_name(wdt), (long long)rows, (long long)Lkv);
+    uint64_t n = (uint64_t)(rows / hw) * (uint64_t)(uk ? P : Dv) * (uint64_t)Lkv;
+    if (n * es != nbytes)
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s.%s holds %llu bytes, not %llu",
+                          mn, slot_name, (unsigned long long)nbytes,
+                          (unsigned long long)(n * es));
+    int64_t scols = (Lkv + 127) / 128;
+    uint64_t bad = 0, first = 0;
+    uint32_t want_first = 0, got_first = 0;
+    for (uint64_t x = 0; x < n; x++) {
+        /* the slot's flat index -> (head, row within the head's block, latent column) */
+        int64_t h, row, l;
+        if (uk) {
+            h = (int64_t)(x / (uint64_t)(P * Lkv));
+            row = (int64_t)(x / (uint64_t)Lkv) % P;
+            l = (int64_t)(x % (uint64_t)Lkv);
+        } else {
+            h = (int64_t)(x / (uint64_t)(Lkv * Dv));
+            l = (int64_t)(x / (uint64_t)Dv) % Lkv;
+            row = P + (int64_t)(x % (uint64_t)Dv);
+        }
+        int64_t src = h * hw + row;
+        uint32_t want, have = load_bits((const unsigned char *)got + x * es, es);
+        if (scale == NULL) {
+            want = load_bits((const unsigned char *)w + (uint64_t)(src * Lkv + l) * es, es);
+        } else {
+            float q = rf_ref_e4m3fn_to_f32(((const uint8_t *)w)[src * Lkv + l]);
+            want = mla_bits(q * scale[(src / 128) * scols + l / 128], dt);
+        }
+        if (want != have && bad++ == 0) {
+            first = x;
+            want_first = want;
+            got_first = have;
+        }
+    }
+    if (bad)
+        return rf_err_set(err, RF_ERR_VERIFY,
+                          "reference: %s.%s: element %llu is 0x%x, a recomputation from the "
+                          "loaded kv_b_proj gives 0x%x (%llu of %llu elements differ)",
+                          mn, slot_name, (unsigned long long)first, got_first, want_first,
+                          (unsigned long long)bad, (unsigned long long)n);
+    return RF_OK;
 }

@@ -108,6 +108,21 @@ rf_status_t rf_format_dev_transpose(rf_accel_t *accel, void *dst, const void *sr
                                     int64_t R, int64_t C, rf_dtype_t dt, const char *what,
                                     rf_err_t *err);
 
+/* DeepSeek's absorbed MLA matrices (formats/format_mla.c; vLLM MLACommonImpl
+ * process_weights_after_loading), the derived slots the owners "none" and "fp8-block" add to
+ * the kv_b_proj module of a deepseek_v3 model: W_UK_T (nh_p, P, Lkv) and W_UV (nh_p, Lkv, Dv)
+ * in the model dtype, P = qk_nope_head_dim, Dv = v_head_dim, Lkv = kv_lora_rank, nh_p the
+ * rank's heads. rf_mla_derived_slots appends both to rt (after the model-layout slots, derived
+ * true; nothing for any other module). rf_mla_compute_derived recomputes them from the
+ * module's loaded weight (fp8: dequantized with its weight_scale_inv) and counts
+ * f->derived_runs; RF_OK doing nothing for other modules. Not collective. */
+bool rf_mla_is_kv_b(const rf_inventory_t *inv, int m);
+rf_status_t rf_mla_derived_slots(const rf_inventory_t *inv, int m, const rf_slot_shape_t *model,
+                                 int nmodel, rf_slot_shape_t *rt, bool *derived, int *nrt_p,
+                                 rf_err_t *err);
+rf_status_t rf_mla_compute_derived(rf_format_t *f, const rf_inventory_t *inv, int m,
+                                   rf_slot_t *const *rt, int nrt, rf_err_t *err);
+
 /* Format owner by name ("none", "test-transpose", "test-derived"); NULL if unknown. */
 const rf_format_ops_t *rf_format_lookup(const char *name);
 /* Comma-separated list of known owner names, for --help. */

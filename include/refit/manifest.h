@@ -91,9 +91,9 @@ rf_qsource_t rf_manifest_quant_source(const rf_inventory_t *inv, const rf_tensor
  * quantizing a logical weight; false when it is sent as stored / unquantized. */
 bool rf_manifest_trainer_quantizes(const rf_inventory_t *inv, const rf_tensor_t *t,
                                    const rf_ckpt_t *ck);
-/* True when a checkpoint stores tensor t (an fp8 weight_scale_inv / weight_scale, runtime fp32:
- * rf_param_is_f32_scale) in `stored` (BF16 / F16): the manifest entry stays fp32 and the
- * trainer widens the values exactly. */
+/* True when a checkpoint stores tensor t (an fp8 weight_scale_inv / weight_scale or DeepSeek's
+ * e_score_correction_bias, runtime fp32: rf_param_widens) in `stored` (BF16 / F16): the
+ * manifest entry stays fp32 and the trainer widens the values exactly. */
 bool rf_manifest_scale_widens(const rf_tensor_t *t, rf_dtype_t stored);
 /* True when a checkpoint header's shape (ndim dims) stands for inventory tensor t: equal, or
  * the 0-d scalar an fp8-tensor weight_scale [1] may be stored as (AutoFP8 and older

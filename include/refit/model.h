@@ -11,7 +11,9 @@
  * (Pythia: fused query_key_value interleaved per head, LayerNorm with biases) and OPT (learned
  * positions, fc1 / fc2, project_in / project_out); Qwen3-Next (Gated DeltaNet layers with
  * sectioned in_proj_qkvz / in_proj_ba / conv1d / A_log / dt_bias, gated full attention, MoE
- * with a shared expert), in vLLM's engine layout.
+ * with a shared expert); DeepSeek-V3 / Moonlight (MLA: q_proj or q_a_proj + q_a_layernorm +
+ * q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; dense layers up to
+ * first_k_dense_replace, routed plus shared experts), in vLLM's engine layout.
  *
  * model/ stands above topology/: the rules of a parsed topology against the model config
  * (rf_model_check_topology, rf_model_bind_topology) and the collective loading of both files
@@ -40,6 +42,7 @@ typedef enum {
     RF_FAMILY_QWEN2,
     RF_FAMILY_QWEN3,
     RF_FAMILY_QWEN3_MOE,
+    RF_FAMILY_DEEPSEEK_V3, /* DeepSeek-V3 / Moonlight: MLA attention, shared experts */
     RF_FAMILY_GPT_NEOX,
     RF_FAMILY_OPT,
     RF_FAMILY_QWEN3_NEXT,
@@ -92,6 +95,17 @@ typedef struct rf_model_config {
     int64_t full_attention_interval;
     unsigned char *full_attention; /* owned: num_hidden_layers entries, 1 = full attention */
     int n_full_attention;          /* entries in full_attention (orig_num_hidden_layers) */
+    /* DeepSeek-V3 / Moonlight (MLA, transformers DeepseekV3Config; 0 for other families) */
+    int64_t q_lora_rank;       /* 0 when null: a plain q_proj instead of q_a / q_b */
+    int64_t kv_lora_rank;      /* latent width Lkv of kv_a_proj_with_mqa / kv_b_proj */
+    int64_t qk_nope_head_dim;  /* P */
+    int64_t qk_rope_head_dim;  /* R */
+    int64_t v_head_dim;        /* Dv */
+    int64_t first_k_dense_replace; /* layers [0, k) have a dense MLP */
+    int64_t moe_layer_freq;    /* a MoE layer is i >= k with i % freq == 0 (1) */
+    int64_t n_shared_experts;  /* shared_experts width Im x n_shared (0: none) */
+    int64_t num_nextn_predict_layers; /* MTP layers stored as model.layers.{L + i}.* */
+    bool score_correction;     /* topk_method "noaux_tc": mlp.gate.e_score_correction_bias */
     /* quantization_config (absent: has_quant_config false, quant NONE) */
     bool has_quant_config;
     rf_quant_t quant;
@@ -124,6 +138,8 @@ rf_status_t rf_model_config_copy(rf_model_config_t *dst, const rf_model_config_t
  * quantization q / wna16 group size `group`: model_type, hidden_size, intermediate_size,
  * moe_intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
  * head_dim, vocab_size, num_experts, word_embed_proj_dim and max_position_embeddings (OPT),
+ * q_lora_rank, kv_lora_rank, qk_nope / qk_rope / v_head_dim, first_k_dense_replace and
+ * n_shared_experts (deepseek_v3),
  * tie_word_embeddings, and when ck has a
  * quantization_config its method, fp8 weight_block_size and wna16 group_size (a checkpoint
  * without one is a bf16 source the trainer may quantize, DESIGN.md section 7). Both were
@@ -137,7 +153,8 @@ rf_status_t rf_model_config_compare(const rf_model_config_t *ck, const rf_model_
  * does not); its parse errors name the file. Not collective. */
 rf_status_t rf_model_config_check_checkpoint(const char *ck_dir, const rf_model_config_t *topo,
                                              rf_quant_t q, int64_t group, rf_err_t *err);
-/* True for a MoE layer (qwen3_moe: E > 0, not in mlp_only_layers, (i+1) % step == 0). */
+/* True for a MoE layer (qwen3_moe: E > 0, not in mlp_only_layers, (i+1) % step == 0;
+ * deepseek_v3: E > 0, i >= first_k_dense_replace, i % moe_layer_freq == 0). */
 bool rf_model_layer_is_moe(const rf_model_config_t *cfg, int64_t layer);
 /* True for a gated full-attention layer of a qwen3_next model (its self_attn); false for a
  * Gated DeltaNet layer (linear_attn) and for every other family. */
@@ -200,6 +217,11 @@ typedef enum {
                           interleaved per head, rows [q_h; k_h; v_h] for h = 0..nh-1 (GPT-NeoX
                           query_key_value, nkv = nh): rank r reads the contiguous rows of heads
                           [r nh_p, (r+1) nh_p) and writes them as [q_r; k_r; v_r] */
+    RF_MOD_REPLICATED_LINEAR, /* ReplicatedLinear, or MergedColumnParallelLinear with
+                                 disable_tp (DeepSeek's fused_qkv_a_proj = [q_a_proj;
+                                 kv_a_proj_with_mqa], vLLM deepseek_v2.py): a full copy of
+                                 every linear on every rank, quantized like any linear; shard s
+                                 at the rows of the shards before it */
     RF_MOD_SECTIONS,   /* ONE checkpoint tensor of any rank whose dim 0 is nsec sections
                           (sec_rows[i] rows = sec_heads[i] heads each), every section split by
                           TP on its own in whole heads; rank r's slot is the tensor's shape
@@ -230,6 +252,8 @@ typedef enum {
     RF_PARAM_WEIGHT_SHAPE,     /* wna16 (checked, not stored) */
     RF_PARAM_TENSOR_SCALE,     /* fp8-tensor weight_scale: one fp32 per linear, shape [1] */
     RF_PARAM_CHANNEL_SCALE,    /* fp8-channel weight_scale: fp32 per output row, [N, 1] */
+    RF_PARAM_F32_BUFFER,       /* a replicated fp32 buffer, not a scale: DeepSeek's
+                                  mlp.gate.e_score_correction_bias (vLLM holds it fp32) */
 } rf_param_t;
 
 /* A scale the runtime holds in fp32 whatever the file stores (bf16 / f16 are widened
@@ -239,6 +263,14 @@ static inline bool rf_param_is_f32_scale(rf_param_t p)
 {
     return p == RF_PARAM_WEIGHT_SCALE_INV || p == RF_PARAM_TENSOR_SCALE ||
            p == RF_PARAM_CHANNEL_SCALE;
+}
+
+/* A tensor the runtime holds in fp32 whatever the file stores: the scales above and fp32
+ * buffers (a bf16 / f16 source is widened exactly on the trainer, rf_manifest_scale_widens;
+ * --reference narrows it back exactly, runtime/reassemble.c). */
+static inline bool rf_param_widens(rf_param_t p)
+{
+    return rf_param_is_f32_scale(p) || p == RF_PARAM_F32_BUFFER;
 }
 
 /* One checkpoint tensor, in checkpoint layout (Hugging Face names). */
@@ -276,6 +308,9 @@ typedef struct rf_module {
                                qwen3_next's gated qkv: 2 nh*d + 2 nkv*d, each q head followed by
                                its output gate) */
     int64_t k;              /* input columns K (H for most) */
+    int64_t heads;          /* > 0: the rows (column parallel) or columns (row parallel) are
+                               this many whole attention heads, and T_r must divide it (vLLM
+                               splits DeepSeek's MLA projections by heads) */
     /* RF_MOD_SECTIONS: the sections of dim 0 and the config key naming each one's heads */
     int nsec;
     int64_t sec_rows[3], sec_heads[3];
@@ -326,7 +361,9 @@ int rf_inventory_find(const rf_inventory_t *inv, const char *name);
 typedef enum {
     RF_UNKNOWN_ERROR = 0, /* not on the skip list */
     RF_UNKNOWN_SKIP,      /* *.rotary_emb.inv_freq, mtp.* (Qwen3-Next's multi-token
-                             prediction head: no engine module takes it); gpt_neox: *.attention.bias and
+                             prediction head: no engine module takes it); deepseek_v3: the MTP
+                             layers model.layers.{L + i}.* for i < num_nextn_predict_layers (L
+                             as written, before overrides); gpt_neox: *.attention.bias and
                              *.attention.masked_bias (old causal-mask buffers) */
     RF_UNKNOWN_CUT,       /* layer >= L or expert >= E after overrides */
     RF_UNKNOWN_TIED,      /* lm_head.weight when tied: skipped only if it equals the embedding */

@@ -217,6 +217,22 @@ rf_status_t rf_verify_dequant_module(const rf_inventory_t *inv, int module,
                                      const rf_verify_opts_t *opts, uint64_t *mismatches_p,
                                      rf_err_t *err);
 
+/*
+ * The oracle of DeepSeek's absorbed MLA matrices (vLLM MLACommonImpl, formats/format_mla.c
+ * computes them in the deferred stage; this is an independent recomputation): derived slot
+ * `slot_name` ("W_UK_T" (nh_p, P, Lkv) or "W_UV" (nh_p, Lkv, Dv), in the model dtype) of the
+ * kv_b_proj module `module` must equal, element for element, what the rank's LOADED kv_b_proj
+ * weight `w` (rows x Lkv row-major in wdt: the model dtype, or F8_E4M3 with its fp32
+ * weight_scale_inv `scale` [cdiv(rows, 128), cdiv(Lkv, 128)]) gives: W_UK_T[h][p][l] =
+ * W[h (P + Dv) + p][l], W_UV[h][l][j] = W[h (P + Dv) + P + j][l], fp8 dequantized as
+ * f32(e4m3(q)) x scale rounded to the model dtype. `got` holds nbytes of the slot. Errors:
+ * RF_ERR_VERIFY naming module, slot, the first unequal element and the count; RF_ERR_INVALID
+ * for a slot name or size that is not one of these. Not collective.
+ */
+rf_status_t rf_verify_mla_derived(const rf_inventory_t *inv, int module, const char *slot_name,
+                                  const void *w, rf_dtype_t wdt, int64_t rows, const float *scale,
+                                  const void *got, uint64_t nbytes, rf_err_t *err);
+
 /* ---- reassembly for --reference ------------------------------------------------------- */
 
 /* Called on engine rank 0 with one reassembled checkpoint tensor (borrowed for the call). */

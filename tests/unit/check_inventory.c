@@ -509,6 +509,115 @@ START_TEST(test_gpt_neox_skip_list)
 }
 END_TEST
 
+/* DeepSeek-V3 / Moonlight (tests/data/SOURCES.md): the full-size counts; the fixture's 91
+ * tensors and modules (fused_qkv_a_proj with q_lora_rank, q_proj without); first_k_dense
+ * and moe_layer_freq; the correction bias fp32; the MTP layer on the skip list (L as written,
+ * also after an override cut layers); per-rank slots split by heads, and refusals naming the
+ * module */
+START_TEST(test_deepseek_v3_inventory)
+{
+    char path[512];
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_err_clear(&err);
+    check_counts("moonlight-16b-a3b-instruct.config.json", 5317, 15960110208ULL);
+    check_counts("deepseek-v3-tiny-b.config.json", 91, 257728ULL);
+    snprintf(path, sizeof(path), "%s/models/deepseek-v3.config.json", REFIT_JOBS_DIR);
+    rf_model_config_t c = load_cfg(path);
+    ck_assert_int_eq(c.family, RF_FAMILY_DEEPSEEK_V3);
+    ck_assert(c.q_lora_rank == 1536 && c.kv_lora_rank == 512 && c.qk_nope_head_dim == 128 &&
+              c.qk_rope_head_dim == 64 && c.v_head_dim == 128 && c.first_k_dense_replace == 3 &&
+              c.n_shared_experts == 1 && c.num_nextn_predict_layers == 1 && c.score_correction);
+    ck_assert(!rf_model_layer_is_moe(&c, 2) && rf_model_layer_is_moe(&c, 3));
+    /* 61 layers x (14 + 3 dense x 2 | 2 + 256 x 3 x 2 + 3 x 2) + 3, scales included */
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_FP8_BLOCK, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(inv.ntensors, 90427);
+    ck_assert_uint_eq(inv.nparams, 671067257432ULL);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.61.eh_proj.weight"),
+                     RF_UNKNOWN_SKIP);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.62.enorm.weight"),
+                     RF_UNKNOWN_ERROR);
+    rf_inventory_free(&inv);
+    c.num_hidden_layers = 4; /* model.overrides: 61 -> 4; layer 61 is still the MTP layer */
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.5.mlp.gate.weight"),
+                     RF_UNKNOWN_CUT);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.61.hnorm.weight"),
+                     RF_UNKNOWN_SKIP);
+    int t = rf_inventory_find(&inv, "model.layers.3.mlp.gate.e_score_correction_bias");
+    ck_assert_int_ge(t, 0);
+    ck_assert(inv.tensors[t].dtype == RF_DTYPE_F32 && inv.tensors[t].param == RF_PARAM_F32_BUFFER);
+    ck_assert_int_lt(rf_inventory_find(&inv, "model.layers.2.mlp.gate.weight"), 0);
+    ck_assert_int_ge(rf_inventory_find(&inv, "model.layers.3.mlp.shared_experts.up_proj.weight"),
+                     0);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&c);
+
+    /* the fixture: fused_qkv_a_proj = [q_a_proj 48; kv_a_proj_with_mqa 40], q_b_proj by heads */
+    snprintf(path, sizeof(path), "%s/models/deepseek-v3-tiny-b.config.json", REFIT_JOBS_DIR);
+    c = load_cfg(path);
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    int fused = -1, qb = -1, o = -1;
+    for (int m = 0; m < inv.nmodules; m++) {
+        if (strcmp(inv.modules[m].name, "model.layers.0.self_attn.fused_qkv_a_proj") == 0)
+            fused = m;
+        if (strcmp(inv.modules[m].name, "model.layers.0.self_attn.q_b_proj") == 0)
+            qb = m;
+        if (strcmp(inv.modules[m].name, "model.layers.0.self_attn.o_proj") == 0)
+            o = m;
+    }
+    ck_assert(fused >= 0 && qb >= 0 && o >= 0);
+    ck_assert_int_eq(inv.modules[fused].kind, RF_MOD_REPLICATED_LINEAR);
+    ck_assert_int_eq(inv.modules[fused].ntensors, 2);
+    rf_slot_shape_t s[RF_MODULE_MAX_SLOTS];
+    int n;
+    rf_rollout_coords_t rc = {.tp = 2, .tp_rank = 1, .dp = 1, .ep = 1};
+    ck_assert_int_eq(rf_module_slots(&inv, fused, &rc, s, &n, &err), RF_OK);
+    ck_assert(n == 1 && s[0].shape[0] == 88 && s[0].shape[1] == 64);
+    ck_assert_int_eq(rf_module_slots(&inv, qb, &rc, s, &n, &err), RF_OK);
+    ck_assert(n == 1 && s[0].shape[0] == 48 && s[0].shape[1] == 48);
+    ck_assert_int_eq(rf_module_slots(&inv, o, &rc, s, &n, &err), RF_OK);
+    ck_assert(n == 1 && s[0].shape[0] == 64 && s[0].shape[1] == 32);
+    rc.tp = 8; /* 96 q_b rows divide by 8, 4 heads do not */
+    rc.tp_rank = 0;
+    ck_assert_int_eq(rf_module_slots(&inv, qb, &rc, s, &n, &err), RF_ERR_TOPOLOGY);
+    ck_assert_msg(strstr(err.msg, "q_b_proj: num_attention_heads 4 is not divisible by 8"), "%s",
+                  err.msg);
+    rf_inventory_free(&inv);
+    /* fp8-block: kv_a_proj_with_mqa would start at row 48 of the fused scale, inside a block */
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_FP8_BLOCK, 0, &inv, &err), RF_OK);
+    rc.tp = 1;
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_module_slots(&inv, fused, &rc, s, &n, &err), RF_ERR_TOPOLOGY);
+    ck_assert_msg(strstr(err.msg, "fused_qkv_a_proj: rows of its first fused linear 48 is not a "
+                                  "multiple of the 128-row fp8 block"),
+                  "%s", err.msg);
+    rf_inventory_free(&inv);
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_WNA16, 32, &inv, &err), RF_ERR_UNSUPPORTED);
+    rf_model_config_free(&c);
+
+    /* q_lora_rank null: q_proj (nh (P + R), H) and a replicated kv_a_proj_with_mqa; absent:
+     * DeepseekV3Config's 1536 */
+    snprintf(path, sizeof(path), "%s/models/deepseek-v3-tiny-noq.config.json", REFIT_JOBS_DIR);
+    c = load_cfg(path);
+    ck_assert_int_eq(c.q_lora_rank, 0);
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(inv.ntensors, 91 - 3 * 3 + 3);
+    t = rf_inventory_find(&inv, "model.layers.2.self_attn.q_proj.weight");
+    ck_assert(t >= 0 && inv.tensors[t].shape[0] == 96 && inv.tensors[t].shape[1] == 64);
+    t = rf_inventory_find(&inv, "model.layers.2.self_attn.kv_a_proj_with_mqa.weight");
+    ck_assert(t >= 0 && inv.modules[inv.tensors[t].module].kind == RF_MOD_REPLICATED_LINEAR);
+    ck_assert_int_lt(rf_inventory_find(&inv, "model.layers.2.self_attn.q_a_proj.weight"), 0);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&c);
+    const char *j = "{\"model_type\":\"deepseek_v3\",\"hidden_size\":8,\"num_hidden_layers\":1,"
+                    "\"vocab_size\":10,\"num_attention_heads\":2,\"intermediate_size\":16}";
+    ck_assert_int_eq(rf_model_config_parse(j, strlen(j), "ds.json", &c, &err), RF_OK);
+    ck_assert(c.q_lora_rank == 1536 && c.first_k_dense_replace == 3 && c.score_correction);
+    rf_model_config_free(&c);
+}
+END_TEST
+
 /* OPT: tied by default, ffn_dim, OPT-350m's shape (word_embed_proj_dim 512 != H 1024,
  * do_layer_norm_before false: project_in / project_out, no final_layer_norm), learned
  * positions with 2 extra rows, the decoder.* alias */
@@ -714,6 +823,7 @@ int main(void)
     tcase_add_test(tc, test_gpt_neox_config_keys);
     tcase_add_test(tc, test_gpt_neox_skip_list);
     tcase_add_test(tc, test_opt_inventory);
+    tcase_add_test(tc, test_deepseek_v3_inventory);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

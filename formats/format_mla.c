@@ -1,0 +1,186 @@
+/*
+ * refit formats: the absorbed MLA matrices, DeepSeek-V3 / Moonlight's weight-derived state
+ * (DESIGN.md section 8.6, the deferred stage).
+ *
+ * vLLM's MLA attention (MLACommonImpl.process_weights_after_loading) takes kv_b_proj's
+ * weight, dequantized to the activation dtype when it is quantized, as (Lkv, nh_p, P + Dv)
+ * after a transpose, splits it into W_UK (P columns per head) and W_UV (Dv), and keeps
+ *   W_UK_T = W_UK.permute(1, 2, 0): (nh_p, P, Lkv), element [h][p][l] = W[h (P + Dv) + p][l]
+ *   W_UV   = W_UV.transpose(0, 1):  (nh_p, Lkv, Dv), element [h][l][j] = W[h (P + Dv) + P + j][l]
+ * where W is the rank's kv_b_proj slice (nh_p (P + Dv), Lkv) in checkpoint orientation. Both
+ * are derived slots of the kv_b_proj module, written only by the deferred stage, once per
+ * update after every tensor of the layer arrived, whatever the layer's reload mode.
+ *
+ * An unquantized kv_b_proj gives its own elements (a permutation, bit exact). An fp8-block one
+ * gives bf16 / f16 / f32(e4m3(w) x weight_scale_inv[row / 128][col / 128]) rounded to nearest
+ * even, in the model's dtype (vLLM's get_and_maybe_dequant_weights). The owners "none" and
+ * "fp8-block" add the slots and run the stage; the planner calls nothing MLA-specific.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/format.h"
+#include "refit/quant.h"
+
+bool rf_mla_is_kv_b(const rf_inventory_t *inv, int m)
+{
+    const char *sfx = ".self_attn.kv_b_proj";
+    const char *n = inv->modules[m].name;
+    size_t ln = strlen(n), ls = strlen(sfx);
+    return inv->cfg.family == RF_FAMILY_DEEPSEEK_V3 && inv->modules[m].kind == RF_MOD_COLUMN &&
+           ln > ls && strcmp(n + ln - ls, sfx) == 0;
+}
+
+rf_status_t rf_mla_derived_slots(const rf_inventory_t *inv, int m, const rf_slot_shape_t *model,
+                                 int nmodel, rf_slot_shape_t *rt, bool *derived, int *nrt_p,
+                                 rf_err_t *err)
+{
+    const rf_model_config_t *c = &inv->cfg;
+    int64_t P = c->qk_nope_head_dim, Dv = c->v_head_dim, Lkv = c->kv_lora_rank;
+    if (!rf_mla_is_kv_b(inv, m))
+        return RF_OK;
+    if (*nrt_p + 2 > RF_MODULE_MAX_SLOTS || nmodel < 1 || model[0].ndim != 2)
+        return rf_err_set(err, RF_ERR_INTERNAL, "mla: %s: no room for its derived slots",
+                          inv->modules[m].name);
+    int64_t rows = model[0].shape[0];
+    if (rows % (P + Dv) != 0 || model[0].shape[1] != Lkv)
+        return rf_err_set(err, RF_ERR_TOPOLOGY,
+                          "mla: %s: local weight [%lld, %lld] is not whole heads of %lld rows x "
+                          "kv_lora_rank %lld",
+                          inv->modules[m].name, (long long)rows, (long long)model[0].shape[1],
+                          (long long)(P + Dv), (long long)Lkv);
+    int64_t nh_p = rows / (P + Dv);
+    rf_dtype_t dt = c->dtype;
+    for (int s = 0; s < 2; s++) {
+        rf_slot_shape_t *d = &rt[*nrt_p];
+        memset(d, 0, sizeof(*d));
+        snprintf(d->name, sizeof(d->name), "%s", s == 0 ? "W_UK_T" : "W_UV");
+        d->dtype = dt;
+        d->ndim = 3;
+        d->shape[0] = nh_p;
+        d->shape[1] = s == 0 ? P : Lkv;
+        d->shape[2] = s == 0 ? Lkv : Dv;
+        derived[*nrt_p] = true;
+        (*nrt_p)++;
+    }
+    return RF_OK;
+}
+
+/* One element of W (row n, column l) in the model dtype's bits, little endian. */
+static void mla_elem(const unsigned char *w, const float *scale, int64_t scols, int64_t Lkv,
+                     size_t es, rf_dtype_t dt, int64_t n, int64_t l, unsigned char *out)
+{
+    if (scale == NULL) {
+        memcpy(out, w + (size_t)(n * Lkv + l) * es, es);
+        return;
+    }
+    float v = rf_e4m3_to_f32(w[n * Lkv + l]) * scale[(n / 128) * scols + l / 128];
+    if (dt == RF_DTYPE_F32) {
+        memcpy(out, &v, 4);
+    } else {
+        uint16_t h = dt == RF_DTYPE_BF16 ? rf_f32_to_bf16(v) : rf_f32_to_f16(v);
+        memcpy(out, &h, 2);
+    }
+}
+
+/* A host copy of a slot's bytes (device storage: d2h), or the slot itself on host. */
+static rf_status_t mla_host(rf_accel_t *dev, const rf_slot_t *s, unsigned char **out,
+                            unsigned char **owned, rf_err_t *err)
+{
+    uint64_t b = rf_signature_bytes(&s->sig);
+    *owned = NULL;
+    if (dev == NULL) {
+        *out = s->sig.data;
+        return RF_OK;
+    }
+    *owned = malloc((size_t)b + 1);
+    if (*owned == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "mla: out of memory");
+    *out = *owned;
+    return rf_format_dev_copy(dev, *owned, s->sig.data, b, RF_COPY_D2H, s->name, err);
+}
+
+rf_status_t rf_mla_compute_derived(rf_format_t *f, const rf_inventory_t *inv, int m,
+                                   rf_slot_t *const *rt, int nrt, rf_err_t *err)
+{
+    const rf_model_config_t *c = &inv->cfg;
+    int64_t P = c->qk_nope_head_dim, Dv = c->v_head_dim, Lkv = c->kv_lora_rank;
+    rf_slot_t *w = NULL, *sc = NULL, *uk = NULL, *uv = NULL;
+    if (!rf_mla_is_kv_b(inv, m))
+        return RF_OK;
+    for (int i = 0; i < nrt; i++) {
+        const char *dot = strrchr(rt[i]->name, '.');
+        const char *nm = dot ? dot + 1 : rt[i]->name;
+        if (rt[i]->derived && strcmp(nm, "W_UK_T") == 0)
+            uk = rt[i];
+        else if (rt[i]->derived && strcmp(nm, "W_UV") == 0)
+            uv = rt[i];
+        else if (!rt[i]->derived && strcmp(nm, "weight") == 0)
+            w = rt[i];
+        else if (!rt[i]->derived && strcmp(nm, "weight_scale_inv") == 0)
+            sc = rt[i];
+    }
+    if (w == NULL || uk == NULL || uv == NULL || w->sig.ndim != 2)
+        return rf_err_set(err, RF_ERR_INTERNAL, "mla: %s lacks its weight or derived slots",
+                          inv->modules[m].name);
+    bool fp8 = w->sig.dtype == RF_DTYPE_F8_E4M3;
+    if (fp8 && (sc == NULL || (c->dtype != RF_DTYPE_BF16 && c->dtype != RF_DTYPE_F16 &&
+                               c->dtype != RF_DTYPE_F32)))
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "mla: %s: an fp8 kv_b_proj needs its weight_scale_inv and a bf16, f16 "
+                          "or f32 model dtype",
+                          inv->modules[m].name);
+    int64_t rows = w->sig.shape[0], nh_p = rows / (P + Dv);
+    size_t es = rf_dtype_size(c->dtype);
+    if (!fp8 && w->sig.dtype != c->dtype)
+        return rf_err_set(err, RF_ERR_MISMATCH, "mla: %s is %s, the model dtype %s", w->name,
+                          rf_dtype_name(w->sig.dtype), rf_dtype_name(c->dtype));
+    rf_accel_t *dev = rf_format_device(f);
+    unsigned char *wb, *sb = NULL, *wown = NULL, *sown = NULL;
+    rf_status_t st = mla_host(dev, w, &wb, &wown, err);
+    if (st == RF_OK && fp8)
+        st = mla_host(dev, sc, &sb, &sown, err);
+    uint64_t nuk = (uint64_t)nh_p * P * Lkv, nuv = (uint64_t)nh_p * Lkv * Dv;
+    unsigned char *out = st == RF_OK ? malloc((size_t)(nuk + nuv) * es + 1) : NULL;
+    if (st == RF_OK && out == NULL)
+        st = rf_err_set(err, RF_ERR_NOMEM, "mla: out of memory");
+    if (st == RF_OK) {
+        const float *scale = fp8 ? (const float *)(void *)sb : NULL;
+        int64_t scols = fp8 ? sc->sig.shape[1] : 0;
+        unsigned char *o = out;
+        for (int64_t h = 0; h < nh_p; h++) /* W_UK_T [h][p][l] */
+            for (int64_t p = 0; p < P; p++)
+                for (int64_t l = 0; l < Lkv; l++, o += es)
+                    mla_elem(wb, scale, scols, Lkv, es, c->dtype, h * (P + Dv) + p, l, o);
+        for (int64_t h = 0; h < nh_p; h++) /* W_UV [h][l][j] */
+            for (int64_t l = 0; l < Lkv; l++)
+                for (int64_t j = 0; j < Dv; j++, o += es)
+                    mla_elem(wb, scale, scols, Lkv, es, c->dtype, h * (P + Dv) + P + j, l, o);
+        if (rf_signature_bytes(&uk->sig) != nuk * es || rf_signature_bytes(&uv->sig) != nuv * es)
+            st = rf_err_set(err, RF_ERR_MISMATCH,
+                            "mla: %s: derived slots are not %llu + %llu "
+                            "elements",
+                            inv->modules[m].name, (unsigned long long)nuk, (unsigned long long)nuv);
+    }
+    if (st == RF_OK && dev != NULL) {
+        st = dev->ops->copy(dev, uk->sig.data, out, (size_t)(nuk * es), RF_COPY_H2D, NULL);
+        if (st == RF_OK)
+            st = dev->ops->copy(dev, uv->sig.data, out + nuk * es, (size_t)(nuv * es), RF_COPY_H2D,
+                                NULL);
+        if (st == RF_OK)
+            st = rf_accel_sync(dev);
+        if (st != RF_OK)
+            rf_err_set(err, st, "mla: writing the derived slots of %s on device %d failed",
+                       inv->modules[m].name, dev->device);
+    } else if (st == RF_OK) {
+        memcpy(uk->sig.data, out, (size_t)(nuk * es));
+        memcpy(uv->sig.data, out + nuk * es, (size_t)(nuv * es));
+    }
+    free(out);
+    free(wown);
+    free(sown);
+    if (st == RF_OK)
+        f->derived_runs++;
+    return st;
+}
