@@ -5,11 +5,12 @@
  *   build/plan-cost [--ranks 8,64,512,4096] [--tensors 1000,10000,100000,1000000]
  *                   [--updates N] [--json FILE]
  *
- * Run from the source root (it reads bench/deepseek-v3-standin.config.json and
+ * Run from the source root (it reads jobs/models/deepseek-v3.config.json and
  * jobs/topologies/plan/qwen3-30b-a3b-wna16-triton-tp2.yaml). Three tables:
  *
- *   scale      the same model (a qwen3_moe stand-in with DeepSeek-V3's tensor count, fp8-block:
- *              the deepseek_v3 family is not in the tree yet) at each world size, p2p, trainer
+ *   scale      the same model (DeepSeek-V3, its published config, fp8-block: 90,427 tensors;
+ *              bench/deepseek-v3-standin.config.json is the qwen3_moe stand-in used before the
+ *              deepseek_v3 family landed) at each world size, p2p, trainer
  *              {tp 4, ep 4, dp k} -> k engines of {tp 4, ep 4}, world 8k: for one trainer rank
  *              (rank 1) and one rollout rank (rank T) the CPU time and the heap bytes of what
  *              job setup plans on that rank (the manifest parsed and validated, the broadcast
@@ -270,9 +271,8 @@ static void scale(const int *ranks, int nranks, json_t *out)
 {
     char yaml[1024], path[1024];
     snprintf(path, sizeof(path), "%s/bench/plan-cost.yaml", REFIT_SOURCE_DIR);
-    printf("== scale: qwen3_moe stand-in with DeepSeek-V3's tensor count (61 layers, 256 "
-           "experts, fp8-block; deepseek_v3 family not in the tree yet), p2p, trainer {tp 4, "
-           "ep 4, dp k} -> k x {tp 4, ep 4}\n");
+    printf("== scale: DeepSeek-V3 (deepseek_v3, 61 layers, 256 experts, fp8-block), p2p, "
+           "trainer {tp 4, ep 4, dp k} -> k x {tp 4, ep 4}\n");
     printf("%6s %5s %8s %9s | %10s %10s %8s %8s %10s | %10s %10s %8s %8s %10s | %10s\n", "world",
            "k", "tensors", "manifest", "trainer s", "heap MiB", "recvs", "pieces", "sched KiB",
            "rollout s", "heap MiB", "recvs", "pieces", "sched KiB", "full-world");
@@ -286,7 +286,7 @@ static void scale(const int *ranks, int nranks, json_t *out)
         }
         snprintf(yaml, sizeof(yaml),
                  "name: plan-cost-%d\n"
-                 "model: { config: deepseek-v3-standin.config.json, quantization: fp8-block }\n"
+                 "model: { config: ../jobs/models/deepseek-v3.config.json, quantization: fp8-block }\n"
                  "trainer: { tp: 4, ep: 4, etp: 1, dp: %d }\n"
                  "rollout: { engines: %d, tp: 4, ep: 4, backend: triton }\n"
                  "transfer: { mode: p2p }\n",
