@@ -22,7 +22,7 @@
 #
 # Env: OUT (default reload-ab-out), STEPS (default 3), ROWS_ONLY (names of rows to run, space
 # separated; default all), VERIFY (refit-run --verify: none, the default, last or all),
-# RUN_TIMEOUT (seconds per refit run, default 300), PLOT=0 skips the PNG, PYTHON (default
+# RUN_TIMEOUT (seconds per refit run, default 600), PLOT=0 skips the PNG, PYTHON (default
 # /usr/bin/python3: Debian's, with matplotlib).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -78,7 +78,8 @@ topology() {
     else
         echo "trainer: { tp: 1 }"
         echo "rollout: { engines: 1, tp: 1, backend: triton }"
-        echo "transfer: { transport: mpi, mode: broadcast, timeout_s: 300 }"
+        # a deadline far enough out for a loaded CPU machine (slack + payload / 1 MB/s)
+        echo "transfer: { transport: mpi, mode: broadcast, timeout_s: 600, min_bandwidth: 1MB/s }"
     fi
 }
 
@@ -101,7 +102,7 @@ for row in "${ROWS[@]}"; do
         pol=layerwise
         [ $side = B ] && pol=auto
         echo "== $name $side (--reload-policy $pol, $steps updates)"
-        timeout "${RUN_TIMEOUT:-300}" "${mpirun[@]}" "$build/refit-run" --topology "$out/$name.yaml" \
+        timeout "${RUN_TIMEOUT:-600}" "${mpirun[@]}" "$build/refit-run" --topology "$out/$name.yaml" \
             --steps "$steps" --reload-policy "$pol" --verify "${VERIFY:-none}" --storage-digest \
             --bench-json "$out/$name-$side.json" \
             --profile-dir "${TMPDIR:-/tmp}/refit-reload-ab-$name-$side" > "$out/$name-$side.log" 2>&1
