@@ -656,6 +656,58 @@ static rf_status_t inv_layer_deepseek(inv_builder_t *b, int i)
     return RF_OK;
 }
 
+/*
+ * GraniteMoE (vLLM GraniteMoeDecoderLayer): RMSNorms, q / k / v into qkv_proj and o_proj as
+ * Llama (no biases), and block_sparse_moe with the router block_sparse_moe.router.layer
+ * (vLLM's ReplicatedLinear block_sparse_moe.gate, [E, H]) and the experts stored fused as
+ * two 3-D tensors: input_linear.weight [E, 2I, H] (expert e's [gate_e; up_e], vLLM's
+ * load_weights chunks p[e] in two along dim 0 into w1 / w3) and output_linear.weight
+ * [E, H, I] (w2). Both go to FusedMoE block_sparse_moe.experts, w13 (E_l, 2 I_p, H) and w2
+ * (E_l, H, I_p); rows count as E 2I and E H (rf_tensor_rows), and the trainer holds whole
+ * experts (rows split: [t E/TP, (t+1) E/TP) when TP divides E).
+ */
+static rf_status_t inv_layer_granitemoe(inv_builder_t *b, int i)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, d = c->head_dim, nh = c->num_attention_heads,
+            nkv = c->num_key_value_heads, E = c->num_experts, I = c->moe_intermediate_size;
+    char p[48], mn[RF_NAME_MAX], w[RF_NAME_MAX];
+    int m;
+    snprintf(p, sizeof(p), "model.layers.%d", i);
+    snprintf(w, sizeof(w), "%s.input_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.input_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, H));
+    snprintf(mn, sizeof(mn), "%s.self_attn.qkv_proj", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_QKV, i, (nh + 2 * nkv) * d, H)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    static const char *qkv[] = {"q_proj", "k_proj", "v_proj"};
+    for (int s = 0; s < 3; s++) {
+        snprintf(w, sizeof(w), "%s.self_attn.%s", p, qkv[s]);
+        RF_CHECK(inv_linear(b, w, i, -1, (s == 0 ? nh : nkv) * d, H, c->qkv_bias, RF_SPLIT_ROWS,
+                            m, s));
+    }
+    snprintf(mn, sizeof(mn), "%s.self_attn.o_proj", p);
+    RF_CHECK(inv_own_linear(b, mn, RF_MOD_ROW, i, H, nh * d, c->o_bias, RF_SPLIT_COLS));
+    snprintf(w, sizeof(w), "%s.post_attention_layernorm.weight", p);
+    snprintf(mn, sizeof(mn), "%s.post_attention_layernorm", p);
+    RF_CHECK(inv_norm(b, w, mn, i, H));
+    snprintf(mn, sizeof(mn), "%s.block_sparse_moe.gate", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_REPLICATED, i, E, H)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    snprintf(w, sizeof(w), "%s.block_sparse_moe.router.layer.weight", p);
+    RF_CHECK(inv_add_tensor(b, w, c->dtype, 2, SHAPE(E, H), i, -1, RF_PARAM_WEIGHT,
+                            RF_SPLIT_REPLICATED, m, "weight", 0));
+    snprintf(mn, sizeof(mn), "%s.block_sparse_moe.experts", p);
+    if ((m = inv_add_module(b, mn, RF_MOD_MOE, i, I, H)) < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    snprintf(w, sizeof(w), "%s.block_sparse_moe.input_linear.weight", p);
+    RF_CHECK(inv_add_tensor(b, w, c->dtype, 3, SHAPE(E, 2 * I, H), i, -1, RF_PARAM_WEIGHT,
+                            RF_SPLIT_ROWS, m, "w13_weight", 0));
+    snprintf(w, sizeof(w), "%s.block_sparse_moe.output_linear.weight", p);
+    return inv_add_tensor(b, w, c->dtype, 3, SHAPE(E, H, I), i, -1, RF_PARAM_WEIGHT,
+                          RF_SPLIT_ROWS, m, "w2_weight", 0);
+}
+
 static rf_status_t inv_layer(inv_builder_t *b, int i)
 {
     const rf_model_config_t *c = &b->inv->cfg;
@@ -794,7 +846,8 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                           "(quantization %s asked)",
                           rf_quant_name(quant));
     bool next = cfg->family == RF_FAMILY_QWEN3_NEXT;
-    if ((neox || opt || next) && quant != RF_QUANT_NONE)
+    bool granite = cfg->family == RF_FAMILY_GRANITEMOE;
+    if ((neox || opt || next || granite) && quant != RF_QUANT_NONE)
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
                           "inventory: %s is reloaded unquantized only (quantization %s asked)",
                           cfg->model_type, rf_quant_name(quant));
@@ -844,6 +897,7 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                       : neox ? inv_layer_gpt_neox(&b, i)
                       : opt  ? inv_layer_opt(&b, i)
                       : next ? inv_layer_qwen3_next(&b, i)
+                      : granite ? inv_layer_granitemoe(&b, i)
                              : inv_layer(&b, i),
                       st, fail);
     if (neox)
@@ -1230,6 +1284,16 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
         int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
         int64_t El = rf_moe_local_count(c->num_experts, rc);
         RF_CHECK(need_div(m, "moe_intermediate_size", m->n, Tm, err));
+        /* experts fused into one [E, N, K] tensor (GraniteMoE) reach a rank as one run of
+         * consecutive experts: round robin would scatter them */
+        if (rc->ep > 1 && rc->placement == RF_PLACE_ROUND_ROBIN && m->ntensors > 0 &&
+            rf_tensor_all_experts(&inv->tensors[m->tensors[0]]))
+            return rf_err_set(err, RF_ERR_TOPOLOGY,
+                              "%s: rollout.expert_placement round_robin is not supported for "
+                              "experts stored fused in %s (%lld experts in one tensor; use "
+                              "linear)",
+                              m->name, inv->tensors[m->tensors[0]].name,
+                              (long long)c->num_experts);
         for (int i = 0; i < m->nslots; i++)
             RF_CHECK(moe_slot(inv, m, m->slot_names[i], El, m->n / Tm, &out[i], err));
         *nslots_p = m->nslots;

@@ -479,10 +479,12 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
         cfg.family = RF_FAMILY_QWEN3_NEXT;
     else if (strcmp(cfg.model_type, "deepseek_v3") == 0)
         cfg.family = RF_FAMILY_DEEPSEEK_V3;
+    else if (strcmp(cfg.model_type, "granitemoe") == 0)
+        cfg.family = RF_FAMILY_GRANITEMOE;
     else {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: model_type '%s' is not supported (llama, qwen2, qwen3, qwen3_moe, "
-                        "gpt_neox, opt, qwen3_next, deepseek_v3)",
+                        "gpt_neox, opt, qwen3_next, deepseek_v3, granitemoe)",
                         path, cfg.model_type);
         goto out;
     }
@@ -550,6 +552,27 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
     TRY(cfg_int(root, "moe_intermediate_size", path, 0, false, &cfg.moe_intermediate_size, err));
     TRY(cfg_int(root, "decoder_sparse_step", path, 1, false, &cfg.decoder_sparse_step, err));
     TRY(cfg_int(root, "num_experts_per_tok", path, 0, false, &cfg.num_experts_per_tok, err));
+    if (cfg.family == RF_FAMILY_GRANITEMOE) {
+        /* GraniteMoeConfig: every layer is sparse, each expert intermediate_size wide (vLLM's
+         * GraniteMoeMoE passes config.intermediate_size to FusedMoE); there is no dense MLP.
+         * embedding_multiplier, attention_multiplier, residual_multiplier and logits_scaling
+         * scale activations and logits, never a weight: not read. */
+        if (cfg.num_experts == 0 || cfg.intermediate_size == 0) {
+            st = rf_err_set(err, RF_ERR_CONFIG,
+                            "%s: granitemoe needs num_local_experts and intermediate_size", path);
+            goto out;
+        }
+        if (cfg.moe_intermediate_size != 0 && cfg.moe_intermediate_size != cfg.intermediate_size) {
+            st = rf_err_set(err, RF_ERR_CONFIG,
+                            "%s: granitemoe: moe_intermediate_size %lld disagrees with "
+                            "intermediate_size %lld (the experts' width)",
+                            path, (long long)cfg.moe_intermediate_size,
+                            (long long)cfg.intermediate_size);
+            goto out;
+        }
+        cfg.moe_intermediate_size = cfg.intermediate_size;
+        cfg.decoder_sparse_step = 1;
+    }
     if (cfg.family == RF_FAMILY_QWEN3_MOE &&
         (cfg.num_experts == 0 || cfg.moe_intermediate_size == 0 || cfg.decoder_sparse_step == 0)) {
         st = rf_err_set(err, RF_ERR_CONFIG,

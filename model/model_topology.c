@@ -176,7 +176,8 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
     }
     RF_CHECK_GOTO(rf_topology_check_quant_backend(f, q, t->r_backend, err), st, fail);
     if ((cfg->family == RF_FAMILY_GPT_NEOX || cfg->family == RF_FAMILY_OPT ||
-         cfg->family == RF_FAMILY_QWEN3_NEXT) &&
+         cfg->family == RF_FAMILY_QWEN3_NEXT ||
+         cfg->family == RF_FAMILY_GRANITEMOE) &&
         q != RF_QUANT_NONE) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: model.quantization: %s is reloaded unquantized only (quantization %s "
@@ -242,6 +243,22 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
                         f, t->t_ep > 1 ? "trainer.ep" : "rollout.ep",
                         t->t_ep > 1 ? t->t_ep : t->r_ep, t->model_config);
         goto fail;
+    }
+    if (c.family == RF_FAMILY_GRANITEMOE) {
+        /* the experts are two [E, N, K] tensors per layer: a trainer tp rank holds whole
+         * experts (rows [t E/tp, (t+1) E/tp) of each; trainer.etp does not apply), and there
+         * is no per-expert tensor for an ep rank to own */
+        if (t->t_ep > 1) {
+            st = rf_err_set(err, RF_ERR_TOPOLOGY,
+                            "%s: trainer.ep: %d: granitemoe stores its experts fused "
+                            "(block_sparse_moe.input_linear / output_linear, %lld experts in "
+                            "one tensor); its trainer tp ranks hold whole experts instead",
+                            f, t->t_ep, (long long)c.num_experts);
+            goto fail;
+        }
+        RF_CHECK_GOTO(need(t, err, "trainer.tp", t->t_tp, "num_local_experts (granitemoe's fused "
+                           "experts split by whole experts)", c.num_experts),
+                      st, fail);
     }
     if (t->pp_layers_set) {
         int64_t sum = 0;

@@ -78,7 +78,7 @@ rf_status_t rf_gen_fill(const rf_tensor_t *t, uint64_t step, uint64_t row_begin,
     if (t == NULL || dst == NULL || !rf_gen_dtype_supported(t->dtype) || t->ndim < 1 ||
         t->shape[0] <= 0)
         return RF_ERR_INVALID;
-    uint64_t nrows = (uint64_t)t->shape[0], ncols = t->numel / nrows;
+    uint64_t nrows = rf_tensor_rows(t), ncols = t->numel / nrows; /* 3-D: E N rows */
     if (row_end > nrows)
         return RF_ERR_INVALID;
     return rf_gen_fill_block(rf_gen_name_hash(t->name), step, t->dtype, ncols, row_begin, row_end,

@@ -120,6 +120,13 @@ static void to_units(int64_t u, int64_t *lo, int64_t *n, int64_t *off)
     *n = end - *lo;
 }
 
+/* Slot w13 of a FusedMoE module, fed by a fused [E, 2I, H] tensor (GraniteMoE input_linear). */
+static bool fused_w13(const rf_module_t *m, const rf_tensor_t *t)
+{
+    return rf_tensor_all_experts(t) && t->slot >= 0 &&
+           strncmp(m->slot_names[t->slot], "w13_", 4) == 0;
+}
+
 /* This rank's need of a tensor: source rows [lo, lo + n), columns [c0, c0 + nc) of rows
  * `width` elements wide, landing at destination row off. false: nothing stored. */
 typedef struct need {
@@ -224,6 +231,22 @@ static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, in
         int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
         int64_t rm = rc->ep > 1 ? 0 : (int64_t)rc->dp_rank * rc->tp + rc->tp_rank;
         int64_t Ip = m->n / Tm;
+        if (rf_tensor_all_experts(t)) {
+            /* [E, N, K] as E N rows: the rank's experts [first, first + E_l) are rows
+             * [first N, (first + E_l) N), landing from destination row 0 on (w13 (E_l, 2 I_p,
+             * H) and w2 (E_l, H, I_p) are E_l N_p consecutive rows). w2: columns
+             * [r_m I_p, +I_p) of each. w13 with T_m > 1 needs 2 E_l blocks of I_p rows of
+             * those (fused_runs); its need is the whole experts' rows. */
+            int64_t E = c->num_experts, N = t->shape[1];
+            int64_t first = rf_moe_local_expert(E, rc, 0);
+            lo = first * N;
+            n = rf_moe_local_count(E, rc) * N;
+            if (!fused_w13(m, t)) {
+                c0 = rm * (width / Tm);
+                nc = width / Tm;
+            }
+            break;
+        }
         if (t->split == RF_SPLIT_ROWS) { /* w13: gate rows [0, Ip), up rows [Ip, 2 Ip) */
             lo = rm * Ip;
             n = Ip;
@@ -355,6 +378,81 @@ static int sections_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *r
     return n;
 }
 
+/*
+ * GraniteMoE's input_linear [E, 2I, H] into w13 at T_m = tp x dp > 1 (vLLM's load_weights:
+ * p[e].chunk(2) into w1 / w3, each sharded by FusedMoE along its I rows). In E 2I rows of H,
+ * block k = 2 e + s (expert e, half s: gate 0, up 1) starts at source row k I + r_m I_p and
+ * goes to destination rows [k' I_p, +I_p) with k' = k - 2 first (w13 (E_l, 2 I_p, H) is
+ * [gate_e; up_e] per local expert): one period of I source rows per I_p destination rows. A
+ * piece becomes at most three copies: a partial block at each end and one strided copy of its
+ * whole blocks (I_p H elements as one row, I H apart in the source) when the piece is full
+ * width; otherwise one copy per block (-1 past RF_LOAD_MAX_RUNS).
+ */
+static int fused_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
+                      const rf_tensor_t *t, const rf_dst_t *dst, const char *src, rf_dtype_t sdt,
+                      uint64_t rb, uint64_t re, int64_t cb, int64_t ce, int64_t pitch,
+                      rf_accel_rows_t *out)
+{
+    int64_t E = inv->cfg.num_experts, I = inv->cfg.moe_intermediate_size, W = t->shape[2];
+    int64_t Tm = (int64_t)rc->tp * rc->dp, rm = (int64_t)rc->dp_rank * rc->tp + rc->tp_rank;
+    int64_t Ip = I / Tm, b0 = rm * Ip;
+    int64_t k0 = 2 * rf_moe_local_expert(E, rc, 0), k1 = k0 + 2 * rf_moe_local_count(E, rc);
+    bool whole = cb == 0 && ce == W && pitch == W && dst->col_stride == 1 &&
+                 dst->row_stride == W && rf_dtype_size(sdt) == dst->esize;
+    int n = 0;
+    if (Ip <= 0 || I <= 0 || re <= rb)
+        return 0;
+    /* blocks meeting [rb, re): start k I + b0 < re and end k I + b0 + Ip > rb */
+    int64_t ka = (int64_t)rb - b0 - Ip < 0 ? 0 : ((int64_t)rb - b0 - Ip) / I + 1;
+    int64_t kz = (int64_t)re - b0 <= 0 ? -1 : ((int64_t)re - b0 - 1) / I;
+    ka = ka > k0 ? ka : k0;
+    kz = kz < k1 - 1 ? kz : k1 - 1;
+    if (kz < ka)
+        return 0;
+#define FUSED_START(k) ((k) * I + b0)
+#define FUSED_PARTIAL(k) (FUSED_START(k) < (int64_t)rb || FUSED_START(k) + Ip > (int64_t)re)
+    if (FUSED_PARTIAL(ka)) {
+        n += rect_rows(dst, 0, src, sdt, rb, re, FUSED_START(ka), Ip, (ka - k0) * Ip, 0, W, W, cb,
+                       ce, pitch, &out[n]);
+        ka++;
+    }
+    bool last = kz >= ka && FUSED_PARTIAL(kz);
+    int64_t mz = last ? kz - 1 : kz; /* whole blocks [ka, mz] */
+    if (mz >= ka && whole) {
+        rf_accel_rows_t *o = &out[n++];
+        memset(o, 0, sizeof(*o));
+        o->dst = rf_accel_dst_from(dst);
+        o->dst.row_stride = Ip * W; /* one "row" is a whole block */
+        o->dst_row = ka - k0;
+        o->src = src + (size_t)((FUSED_START(ka) - (int64_t)rb) * W) * dst->esize;
+        o->src_dtype = dst->dtype;
+        o->src_pitch = I * W;
+        o->rows = mz - ka + 1;
+        o->cols = Ip * W;
+    } else if (mz >= ka) {
+        if (mz - ka + 1 + n + 1 > RF_LOAD_MAX_RUNS)
+            return -1;
+        for (int64_t k = ka; k <= mz; k++)
+            n += rect_rows(dst, 0, src, sdt, rb, re, FUSED_START(k), Ip, (k - k0) * Ip, 0, W, W,
+                           cb, ce, pitch, &out[n]);
+    }
+    if (last)
+        n += rect_rows(dst, 0, src, sdt, rb, re, FUSED_START(kz), Ip, (kz - k0) * Ip, 0, W, W, cb,
+                       ce, pitch, &out[n]);
+#undef FUSED_PARTIAL
+#undef FUSED_START
+    return n;
+}
+
+/* Pieces of this tensor may become several copies (rf_load_piece_rows gives the first). */
+static bool multi_run(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor)
+{
+    const rf_tensor_t *t = &inv->tensors[tensor];
+    const rf_module_t *m = &inv->modules[t->module];
+    return m->kind == RF_MOD_QKV_HEADS || m->kind == RF_MOD_SECTIONS ||
+           (fused_w13(m, t) && rc->ep <= 1 && (int64_t)rc->tp * rc->dp > 1);
+}
+
 int rf_load_rect_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
                       int64_t local_expert, const rf_dst_t *dst, const void *src, rf_dtype_t sdt,
                       uint64_t row_begin, uint64_t row_end, int64_t col_begin, int64_t col_end,
@@ -371,6 +469,9 @@ int rf_load_rect_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, 
     if (k == RF_MOD_SECTIONS)
         return sections_runs(inv, rc, &nd, &inv->modules[t->module], dst, src, sdt, row_begin,
                              row_end, col_begin, col_end, src_pitch, out);
+    if (multi_run(inv, rc, tensor))
+        return fused_runs(inv, rc, t, dst, src, sdt, row_begin, row_end, col_begin, col_end,
+                          src_pitch, out);
     return rect_rows(dst, k == RF_MOD_MOE ? local_expert : 0, src, sdt, row_begin, row_end, nd.lo,
                      nd.n, nd.off, nd.c0, nd.nc, nd.width, col_begin, col_end, src_pitch, out)
                ? 1
@@ -395,8 +496,7 @@ bool rf_load_rect_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
 {
     need_t nd;
     const rf_tensor_t *t = &inv->tensors[tensor];
-    if (inv->modules[t->module].kind == RF_MOD_QKV_HEADS ||
-        inv->modules[t->module].kind == RF_MOD_SECTIONS) { /* its first run (see loader.h) */
+    if (multi_run(inv, rc, tensor)) { /* its first run (see loader.h) */
         rf_accel_rows_t r[RF_LOAD_MAX_RUNS];
         if (rf_load_rect_runs(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end,
                               col_begin, col_end, src_pitch, r) < 1)
@@ -416,8 +516,7 @@ bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc
 {
     need_t nd;
     const rf_tensor_t *t = &inv->tensors[tensor];
-    if (inv->modules[t->module].kind == RF_MOD_QKV_HEADS ||
-        inv->modules[t->module].kind == RF_MOD_SECTIONS) { /* its first run (see loader.h) */
+    if (multi_run(inv, rc, tensor)) { /* its first run (see loader.h) */
         rf_accel_rows_t r[RF_LOAD_MAX_RUNS];
         if (rf_load_piece_runs(inv, rc, tensor, local_expert, dst, src, sdt, row_begin, row_end,
                                r) < 1)

@@ -369,9 +369,52 @@ typedef struct ck_reads {
     bool done;                   /* collective: its read took place */
 } ck_reads_t;
 
+/*
+ * A 3-D dataset [E, N, K] (GraniteMoE's fused experts): the trainer counts rf_tensor_rows'
+ * E N rows of K, the checkpoint readers E rows of N K. Rows [r0, r1) x row bytes [c0, c1) of
+ * the former as whole dim-0 slices, full width and contiguous, are one read of slices
+ * [r0 / N, r1 / N); anything else (independent reads only) is one read per row, each a byte
+ * range of its slice. A collective read takes part with nothing and refuses such a range.
+ */
+static rf_status_t ck_read_3d(ck_reads_t *cr, const rf_st_entry_t *se, uint64_t r0, uint64_t r1,
+                              uint64_t c0, uint64_t c1, void *dst, size_t pitch, rf_err_t *err)
+{
+    uint64_t N = se->shape[1], sb = se->shape[0] ? se->nbytes / se->shape[0] : 0;
+    uint64_t kb = N ? sb / N : 0;
+    bool whole = N > 0 && r0 % N == 0 && r1 % N == 0 && c0 == 0 && c1 == kb &&
+                 (r1 - r0 <= 1 || pitch == kb);
+    if (whole || r1 == r0 || c1 == c0) {
+        uint64_t q0 = whole ? r0 / N : 0, q1 = whole ? r1 / N : 0;
+        if (!cr->coll)
+            return whole ? rf_ckpt_read(cr->ck, se, q0, q1, 0, sb, dst, sb, err) : RF_OK;
+        cr->done = true;
+        return rf_ckpt_read_all(cr->ck, se, q0, q1, 0, whole ? sb : 0, dst, sb, err);
+    }
+    if (cr->coll) {
+        cr->done = true;
+        rf_status_t st = rf_ckpt_read_all(cr->ck, se, 0, 0, 0, 0, NULL, 0, err);
+        if (st != RF_OK)
+            return st;
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "trainer: %s: rows [%llu, %llu) x bytes [%llu, %llu) of a 3-D "
+                          "dataset are not whole dim-0 slices of %llu rows (collective HDF5 "
+                          "reads take those)",
+                          se->name, (unsigned long long)r0, (unsigned long long)r1,
+                          (unsigned long long)c0, (unsigned long long)c1, (unsigned long long)N);
+    }
+    for (uint64_t r = r0; r < r1; r++) {
+        uint64_t q = r / N, p = r % N;
+        RF_CHECK(rf_ckpt_read(cr->ck, se, q, q + 1, p * kb + c0, p * kb + c1,
+                              (char *)dst + (r - r0) * pitch, pitch, err));
+    }
+    return RF_OK;
+}
+
 static rf_status_t ck_read(ck_reads_t *cr, const rf_st_entry_t *se, uint64_t r0, uint64_t r1,
                            uint64_t c0, uint64_t c1, void *dst, size_t pitch, rf_err_t *err)
 {
+    if (se->ndim == 3 && (!cr->coll || (se == cr->expect && !cr->done)))
+        return ck_read_3d(cr, se, r0, r1, c0, c1, dst, pitch, err);
     if (!cr->coll)
         return rf_ckpt_read(cr->ck, se, r0, r1, c0, c1, dst, pitch, err);
     if (se != cr->expect || cr->done) /* the walk's read is made by the caller */
@@ -945,7 +988,7 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
             }
             continue; /* scales are written by their weight's quantization */
         }
-        int64_t nrows = t->ndim ? t->shape[0] : 1;
+        int64_t nrows = (int64_t)rf_tensor_rows(t);
         rf_accel_gen_t g = {rf_gen_name_hash(t->name), step, t->dtype,
                             nrows ? t->numel / (uint64_t)nrows : 0, (uint64_t)r->r0,
                             (uint64_t)r->r1, (uint64_t)r->c0, (uint64_t)r->c1, d, pitch};

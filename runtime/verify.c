@@ -51,6 +51,9 @@ struct rf_ref_locator {
                      [q_h; k_h; v_h] of hd rows: row j of segment s (local head j / hd) is
                      source row ((h0 + j / hd) 3 + s) hd + j % hd */
     int64_t h0;   /* its first head on this rank */
+    int64_t fx;   /* > 0: every expert in one [E, N, K] tensor (GraniteMoE): block b's rows
+                     are source rows ge[b] fx + row, fx = N rows per expert */
+    int64_t *ge;  /* owned when fx > 0: global expert of each block */
 };
 
 static const char *slot_label(const rf_ref_locator_t *l)
@@ -527,7 +530,17 @@ static rf_status_t loc_replicated(rf_ref_locator_t *l, const rf_module_t *m, rf_
     l->nblk = 1;
     l->nseg = 1;
     RF_CHECK(alloc_bt(l, err));
-    RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
+    char rbase[RF_NAME_MAX];
+    rf_err_t no;
+    if (strip_suffix(m, "block_sparse_moe.gate", rbase, sizeof(rbase), &no) == RF_OK &&
+        has_tensor(l->inv, rbase, "block_sparse_moe.router.layer.weight")) {
+        /* GraniteMoE's router: vLLM's load_weights renames block_sparse_moe.router.layer to
+         * its ReplicatedLinear block_sparse_moe.gate */
+        RF_CHECK(find_tensor(l->inv, rbase, "block_sparse_moe.router.layer.weight", &l->bt[0],
+                             err));
+    } else {
+        RF_CHECK(find_tensor(l->inv, m->name, sfx, &l->bt[0], err));
+    }
     l->R = (int64_t)l->inv->tensors[l->bt[0]].numel; /* full copy, element = element */
     l->seg[0] = (ref_seg_t){0, l->R, 0};
     l->C = l->W = 1;
@@ -582,9 +595,72 @@ static rf_status_t loc_replicated_linear(rf_ref_locator_t *l, const rf_module_t 
     return RF_OK;
 }
 
+/*
+ * FusedMoE fed by two [E, N, K] tensors per layer, GraniteMoE's block_sparse_moe.input_linear
+ * [E, 2I, H] (w13: vLLM's load_weights chunks p[e] in two, w1 the first I rows, w3 the next)
+ * and output_linear [E, H, I] (w2 = p[e]); FusedMoE shards both along I over T_m ranks.
+ */
+static rf_status_t loc_moe_fused(rf_ref_locator_t *l, const rf_module_t *m, const char *base,
+                                 const rf_rollout_coords_t *rc, rf_err_t *err)
+{
+    const rf_model_config_t *c = &l->inv->cfg;
+    int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
+    if (l->slot > 1)
+        return rf_err_set(err, RF_ERR_INVALID, "reference: %s has no slot %d", m->name, l->slot);
+    int w13 = l->slot == 0;
+    snprintf(l->param, sizeof(l->param), "weight");
+    l->quant = RF_QUANT_NONE;
+    int64_t Tm = rc->ep > 1 ? 1 : (int64_t)rc->tp * rc->dp;
+    int64_t rm = rc->ep > 1 ? 0 : (int64_t)rc->dp_rank * rc->tp + rc->tp_rank;
+    RF_CHECK(need_div(m, "intermediate_size (each fused expert)", I, Tm, err));
+    int64_t Ip = I / Tm;
+    l->nblk = ref_local_count(E, rc);
+    l->nseg = w13 ? 2 : 1;
+    RF_CHECK(alloc_bt(l, err));
+    l->ge = malloc((size_t)(l->nblk > 0 ? l->nblk : 1) * sizeof(int64_t));
+    if (l->ge == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "reference: out of memory");
+    int ti = 0;
+    RF_CHECK(find_tensor(l->inv, base, w13 ? "input_linear.weight" : "output_linear.weight", &ti,
+                         err));
+    const rf_tensor_t *t = &l->inv->tensors[ti];
+    int64_t want1 = w13 ? 2 * I : H, want2 = w13 ? H : I;
+    if (t->ndim != 3 || t->shape[0] != E || t->shape[1] != want1 || t->shape[2] != want2)
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "reference: %s has %d dims [%lld, %lld, %lld], expected [%lld, %lld, "
+                          "%lld]",
+                          t->name, t->ndim, (long long)t->shape[0], (long long)t->shape[1],
+                          (long long)t->shape[2], (long long)E, (long long)want1,
+                          (long long)want2);
+    for (int64_t i = 0; i < l->nblk * l->nseg; i++)
+        l->bt[i] = ti;
+    for (int64_t i = 0; i < l->nblk; i++)
+        l->ge[i] = ref_local_expert(E, rc, i);
+    l->fx = want1;
+    l->W = want2;
+    l->tdt = ti;
+    if (w13) {
+        l->seg[0] = (ref_seg_t){0, Ip, rm * Ip};
+        l->seg[1] = (ref_seg_t){Ip, Ip, I + rm * Ip};
+        l->R = 2 * Ip;
+        l->C = l->W;
+    } else {
+        l->R = H;
+        l->seg[0] = (ref_seg_t){0, H, 0};
+        l->C = Ip;
+        l->c0 = rm * Ip;
+    }
+    return RF_OK;
+}
+
 static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m, const rf_rollout_coords_t *rc,
                            rf_err_t *err)
 {
+    char fbase[RF_NAME_MAX];
+    rf_err_t no;
+    if (strip_suffix(m, "experts", fbase, sizeof(fbase), &no) == RF_OK &&
+        has_tensor(l->inv, fbase, "input_linear.weight"))
+        return loc_moe_fused(l, m, fbase, rc, err);
     char sfx[96], first[RF_NAME_MAX + 16];
     const char *p[2];
     int64_t E = l->inv->cfg.num_experts, I = l->inv->cfg.moe_intermediate_size;
@@ -787,6 +863,7 @@ void rf_ref_locator_destroy(rf_ref_locator_t *loc)
     if (loc == NULL)
         return;
     free(loc->bt);
+    free(loc->ge);
     free(loc);
 }
 
@@ -815,6 +892,8 @@ void rf_ref_locator_at(const rf_ref_locator_t *l, uint64_t e, rf_ref_elem_t *out
     while (s + 1 < l->nseg && n >= l->seg[s + 1].dst0)
         s++;
     int64_t row = l->seg[s].src0 + (n - l->seg[s].dst0);
+    if (l->fx > 0)
+        row += l->ge[b] * l->fx;
     if (l->hd > 0) {
         int64_t j = n - l->seg[s].dst0;
         row = ((l->h0 + j / l->hd) * 3 + s) * l->hd + j % l->hd;
@@ -836,12 +915,15 @@ void rf_ref_locator_range(const rf_ref_locator_t *l, int tensor, uint64_t *begin
     *begin_p = *end_p = 0;
     if (tensor < 0)
         return;
+    /* the blocks that read the tensor: one (an expert's or the slot's own), or every local
+     * expert of a fused [E, N, K] tensor */
     for (int64_t b = 0; b < l->nblk; b++)
         for (int s = 0; s < l->nseg; s++)
             if (l->bt[b * l->nseg + s] == tensor) {
-                *begin_p = (uint64_t)b * per;
+                if (*begin_p == *end_p)
+                    *begin_p = (uint64_t)b * per;
                 *end_p = (uint64_t)(b + 1) * per;
-                return;
+                break;
             }
 }
 

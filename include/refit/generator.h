@@ -44,9 +44,10 @@ uint32_t rf_gen_value_bits(uint64_t name_hash, uint64_t index, uint64_t step, rf
 /*
  * Writes the sub-block rows [row_begin, row_end) x columns [col_begin, col_end) of tensor `t`
  * at `step` into `dst` (borrowed, caller-owned), row-major, each row starting
- * dst_pitch_bytes after the previous one. Rows run along dim 0 (shape[0] of them; for a 1-D
- * tensor a row is one element); columns are the elements within a row (numel / shape[0] of
- * them; 1 for a 1-D tensor). Element (i, j) is rf_gen_value_bits(hash(t->name), i * ncols + j,
+ * dst_pitch_bytes after the previous one. Rows are rf_tensor_rows' (shape[0] of a 1-D or
+ * 2-D tensor, a row of a 1-D tensor being one element; every dim but the last of a 3-D one);
+ * columns are the elements within a row (numel / rows of them; 1 for a 1-D tensor).
+ * Element (i, j) is rf_gen_value_bits(hash(t->name), i * ncols + j,
  * step, t->dtype). Errors: RF_ERR_INVALID for an empty / out-of-range block, a pitch shorter
  * than a block row, or a dtype other than BF16 / F16 / F32. Not collective.
  */

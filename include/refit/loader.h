@@ -62,8 +62,8 @@ uint64_t rf_load_piece(const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
  * `src`, so a caller may rebase it onto a device copy of the same bytes). A destination whose
  * rows form one contiguous run is described as a single row. Returns false for an empty
  * intersection (nothing to write). Only for modules whose pieces land in one run (every
- * kind but RF_MOD_QKV_HEADS and RF_MOD_SECTIONS, whose first run alone it gives):
- * rf_load_piece_runs covers all.
+ * kind but RF_MOD_QKV_HEADS, RF_MOD_SECTIONS and a fused [E, 2I, H] expert tensor split along I,
+ * whose first run alone it gives): rf_load_piece_runs covers all.
  * rf_load_piece == rf_load_piece_runs + rf_accel_host_ops.copy_rows of each.
  */
 bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,
@@ -78,7 +78,10 @@ bool rf_load_piece_rows(const rf_inventory_t *inv, const rf_rollout_coords_t *rc
  * rf_load_piece_rows for every module kind: the intersection as up to RF_LOAD_MAX_RUNS row
  * copies. Every kind but RF_MOD_QKV_HEADS and RF_MOD_SECTIONS gives at most one; GPT-NeoX's
  * per-head interleaved query_key_value lands in three places ([q_r; k_r; v_r]) and gives at
- * most five; a sectioned tensor (Qwen3-Next conv1d) one per section the piece meets (<= 3). Returns the
+ * most five; a sectioned tensor (Qwen3-Next conv1d) one per section the piece meets (<= 3);
+ * GraniteMoE's fused input_linear [E, 2I, H] at tp x dp > 1 without EP (every expert's gate and
+ * up halves sharded along I) gives at most three (a strided copy of whole blocks, a partial one
+ * at each end). Returns the
  * number filled (0: empty intersection; -1: a rectangle the arithmetic cannot describe in
  * RF_LOAD_MAX_RUNS copies). rf_load_rect_runs: the same for a rectangle (rf_load_rect_rows).
  */
@@ -94,7 +97,8 @@ int rf_load_rect_runs(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, 
 
 /*
  * p2p (DESIGN.md section 9): the rectangle of checkpoint tensor `tensor` this rank's loaders
- * read, rows [*r0, *r1) x columns [*c0, *c1) in the tensor's own units. false when the rank
+ * read, rows [*r0, *r1) x columns [*c0, *c1) in the tensor's own units (a fused [E, 2I, H]
+ * expert tensor split along I: its local experts' whole rows, a superset). false when the rank
  * stores nothing of it (non-local expert, wna16 weight_shape, empty slice). Pure.
  */
 bool rf_load_need(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int tensor,

@@ -42,10 +42,11 @@ typedef enum {
     RF_FAMILY_QWEN2,
     RF_FAMILY_QWEN3,
     RF_FAMILY_QWEN3_MOE,
-    RF_FAMILY_DEEPSEEK_V3, /* DeepSeek-V3 / Moonlight: MLA attention, shared experts */
     RF_FAMILY_GPT_NEOX,
     RF_FAMILY_OPT,
     RF_FAMILY_QWEN3_NEXT,
+    RF_FAMILY_DEEPSEEK_V3, /* DeepSeek-V3 / Moonlight: MLA attention, shared experts */
+    RF_FAMILY_GRANITEMOE, /* GraniteMoE (PowerMoE): experts fused into 3-D tensors */
 } rf_family_t;
 
 /* config.json, after the key alias table of DESIGN.md section 4. Owned strings freed by
@@ -53,7 +54,7 @@ typedef enum {
 typedef struct rf_model_config {
     rf_family_t family;
     char model_type[32];     /* "llama", "qwen2", "qwen3", "qwen3_moe", "gpt_neox", "opt",
-                                "qwen3_next" */
+                                "qwen3_next", "deepseek_v3", "granitemoe" */
     char architecture[64];   /* architectures[0] */
     rf_dtype_t dtype;        /* torch_dtype or dtype */
     int64_t hidden_size;     /* H */
@@ -394,11 +395,23 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int m, const rf_rollout_c
 rf_status_t rf_inventory_check_rollout(const rf_inventory_t *inv,
                                        const rf_rollout_coords_t *rc, rf_err_t *err);
 
-/* Rows of a tensor as chunks and loaders count them: dim 0 (a 1-D tensor's rows are its
- * elements; a 0-D tensor has one row). */
+/* Rows of a tensor as chunks and loaders count them: every dim but the last of a 2-D or
+ * wider tensor (a 3-D fused expert tensor [E, N, K], GraniteMoE's input_linear, counts E N
+ * rows of K: a row-major view, so the bytes are the same), dim 0 of a 1-D tensor (its
+ * elements), one row for a 0-D tensor. The checkpoint readers count dim 0 (rf_st_entry_rows):
+ * the trainer's reads translate (runtime/trainer.c ck_read_3d). */
 static inline uint64_t rf_tensor_rows(const rf_tensor_t *t)
 {
-    return t->ndim == 0 ? 1 : (uint64_t)t->shape[0];
+    uint64_t r = t->ndim == 0 ? 1 : (uint64_t)t->shape[0];
+    for (int d = 1; d + 1 < t->ndim; d++)
+        r *= (uint64_t)t->shape[d];
+    return r;
+}
+/* A tensor holding every expert of a FusedMoE module at once, [E, N, K] with dim 0 the
+ * expert (GraniteMoE's block_sparse_moe.input_linear / output_linear): expert -1, 3 dims. */
+static inline bool rf_tensor_all_experts(const rf_tensor_t *t)
+{
+    return t->ndim == 3 && t->expert < 0;
 }
 static inline uint64_t rf_tensor_row_bytes(const rf_tensor_t *t)
 {

@@ -89,7 +89,8 @@ uint64_t rf_ref_locator_numel(const rf_ref_locator_t *loc);
 void rf_ref_locator_at(const rf_ref_locator_t *loc, uint64_t elem, rf_ref_elem_t *out);
 /*
  * A range [*begin_p, *end_p) of slot elements outside which no element maps to `tensor`
- * (a superset: the whole slot, or one local expert's block for MoE). Empty (begin == end)
+ * (a superset: the whole slot, one local expert's block for MoE, every local expert's for a
+ * fused [E, N, K] expert tensor). Empty (begin == end)
  * when the rank holds none of it (a declined expert, a tensor of another module).
  */
 void rf_ref_locator_range(const rf_ref_locator_t *loc, int tensor, uint64_t *begin_p,
