@@ -790,7 +790,8 @@ static rf_status_t moe_slot(const rf_inventory_t *inv, const rf_module_t *m, con
                             int64_t El, int64_t Ip, rf_slot_shape_t *out, rf_err_t *err)
 {
     int64_t H = inv->cfg.hidden_size, G = inv->group_size;
-    bool w13 = strncmp(name, "w13_", 4) == 0;
+    /* rollout.layout hf names them as transformers 5 does: gate_up_proj, down_proj */
+    bool w13 = strncmp(name, "w13_", 4) == 0 || strcmp(name, "gate_up_proj") == 0;
     const char *p = name + (w13 ? 4 : 3);
     rf_dtype_t dt = inv->cfg.dtype;
     switch (m->quant) {
@@ -840,6 +841,12 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
     bool fp8 = m->quant == RF_QUANT_FP8_BLOCK;
     switch (m->kind) {
     case RF_MOD_VOCAB: {
+        if (inv->layout == RF_ROLLOUT_LAYOUT_HF) {
+            /* hf: ceil(V / T) rows per rank, no 64-row padding (nn.Embedding's V at TP 1) */
+            slot_set(&out[0], "weight", c->dtype, 2, SHAPE(rf_vocab_rows_hf(c->vocab_size, T), m->k));
+            *nslots_p = 1;
+            return RF_OK;
+        }
         int64_t Vp = rf_vocab_padded(c->vocab_size);
         RF_CHECK(need_div(m, "padded vocab", Vp, T, err));
         /* the row width is the module's K: H, or OPT's word_embed_proj_dim */
@@ -858,6 +865,17 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
         return RF_OK;
     }
     case RF_MOD_COLUMN:
+        if (m->col_heads > 0) {
+            /* whole heads per rank, replicated over T / heads ranks when T > heads */
+            int64_t h = m->col_heads;
+            RF_CHECK(need_div(m, "output rows (whole heads)", m->n, h, err));
+            if (T <= h)
+                RF_CHECK(need_div(m, "heads", h, T, err));
+            else
+                RF_CHECK(need_div(m, "tensor parallel size (heads replicated)", T, h, err));
+            rows = (m->n / h) * (h >= T ? h / T : 1);
+            break;
+        }
         RF_CHECK(need_div(m, "output size", m->n, T, err));
         rows = m->n / T;
         if (fp8)
