@@ -240,9 +240,9 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
         memset(&inv, 0, sizeof(inv));
         if (rf_inventory_build(&c, q, G, &inv, &sub) == RF_OK &&
             rf_inventory_apply_layout(&inv, t->r_layout, &sub) != RF_OK)
-            st = rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: %s", f, sub.msg);
+            st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s", f, sub.msg);
         else
-            st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+            st = rf_err_set(err, RF_ERR_TOPOLOGY,
                             "%s: rollout.layout hf with model.quantization %s is not supported "
                             "(the quantized linears of %s: use rollout.layout vllm)",
                             f, rf_quant_name(q), c.model_type);
