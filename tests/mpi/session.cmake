@@ -19,6 +19,12 @@ refit_session_test(check_session_fsdp2_p2p_np3 3 session-llama-tiny-fsdp2-to-tp1
 refit_session_test(check_session_fsdp3_np5 5 session-llama-tiny-fsdp3-to-tp2.yaml)
 refit_session_test(check_session_moe_fsdp3_p2p_np5 5
                    session-qwen3-moe-tiny-4e-fsdp3-to-tp2-p2p.yaml)
+# rollout.layout hf: the engine registers transformers' named_parameters() (q / k / v apart,
+# V vocab rows; MoE: the fused gate_up_proj / down_proj over EP 2, p2p)
+refit_session_test(check_session_hf_tp1_np2 2 session-llama-tiny-hf-tp1-to-tp1.yaml)
+refit_session_test(check_session_hf_tp2_np4 4 session-llama-tiny-hf-tp2-to-tp2.yaml)
+refit_session_test(check_session_hf_moe_tp2ep2_p2p_np4 4
+                   session-qwen3-moe-tiny-4e-hf-tp2-to-tp2ep2.yaml)
 
 # The Python package (python/refit, ctypes over librefit.so) under mpiexec with Debian's
 # /usr/bin/python3, python3-torch and python3-mpi4py (tools/setup.sh installs them): a torch
