@@ -50,3 +50,21 @@ foreach(case "llama-3.1-8b-hf-tp2;291 +0 +0 +291 +0 +291" "qwen3-30b-a3b-hf-tp2e
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(refit_plan_${t} PROPERTIES LABELS plan TIMEOUT 120)
 endforeach()
+
+# the device branches on the CPU (REFIT_TEST_DEVICE_ACCEL=host-device: staged payloads, batched
+# row copies) under hf: llama-tiny DIRECT and LAYERWISE, qwen3-moe-tiny's fused experts over EP 2
+foreach(case "llama-tiny;tp2-to-tp2;auto;DIRECT 30;30" "llama-tiny;tp2-to-tp2;layerwise;LAYERWISE 30;30"
+             "qwen3-moe-tiny;tp2-to-tp2ep2;auto;DIRECT 23;69")
+  list(GET case 0 m)
+  list(GET case 1 topo)
+  list(GET case 2 pol)
+  list(GET case 3 re)
+  list(GET case 4 nt)
+  refit_run_test(emu_refit_hf_${m}_${topo}_${pol} 4 ok
+                 "${re};refit: COMMITTED 2 update\\(s\\), verified ${nt} tensors"
+                 --topology ${HF_TTOPO}/${m}-hf-${topo}.yaml --checkpoint ${DATA}/${m}
+                 --reference ${DATA}/${m}/tensors.reference.json --steps 2 --cold-check
+                 --reload-policy ${pol})
+  set_tests_properties(emu_refit_hf_${m}_${topo}_${pol} PROPERTIES LABELS "mpi;device-emu"
+                       ENVIRONMENT "REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
