@@ -8,7 +8,7 @@ per expert, as the checkpoint names them) with AdamW on random tokens between up
 register their parameters once (trainer TP 1: all of each; --fsdp: FSDP2's Shard(0)). After
 every update the engine's parameters equal the trainer's bit for bit, its logits equal the
 trainer's exactly, and no registered data_ptr changed; a wrong hf shape raises refit.Error
-naming the tensor; an aborted update leaves the engine unchanged and committed False on every
+naming the tensor, and so does a session over an hf topology with an fp8 model (every rank); an aborted update leaves the engine unchanged and committed False on every
 rank.
 
     mpiexec -np N /usr/bin/python3 python/tests/test_session_hf.py TOPOLOGY CONFIG_JSON [--fsdp]
@@ -207,6 +207,16 @@ def to_engine(ckpt):
 
 
 TOKENS = torch.arange(16).remainder(V).view(1, 16) * 37 % V
+
+# hf with a quantized model: create raises on every rank, naming the format and the tensor
+try:
+    refit.Session(comm, os.path.join(os.path.dirname(topo_path), "qwen3-fp8-tiny-hf-refused.yaml"))
+    check(False, "hf with fp8-block created a session")
+except refit.Error as e:
+    msg = comm.allgather(str(e))
+    check(all(m == msg[0] for m in msg) and "rollout.layout hf with model.quantization fp8-block "
+          "is not supported" in msg[0] and "model.layers.0.self_attn.k_proj.weight" in msg[0],
+          "create errors: %r" % msg)
 
 s = refit.Session(comm, topo_path)
 check(s.role == ("trainer" if rank < ENGINE else "rollout"), "role %s" % s.role)
