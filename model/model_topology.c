@@ -250,8 +250,9 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
         goto fail;
     }
     st = rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, err);
-    if (st == RF_OK)
-        st = rf_inventory_apply_layout(&inv, t->r_layout, err);
+    if (st != RF_OK)
+        goto fail;
+    st = rf_inventory_apply_layout(&inv, t->r_layout, err);
     if (st != RF_OK) {
         rf_inventory_free(&inv);
         goto fail;
