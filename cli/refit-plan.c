@@ -350,7 +350,8 @@ int main(int argc, char **argv)
         rf_model_config_load(topo.model_config_path, &cfg0, &err) != RF_OK ||
         rf_model_check_topology(&topo, &cfg0, 0, &cfg, &err) != RF_OK ||
         rf_model_bind_topology(&topo, &cfg, &err) != RF_OK ||
-        rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) != RF_OK) {
+        rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) != RF_OK ||
+        rf_inventory_apply_layout(&inv, topo.r_layout, &err) != RF_OK) {
         free(yaml);
         MPI_Finalize();
         return fail(err.msg);

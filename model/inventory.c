@@ -703,9 +703,12 @@ static rf_status_t inv_layer_granitemoe(inv_builder_t *b, int i)
     snprintf(w, sizeof(w), "%s.block_sparse_moe.input_linear.weight", p);
     RF_CHECK(inv_add_tensor(b, w, c->dtype, 3, SHAPE(E, 2 * I, H), i, -1, RF_PARAM_WEIGHT,
                             RF_SPLIT_ROWS, m, "w13_weight", 0));
+    b->inv->tensors[b->inv->ntensors - 1].all_experts = true;
     snprintf(w, sizeof(w), "%s.block_sparse_moe.output_linear.weight", p);
-    return inv_add_tensor(b, w, c->dtype, 3, SHAPE(E, H, I), i, -1, RF_PARAM_WEIGHT,
-                          RF_SPLIT_ROWS, m, "w2_weight", 0);
+    RF_CHECK(inv_add_tensor(b, w, c->dtype, 3, SHAPE(E, H, I), i, -1, RF_PARAM_WEIGHT,
+                            RF_SPLIT_ROWS, m, "w2_weight", 0));
+    b->inv->tensors[b->inv->ntensors - 1].all_experts = true;
+    return RF_OK;
 }
 
 static rf_status_t inv_layer(inv_builder_t *b, int i)
@@ -1142,7 +1145,8 @@ static rf_status_t moe_slot(const rf_inventory_t *inv, const rf_module_t *m, con
                             int64_t El, int64_t Ip, rf_slot_shape_t *out, rf_err_t *err)
 {
     int64_t H = inv->cfg.hidden_size, G = inv->group_size;
-    bool w13 = strncmp(name, "w13_", 4) == 0;
+    /* rollout.layout hf names them as transformers 5 does: gate_up_proj, down_proj */
+    bool w13 = strncmp(name, "w13_", 4) == 0 || strcmp(name, "gate_up_proj") == 0;
     const char *p = name + (w13 ? 4 : 3);
     rf_dtype_t dt = inv->cfg.dtype;
     switch (m->quant) {
@@ -1192,6 +1196,12 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
     bool fp8 = m->quant == RF_QUANT_FP8_BLOCK;
     switch (m->kind) {
     case RF_MOD_VOCAB: {
+        if (inv->layout == RF_ROLLOUT_LAYOUT_HF) {
+            /* hf: ceil(V / T) rows per rank, no 64-row padding (nn.Embedding's V at TP 1) */
+            slot_set(&out[0], "weight", c->dtype, 2, SHAPE(rf_vocab_rows_hf(c->vocab_size, T), m->k));
+            *nslots_p = 1;
+            return RF_OK;
+        }
         int64_t Vp = rf_vocab_padded(c->vocab_size);
         RF_CHECK(need_div(m, "padded vocab", Vp, T, err));
         /* the row width is the module's K: H, or OPT's word_embed_proj_dim */
@@ -1212,6 +1222,17 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
     case RF_MOD_COLUMN:
         if (m->heads > 0) /* whole heads per rank (vLLM's MLA projections) */
             RF_CHECK(need_div(m, "num_attention_heads", m->heads, T, err));
+        if (m->col_heads > 0) {
+            /* whole heads per rank, replicated over T / heads ranks when T > heads */
+            int64_t h = m->col_heads;
+            RF_CHECK(need_div(m, "output rows (whole heads)", m->n, h, err));
+            if (T <= h)
+                RF_CHECK(need_div(m, "heads", h, T, err));
+            else
+                RF_CHECK(need_div(m, "tensor parallel size (heads replicated)", T, h, err));
+            rows = (m->n / h) * (h >= T ? h / T : 1);
+            break;
+        }
         RF_CHECK(need_div(m, "output size", m->n, T, err));
         rows = m->n / T;
         if (fp8)

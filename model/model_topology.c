@@ -11,6 +11,7 @@
  */
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "refit/model.h"
 #include "refit/topology.h"
@@ -278,9 +279,36 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
 
     /* rollout: the loader arithmetic, on every rank of one engine (ranks of all engines
      * are alike); the inventory is built unquantized since the divisibility is the same */
+    if (t->r_layout == RF_ROLLOUT_LAYOUT_HF && q != RF_QUANT_NONE) {
+        /* transformers' quantizers keep layouts of their own: refused by
+         * rf_inventory_apply_layout, which names the first quantized module */
+        rf_err_t sub;
+        rf_err_clear(&sub);
+        memset(&inv, 0, sizeof(inv));
+        if (rf_inventory_build(&c, q, G, &inv, &sub) == RF_OK &&
+            rf_inventory_apply_layout(&inv, t->r_layout, &sub) != RF_OK)
+            st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s", f, sub.msg);
+        else
+            st = rf_err_set(err, RF_ERR_TOPOLOGY,
+                            "%s: rollout.layout hf with model.quantization %s is not supported "
+                            "(the quantized linears of %s: use rollout.layout vllm)",
+                            f, rf_quant_name(q), c.model_type);
+        rf_inventory_free(&inv);
+        goto fail;
+    }
     st = rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, err);
     if (st != RF_OK)
         goto fail;
+    {
+        rf_err_t sub;
+        rf_err_clear(&sub);
+        st = rf_inventory_apply_layout(&inv, t->r_layout, &sub);
+        if (st != RF_OK) {
+            st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s", f, sub.msg);
+            rf_inventory_free(&inv);
+            goto fail;
+        }
+    }
     for (int l = 0; l < t->r_tp * t->r_dp && st == RF_OK; l++) {
         rf_rollout_coords_t rc = {.tp = t->r_tp,
                                   .tp_rank = l % t->r_tp,

@@ -17,6 +17,7 @@
 
 #include "refit/generator.h"
 #include "refit/hashes.h"
+#include "refit/loader.h"
 #include "refit/quant.h"
 #include "refit/verify.h"
 #include "job_int.h"
@@ -102,10 +103,10 @@ static void diff_rule(job_t *j)
             a = host;
         }
         if (j->inv.modules[sl->module].kind == RF_MOD_VOCAB) {
-            int64_t per = rf_vocab_padded(j->inv.cfg.vocab_size) / j->me.rc.tp;
-            int64_t first = j->inv.cfg.vocab_size - (int64_t)j->me.rc.tp_rank * per;
-            first = first < 0 ? 0 : (first > per ? per : first);
-            pad = (uint64_t)(per - first) * (uint64_t)j->inv.cfg.hidden_size;
+            /* the padding rows of either layout (vllm: Vp / T, hf: ceil(V / T) per rank) */
+            int64_t first, cols;
+            pad = rf_load_vocab_pad_rows(&j->inv, &j->me.rc, sl->module, &first, &cols) *
+                  (uint64_t)j->inv.cfg.hidden_size;
         }
         uint64_t same = 0;
         for (uint64_t i = 0; i < n; i++)

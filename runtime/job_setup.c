@@ -516,6 +516,8 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
     MPI_Comm_dup(MPI_COMM_WORLD, &j->stats_comm);
 
     st = rf_inventory_build(&j->cfg, j->topo.quantization, j->topo.group_size, &j->inv, err);
+    if (st == RF_OK) /* rollout.layout: the engine tensors' names and shapes */
+        st = rf_inventory_apply_layout(&j->inv, j->topo.r_layout, err);
     if (st == RF_OK && j->o->checkpoint)
         st = rf_ckpt_open(j->o->checkpoint, &j->ck, err);
     if (st == RF_OK && j->ck != NULL) { /* OPT's published decoder.* names (DESIGN.md 4) */

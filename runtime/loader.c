@@ -171,7 +171,8 @@ static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, in
         }
         break;
     case RF_MOD_VOCAB: {
-        int64_t per = rf_vocab_padded(c->vocab_size) / T;
+        int64_t per = inv->layout == RF_ROLLOUT_LAYOUT_HF ? rf_vocab_rows_hf(c->vocab_size, T)
+                                                          : rf_vocab_padded(c->vocab_size) / T;
         lo = r * per < c->vocab_size ? r * per : c->vocab_size;
         int64_t hi = (r + 1) * per < c->vocab_size ? (r + 1) * per : c->vocab_size;
         n = hi - lo;
@@ -194,8 +195,14 @@ static bool need_of(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, in
         break;
     }
     case RF_MOD_COLUMN:
-        lo = r * (m->n / T);
-        n = m->n / T;
+        if (m->col_heads > 0) { /* whole heads, replicated over rep ranks when T > heads */
+            int64_t h = m->col_heads, hp = h >= T ? h / T : 1, rep = T > h ? T / h : 1;
+            n = hp * (m->n / h);
+            lo = (r / rep) * n;
+        } else {
+            lo = r * (m->n / T);
+            n = m->n / T;
+        }
         to_units(u, &lo, &n, &off);
         break;
     case RF_MOD_QKV_HEADS:
@@ -549,7 +556,9 @@ uint64_t rf_load_vocab_pad_rows(const rf_inventory_t *inv, const rf_rollout_coor
                                 int module, int64_t *row_begin_p, int64_t *cols_p)
 {
     const rf_module_t *m = &inv->modules[module];
-    int64_t V = inv->cfg.vocab_size, per = rf_vocab_padded(V) / rc->tp;
+    int64_t V = inv->cfg.vocab_size;
+    int64_t per = inv->layout == RF_ROLLOUT_LAYOUT_HF ? rf_vocab_rows_hf(V, rc->tp)
+                                                      : rf_vocab_padded(V) / rc->tp;
     int64_t first = V - rc->tp_rank * per;
     *row_begin_p = 0;
     *cols_p = 0;

@@ -327,6 +327,8 @@ static rf_status_t create(rf_session_t *s, MPI_Comm comm, const char *topology, 
     RF_CHECK(agree_status(s->comm, st, err));
     st = rf_inventory_build(&s->cfg, s->topo.quantization, s->topo.group_size, &s->inv, err);
     s->inv_ok = st == RF_OK;
+    if (st == RF_OK) /* rollout.layout: the engine tensors' names and shapes */
+        st = rf_inventory_apply_layout(&s->inv, s->topo.r_layout, err);
     if (st == RF_OK)
         st = build_expected(s, err);
     RF_CHECK(agree_status(s->comm, st, err));

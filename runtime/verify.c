@@ -349,6 +349,24 @@ static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
     const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
     if (m->heads > 0) /* DeepSeek's MLA projections: whole heads per rank */
         RF_CHECK(need_div(m, "num_attention_heads", l->inv->cfg.num_attention_heads, l->T, err));
+    if (m->col_heads > 0) {
+        /* rollout.layout hf's q / k / v (and GPT-NeoX's query_key_value as stored): rank r
+         * holds heads [(r / rep) h_p, +h_p); a head is replicated when T_r > heads */
+        int64_t h = m->col_heads, hp = 0, rep = 1;
+        RF_CHECK(need_div(m, "output rows (whole heads)", t->shape[0], h, err));
+        if (l->T <= h) {
+            RF_CHECK(need_div(m, "heads", h, l->T, err));
+            hp = h / l->T;
+        } else {
+            RF_CHECK(need_div(m, "tensor parallel size (heads replicated)", l->T, h, err));
+            hp = 1;
+            rep = l->T / h;
+        }
+        l->R = hp * (t->shape[0] / h);
+        l->seg[0] = (ref_seg_t){0, l->R, (l->r / rep) * l->R};
+        l->C = l->W = tensor_width(t);
+        return RF_OK;
+    }
     RF_CHECK(need_div(m, "output rows", t->shape[0], l->T, err));
     l->R = t->shape[0] / l->T;
     l->seg[0] = (ref_seg_t){0, l->R, l->r * l->R};
@@ -504,6 +522,13 @@ static rf_status_t loc_vocab(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t
     const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
     RF_CHECK(check_rows(t, t->shape[0], tensor_width(t), err));
     l->V = t->shape[0];
+    if (l->inv->layout == RF_ROLLOUT_LAYOUT_HF) {
+        /* hf: ceil(V / T) rows per rank, the last rank's rows past V zero */
+        l->R = (l->V + l->T - 1) / l->T;
+        l->seg[0] = (ref_seg_t){0, l->R, l->r * l->R};
+        l->C = l->W = tensor_width(t);
+        return RF_OK;
+    }
     int64_t Vp = (l->V + 63) / 64 * 64;
     RF_CHECK(need_div(m, "padded vocab", Vp, l->T, err));
     l->R = Vp / l->T;
@@ -727,7 +752,10 @@ static void set_shape(rf_ref_locator_t *l)
     const rf_tensor_t *t = &l->inv->tensors[l->kind == RF_MOD_MOE ? l->tdt : l->bt[0]];
     rf_slot_shape_t *s = &l->shape;
     memset(s, 0, sizeof(*s));
-    if (l->kind == RF_MOD_MOE)
+    if (l->kind == RF_MOD_MOE && l->inv->layout == RF_ROLLOUT_LAYOUT_HF)
+        /* transformers 5's fused experts (Qwen3MoeExperts) */
+        snprintf(s->name, sizeof(s->name), "%s", l->nseg == 2 ? "gate_up_proj" : "down_proj");
+    else if (l->kind == RF_MOD_MOE)
         snprintf(s->name, sizeof(s->name), "%s%s", l->nseg == 2 ? "w13_" : "w2_", l->param);
     else
         snprintf(s->name, sizeof(s->name), "%s", l->param);

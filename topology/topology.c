@@ -831,10 +831,6 @@ static rf_status_t check_file_rules(parse_ctx_t *cx, rf_topology_t *t)
                         "holds a part of every tensor of its stage)",
                         t->t_dp, RF_FSDP_MAX_DP);
     }
-    if (t->r_layout == RF_ROLLOUT_LAYOUT_HF)
-        return perr(cx, "rollout.layout",
-                    "hf is not supported yet (the engine's tensors as transformers' "
-                    "named_parameters(); only vllm, the fused engine modules, today)");
     if (t->r_ep != 1 && t->r_ep != t->r_tp * t->r_dp)
         return perr(cx, "rollout.ep",
                     "%d must be 1 (experts TP-sharded) or rollout.tp x rollout.dp = %d", t->r_ep,

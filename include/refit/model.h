@@ -290,6 +290,8 @@ typedef struct rf_tensor {
     int slot;         /* model-layout slot within the module (0 weight, 1 bias, ...);
                          -1 for wna16 weight_shape (checked on arrival, counted, not stored) */
     int shard;        /* fused shard: q 0 / k 1 / v 2; gate 0 / up 1; otherwise 0 */
+    bool all_experts; /* [E, N, K] holding every expert of its FusedMoE module at once
+                         (GraniteMoE's input_linear / output_linear; rf_tensor_all_experts) */
 } rf_tensor_t;
 
 /* One engine module = one plannable layer (DESIGN.md section 8). */
@@ -316,6 +318,12 @@ typedef struct rf_module {
     int nsec;
     int64_t sec_rows[3], sec_heads[3];
     const char *sec_key[3]; /* static */
+    int64_t col_heads;      /* RF_MOD_COLUMN only, 0 for a plain one: the rows are col_heads
+                               whole heads of n / col_heads rows; rank r holds heads
+                               [(r / rep) h_p, +h_p), h_p = max(col_heads / T, 1), rep =
+                               max(T / col_heads, 1): a head is replicated over rep ranks when
+                               T > col_heads (vLLM QKVParallelLinear's k / v rule, kept for the
+                               separate k_proj / v_proj of rollout.layout hf) */
 } rf_module_t;
 
 /* Where the decoder layers' tensors live: "model.layers." (Llama, Qwen), "gpt_neox.layers.",
@@ -340,6 +348,8 @@ typedef struct rf_inventory {
     const char *embed_name; /* the embedding tensor ("model.embed_tokens.weight", ...; static) */
     const char *head_name;  /* the untied head's tensor ("lm_head.weight", GPT-NeoX
                                "embed_out.weight"; static): skipped when tied and equal */
+    rf_rollout_layout_t layout; /* the engine modules' layout (rf_inventory_apply_layout);
+                                   vllm as built */
 } rf_inventory_t;
 
 /* Most tensors an inventory may hold: about 15x the largest MoE checkpoints (~7e4 tensors),
@@ -355,6 +365,31 @@ typedef struct rf_inventory {
 rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                                int64_t group_size, rf_inventory_t *inv_p, rf_err_t *err);
 void rf_inventory_free(rf_inventory_t *inv);
+
+/*
+ * Rewrites the engine modules of a built inventory for rollout.layout (model/layout_hf.c;
+ * RF_ROLLOUT_LAYOUT_VLLM: nothing changes). hf is the live module set of a transformers 5
+ * model as named_parameters() gives it, derived from each module's checkpoint tensors and
+ * their shard rule, not per family:
+ *   - a fused dense module (RF_MOD_QKV, RF_MOD_MERGED) becomes one RF_MOD_COLUMN module per
+ *     linear it fuses, named by the linear's checkpoint prefix ("...self_attn.q_proj"), its
+ *     tensors in slots "weight" / "bias": q in whole heads (col_heads nh), k / v in whole
+ *     heads replicated when T > nkv (col_heads nkv), gate / up plain column slices;
+ *   - GPT-NeoX's query_key_value (RF_MOD_QKV_HEADS) stays one tensor as stored, interleaved
+ *     per head: RF_MOD_COLUMN in col_heads nh heads of 3 d rows;
+ *   - MoE experts keep the fused 3-D tensors transformers 5 keeps (Qwen3MoeExperts, its
+ *     conversion mapping fuses the per-expert checkpoint tensors): slots "gate_up_proj"
+ *     (E_l, 2 I_p, H), gate rows before up, and "down_proj" (E_l, H, I_p), (out, in) like
+ *     nn.Linear, not transposed;
+ *   - vocab-parallel modules hold ceil(V / T) rows per rank (no padding to 64: V rows at TP 1,
+ *     as nn.Embedding), rows past V zero-filled; row-parallel and replicated modules as vllm.
+ * A slot's full name (module name + "." + slot name) is then the checkpoint tensor's name
+ * (MoE: the fused parameter's). Errors: RF_ERR_UNSUPPORTED for a quantized module
+ * ("rollout.layout hf with model.quantization X is not supported", naming the module),
+ * RF_ERR_NOMEM. Not collective; call once, right after rf_inventory_build, on every rank.
+ */
+rf_status_t rf_inventory_apply_layout(rf_inventory_t *inv, rf_rollout_layout_t layout,
+                                      rf_err_t *err);
 /* Tensor index by exact name, or -1. O(1). */
 int rf_inventory_find(const rf_inventory_t *inv, const char *name);
 
@@ -408,10 +443,12 @@ static inline uint64_t rf_tensor_rows(const rf_tensor_t *t)
     return r;
 }
 /* A tensor holding every expert of a FusedMoE module at once, [E, N, K] with dim 0 the
- * expert (GraniteMoE's block_sparse_moe.input_linear / output_linear): expert -1, 3 dims. */
+ * expert (GraniteMoE's block_sparse_moe.input_linear / output_linear): expert -1, 3 dims,
+ * marked by its family's builder (other 3-D tensors, e.g. Qwen3-Next's conv1d [C, 1, K], are
+ * not). */
 static inline bool rf_tensor_all_experts(const rf_tensor_t *t)
 {
-    return t->ndim == 3 && t->expert < 0;
+    return t->all_experts && t->ndim == 3 && t->expert < 0;
 }
 static inline uint64_t rf_tensor_row_bytes(const rf_tensor_t *t)
 {
@@ -428,6 +465,9 @@ static inline int64_t rf_tensor_row_unit(const rf_tensor_t *t)
 
 /* Vp = round_up(V, 64) */
 static inline int64_t rf_vocab_padded(int64_t v) { return (v + 63) / 64 * 64; }
+/* rollout.layout hf: vocab rows per rank, ceil(V / T) (rank r holds rows [r c, min((r+1) c,
+ * V)), the rest of its c rows zero) */
+static inline int64_t rf_vocab_rows_hf(int64_t v, int64_t t) { return t > 0 ? (v + t - 1) / t : v; }
 
 /* Local experts of an EP rank: count, and the i-th local expert's global id. */
 int64_t rf_moe_local_count(int64_t e, const rf_rollout_coords_t *rc);

@@ -68,8 +68,8 @@ typedef enum { RF_TRAINER_LAYOUT_MEGATRON = 0, RF_TRAINER_LAYOUT_FSDP } rf_train
  * its tensors (the owner tables of include/refit/trainer.h hold RF_MAX_OWNERS) */
 #define RF_FSDP_MAX_DP 64
 /* rollout.layout: the engine's tensors. vllm (default): the fused engine modules (qkv_proj,
- * gate_up_proj, experts w13 / w2); hf: transformers' named_parameters() (not supported yet:
- * refused by rf_topology_parse naming the key). */
+ * gate_up_proj, experts w13 / w2); hf: a transformers 5 model's named_parameters(), per rank
+ * (rf_inventory_apply_layout in include/refit/model.h; quantized models refused). */
 typedef enum { RF_ROLLOUT_LAYOUT_VLLM = 0, RF_ROLLOUT_LAYOUT_HF } rf_rollout_layout_t;
 
 const char *rf_trainer_layout_name(rf_trainer_layout_t l);

@@ -31,6 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)rf_inventory_find(&inv, "lm_head.weight");
         if (inv.ntensors > 0)
             (void)rf_inventory_find(&inv, inv.tensors[inv.ntensors - 1].name);
+        (void)rf_inventory_apply_layout(&inv, RF_ROLLOUT_LAYOUT_HF, &err); /* the hf rewrite */
         rf_inventory_free(&inv);
     }
     rf_model_config_free(&cfg);

@@ -543,6 +543,7 @@ int main(int argc, char **argv)
     rf_err_clear(&err);
     if (rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err) != RF_OK ||
         rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) != RF_OK ||
+        rf_inventory_apply_layout(&inv, topo.r_layout, &err) != RF_OK ||
         rf_topology_rank_info(&topo, rank, &me) != RF_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, err.msg);
         MPI_Finalize();

@@ -19,6 +19,12 @@ refit_session_test(check_session_fsdp2_p2p_np3 3 session-llama-tiny-fsdp2-to-tp1
 refit_session_test(check_session_fsdp3_np5 5 session-llama-tiny-fsdp3-to-tp2.yaml)
 refit_session_test(check_session_moe_fsdp3_p2p_np5 5
                    session-qwen3-moe-tiny-4e-fsdp3-to-tp2-p2p.yaml)
+# rollout.layout hf: the engine registers transformers' named_parameters() (q / k / v apart,
+# V vocab rows; MoE: the fused gate_up_proj / down_proj over EP 2, p2p)
+refit_session_test(check_session_hf_tp1_np2 2 session-llama-tiny-hf-tp1-to-tp1.yaml)
+refit_session_test(check_session_hf_tp2_np4 4 session-llama-tiny-hf-tp2-to-tp2.yaml)
+refit_session_test(check_session_hf_moe_tp2ep2_p2p_np4 4
+                   session-qwen3-moe-tiny-4e-hf-tp2-to-tp2ep2.yaml)
 
 # The Python package (python/refit, ctypes over librefit.so) under mpiexec with Debian's
 # /usr/bin/python3, python3-torch and python3-mpi4py (tools/setup.sh installs them): a torch
@@ -49,5 +55,26 @@ foreach(case "fsdp3_np4;4;session-llama-tiny-fsdp3-to-tp1.yaml;--fsdp"
                    ${REFIT_TEST_DATA}/llama-tiny/config.json ${flags}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(python_session_llama_${name} PROPERTIES LABELS "mpi;python" TIMEOUT 300
+                       ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+endforeach()
+# rollout.layout hf: the engine is a plain torch model with HF names registering its
+# named_parameters() as they are (python/tests/test_session_hf.py): dense llama-tiny (trainer
+# TP 1; fsdp over 2 ranks, p2p) and qwen3-moe-tiny (transformers 5's fused experts)
+foreach(case "llama_hf_np2;2;session-llama-tiny-hf-tp1-to-tp1.yaml;llama-tiny;"
+             "llama_hf_fsdp2_np3;3;session-llama-tiny-hf-fsdp2-to-tp1.yaml;llama-tiny;--fsdp"
+             "qwen3_moe_hf_np2;2;session-qwen3-moe-tiny-hf-tp1-to-tp1.yaml;qwen3-moe-tiny;")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  list(GET case 3 data)
+  list(GET case 4 flags)
+  add_test(NAME python_session_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -x REFIT_LIB -np ${np} /usr/bin/python3
+                   ${CMAKE_SOURCE_DIR}/python/tests/test_session_hf.py
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo}
+                   ${REFIT_TEST_DATA}/${data}/config.json ${flags}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(python_session_${name} PROPERTIES LABELS "mpi;python" TIMEOUT 300
                        ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
 endforeach()

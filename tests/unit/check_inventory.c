@@ -43,6 +43,79 @@ END_TEST
 START_TEST(test_counts_qwen3_30b_a3b) { check_counts("qwen3-30b-a3b.config.json", 18867, 30532122624ULL); }
 END_TEST
 
+/* rollout.layout hf (model/layout_hf.c): on every family, each dense checkpoint tensor is a
+ * slot of its own whose full name is the tensor's name, experts fuse into gate_up_proj /
+ * down_proj; Qwen2's biased q / k / v at TP 2 and 4 (kv heads replicated past nkv) and the
+ * unpadded vocab rows */
+START_TEST(test_layout_hf)
+{
+    static const char *const files[] = {"qwen2.5-0.5b.config.json", "llama-3.1-8b.config.json",
+                                        "qwen3-30b-a3b.config.json", "pythia-14m.config.json",
+                                        "opt-125m.config.json"};
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        char path[512], full[2 * RF_NAME_MAX];
+        rf_inventory_t inv;
+        rf_err_t err;
+        rf_err_clear(&err);
+        snprintf(path, sizeof(path), "%s/models/%s", REFIT_JOBS_DIR, files[f]);
+        rf_model_config_t cfg = load_cfg(path);
+        ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+        int nvllm = inv.nmodules;
+        ck_assert_int_eq(rf_inventory_apply_layout(&inv, RF_ROLLOUT_LAYOUT_HF, &err), RF_OK);
+        ck_assert_int_eq(inv.layout, RF_ROLLOUT_LAYOUT_HF);
+        ck_assert_int_ge(inv.nmodules, nvllm);
+        int nt = 0;
+        for (int m = 0; m < inv.nmodules; m++) {
+            const rf_module_t *mod = &inv.modules[m];
+            ck_assert(mod->kind != RF_MOD_QKV && mod->kind != RF_MOD_MERGED &&
+                      mod->kind != RF_MOD_QKV_HEADS);
+            for (int i = 0; i < mod->ntensors; i++) {
+                const rf_tensor_t *t = &inv.tensors[mod->tensors[i]];
+                ck_assert_int_eq(t->module, m);
+                nt++;
+                snprintf(full, sizeof(full), "%s.%s", mod->name, mod->slot_names[t->slot]);
+                if (t->expert < 0)
+                    ck_assert_str_eq(full, t->name);
+                else
+                    ck_assert_str_eq(mod->slot_names[t->slot],
+                                     t->split == RF_SPLIT_ROWS ? "gate_up_proj" : "down_proj");
+            }
+        }
+        ck_assert_int_eq(nt, inv.ntensors);
+        if (f == 0) { /* qwen2.5-0.5b: nh 14, nkv 2, d 64, H 896, V 151936, q/k/v biases */
+            rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS];
+            int ns = 0;
+            int k = inv.tensors[rf_inventory_find(&inv, "model.layers.0.self_attn.k_proj.bias")].module;
+            int q = inv.tensors[rf_inventory_find(&inv, "model.layers.0.self_attn.q_proj.weight")].module;
+            int e = inv.tensors[rf_inventory_find(&inv, "model.embed_tokens.weight")].module;
+            rf_rollout_coords_t rc = {.tp = 2, .tp_rank = 1, .dp = 1, .ep = 1};
+            ck_assert_int_eq(rf_module_slots(&inv, q, &rc, sh, &ns, &err), RF_OK);
+            ck_assert_int_eq(ns, 2);
+            ck_assert_str_eq(sh[0].name, "weight");
+            ck_assert_int_eq(sh[0].shape[0], 7 * 64);
+            ck_assert_int_eq(sh[0].shape[1], 896);
+            ck_assert_str_eq(sh[1].name, "bias");
+            ck_assert_int_eq(sh[1].shape[0], 7 * 64);
+            ck_assert_int_eq(rf_module_slots(&inv, k, &rc, sh, &ns, &err), RF_OK);
+            ck_assert_int_eq(sh[0].shape[0], 64);
+            ck_assert_int_eq(sh[1].shape[0], 64);
+            rc.tp = 14; /* 7 ranks per kv head */
+            rc.tp_rank = 13;
+            ck_assert_int_eq(rf_module_slots(&inv, k, &rc, sh, &ns, &err), RF_OK);
+            ck_assert_int_eq(sh[0].shape[0], 64);
+            rc.tp = 2;
+            ck_assert_int_eq(rf_module_slots(&inv, e, &rc, sh, &ns, &err), RF_OK);
+            ck_assert_int_eq(sh[0].shape[0], 151936 / 2);
+            rc.tp = 7; /* 151936 = 7 x 21705 + 1: ceil, no 64-row padding */
+            ck_assert_int_eq(rf_module_slots(&inv, e, &rc, sh, &ns, &err), RF_OK);
+            ck_assert_int_eq(sh[0].shape[0], 21706);
+        }
+        rf_inventory_free(&inv);
+        rf_model_config_free(&cfg);
+    }
+}
+END_TEST
+
 START_TEST(test_qwen2_biases_and_modules)
 {
     char path[512];
@@ -824,6 +897,7 @@ int main(void)
     tcase_add_test(tc, test_gpt_neox_skip_list);
     tcase_add_test(tc, test_opt_inventory);
     tcase_add_test(tc, test_deepseek_v3_inventory);
+    tcase_add_test(tc, test_layout_hf);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

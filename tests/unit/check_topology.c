@@ -453,7 +453,7 @@ static const bad_case_t k_bad[] = {
     {M "trainer: { tp: !!int 2 }\n", {"tag", "not allowed"}},
     {M "---\n" M, {"second yaml document"}},
     {M "? [a, b]\n: 1\n", {"a list used as a key"}},
-    /* layouts: fsdp shards over dp alone; hf is not built yet */
+    /* layouts: fsdp shards over dp alone */
     {M "trainer: { layout: zero }\n", {"trainer.layout: zero is not one of megatron | fsdp"}},
     {M "trainer: { tp: 2, layout: fsdp }\n",
      {"trainer.tp: 2 with trainer.layout: fsdp is not supported", "over the trainer.dp ranks"}},
@@ -462,7 +462,6 @@ static const bad_case_t k_bad[] = {
     {M "trainer: { dp: 2, ep: 2, layout: fsdp }\n", {"trainer.ep: 2 with trainer.layout"}},
     {M "trainer: { dp: 65, layout: fsdp }\n",
      {"trainer.dp: 65 with trainer.layout: fsdp", "at most 64 ranks per stage"}},
-    {M "rollout: { layout: hf }\n", {"rollout.layout: hf is not supported yet"}},
     {M "rollout: { layout: sglang }\n", {"rollout.layout: sglang is not one of vllm | hf"}},
 };
 #undef M
@@ -561,6 +560,22 @@ static const model_case_t k_model_bad[] = {
      "  quantization: wna16\n  group_size: 32\ntrainer: { dp: 2, layout: fsdp }\n",
      3,
      {"trainer.layout: fsdp with model.quantization wna16"}},
+    /* rollout.layout hf: dense and MoE, kv heads replicated past nkv; quantized refused
+     * naming the format and its first tensor; vocab rows need not divide (ceil(V / T)) */
+    {"llama-tiny", "trainer: { tp: 2 }\nrollout: { tp: 2, layout: hf }\n", 4, {NULL}},
+    {"qwen3-tiny-tied", "rollout: { tp: 4, layout: hf }\n", 5, {NULL}},
+    {"qwen3-moe-tiny", "rollout: { tp: 2, ep: 2, layout: hf }\n", 3, {NULL}},
+    {"qwen3-fp8-tiny",
+     "rollout: { layout: hf }\n",
+     2,
+     {"m.yaml: rollout.layout hf with model.quantization fp8-block is not supported",
+      "model.layers.0.self_attn.k_proj.weight"}},
+    {"llama-tiny",
+     "  quantization: wna16\n  group_size: 32\nrollout: { layout: hf }\n",
+     2,
+     {"rollout.layout hf with model.quantization wna16 is not supported"}},
+    {"llama-tiny", "rollout: { tp: 4, layout: hf }\n", 5,
+     {"rollout.tp: 4", "model.layers.0.self_attn.q_proj: heads 6 is not divisible by 4"}},
 };
 #define N_MODEL_BAD (sizeof(k_model_bad) / sizeof(k_model_bad[0]))
 
@@ -809,6 +824,15 @@ START_TEST(test_hash)
     rf_topology_canonical(&fs, full, rf_topology_canonical(&fs, NULL, 0) + 1);
     ck_assert_ptr_nonnull(strstr(full, "trainer.layout: fsdp\n"));
     free(full);
+    /* rollout.layout hf parses, is spelled out and hashed */
+    rf_topology_t hf = parse_ok("model: { config: a.json }\nrollout: { layout: hf }\n", "dir/h.yaml");
+    ck_assert_int_eq(hf.r_layout, RF_ROLLOUT_LAYOUT_HF);
+    full = malloc(rf_topology_canonical(&hf, NULL, 0) + 1);
+    rf_topology_canonical(&hf, full, rf_topology_canonical(&hf, NULL, 0) + 1);
+    ck_assert_ptr_nonnull(strstr(full, "rollout.layout: hf\n"));
+    free(full);
+    ck_assert_uint_ne(hash_of("model: { config: a.json }\n"),
+                      hash_of("model: { config: a.json }\nrollout: { layout: hf }\n"));
 }
 END_TEST
 
