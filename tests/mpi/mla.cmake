@@ -41,6 +41,9 @@ refit_run_test(refit_run_deepseek_v3_tiny_b_layerwise 4 ok
 add_executable(make_deepseek_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/make_deepseek_ckpt.c)
 target_link_libraries(make_deepseek_ckpt PRIVATE refit)
 set(DSCK ${CMAKE_BINARY_DIR}/deepseek-ckpt)
+# made here: refit-convert --generate (make_deepseek_ckpt_fp8_src) creates its OUT folder, not
+# the parents, and may run before the other checkpoint writers on a fresh build tree
+file(MAKE_DIRECTORY ${DSCK})
 function(make_deepseek_ckpt_test name mode src)
   add_test(NAME make_deepseek_ckpt_${name} COMMAND make_deepseek_ckpt ${mode} ${src} ${DSCK}/${name})
   set_tests_properties(make_deepseek_ckpt_${name} PROPERTIES LABELS mpi FIXTURES_SETUP dsck_${name})
