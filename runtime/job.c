@@ -390,6 +390,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                 cfg.receivers = &me->rank;
                 cfg.n_receivers = 1;
                 sink.rects = me->rects;
+                cfg.any_order = 1; /* whichever sender is ready (docs/simulate.md) */
             }
         }
         if (job_is_rollout(j)) {

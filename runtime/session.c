@@ -816,6 +816,7 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
             cfg.receivers = &me->rank;
             cfg.n_receivers = 1;
             sink.rects = me->rects;
+            cfg.any_order = 1; /* whichever sender is ready (docs/simulate.md) */
         }
         st = rf_xfer_recv(s->xfer, &cfg, rf_sink_receive, &sink, err);
         if (st == RF_OK) {

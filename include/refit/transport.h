@@ -323,6 +323,14 @@ typedef struct rf_xfer_config {
                                      returns with its writes complete; only the header goes
                                      h2d (bench/nccl-bw.c). 0: pack into pinned host memory */
     rf_xfer_complete_fn complete; /* receiver, optional (rf_xfer_complete_fn) */
+    int any_order;                /* receiver, mpi transport only (ipc, nccl ignore it): 1 =
+                                     take each chunk from whichever stage sender's message
+                                     arrives first (receives posted from any source, the
+                                     sender named by the message and checked against the
+                                     plan; each sender's chunks still in its own seq order).
+                                     p2p sets it: one sender at a time in plan order makes a
+                                     wavefront across the pairs (docs/simulate.md). 0: the
+                                     plan's sequence order */
 } rf_xfer_config_t;
 
 /* Counters of the current update (reset by rf_xfer_begin). */
@@ -457,8 +465,9 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
                          void *ctx, rf_err_t *err);
 
 /*
- * Receiver side: receives every chunk of the plan, in sequence order, from its stage's
- * sender, checks header update / seq (RF_ERR_SEQUENCE on a repeat or gap, naming the chunk)
+ * Receiver side: receives every chunk of the plan, in sequence order (cfg->any_order on mpi:
+ * in each stage's own order, the stages interleaved as their messages arrive), from its
+ * stage's sender, checks header update / seq (RF_ERR_SEQUENCE on a repeat or gap, naming the chunk)
  * and payload size (RF_ERR_MISMATCH), in integrity mode the checksum trailer
  * (RF_ERR_INTEGRITY naming the chunk and its tensors, before unpacking), and hands the chunk
  * to recv(ctx, ...) as segments (cfg->complete, when set: see rf_xfer_complete_fn). After the
