@@ -405,8 +405,14 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             }
         } else if (j->p2p) {
             /* receivers in world-rank order on every sender, senders in order on every
-             * receiver (the plan's stages): no cycle of waits */
-            for (int r = 0; r < j->R && st == RF_OK; r++) {
+             * receiver (the plan's stages): no cycle of waits. Where receivers take any ready
+             * sender (mpi), each sender starts at its own receiver instead (docs/simulate.md) */
+            job_fault_delay_send(j, v, deadline);
+            int r0 = rf_xfer_caps(j->xfer) & RF_XFER_CAP_ANY_ORDER
+                         ? rf_xfer_p2p_first_receiver(j->rank, j->T, j->R)
+                         : 0;
+            for (int q = 0; q < j->R && st == RF_OK; q++) {
+                const int r = (r0 + q) % j->R;
                 const rf_p2p_recv_t *rv = &j->p2p_s.recv[r];
                 if (rv->plan->n_stages <= j->rank ||
                     rv->plan->stages[j->rank].chunk_count == 0)

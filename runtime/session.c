@@ -825,8 +825,13 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
                 rf_ctl_abort(s->ctl, st, err->msg);
         }
     } else if (s->p2p) {
-        /* receivers in world-rank order on every sender: no cycle of waits (job.c) */
-        for (int r = 0; r < s->R && st == RF_OK; r++) {
+        /* receivers in world-rank order on every sender: no cycle of waits; from its own
+         * first receiver where receivers take any ready sender (job.c) */
+        int r0 = rf_xfer_caps(s->xfer) & RF_XFER_CAP_ANY_ORDER
+                     ? rf_xfer_p2p_first_receiver(s->rank, s->T, s->R)
+                     : 0;
+        for (int q = 0; q < s->R && st == RF_OK; q++) {
+            const int r = (r0 + q) % s->R;
             const rf_p2p_recv_t *rv = &s->p2p_s.recv[r];
             if (rv->plan->n_stages <= s->rank || rv->plan->stages[s->rank].chunk_count == 0)
                 continue;

@@ -12,7 +12,7 @@
  * the chunk's pieces go to the receive callback as host segments of the payload. Every wait goes through the control
  * channel (ABORT + deadline). On error the rank posts ABORT (unless it is reacting to one),
  * cancels its posted receives, and leaves its sends outstanding for the drain
- * (rf_xfer_drain_messages, xfer_common.c). Host memory only: no capability bit.
+ * (rf_xfer_drain_messages, xfer_common.c). Host memory only; RF_XFER_CAP_ANY_ORDER.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -334,7 +334,7 @@ fail:
 
 static const rf_xfer_ops_t mpi_xfer_ops = {
     .name = "mpi",
-    .caps = 0,
+    .caps = RF_XFER_CAP_ANY_ORDER,
     .wire = "mpi",
     .send = mpi_send,
     .recv = mpi_recv,

@@ -109,6 +109,18 @@ typedef rf_status_t (*rf_xfer_pack_fn)(void *ctx, const rf_chunk_t *chunk,
 #define RF_XFER_CAP_DEVICE_PAYLOAD 0x1u /* the receive callback may get device memory */
 #define RF_XFER_CAP_IN_PLACE       0x2u /* receivers read pieces in place in the senders' memory */
 #define RF_XFER_CAP_GATHER         0x4u /* the stage gather runs on the transport's own wire */
+#define RF_XFER_CAP_ANY_ORDER      0x8u /* receivers honour rf_xfer_config_t.any_order: a p2p
+                                           sender may serve its receivers in any order */
+
+/*
+ * p2p with RF_XFER_CAP_ANY_ORDER: the receiver index (0 .. n_receivers - 1) sender `sender`
+ * (0 .. n_senders - 1) serves first; it then takes the others in index order, wrapping. The
+ * senders' first receivers are spread evenly over the receivers, so they do not all start on
+ * receiver 0 and share its link while the others wait (docs/simulate.md: the anchors reach
+ * 1.02-1.09x the wire floor with it, 3.7-10x without). Without the capability every sender
+ * starts at 0: receivers that take their senders in order then never wait in a cycle. Pure.
+ */
+int rf_xfer_p2p_first_receiver(int sender, int n_senders, int n_receivers);
 
 /* Where a segment's bytes are. */
 typedef enum {
