@@ -103,3 +103,14 @@ refit_run_test(p2p_fp8_unaligned_refused 3 fail "refit: FAILED: trainer rank 1: 
                --topology ${TTOPO}/qwen3-fp8-tiny-tp2-to-tp1-p2p.yaml --checkpoint ${DATA}/qwen3-fp8-tiny)
 refit_run_test(p2p_wna16_unaligned_refused 4 fail "refit: FAILED: trainer rank 1: its slice of model\\.layers\\.0\\.mlp\\.experts\\.0\\.down_proj\\.weight_packed starts at column 16, inside a wna16 group of 32 \\(trainer\\.etp 2\\)"
                --topology ${TTOPO}/qwen3-moe-tiny-wna16-tp2-to-tp2ep2-p2p.yaml)
+
+# receivers take whichever sender is ready (mpi_recv_any): trainer 0 starts update 2 one
+# second late; the rollout ranks take the other senders' chunks first, and both runs commit
+# with the same storage digests
+add_test(NAME p2p_any_order_delay_send
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/p2p_any_order.sh 0 --
+                 ${REFIT_RUN} -np 6 $<TARGET_FILE:refit-run>
+                 --topology ${TTOPO}/llama-tiny-tp2pp2-to-tp2-p2p.yaml
+                 --profile-dir ${CMAKE_BINARY_DIR}/profiles/p2p_any_order_delay_send
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(p2p_any_order_delay_send PROPERTIES LABELS mpi TIMEOUT 120)
