@@ -38,6 +38,12 @@ set(P2P_FTOPO ${CMAKE_CURRENT_SOURCE_DIR}/topologies/llama-tiny-tp2-to-2xtp1-p2p
 fault_test(p2p_drop_chunk 4 ${P2P_FTOPO}
            "verdict +rank [23]: RF_ERR_SEQUENCE: update 2: chunk seq 0 \\(stage 0\\) from rank 0: gap in the sequence: header carries seq 1, expected 0"
            "rollout paused: yes" ${RECOVERED} ARGS --inject-fault drop-chunk)
+# any-order receivers: a duplicate of a pair's only chunk is refused naming both ranks, when
+# a posted any-source receive takes it, or by the probe after the last chunk (1 MiB chunks:
+# one chunk per pair)
+fault_test(p2p_duplicate_last_chunk 6 ${TTOPO}/llama-tiny-tp2pp2-to-tp2-p2p.yaml
+           "verdict +rank [45]: RF_ERR_SEQUENCE: update 2: .*(rank [45] refuses a chunk message from rank 0 \\(tag 0x[0-9a-f]+, stage 0\\) after its stage's last expected chunk|extra chunk message from rank 0)"
+           "rollout paused: yes" ${RECOVERED} ARGS --inject-fault duplicate-chunk)
 fault_test(p2p_corrupt_chunk 4 ${P2P_FTOPO}
            "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch.*before unpacking"
            "rollout paused: yes; storage unchanged: yes" ${RECOVERED}
