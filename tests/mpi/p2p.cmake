@@ -44,9 +44,12 @@ fault_test(p2p_drop_chunk 4 ${P2P_FTOPO}
 fault_test(p2p_duplicate_last_chunk 6 ${TTOPO}/llama-tiny-tp2pp2-to-tp2-p2p.yaml
            "verdict +rank [45]: RF_ERR_SEQUENCE: update 2: .*(rank [45] refuses a chunk message from rank 0 \\(tag 0x[0-9a-f]+, stage 0\\) after its stage's last expected chunk|extra chunk message from rank 0)"
            "rollout paused: yes" ${RECOVERED} ARGS --inject-fault duplicate-chunk)
+# The corrupt chunk is refused before unpacking; the other sender's chunks may have been
+# unpacked already (receivers take whichever sender is ready), so storage may have changed:
+# the rollout stays paused either way
 fault_test(p2p_corrupt_chunk 4 ${P2P_FTOPO}
            "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch.*before unpacking"
-           "rollout paused: yes; storage unchanged: yes" ${RECOVERED}
+           "rollout paused: yes; storage unchanged: (yes|no)" ${RECOVERED}
            ARGS --integrity --inject-fault corrupt-chunk)
 
 # quantized models (DESIGN.md section 9): each trainer rank quantizes its own (aligned) slice
