@@ -55,8 +55,10 @@ static void usage(FILE *f)
                "between nodes, node: one shared fabric per node when --node-bw is set), the busiest\n"
                "link, predicted time = busiest link bytes / bandwidth + its chunks x latency + one\n"
                "chunk of fill, and the wire floor (busiest NIC / NIC bandwidth); ordered_s: the\n"
-               "same bytes in refit's send order (p2p: receivers one at a time per sender,\n"
-               "senders in order per receiver; broadcast: stage after stage). Machine: a YAML\n"
+               "same bytes in refit's send order (p2p: receivers one at a time per sender, each\n"
+               "sender from its own first receiver, receivers taking any ready sender;\n"
+               "broadcast: stage after stage); ordered_rank_s: p2p's earlier order (senders in\n"
+               "order per receiver). Machine: a YAML\n"
                "file (gpus_per_node, nodes, nvlink_bandwidth, nic_bandwidth, node_bandwidth,\n"
                "chunk_latency_us) and/or flags over it; default 8 GPUs a node, NVLink 450GB/s,\n"
                "NIC 50GB/s (400 Gb/s), 10 us a chunk, nodes as needed (docs/simulate.md).\n");
@@ -96,7 +98,7 @@ static json_t *sim_json(const rf_sim_t *s)
                                                 "dst", s->gather[i].dst, "bytes",
                                                 (json_int_t)s->gather[i].bytes));
     return json_pack("{s:s, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:I, s:i, s:I, s:i, s:s, "
-                     "s:f, s:f, s:f, s:f, s:f, s:s, s:f, s:f, s:o, s:o, s:o}",
+                     "s:f, s:f, s:f, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:o, s:o, s:o}",
                      "mode", rf_mode_name(s->mode), "trainer_ranks", s->T, "rollout_ranks",
                      s->R, "nodes", s->nodes, "payload_bytes", (json_int_t)s->payload_bytes,
                      "wire_bytes", (json_int_t)s->wire_bytes, "gather_bytes",
@@ -109,6 +111,7 @@ static json_t *sim_json(const rf_sim_t *s)
                      s->latency_s, "fill_s", s->fill_s, "predicted_s", s->predicted_s,
                      "floor_s", s->floor_s, "floor_link", rf_link_class_name(s->floor_class),
                      "bound_s", s->bound_s, "ordered_s", s->ordered_s,
+                     "ordered_rank_s", s->ordered_rank_s, "ordered_asc_s", s->ordered_asc_s,
                      "links", links, "pairs", pairs, "gather", gather);
 }
 
@@ -146,10 +149,11 @@ static int simulate(const rf_topology_t *topo, const rf_inventory_t *inv,
         }
         have[k] = 1;
     }
-    printf("%-9s %5s %6s %6s %10s %10s %12s %9s %12s %8s %11s %14s %11s %9s %9s %9s %11s %9s %10s %9s %10s\n",
+    printf("%-9s %5s %6s %6s %10s %10s %12s %9s %12s %8s %11s %14s %11s %9s %9s %9s %11s %9s %10s %9s %10s %14s\n",
            "mode", "T", "R", "nodes", "pairs", "payload_GB", "wire_GB", "gather_GB",
            "max_send_GB", "send_at", "max_recv_GB", "busiest_link", "link_GB", "wire_s",
-           "latency_s", "fill_s", "predicted_s", "floor_s", "pred/floor", "bound_s", "ordered_s");
+           "latency_s", "fill_s", "predicted_s", "floor_s", "pred/floor", "bound_s", "ordered_s",
+           "ordered_rank_s");
     for (int k = 0; k < 2; k++) {
         if (!have[k])
             continue;
@@ -158,12 +162,12 @@ static int simulate(const rf_topology_t *topo, const rf_inventory_t *inv,
         char where[48];
         snprintf(where, sizeof(where), "%s:%d", rf_link_class_name(s->busiest), b->where);
         printf("%-9s %5d %6d %6d %10zu %10.4g %12.4g %9.4g %12.4g %8d %11.4g %14s %11.4g %9.4g "
-               "%9.4g %9.4g %11.4g %9.4g %10.3f %9.4g %10.4g\n",
+               "%9.4g %9.4g %11.4g %9.4g %10.3f %9.4g %10.4g %14.4g\n",
                rf_mode_name(s->mode), s->T, s->R, s->nodes, s->npairs, gb(s->payload_bytes),
                gb(s->wire_bytes), gb(s->gather_bytes), gb(s->max_send), s->max_send_rank,
                gb(s->max_recv), where, gb(b->bytes), s->wire_s, s->latency_s, s->fill_s,
                s->predicted_s, s->floor_s, s->floor_s > 0 ? s->predicted_s / s->floor_s : 0.0,
-               s->bound_s, s->ordered_s);
+               s->bound_s, s->ordered_s, s->ordered_rank_s);
     }
     printf("%-9s %-11s %12s %12s %10s %10s %9s\n", "mode", "link", "total_GB", "busiest_GB",
            "where", "chunks", "seconds");

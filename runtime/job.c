@@ -391,6 +391,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
                 cfg.receivers = &me->rank;
                 cfg.n_receivers = 1;
                 sink.rects = me->rects;
+                cfg.any_order = 1; /* whichever sender is ready (docs/simulate.md) */
             }
         }
         if (job_is_rollout(j)) {
@@ -405,8 +406,20 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
             }
         } else if (j->p2p) {
             /* receivers in world-rank order on every sender, senders in order on every
-             * receiver (the plan's stages): no cycle of waits */
-            for (size_t r = 0; r < j->p2p_s.nrecv && st == RF_OK; r++) {
+             * receiver (the plan's stages): no cycle of waits. Where receivers take any ready
+             * sender (mpi), each sender starts at its own first receiver instead (the first of
+             * its part of the schedule at or after it; docs/simulate.md) */
+            job_fault_delay_send(j, v, deadline);
+            size_t nr = j->p2p_s.nrecv, q0 = 0;
+            if (rf_xfer_caps(j->xfer) & RF_XFER_CAP_ANY_ORDER) {
+                int r0 = j->T + rf_xfer_p2p_first_receiver(j->rank, j->T, j->R);
+                while (q0 < nr && j->p2p_s.recv[q0].rank < r0)
+                    q0++;
+                if (q0 == nr)
+                    q0 = 0;
+            }
+            for (size_t q = 0; q < nr && st == RF_OK; q++) {
+                const size_t r = (q0 + q) % nr;
                 const rf_p2p_recv_t *rv = &j->p2p_s.recv[r];
                 int k = rf_p2p_recv_stage(rv, j->rank);
                 if (k < 0 || rv->plan->stages[k].chunk_count == 0)

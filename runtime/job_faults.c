@@ -3,7 +3,7 @@
  * docs/faults.md): the kinds' names and the option's parser, the resolution at setup (default
  * ranks, refusal of a rank that cannot inject the kind), and the hooks the update loop calls:
  * exit and stall, storage moved before an update or after the first chunk, a bad wna16
- * weight_shape. Chunk faults (drop, duplicate, corrupt) are the transport's (rf_xfer_config_t),
+ * weight_shape, a p2p sender's late start. Chunk faults (drop, duplicate, corrupt) are the transport's (rf_xfer_config_t),
  * source faults alter the trainer's view in check_source (job.c). Every hook is a no-op on a
  * rank or update the fault does not name.
  */
@@ -31,6 +31,7 @@ static const char *const fault_names[] = {
     [RF_FAULT_MOVE_STORAGE_BETWEEN] = "move-storage-between",
     [RF_FAULT_GATHER_DROP] = "gather-drop",
     [RF_FAULT_BAD_WEIGHT_SHAPE] = "bad-weight-shape",
+    [RF_FAULT_DELAY_SEND] = "delay-send",
 };
 #define FAULT_KINDS ((int)(sizeof(fault_names) / sizeof(fault_names[0])))
 
@@ -43,7 +44,7 @@ const char *rf_fault_kind_names(void)
 {
     return "exit, stall, corrupt-chunk, drop-chunk, duplicate-chunk, wrong-dtype, wrong-shape, "
            "missing-tensor, extra-tensor, move-storage, move-storage-between, gather-drop, "
-           "bad-weight-shape";
+           "bad-weight-shape, delay-send";
 }
 
 int rf_job_fault_parse(const char *spec, rf_job_fault_t *f, char *msg, size_t cap)
@@ -114,6 +115,9 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
         case RF_FAULT_DUPLICATE_CHUNK:
             f->rank = stage_sender; /* the sender of stage 0 */
             break;
+        case RF_FAULT_DELAY_SEND:
+            f->rank = 0; /* the first sender: every receiver it serves would take it first */
+            break;
         case RF_FAULT_GATHER_DROP:
         case RF_FAULT_WRONG_DTYPE:
         case RF_FAULT_WRONG_SHAPE:
@@ -159,6 +163,10 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
     case RF_FAULT_EXTRA_TENSOR:
         if (info.role != RF_ROLE_TRAINER)
             need = "a trainer rank";
+        break;
+    case RF_FAULT_DELAY_SEND:
+        if (!j->p2p || info.role != RF_ROLE_TRAINER)
+            need = "a p2p sender (a trainer rank with transfer.mode p2p)";
         break;
     case RF_FAULT_MOVE_STORAGE:
     case RF_FAULT_MOVE_STORAGE_BETWEEN:
@@ -252,6 +260,22 @@ void job_fault_exit_stall(job_t *j, uint32_t v, double deadline, const char *whe
         fault_exit_now(j, where);
     if (job_fault_here(j, v, RF_FAULT_STALL))
         fault_stall_now(j, deadline, where);
+}
+
+/* The delay-send fault: before its first p2p send of update v this sender sleeps 1 s, or a
+ * quarter of the time left to the deadline if that is less, so its receivers can show they
+ * take the other senders' chunks meanwhile (the update must still commit). */
+void job_fault_delay_send(job_t *j, uint32_t v, double deadline)
+{
+    if (!job_fault_here(j, v, RF_FAULT_DELAY_SEND))
+        return;
+    double d = (deadline - rf_time_now()) / 4;
+    d = d < 1.0 ? d : 1.0;
+    rf_warn("fault: rank %d delays its sends %.2f s during update %u", j->rank, d, v);
+    for (double until = rf_time_now() + d; rf_time_now() < until;) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Before update v begins: the move-storage-between fault (an engine re-allocated a parameter

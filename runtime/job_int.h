@@ -208,6 +208,8 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err);
 void job_fault_exit_stall(job_t *j, uint32_t v, double deadline, const char *where);
 /* Before update v begins: move-storage-between. */
 void job_fault_before_update(job_t *j, uint32_t v);
+/* The delay-send fault, before a p2p sender's first send of update v. */
+void job_fault_delay_send(job_t *j, uint32_t v, double deadline);
 /* Rollout, after applying a chunk (j->update, j->deadline): exit, stall, move-storage. */
 rf_status_t job_fault_after_chunk(job_t *j, const rf_chunk_t *chunk, rf_err_t *err);
 /* Trainer, after producing update v: bad-weight-shape. */

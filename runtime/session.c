@@ -816,6 +816,7 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
             cfg.receivers = &me->rank;
             cfg.n_receivers = 1;
             sink.rects = me->rects;
+            cfg.any_order = 1; /* whichever sender is ready (docs/simulate.md) */
         }
         st = rf_xfer_recv(s->xfer, &cfg, rf_sink_receive, &sink, err);
         if (st == RF_OK) {
@@ -824,8 +825,18 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
                 rf_ctl_abort(s->ctl, st, err->msg);
         }
     } else if (s->p2p) {
-        /* receivers in world-rank order on every sender: no cycle of waits (job.c) */
-        for (size_t r = 0; r < s->p2p_s.nrecv && st == RF_OK; r++) {
+        /* receivers in world-rank order on every sender: no cycle of waits; from its own
+         * first receiver where receivers take any ready sender (job.c) */
+        size_t nr = s->p2p_s.nrecv, q0 = 0;
+        if (rf_xfer_caps(s->xfer) & RF_XFER_CAP_ANY_ORDER) {
+            int r0 = s->T + rf_xfer_p2p_first_receiver(s->rank, s->T, s->R);
+            while (q0 < nr && s->p2p_s.recv[q0].rank < r0)
+                q0++;
+            if (q0 == nr)
+                q0 = 0;
+        }
+        for (size_t q = 0; q < nr && st == RF_OK; q++) {
+            const size_t r = (q0 + q) % nr;
             const rf_p2p_recv_t *rv = &s->p2p_s.recv[r];
             int k = rf_p2p_recv_stage(rv, s->rank);
             if (k < 0 || rv->plan->stages[k].chunk_count == 0)

@@ -442,12 +442,132 @@ static int pair_cmp_src(const void *a, const void *b)
     return x->dst < y->dst ? -1 : (x->dst > y->dst);
 }
 
+/*
+ * p2p in refit's order (ordered_s): every sender serves its receivers one at a time, in world
+ * order from its first receiver (rotate: rf_xfer_p2p_first_receiver, as job.c; 0: from the
+ * lowest), and every receiver takes chunks from
+ * whichever of its senders is sending (the mpi receiver's any-order receives), so the pairs
+ * into one receiver run at once and share its incoming link equally (and, inside a node with
+ * node_bandwidth set, the node's fabric). A fluid model, one event per finished pair: each
+ * active pair moves at its link bandwidth times its share; a pair's work is its bytes at full
+ * rate plus its chunks' latency. Returns the time the last pair ends (*t_p), or RF_ERR_NOMEM.
+ */
+static rf_status_t sim_any_order(sim_ctx_t *cx, int rotate, double *t_p, rf_err_t *err)
+{
+    rf_sim_t *s = cx->s;
+    const int W = s->T + s->R, gpn = cx->m->gpus_per_node;
+    size_t np = s->npairs;
+    rf_sim_pair_t *v = malloc((np + 1) * sizeof(*v));
+    size_t *first = calloc((size_t)W + 2, sizeof(size_t));   /* sender w: v[first[w]..] */
+    size_t *cur = calloc((size_t)W + 1, sizeof(size_t));     /* its active pair's index */
+    size_t *done = calloc((size_t)W + 1, sizeof(size_t));    /* pairs it finished */
+    double *left = calloc(np + 1, sizeof(double));           /* work left, s at full rate */
+    double *rate = calloc((size_t)W + 1, sizeof(double));
+    int *kin = calloc((size_t)W * 2 + 1, sizeof(int));       /* active pairs per (dst, class) */
+    int *knode = calloc((size_t)(s->nodes > 0 ? s->nodes : 1) + W, sizeof(int));
+    size_t *start = calloc((size_t)W + 1, sizeof(size_t));
+    rf_status_t st = RF_OK;
+    if (start == NULL || v == NULL || first == NULL || cur == NULL || done == NULL || left == NULL ||
+        rate == NULL || kin == NULL || knode == NULL) {
+        st = rf_err_set(err, RF_ERR_NOMEM, "simulate: out of memory");
+        goto out;
+    }
+    memcpy(v, s->pairs, np * sizeof(*v));
+    qsort(v, np, sizeof(*v), pair_cmp_src);
+    for (size_t i = 0; i < np; i++) {
+        first[v[i].src + 1] = i + 1;
+        left[i] = pair_s(cx, &v[i]);
+    }
+    for (int w = 1; w <= W; w++)
+        if (first[w] < first[w - 1])
+            first[w] = first[w - 1];
+    /* first[w] .. first[w + 1]: sender w's pairs, receivers ascending */
+    double t = 0;
+    size_t finished = 0;
+    /* start[w]: the position of sender w's first receiver (rf_xfer_p2p_first_receiver, as
+     * job.c's loop) in its ascending list */
+    for (int w = 0; w < W; w++) {
+        int r0 = rotate ? rf_xfer_p2p_first_receiver(w, s->T, s->R) : 0;
+        size_t k = first[w];
+        while (k < first[w + 1] && v[k].dst - s->T < r0)
+            k++;
+        start[w] = k < first[w + 1] ? k - first[w] : 0;
+    }
+    while (finished < np) {
+        memset(kin, 0, (size_t)W * 2 * sizeof(int));
+        memset(knode, 0, ((size_t)(s->nodes > 0 ? s->nodes : 1) + W) * sizeof(int));
+        for (int w = 0; w < W; w++) {
+            size_t n = first[w + 1] - first[w];
+            if (n == 0 || done[w] == n)
+                continue;
+            size_t k = (start[w] + done[w]) % n;
+            cur[w] = first[w] + k;
+            const rf_sim_pair_t *p = &v[cur[w]];
+            int gs = sim_gpu(cx, p->src), gd = sim_gpu(cx, p->dst);
+            if (gs == gd)
+                continue;
+            int intra = gs / gpn == gd / gpn;
+            kin[p->dst * 2 + intra]++;
+            if (intra && cx->m->node_Bps > 0)
+                knode[gs / gpn]++;
+        }
+        double dt = -1;
+        for (int w = 0; w < W; w++) {
+            size_t n = first[w + 1] - first[w];
+            if (n == 0 || done[w] == n)
+                continue;
+            const rf_sim_pair_t *p = &v[cur[w]];
+            int gs = sim_gpu(cx, p->src), gd = sim_gpu(cx, p->dst);
+            double r = 1;
+            if (gs != gd) {
+                int intra = gs / gpn == gd / gpn;
+                r = 1.0 / kin[p->dst * 2 + intra];
+                if (intra && cx->m->node_Bps > 0) {
+                    double nr = cx->m->node_Bps / cx->m->nvlink_Bps / knode[gs / gpn];
+                    r = nr < r ? nr : r;
+                }
+            }
+            rate[w] = r;
+            double d = left[cur[w]] / r;
+            if (dt < 0 || d < dt)
+                dt = d;
+        }
+        if (dt < 0)
+            break;
+        t += dt;
+        for (int w = 0; w < W; w++) {
+            size_t n = first[w + 1] - first[w];
+            if (n == 0 || done[w] == n)
+                continue;
+            left[cur[w]] -= rate[w] * dt;
+            if (left[cur[w]] <= 1e-12 * (1 + t)) {
+                done[w]++;
+                finished++;
+            }
+        }
+    }
+    *t_p = t;
+out:
+    free(v);
+    free(first);
+    free(cur);
+    free(done);
+    free(left);
+    free(rate);
+    free(kin);
+    free(knode);
+    free(start);
+    return st;
+}
+
 /* refit's send order (ordered_s in simulate.h). */
 static rf_status_t sim_ordered(sim_ctx_t *cx, rf_err_t *err)
 {
     rf_sim_t *s = cx->s;
-    double dag = 0;
+    double dag = 0, any = 0, any_rot = 0;
     if (s->mode == RF_MODE_P2P) {
+        RF_CHECK(sim_any_order(cx, 0, &any, err));
+        RF_CHECK(sim_any_order(cx, 1, &any_rot, err));
         rf_sim_pair_t *v = malloc((s->npairs + 1) * sizeof(*v));
         double *fin = calloc((size_t)(s->T + s->R) + 1, sizeof(double));
         if (v == NULL || fin == NULL) {
@@ -482,6 +602,14 @@ static rf_status_t sim_ordered(sim_ctx_t *cx, rf_err_t *err)
         }
     }
     double lo = s->wire_s + s->latency_s;
+    if (s->mode == RF_MODE_P2P) {
+        /* the old order: receivers also take their senders in world order */
+        s->ordered_rank_s = (dag > lo ? dag : lo) + s->fill_s;
+        s->ordered_asc_s = (any > lo ? any : lo) + s->fill_s;
+        dag = any_rot;
+    } else {
+        s->ordered_rank_s = s->ordered_asc_s = (dag > lo ? dag : lo) + s->fill_s;
+    }
     s->ordered_s = (dag > lo ? dag : lo) + s->fill_s;
     return RF_OK;
 }

@@ -6,15 +6,17 @@
  * Sender: slot b = j mod buffers for its j-th chunk; before packing into a slot it waits until
  * every send from that slot completed, so chunk k+1 is packed while chunk k is on the wire;
  * the chunk codec seals the message in integrity mode. Receiver: `buffers` receives posted
- * ahead in the global sequence, consumed in order; each header is checked against the next
- * expected (update, seq), and the trailer by the codec, before the chunk's pieces go to the
- * receive callback as host segments of the payload. Every wait goes through the control
+ * ahead in the global sequence, consumed in order; or, with cfg->any_order (p2p), posted from
+ * any sender and taken as the senders' messages arrive (mpi_recv_any). Each header is checked
+ * against the next expected (update, seq) of its stage, and the trailer by the codec, before
+ * the chunk's pieces go to the receive callback as host segments of the payload. Every wait goes through the control
  * channel (ABORT + deadline). On error the rank posts ABORT (unless it is reacting to one),
  * cancels its posted receives, and leaves its sends outstanding for the drain
- * (rf_xfer_drain_messages, xfer_common.c). Host memory only: no capability bit.
+ * (rf_xfer_drain_messages, xfer_common.c). Host memory only; RF_XFER_CAP_ANY_ORDER.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "refit/control.h"
@@ -113,12 +115,158 @@ fail:
     return st;
 }
 
+/* Receiver: chunk c arrived in buf (got bytes): checks its header (update, seq, payload size)
+ * and, in integrity mode, its trailer, then hands its pieces to the receive callback. */
+static rf_status_t take_chunk(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
+                              const unsigned char *buf, size_t got, rf_xfer_recv_fn recv,
+                              void *ctx, rf_err_t *e)
+{
+    const rf_chunk_plan_t *plan = cfg->plan;
+    rf_chunk_header_t h;
+    if (got < RF_CHUNK_HEADER_BYTES)
+        return rf_err_set(e, RF_ERR_MISMATCH, "message of %zu bytes has no header", got);
+    RF_CHECK(rf_xfer_header_check(buf, cfg, c, &h, e));
+    const size_t trailer = cfg->integrity ? RF_CHUNK_TRAILER_BYTES : 0;
+    if (h.payload_bytes != c->payload_bytes ||
+        got != RF_CHUNK_HEADER_BYTES + c->payload_bytes + trailer)
+        return rf_err_set(e, RF_ERR_MISMATCH,
+                          "payload of %" PRIu64 " bytes (message %zu), expected %" PRIu64 "%s",
+                          h.payload_bytes, got, c->payload_bytes,
+                          trailer ? " plus an 8-byte checksum trailer" : "");
+    if (cfg->integrity) {
+        const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
+        RF_CHECK(rf_chunk_check(buf + covered, buf, covered, NULL, 0, plan, cfg->items, c, e));
+    }
+    double t0 = rf_time_now();
+    rf_status_t st = rf_xfer_piece_segments(x, plan, c, buf + RF_CHUNK_HEADER_BYTES,
+                                            RF_XFER_MEM_HOST, e);
+    if (st == RF_OK)
+        st = recv(ctx, c, x->segs, c->piece_count, buf + RF_CHUNK_HEADER_BYTES, e);
+    x->stats.unpack_s += rf_time_now() - t0;
+    if (st == RF_OK)
+        x->stats.chunks_received++;
+    return st;
+}
+
+/*
+ * The receiver in any order (cfg->any_order; p2p): `buffers` receives posted from any source
+ * and any tag on the transport's own communicator (it carries chunk messages only), completed
+ * in posting order. MPI matches them in the order the messages arrive, so the receiver takes
+ * whichever sender is ready, and keeps each sender's chunks in their seq order (MPI does not
+ * let messages of one source and tag overtake each other). Every message names its sender
+ * (status) and stage (tag): one this rank does not expect from that rank, or expects no more
+ * of, is refused naming both ranks, before its header is read; its header is then checked
+ * against that stage's next chunk.
+ */
+static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
+                                void *ctx, rf_err_t *err)
+{
+    const rf_chunk_plan_t *plan = cfg->plan;
+    const size_t n = plan->n_chunks;
+    const int B = x->buffers;
+    rf_err_t e;
+    rf_err_clear(&e);
+    rf_status_t st = RF_OK;
+    size_t posted = 0, done = 0, ahead = 0;
+    uint32_t seq = 0;
+    int stage = -1, src = -1, first_src = -1;
+    uint32_t *next = calloc((size_t)plan->n_stages + 1, sizeof(*next));
+    if (next == NULL) {
+        st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory for %d stages", plan->n_stages);
+        goto fail;
+    }
+    for (int s = 0; s < plan->n_stages; s++)
+        next[s] = plan->stages[s].chunk_begin;
+
+    for (; posted < n && posted < (size_t)B; posted++)
+        RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[posted % B], x->chunk_bytes,
+                                        MPI_ANY_SOURCE, MPI_ANY_TAG, &x->rreqs[posted % B], &e),
+                      st, fail);
+    for (; done < n; done++) {
+        const int b = (int)(done % B);
+        stage = -1;
+        src = -1;
+        rf_xfer_update_inflight(x, (int)(posted - done));
+        MPI_Status status;
+        RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
+        src = status.MPI_SOURCE;
+        size_t got = 0;
+        RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
+        const int tag_stage = status.MPI_TAG & 0xfff;
+        if (status.MPI_TAG != RF_XFER_TAG(cfg->update, tag_stage) ||
+            tag_stage >= plan->n_stages || cfg->stage_senders[tag_stage] != src ||
+            next[tag_stage] >= plan->stages[tag_stage].chunk_begin +
+                                   plan->stages[tag_stage].chunk_count) {
+            const char *why = status.MPI_TAG != RF_XFER_TAG(cfg->update, tag_stage)
+                                  ? "of another update"
+                              : tag_stage >= plan->n_stages ||
+                                      cfg->stage_senders[tag_stage] != src
+                                  ? "of a stage it does not send to this rank"
+                                  : "after its stage's last expected chunk";
+            st = rf_err_set(&e, RF_ERR_SEQUENCE,
+                            "rank %d refuses a chunk message from rank %d (tag 0x%x, stage %d) "
+                            "%s",
+                            x->rank, src, (unsigned)status.MPI_TAG, tag_stage, why);
+            goto fail;
+        }
+        stage = tag_stage;
+        const rf_chunk_t *c = &plan->chunks[next[stage]];
+        seq = c->seq;
+        if (first_src < 0)
+            first_src = src;
+        ahead += (size_t)c->seq != done; /* taken out of the plan's sequence order */
+        RF_CHECK_GOTO(take_chunk(x, cfg, c, x->bufs[b], got, recv, ctx, &e), st, fail);
+        next[stage]++;
+        if (posted < n) {
+            RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes, MPI_ANY_SOURCE,
+                                            MPI_ANY_TAG, &x->rreqs[b], &e),
+                          st, fail);
+            posted++;
+        }
+    }
+    free(next);
+    next = NULL;
+    /* which sender came first, and how many chunks left the plan's order: the receive order
+     * is the senders' readiness, not the plan's (tests read this line) */
+    RF_LOG(RF_LOG_INFO, "update %u: rank %d took %zu chunks in arrival order, %zu of them out "
+           "of the plan's order; first from rank %d", cfg->update, x->rank, n, ahead, first_src);
+    int extra = 0;
+    st = rf_xfer_probe_extra(x, cfg, n, &extra, &e, err);
+    if (extra)
+        return st;
+    if (st != RF_OK) {
+        rf_err_set(err, st, "update %u: probing for extra chunks: %s", cfg->update, e.msg);
+        rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
+    }
+    return st;
+
+fail:
+    free(next);
+    rf_xfer_cancel_posted(x);
+    {
+        char where[160];
+        if (stage >= 0)
+            snprintf(where, sizeof(where), "update %u: chunk seq %u (stage %d) from rank %d",
+                     cfg->update, seq, stage, src);
+        else if (src >= 0)
+            snprintf(where, sizeof(where), "update %u: message from rank %d", cfg->update, src);
+        else
+            snprintf(where, sizeof(where), "update %u: receiving", cfg->update);
+        rf_xfer_wrap(err, st, &e, where);
+    }
+    if (st != RF_ERR_PEER)
+        rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
+    return st;
+}
+
 static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
                             void *ctx, rf_err_t *err)
 {
     const rf_chunk_plan_t *plan = cfg->plan;
     const size_t n = plan->n_chunks;
     const int B = x->buffers;
+    if (cfg->any_order)
+        return mpi_recv_any(x, cfg, recv, ctx, err);
     rf_err_t e;
     rf_err_clear(&e);
     rf_status_t st = RF_OK;
@@ -145,38 +293,7 @@ static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
         RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
         size_t got = 0;
         RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
-        const unsigned char *buf = x->bufs[b];
-        rf_chunk_header_t h;
-        if (got < RF_CHUNK_HEADER_BYTES) {
-            st = rf_err_set(&e, RF_ERR_MISMATCH, "message of %zu bytes has no header", got);
-            goto fail;
-        }
-        RF_CHECK_GOTO(rf_xfer_header_check(buf, cfg, c, &h, &e), st, fail);
-        const size_t trailer = cfg->integrity ? RF_CHUNK_TRAILER_BYTES : 0;
-        if (h.payload_bytes != c->payload_bytes ||
-            got != RF_CHUNK_HEADER_BYTES + c->payload_bytes + trailer) {
-            st = rf_err_set(&e, RF_ERR_MISMATCH,
-                            "payload of %" PRIu64 " bytes (message %zu), expected %" PRIu64
-                            "%s",
-                            h.payload_bytes, got, c->payload_bytes,
-                            trailer ? " plus an 8-byte checksum trailer" : "");
-            goto fail;
-        }
-        if (cfg->integrity) {
-            const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-            RF_CHECK_GOTO(rf_chunk_check(buf + covered, buf, covered, NULL, 0, plan, cfg->items,
-                                         c, &e),
-                          st, fail);
-        }
-        double t0 = rf_time_now();
-        st = rf_xfer_piece_segments(x, plan, c, buf + RF_CHUNK_HEADER_BYTES, RF_XFER_MEM_HOST,
-                                    &e);
-        if (st == RF_OK)
-            st = recv(ctx, c, x->segs, c->piece_count, buf + RF_CHUNK_HEADER_BYTES, &e);
-        x->stats.unpack_s += rf_time_now() - t0;
-        if (st != RF_OK)
-            goto fail;
-        x->stats.chunks_received++;
+        RF_CHECK_GOTO(take_chunk(x, cfg, c, x->bufs[b], got, recv, ctx, &e), st, fail);
         if (posted < n) {
             const rf_chunk_t *pc = &plan->chunks[posted];
             RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes,
@@ -217,7 +334,7 @@ fail:
 
 static const rf_xfer_ops_t mpi_xfer_ops = {
     .name = "mpi",
-    .caps = 0,
+    .caps = RF_XFER_CAP_ANY_ORDER,
     .wire = "mpi",
     .send = mpi_send,
     .recv = mpi_recv,

@@ -199,3 +199,10 @@ rf_status_t rf_xfer_drain(rf_xfer_t *x, const uint64_t *posted_from, double dead
     rf_xfer_cancel_posted(x); /* normally none: rf_xfer_recv cancels on error */
     return x->ops->drain != NULL ? x->ops->drain(x, posted_from, deadline, err) : RF_OK;
 }
+
+int rf_xfer_p2p_first_receiver(int sender, int n_senders, int n_receivers)
+{
+    if (n_senders <= 0 || n_receivers <= 0 || sender < 0)
+        return 0;
+    return (int)(((int64_t)sender * n_receivers / n_senders) % n_receivers);
+}

@@ -30,6 +30,9 @@ typedef enum {
     RF_FAULT_MOVE_STORAGE_BETWEEN, /* rollout moves a slot before update begin: replan */
     RF_FAULT_GATHER_DROP,    /* stage-gather contributor skips its part of a chunk */
     RF_FAULT_BAD_WEIGHT_SHAPE, /* trainer: its first wna16 weight_shape carries N + 1 */
+    RF_FAULT_DELAY_SEND,     /* p2p trainer: starts sending 1 s late (well inside the
+                                deadline): its receivers take the other senders' chunks first
+                                and the update still commits */
 } rf_fault_kind_t;
 
 typedef struct rf_job_fault {

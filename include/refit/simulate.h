@@ -117,12 +117,16 @@ typedef struct rf_sim {
                                    receiver's bytes, or the senders' mean share, over the floor
                                    class's bandwidth (the balance a schedule could reach) */
     double ordered_s;           /* the same bytes in refit's send order (mpi): p2p senders serve
-                                   receivers one at a time in world-rank order and receivers
-                                   take senders in order, so pair (s, r) starts when s finished
-                                   its previous pair and r its previous one (longest path);
+                                   receivers one at a time in world-rank order, each from its
+                                   own first receiver (rf_xfer_p2p_first_receiver), and
+                                   receivers take chunks from whichever sender is sending (mpi
+                                   any_order), the pairs into
+                                   one receiver sharing its link (an event model);
                                    broadcast stages one after another (receivers consume them
                                    stage-major), each stage sender fanning out to all receivers;
                                    never below the busiest link's wire + latency; + fill */
+    double ordered_rank_s;      /* p2p: ordered_s before receivers took any ready sender */
+    double ordered_asc_s;       /* p2p: ordered_s with every sender starting at receiver 0 */
 } rf_sim_t;
 
 /*

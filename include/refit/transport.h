@@ -109,6 +109,18 @@ typedef rf_status_t (*rf_xfer_pack_fn)(void *ctx, const rf_chunk_t *chunk,
 #define RF_XFER_CAP_DEVICE_PAYLOAD 0x1u /* the receive callback may get device memory */
 #define RF_XFER_CAP_IN_PLACE       0x2u /* receivers read pieces in place in the senders' memory */
 #define RF_XFER_CAP_GATHER         0x4u /* the stage gather runs on the transport's own wire */
+#define RF_XFER_CAP_ANY_ORDER      0x8u /* receivers honour rf_xfer_config_t.any_order: a p2p
+                                           sender may serve its receivers in any order */
+
+/*
+ * p2p with RF_XFER_CAP_ANY_ORDER: the receiver index (0 .. n_receivers - 1) sender `sender`
+ * (0 .. n_senders - 1) serves first; it then takes the others in index order, wrapping. The
+ * senders' first receivers are spread evenly over the receivers, so they do not all start on
+ * receiver 0 and share its link while the others wait (docs/simulate.md: the anchors reach
+ * 1.02-1.09x the wire floor with it, 3.7-10x without). Without the capability every sender
+ * starts at 0: receivers that take their senders in order then never wait in a cycle. Pure.
+ */
+int rf_xfer_p2p_first_receiver(int sender, int n_senders, int n_receivers);
 
 /* Where a segment's bytes are. */
 typedef enum {
@@ -323,6 +335,14 @@ typedef struct rf_xfer_config {
                                      returns with its writes complete; only the header goes
                                      h2d (bench/nccl-bw.c). 0: pack into pinned host memory */
     rf_xfer_complete_fn complete; /* receiver, optional (rf_xfer_complete_fn) */
+    int any_order;                /* receiver, mpi transport only (ipc, nccl ignore it): 1 =
+                                     take each chunk from whichever stage sender's message
+                                     arrives first (receives posted from any source, the
+                                     sender named by the message and checked against the
+                                     plan; each sender's chunks still in its own seq order).
+                                     p2p sets it: one sender at a time in plan order makes a
+                                     wavefront across the pairs (docs/simulate.md). 0: the
+                                     plan's sequence order */
 } rf_xfer_config_t;
 
 /* Counters of the current update (reset by rf_xfer_begin). */
@@ -457,8 +477,9 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
                          void *ctx, rf_err_t *err);
 
 /*
- * Receiver side: receives every chunk of the plan, in sequence order, from its stage's
- * sender, checks header update / seq (RF_ERR_SEQUENCE on a repeat or gap, naming the chunk)
+ * Receiver side: receives every chunk of the plan, in sequence order (cfg->any_order on mpi:
+ * in each stage's own order, the stages interleaved as their messages arrive), from its
+ * stage's sender, checks header update / seq (RF_ERR_SEQUENCE on a repeat or gap, naming the chunk)
  * and payload size (RF_ERR_MISMATCH), in integrity mode the checksum trailer
  * (RF_ERR_INTEGRITY naming the chunk and its tensors, before unpacking), and hands the chunk
  * to recv(ctx, ...) as segments (cfg->complete, when set: see rf_xfer_complete_fn). After the

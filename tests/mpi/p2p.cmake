@@ -38,9 +38,18 @@ set(P2P_FTOPO ${CMAKE_CURRENT_SOURCE_DIR}/topologies/llama-tiny-tp2-to-2xtp1-p2p
 fault_test(p2p_drop_chunk 4 ${P2P_FTOPO}
            "verdict +rank [23]: RF_ERR_SEQUENCE: update 2: chunk seq 0 \\(stage 0\\) from rank 0: gap in the sequence: header carries seq 1, expected 0"
            "rollout paused: yes" ${RECOVERED} ARGS --inject-fault drop-chunk)
+# any-order receivers: a duplicate of a pair's only chunk is refused naming both ranks, when
+# a posted any-source receive takes it, or by the probe after the last chunk (1 MiB chunks:
+# one chunk per pair)
+fault_test(p2p_duplicate_last_chunk 6 ${TTOPO}/llama-tiny-tp2pp2-to-tp2-p2p.yaml
+           "verdict +rank [45]: RF_ERR_SEQUENCE: update 2: .*(rank [45] refuses a chunk message from rank 0 \\(tag 0x[0-9a-f]+, stage 0\\) after its stage's last expected chunk|extra chunk message from rank 0)"
+           "rollout paused: yes" ${RECOVERED} ARGS --inject-fault duplicate-chunk)
+# The corrupt chunk is refused before unpacking; the other sender's chunks may have been
+# unpacked already (receivers take whichever sender is ready), so storage may have changed:
+# the rollout stays paused either way
 fault_test(p2p_corrupt_chunk 4 ${P2P_FTOPO}
            "verdict +rank [23]: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch.*before unpacking"
-           "rollout paused: yes; storage unchanged: yes" ${RECOVERED}
+           "rollout paused: yes; storage unchanged: (yes|no)" ${RECOVERED}
            ARGS --integrity --inject-fault corrupt-chunk)
 
 # quantized models (DESIGN.md section 9): each trainer rank quantizes its own (aligned) slice
@@ -103,3 +112,14 @@ refit_run_test(p2p_fp8_unaligned_refused 3 fail "refit: FAILED: trainer rank 1: 
                --topology ${TTOPO}/qwen3-fp8-tiny-tp2-to-tp1-p2p.yaml --checkpoint ${DATA}/qwen3-fp8-tiny)
 refit_run_test(p2p_wna16_unaligned_refused 4 fail "refit: FAILED: trainer rank 1: its slice of model\\.layers\\.0\\.mlp\\.experts\\.0\\.down_proj\\.weight_packed starts at column 16, inside a wna16 group of 32 \\(trainer\\.etp 2\\)"
                --topology ${TTOPO}/qwen3-moe-tiny-wna16-tp2-to-tp2ep2-p2p.yaml)
+
+# receivers take whichever sender is ready (mpi_recv_any): trainer 0 starts update 2 one
+# second late; the rollout ranks take the other senders' chunks first, and both runs commit
+# with the same storage digests
+add_test(NAME p2p_any_order_delay_send
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/p2p_any_order.sh 0 --
+                 ${REFIT_RUN} -np 6 $<TARGET_FILE:refit-run>
+                 --topology ${TTOPO}/llama-tiny-tp2pp2-to-tp2-p2p.yaml
+                 --profile-dir ${CMAKE_BINARY_DIR}/profiles/p2p_any_order_delay_send
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(p2p_any_order_delay_send PROPERTIES LABELS mpi TIMEOUT 120)

@@ -47,7 +47,7 @@ add_test(NAME simulate_refused_key
 # the columns, and a fit: 2 nodes of 2 GPUs place the 4 ranks, every byte between nodes
 add_test(NAME simulate_columns
          COMMAND ${EXPECT} ok
-                 "^mode +T +R +nodes +pairs +payload_GB +wire_GB +gather_GB +max_send_GB +send_at +max_recv_GB +busiest_link +link_GB +wire_s +latency_s +fill_s +predicted_s +floor_s +pred/floor +bound_s +ordered_s$"
+                 "^mode +T +R +nodes +pairs +payload_GB +wire_GB +gather_GB +max_send_GB +send_at +max_recv_GB +busiest_link +link_GB +wire_s +latency_s +fill_s +predicted_s +floor_s +pred/floor +bound_s +ordered_s +ordered_rank_s$"
                  "^broadcast +2 +2 +2 +2 "
                  "^p2p +2 +2 +2 +4 .* nic-out:[01] "
                  "^mode +link +total_GB +busiest_GB +where +chunks +seconds$"
