@@ -25,9 +25,9 @@ ANCHORS = [
      "NeMo-RL shard-to-shard, 30B MoE: ~0.5 s"),
     ("Qwen3-235B-A22B, 64 GPUs (32 -> 4 x TP8)", "qwen3-235b-a22b-32-to-4xtp8.yaml",
      "NeMo-RL: ~3 s"),
-    ("DeepSeek-V3 size fp8, 256 -> 128 GPUs (stand-in)", "deepseek-v3-fp8-256-to-16xtp8.yaml",
+    ("DeepSeek-V3 fp8, 256 -> 128 GPUs", "deepseek-v3-fp8-256-to-16xtp8.yaml",
      "none for 671B in the issue"),
-    ("Kimi-K2 size fp8, 256 -> 128 GPUs (stand-in)", "kimi-k2-fp8-256-to-16xtp8.yaml",
+    ("Kimi-K2 fp8, 256 -> 128 GPUs", "kimi-k2-fp8-256-to-16xtp8.yaml",
      "checkpoint-engine 16 s (256 H20); Awex 6 s; one-sided RDMA 1.3 s (all 1T)"),
 ]
 
