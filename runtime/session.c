@@ -338,6 +338,7 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info)
     rf_status_t st = check_registered(s, err);
     rf_err_clear(&s->reg_err); /* reported now, on every rank */
     RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_ckpt_agree(s, err));
     /* past this point a failure is the topology's or the library's: not recoverable */
     s->broken = true;
     RF_CHECK(rf_session_build(s, err));
@@ -569,7 +570,8 @@ rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_resu
                           s->rank);
     rf_gate_verdict_t verdict;
     rf_session_times_t tm;
-    rf_session_run(s, version, agreed, NULL, &verdict, &tm, &err);
+    rf_session_hooks_t hooks;
+    rf_session_run(s, version, agreed, rf_session_ckpt_hooks(s, &hooks), &verdict, &tm, &err);
     if (verdict.committed)
         s->version = agreed;
     result->rebuilds = tm.rebuilds;

@@ -150,6 +150,11 @@ struct rf_session {
     bool integrity_host_pack;  /* nccl: some trainer packs on the host because of integrity */
     const char *wire;          /* the stage gather's wire when not MPI point-to-point: "nccl
                                   gather communicators" or the tests' "test wire" */
+    /* trainer, rf_session_register_checkpoint (runtime/session_ckpt.c): the shards come from
+     * a checkpoint read at every update, into buffers refit allocated */
+    char *ck_path;    /* owned copy of the caller's path; NULL: registered tensors */
+    rf_ckpt_t *src_ck; /* opened at the registration, again at each update's begin */
+    char *ck_arena;   /* the shard buffers (owned) */
     /* updates */
     uint32_t seq;     /* the update counter of the control channel and the chunks */
     uint64_t version; /* of the last COMMITTED update */
@@ -204,6 +209,17 @@ typedef struct rf_session_hooks {
                                size_t nsegs, const void *payload, bool dev, rf_err_t *err);
     rf_status_t (*before_pack)(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
 } rf_session_hooks_t;
+
+/* ---- session_ckpt.c: trainer shards read from a checkpoint --------------------------- */
+
+/* Collective over s->comm, at the plan: every trainer rank registered a checkpoint, or none
+ * did (a stage's ranks read it in lock step); the same answer on every rank. */
+rf_status_t rf_session_ckpt_agree(rf_session_t *s, rf_err_t *err);
+/* The hooks of an update of a session whose trainers registered a checkpoint (h filled and
+ * returned), or NULL. */
+const rf_session_hooks_t *rf_session_ckpt_hooks(rf_session_t *s, rf_session_hooks_t *h);
+/* Frees what the registration allocated (rf_session_release). */
+void rf_session_ckpt_free(rf_session_t *s);
 
 /* What one rf_session_run measured on this rank. */
 typedef struct rf_session_times {

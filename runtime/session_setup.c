@@ -974,6 +974,7 @@ void rf_session_release(rf_session_t *s, bool mpi)
     rf_accel_close(s->accel); /* after the storage and plan that used it */
     if (s->ck)
         rf_ckpt_close(s->ck);
+    rf_session_ckpt_free(s); /* after the trainer, which pointed into its buffers */
     rf_chunk_plan_destroy(s->cplan);
     rf_p2p_schedule_free(&s->p2p_s);
     rf_nccl_layout_free(&s->nccl_layout);

@@ -188,6 +188,32 @@ const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype
 rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, int n);
 
 /*
+ * Local, trainer ranks, before rf_session_plan, instead of rf_session_register: this rank's
+ * shards come from the checkpoint at path (a safetensors directory: model.safetensors or
+ * shards with model.safetensors.index.json; or a refit HDF5 file, .h5 / .hdf5, or a directory
+ * holding model.h5: docs/formats.md), read by refit into buffers it allocates, exactly as
+ * refit-run --checkpoint reads it: this rank's rows and columns only (DESIGN.md section 6,
+ * trainer.layout megatron or fsdp), with collective MPI-IO reads by the trainer ranks of each
+ * stage where libhdf5 is parallel. Checked here: the checkpoint opens, its own config (an HDF5
+ * root attribute config, or config.json beside the safetensors) agrees with the topology's
+ * model, and it holds every tensor of this rank's stage with the inventory's dtype and shape.
+ * When it is read: every rf_session_update opens path again at its begin (so a trainer that
+ * writes a new checkpoint to the same path between updates sends the new one), checks it as
+ * above, then reads the shards after every rank agreed to go; a check or read that fails
+ * fails that update on every rank (at its begin: nothing written into the engine). Every
+ * trainer rank registers a checkpoint or none does (rf_session_plan refuses a mix).
+ *
+ * Errors (the message names path, and the tensor where one is at fault): RF_ERR_INVALID (NULL
+ * s or path; tensors or a checkpoint registered on this rank already), RF_ERR_STATE (a rollout
+ * rank; after rf_session_plan), RF_ERR_IO / RF_ERR_PARSE (path does not open as a checkpoint),
+ * RF_ERR_CONFIG (its config is another model's), RF_ERR_MISSING (a tensor this rank holds is
+ * not in it), RF_ERR_MISMATCH (a tensor's dtype or shape). A refusal is remembered as a
+ * refused rf_session_register is: rf_session_plan then fails on every rank with its text, and
+ * the session stays usable (register again, plan again).
+ */
+rf_status_t rf_session_register_checkpoint(rf_session_t *s, const char *path);
+
+/*
  * Collective, once per session (RF_ERR_STATE afterwards, or before any rf_session_create
  * succeeded): every rank checks that it registered every tensor it holds (RF_ERR_MISSING
  * naming the first missing one and the count) and had no refused registration; a failure on

@@ -6,6 +6,7 @@ A ctypes binding of librefit's session API (include/refit/session.h; docs/api.md
     s = refit.Session(comm, "topology.yaml")   # mpi4py communicator; collective
     s.role                                      # "trainer" or "rollout"
     s.register({name: tensor, ...})             # torch tensors, kept by pointer; local
+    s.register_checkpoint(path)                 # or, trainer ranks: shards read from a checkpoint
     plan = s.plan()                             # plan.counts, plan.hash, plan.narrowed
     r = s.update(version=None)                  # r.committed, r.reason, r.version, r.stats
     s.close()                                   # collective
@@ -111,6 +112,8 @@ _lib.rf_session_expected.argtypes = [_P, ctypes.c_int, ctypes.POINTER(ctypes.c_c
 _lib.rf_session_expected.restype = ctypes.c_char_p
 _lib.rf_session_register.argtypes = [_P, ctypes.POINTER(_Desc), ctypes.c_int]
 _lib.rf_session_register.restype = ctypes.c_int
+_lib.rf_session_register_checkpoint.argtypes = [_P, ctypes.c_char_p]
+_lib.rf_session_register_checkpoint.restype = ctypes.c_int
 _lib.rf_session_plan.argtypes = [_P, ctypes.POINTER(_PlanInfo)]
 _lib.rf_session_plan.restype = ctypes.c_int
 _lib.rf_session_update.argtypes = [_P, ctypes.c_uint64, ctypes.POINTER(_Result)]
@@ -245,6 +248,16 @@ class Session:
             self._check(_lib.rf_session_register(s, ctypes.byref(d), 1))
             self._tensors[name] = t
             self._sigs[name] = _sig(t)
+
+    def register_checkpoint(self, path):
+        """Trainer ranks, before plan(), instead of register() (local): this rank's shards
+        come from the checkpoint at path (a safetensors directory, or a refit HDF5 file /
+        a directory holding model.h5), opened and checked again and read by refit at every
+        update, so a new checkpoint written to the same path between updates is the one
+        sent. Every trainer rank registers one or none does. Raises refit.Error naming the
+        path (a bad path, another model's checkpoint, a rollout rank); plan() then fails on
+        every rank with the same text, and a right checkpoint may be registered again."""
+        self._check(_lib.rf_session_register_checkpoint(self._handle(), os.fsencode(path)))
 
     def plan(self):
         """Collective: checks the registered set everywhere and builds the plans."""

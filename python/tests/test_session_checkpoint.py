@@ -1,0 +1,172 @@
+"""Python session test under mpiexec (SPMD, /usr/bin/python3 with Debian's torch and h5py):
+Session.register_checkpoint. The trainer ranks (all but the last) register the tests/data
+llama-tiny checkpoint instead of tensors, once as its safetensors directory and once as its
+HDF5 copy (refit-convert writes it at test time); the last rank is an engine holding the
+fused vLLM-layout tensors (TP 1: qkv_proj = q, k, v stacked; gate_up_proj = gate, up; the
+vocabulary padded with zero rows), filled with garbage. After every update the engine's
+bytes equal the checkpoint's (read independently here, with h5py from the HDF5 copy). An
+HDF5 checkpoint replaced at the same path between two updates (a new file renamed over the
+old one) is what the second update sends. A bad path and another model's checkpoint raise
+refit.Error naming the path on the trainer ranks, register_checkpoint on the engine raises,
+and the plan after them raises on every rank with the trainer's text, the engine untouched.
+
+    mpiexec -np N /usr/bin/python3 python/tests/test_session_checkpoint.py TOPOLOGY \\
+        CKPT_DIR CKPT_H5 OTHER_MODEL_DIR SCRATCH_DIR
+"""
+import os
+import shutil
+import sys
+
+from mpi4py import MPI
+import h5py
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import refit  # noqa: E402
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+topo_path, st_dir, h5_path, other_dir, scratch = sys.argv[1:6]
+ENGINE = size - 1
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("rank %d: FAIL: %s" % (rank, what), flush=True)
+
+
+def reference(path):
+    """The engine's expected bits per engine name (TP 1, vLLM layout) from HDF5 file path."""
+    with h5py.File(path, "r") as f:
+        t = {n: np.asarray(f["tensors"][n][()]) for n in f["tensors"]}
+    return t
+
+
+def expect(t, name, shape):
+    pre = name.rsplit(".", 2)[0] + "."
+    if name.endswith("qkv_proj.weight"):
+        w = np.concatenate([t[pre + p + ".weight"] for p in ("q_proj", "k_proj", "v_proj")])
+    elif name.endswith("gate_up_proj.weight"):
+        w = np.concatenate([t[pre + p + ".weight"] for p in ("gate_proj", "up_proj")])
+    else:
+        w = t[name]
+    if w.shape[0] < shape[0]:  # the padded vocabulary: zero rows after the checkpoint's
+        w = np.concatenate([w, np.zeros((shape[0] - w.shape[0],) + w.shape[1:], w.dtype)])
+    return w.view(np.uint16)
+
+
+def engine_tensors(s):
+    return {n: torch.full(shape, 7.5, dtype=torch.bfloat16) for n, _, shape in s.expected()}
+
+
+def engine_matches(eng, t, what):
+    bad = [n for n, x in eng.items()
+           if not np.array_equal(x.view(torch.int16).numpy().view(np.uint16),
+                                 expect(t, n, tuple(x.shape)))]
+    check(not bad, "%s: engine tensors differ from the checkpoint: %s" % (what, bad[:3]))
+
+
+def bits(eng):
+    return {n: x.view(torch.int16).clone() for n, x in eng.items()}
+
+
+def same_everywhere(text, needle, what):
+    texts = comm.allgather(text)
+    check(len(set(texts)) == 1, "%s: the ranks' texts differ: %s" % (what, texts))
+    check(needle in text, "%s: %r does not name %r" % (what, text, needle))
+
+
+def updates_from(path, ref_h5, what, replace=None):
+    s = refit.Session(comm, topo_path)
+    eng = None
+    if s.role == "trainer":
+        s.register_checkpoint(path)
+    else:
+        eng = engine_tensors(s)
+        s.register(eng)
+    plan = s.plan()
+    check(plan.counts["DIRECT"] > 0, "%s: plan %s" % (what, plan.counts))
+    ptrs = {n: x.data_ptr() for n, x in (eng or {}).items()}
+    ref = reference(ref_h5) if rank == ENGINE else None
+    for v in (1, 2):
+        if v == 2 and replace is not None:
+            ref = replace()
+        r = s.update()
+        check(r.committed and r.version == v, "%s: update %d: %r" % (what, v, r))
+        if rank == ENGINE:
+            engine_matches(eng, ref, "%s, update %d" % (what, v))
+            check(ptrs == {n: x.data_ptr() for n, x in eng.items()}, "%s: data_ptr moved" % what)
+    s.close()
+
+
+def refused(bad, what):
+    s = refit.Session(comm, topo_path)
+    eng = None
+    try:
+        if s.role == "trainer":
+            s.register_checkpoint(bad)
+        else:
+            eng = engine_tensors(s)
+            s.register(eng)
+            s.register_checkpoint(st_dir)  # an engine has no checkpoint to register
+        check(False, "%s: register_checkpoint did not raise on rank %d" % (what, rank))
+    except refit.Error as e:
+        check((bad if s.role == "trainer" else st_dir) in str(e),
+              "%s: %r does not name the path" % (what, str(e)))
+    before = bits(eng) if eng is not None else None
+    try:
+        s.plan()
+        check(False, "%s: plan did not raise" % what)
+    except refit.Error as e:
+        same_everywhere(str(e), bad, what)
+    if eng is not None:
+        check(all(torch.equal(before[n], x.view(torch.int16)) for n, x in eng.items()),
+              "%s: the engine's tensors were written" % what)
+    if s.role == "trainer":  # the session stays usable
+        s.register_checkpoint(st_dir)
+    s.plan()
+    r = s.update()
+    check(r.committed, "%s: the update after a right registration: %r" % (what, r))
+    if rank == ENGINE:
+        engine_matches(eng, reference(h5_path), what + ", then the right checkpoint")
+    s.close()
+
+
+# the checkpoint's own bytes, two formats
+updates_from(st_dir, h5_path, "safetensors")
+updates_from(h5_path, h5_path, "hdf5")
+
+# a checkpoint replaced at the same path between updates: the second update sends the new one
+mine = os.path.join(scratch, "ckpt-replaced.h5")
+if rank == 0:
+    os.makedirs(scratch, exist_ok=True)
+    shutil.copyfile(h5_path, mine)
+comm.Barrier()
+
+
+def replace():
+    new = mine + ".new"
+    if rank == 0:
+        shutil.copyfile(h5_path, new)
+        with h5py.File(new, "r+") as f:
+            d = f["tensors"]["model.norm.weight"]
+            d[...] = d[()] ^ np.uint16(0x8000)  # every element negated (bf16 sign bit)
+        os.replace(new, mine)
+    comm.Barrier()
+    return reference(mine) if rank == ENGINE else None
+
+
+updates_from(mine, mine, "hdf5 replaced between updates", replace=replace)
+
+# refusals: a bad path, another model's checkpoint
+refused("/nonexistent/refit-ckpt", "bad path")
+refused(other_dir, "another model")
+
+all_failures = comm.allreduce(len(failures))
+if rank == 0:
+    print("test_session_checkpoint: %s (%d rank(s), %d failure(s))"
+          % ("OK" if all_failures == 0 else "FAILED", size, all_failures), flush=True)
+sys.exit(0 if all_failures == 0 else 1)
