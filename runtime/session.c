@@ -230,6 +230,10 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
         s->tr.buf[e->entry] = d->data;
     }
     e->sig = sig;
+    if (s->in_update && s->moved_err.status == RF_OK) /* the update in flight fails */
+        rf_err_set(&s->moved_err, RF_ERR_MOVED, "rank %d (%s): %s registered again during "
+                   "update %u (between rf_session_begin and rf_session_finish): that update "
+                   "fails, the next one uses the new memory", s->rank, role, d->name, s->seq);
     return RF_OK;
 }
 
@@ -448,16 +452,18 @@ static rf_status_t transfer(rf_session_t *s, const rf_session_hooks_t *h, rf_ses
     return st;
 }
 
-rf_status_t rf_session_run(rf_session_t *s, uint64_t version, uint64_t agreed,
-                           const rf_session_hooks_t *hooks, rf_gate_verdict_t *verdict,
-                           rf_session_times_t *tm, rf_err_t *err)
+static const rf_session_hooks_t no_hooks = {.fault = RF_XFER_FAULT_NONE,
+                                             .gather_skip_seq = -1};
+
+/* The first half of an update (rf_session_run, rf_session_begin): numbered, the transport's
+ * and the plan's begin, the begin agreement. This rank's status after it, the same verdict
+ * to come on every rank. */
+static rf_status_t run_begin(rf_session_t *s, uint64_t version, uint64_t agreed,
+                             const rf_session_hooks_t *h, rf_session_times_t *tm, rf_err_t *err)
 {
-    static const rf_session_hooks_t none = {.fault = RF_XFER_FAULT_NONE, .gather_skip_seq = -1};
-    const rf_session_hooks_t *h = hooks != NULL ? hooks : &none;
     rf_err_t e2;
     rf_err_clear(&e2);
     memset(tm, 0, sizeof(*tm));
-    memset(verdict, 0, sizeof(*verdict));
     uint32_t v = ++s->seq;
     double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
     rf_ctl_begin(s->ctl, v, &e2);
@@ -496,7 +502,20 @@ rf_status_t rf_session_run(rf_session_t *s, uint64_t version, uint64_t agreed,
         rf_err_set(err, ag, "%s", e2.msg);
     }
     tm->begin_s = rf_time_now() - t;
+    s->run_t0 = t_begin;
+    return st;
+}
 
+/* The second half (rf_session_run, rf_session_finish): production, transfer, finalize, the
+ * completion gate, the drain on FAILED. st: this rank's status going in. */
+static rf_status_t run_finish(rf_session_t *s, rf_status_t st, const rf_session_hooks_t *h,
+                              rf_gate_verdict_t *verdict, rf_session_times_t *tm, rf_err_t *err)
+{
+    rf_err_t e2;
+    rf_err_clear(&e2);
+    memset(verdict, 0, sizeof(*verdict));
+    uint32_t v = s->seq;
+    double t, t_begin = s->run_t0;
     if (st == RF_OK && !is_rollout(s)) {
         if (h->produce != NULL)
             st = h->produce(h->ctx, err);
@@ -547,6 +566,107 @@ rf_status_t rf_session_run(rf_session_t *s, uint64_t version, uint64_t agreed,
     return st;
 }
 
+rf_status_t rf_session_run(rf_session_t *s, uint64_t version, uint64_t agreed,
+                           const rf_session_hooks_t *hooks, rf_gate_verdict_t *verdict,
+                           rf_session_times_t *tm, rf_err_t *err)
+{
+    const rf_session_hooks_t *h = hooks != NULL ? hooks : &no_hooks;
+    rf_status_t st = run_begin(s, version, agreed, h, tm, err);
+    return run_finish(s, st, h, verdict, tm, err);
+}
+
+rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
+{
+    if (s == NULL)
+        return RF_ERR_INVALID;
+    rf_err_clear(&s->last);
+    if (!s->planned)
+        return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_begin before a "
+                          "successful rf_session_plan", s->rank);
+    if (s->in_update)
+        return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_begin: update %u began "
+                          "already (rf_session_finish first)", s->rank, s->seq);
+    s->pub_t0 = rf_time_now();
+    /* the version: trainer rank 0's (world rank 0 is always a trainer) */
+    uint64_t agreed = version != 0 ? version : s->version + 1;
+    if (MPI_Bcast(&agreed, 1, MPI_UINT64_T, 0, s->comm) != MPI_SUCCESS)
+        return rf_err_set(&s->last, RF_ERR_MPI, "rank %d: MPI_Bcast of the version failed",
+                          s->rank);
+    s->pub_agreed = agreed;
+    s->pub_hooked = rf_session_ckpt_hooks(s, &s->pub_hooks) != NULL;
+    rf_err_clear(&s->pub_err);
+    rf_err_clear(&s->moved_err);
+    s->pub_st = run_begin(s, version, agreed, s->pub_hooked ? &s->pub_hooks : &no_hooks,
+                          &s->pub_tm, &s->pub_err);
+    s->in_update = true;
+    return RF_OK;
+}
+
+/* Finish, before anything moves (collective): a tensor registered again on any rank since
+ * the begin fails the update everywhere, RF_ERR_MOVED on the lowest such rank (its text),
+ * RF_ERR_PEER naming it on the others, so the gate names that rank. */
+static rf_status_t finish_moved(rf_session_t *s, rf_status_t st, rf_err_t *err)
+{
+    int mine = s->moved_err.status != RF_OK ? s->rank : s->size, first = s->size;
+    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, s->comm) != MPI_SUCCESS)
+        return st != RF_OK ? st
+                           : rf_err_set(err, RF_ERR_MPI, "rank %d: update %u: agreeing on "
+                                        "moved tensors failed", s->rank, s->seq);
+    if (first == s->size || st != RF_OK)
+        return st;
+    if (first == s->rank)
+        return rf_err_set(err, RF_ERR_MOVED, "%s", s->moved_err.msg);
+    return rf_err_set(err, RF_ERR_PEER, "rank %d: update %u: rank %d registered a tensor "
+                      "again between rf_session_begin and rf_session_finish", s->rank, s->seq,
+                      first);
+}
+
+rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result)
+{
+    if (s == NULL)
+        return RF_ERR_INVALID;
+    rf_err_clear(&s->last);
+    if (result == NULL)
+        return rf_err_set(&s->last, RF_ERR_INVALID, "rank %d: rf_session_finish: NULL result",
+                          s->rank);
+    memset(result, 0, sizeof(*result));
+    result->failed_rank = -1;
+    if (!s->in_update)
+        return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_finish without "
+                          "rf_session_begin", s->rank);
+    rf_err_t *err = &s->pub_err;
+    rf_status_t st = finish_moved(s, s->pub_st, err);
+    rf_err_clear(&s->moved_err);
+    /* the transfer's deadline from now: the engine may have paused for a while */
+    s->deadline = rf_deadline_for_update(s->topo.timeout_s, s->topo.slack_s,
+                                         s->man.payload_bytes, s->topo.min_bandwidth);
+    rf_gate_verdict_t verdict;
+    run_finish(s, st, s->pub_hooked ? &s->pub_hooks : &no_hooks, &verdict, &s->pub_tm, err);
+    s->in_update = false;
+    uint64_t agreed = s->pub_agreed;
+    if (verdict.committed)
+        s->version = agreed;
+    result->rebuilds = s->pub_tm.rebuilds;
+    result->committed = verdict.committed != 0;
+    result->version = agreed;
+    result->status = verdict.committed ? RF_OK
+                                       : (int)(verdict.code ? verdict.code : RF_ERR_INTERNAL);
+    result->failed_rank = verdict.committed ? -1 : verdict.rank;
+    if (!verdict.committed)
+        snprintf(result->reason, sizeof(result->reason), "%s",
+                 verdict.reason[0] ? verdict.reason : err->msg);
+    const rf_xfer_stats_t *xs = rf_xfer_stats(s->xfer);
+    result->chunks_sent = xs->chunks_sent;
+    result->chunks_received = xs->chunks_received;
+    for (int r = 0; r < s->size; r++) {
+        result->bytes_sent += xs->peers[r].bytes_sent;
+        result->bytes_received += xs->peers[r].bytes_recv;
+    }
+    result->seconds = rf_time_now() - s->pub_t0;
+    rf_gate_verdict_fini(&verdict);
+    return RF_OK;
+}
+
 rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_result_t *result)
 {
     if (s == NULL)
@@ -557,42 +677,12 @@ rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_resu
                           s->rank);
     memset(result, 0, sizeof(*result));
     result->failed_rank = -1;
-    if (!s->planned)
+    if (!s->planned) {
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_update before a "
                           "successful rf_session_plan", s->rank);
-    double t0 = rf_time_now();
-    rf_err_t err;
-    rf_err_clear(&err);
-    /* the version: trainer rank 0's (world rank 0 is always a trainer) */
-    uint64_t agreed = version != 0 ? version : s->version + 1;
-    if (MPI_Bcast(&agreed, 1, MPI_UINT64_T, 0, s->comm) != MPI_SUCCESS)
-        return rf_err_set(&s->last, RF_ERR_MPI, "rank %d: MPI_Bcast of the version failed",
-                          s->rank);
-    rf_gate_verdict_t verdict;
-    rf_session_times_t tm;
-    rf_session_hooks_t hooks;
-    rf_session_run(s, version, agreed, rf_session_ckpt_hooks(s, &hooks), &verdict, &tm, &err);
-    if (verdict.committed)
-        s->version = agreed;
-    result->rebuilds = tm.rebuilds;
-    result->committed = verdict.committed != 0;
-    result->version = agreed;
-    result->status = verdict.committed ? RF_OK
-                                       : (int)(verdict.code ? verdict.code : RF_ERR_INTERNAL);
-    result->failed_rank = verdict.committed ? -1 : verdict.rank;
-    if (!verdict.committed)
-        snprintf(result->reason, sizeof(result->reason), "%s",
-                 verdict.reason[0] ? verdict.reason : err.msg);
-    const rf_xfer_stats_t *xs = rf_xfer_stats(s->xfer);
-    result->chunks_sent = xs->chunks_sent;
-    result->chunks_received = xs->chunks_received;
-    for (int r = 0; r < s->size; r++) {
-        result->bytes_sent += xs->peers[r].bytes_sent;
-        result->bytes_received += xs->peers[r].bytes_recv;
     }
-    result->seconds = rf_time_now() - t0;
-    rf_gate_verdict_fini(&verdict);
-    return RF_OK;
+    RF_CHECK(rf_session_begin(s, version));
+    return rf_session_finish(s, result);
 }
 
 rf_status_t rf_session_abort(rf_session_t *s, const char *reason)

@@ -82,6 +82,38 @@ typedef struct rf_session_setup {
     void *ctx;
 } rf_session_setup_t;
 
+/* What a client hooks into one update (rf_session_run); every member optional. */
+typedef struct rf_session_hooks {
+    void *ctx;
+    /* local, after the transport's begin and the rollout's plan begin, before the begin
+     * agreement: this rank's reasons to refuse the update (refit-run: the trainer's source
+     * check, a production that failed before the update) */
+    rf_status_t (*begin)(void *ctx, rf_err_t *err);
+    /* trainer, after GO: writes this update's weights into the trainer's buffers */
+    rf_status_t (*produce)(void *ctx, rf_err_t *err);
+    /* a named point of the transfer reached (a stage sender reading in place before its
+     * first chunk, a contributor before the stage gather): the tests' exit and stall faults */
+    void (*point)(void *ctx, const char *where);
+    /* the tests' chunk faults and hooks (rf_xfer_config_t.fault, the trainer's
+     * fault_skip_seq, the sink's after, the source's before) */
+    rf_xfer_fault_t fault;
+    int64_t gather_skip_seq;
+    rf_status_t (*after_chunk)(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                               size_t nsegs, const void *payload, bool dev, rf_err_t *err);
+    rf_status_t (*before_pack)(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
+} rf_session_hooks_t;
+
+
+/* What one rf_session_run measured on this rank. */
+typedef struct rf_session_times {
+    double begin_s, receive_s, finalize_s, send_s, gate_s;
+    double verdict_s;       /* the update's begin to its verdict */
+    uint64_t rebuilds;      /* rollout: plan rebuilds at this update's begin */
+    const char *moved;      /* ... the first slot whose signature changed (NULL: the format
+                               owner changed its mapping) */
+} rf_session_times_t;
+
+
 struct rf_session {
     MPI_Comm comm; /* refit's duplicate of the caller's */
     int rank, size, T, R;
@@ -159,6 +191,17 @@ struct rf_session {
     uint32_t seq;     /* the update counter of the control channel and the chunks */
     uint64_t version; /* of the last COMMITTED update */
     double deadline;  /* the current update's absolute deadline */
+    double run_t0;    /* the current update's begin (rf_session_run's halves) */
+    /* the public API's split update (rf_session_begin ... rf_session_finish) */
+    bool in_update;            /* between a begin and its finish */
+    rf_status_t pub_st;        /* this rank's status after the begin agreement */
+    rf_err_t pub_err;          /* ... its text */
+    rf_err_t moved_err;        /* a tensor registered again between begin and finish */
+    uint64_t pub_agreed;       /* the update's version */
+    double pub_t0;             /* rf_session_begin's start (the result's seconds) */
+    rf_session_hooks_t pub_hooks; /* the update's hooks (a registered checkpoint) */
+    bool pub_hooked;
+    rf_session_times_t pub_tm;
 };
 
 static inline bool rf_session_is_rollout(const rf_session_t *s)
@@ -189,27 +232,6 @@ rf_status_t rf_session_apply_pieces(rf_session_t *s, rf_plan_t *p, const rf_chun
                                     const rf_chunk_piece_t *pieces, const void *payload,
                                     bool dev, rf_err_t *err);
 
-/* What a client hooks into one update (rf_session_run); every member optional. */
-typedef struct rf_session_hooks {
-    void *ctx;
-    /* local, after the transport's begin and the rollout's plan begin, before the begin
-     * agreement: this rank's reasons to refuse the update (refit-run: the trainer's source
-     * check, a production that failed before the update) */
-    rf_status_t (*begin)(void *ctx, rf_err_t *err);
-    /* trainer, after GO: writes this update's weights into the trainer's buffers */
-    rf_status_t (*produce)(void *ctx, rf_err_t *err);
-    /* a named point of the transfer reached (a stage sender reading in place before its
-     * first chunk, a contributor before the stage gather): the tests' exit and stall faults */
-    void (*point)(void *ctx, const char *where);
-    /* the tests' chunk faults and hooks (rf_xfer_config_t.fault, the trainer's
-     * fault_skip_seq, the sink's after, the source's before) */
-    rf_xfer_fault_t fault;
-    int64_t gather_skip_seq;
-    rf_status_t (*after_chunk)(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
-                               size_t nsegs, const void *payload, bool dev, rf_err_t *err);
-    rf_status_t (*before_pack)(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
-} rf_session_hooks_t;
-
 /* ---- session_ckpt.c: trainer shards read from a checkpoint --------------------------- */
 
 /* Collective over s->comm, at the plan: every trainer rank registered a checkpoint, or none
@@ -220,15 +242,6 @@ rf_status_t rf_session_ckpt_agree(rf_session_t *s, rf_err_t *err);
 const rf_session_hooks_t *rf_session_ckpt_hooks(rf_session_t *s, rf_session_hooks_t *h);
 /* Frees what the registration allocated (rf_session_release). */
 void rf_session_ckpt_free(rf_session_t *s);
-
-/* What one rf_session_run measured on this rank. */
-typedef struct rf_session_times {
-    double begin_s, receive_s, finalize_s, send_s, gate_s;
-    double verdict_s;       /* the update's begin to its verdict */
-    uint64_t rebuilds;      /* rollout: plan rebuilds at this update's begin */
-    const char *moved;      /* ... the first slot whose signature changed (NULL: the format
-                               owner changed its mapping) */
-} rf_session_times_t;
 
 /*
  * Collective: one update, numbered ++s->seq (the control channel's and the chunks' number):

@@ -11,6 +11,8 @@
  *   rf_session_plan      collective  the registered set checked everywhere, the manifest, the
  *                                    reload plans against the registered tensors
  *   rf_session_update    collective  one weight update: begin, transfer, finish, gate
+ *   rf_session_begin     collective  ... its first half (the begin agreement), then
+ *   rf_session_finish    collective  ... the rest (tensors registered again in between: FAILED)
  *   rf_session_abort     local       this rank's next update fails (every rank's, then)
  *   rf_session_destroy   collective
  *
@@ -243,6 +245,31 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info);
  * rank got no verdict (RF_ERR_TIMEOUT, RF_ERR_MPI).
  */
 rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_result_t *result);
+
+/*
+ * The update in two calls, for engines that pause generation in between (vLLM's start / finish
+ * weight update, SGLang's pause -> update -> continue); rf_session_update is rf_session_begin
+ * then rf_session_finish.
+ *
+ * rf_session_begin, collective: version as rf_session_update's; the begin agreement (every
+ * rank agrees to go, or the update is FAILED: the reasons rf_session_update lists). Nothing is
+ * written into any tensor yet. Returns RF_OK once the begin ran, whatever it agreed (the
+ * verdict comes from rf_session_finish, which must follow on every rank); RF_ERR_STATE before a
+ * successful rf_session_plan or when an update began already (nothing communicated),
+ * RF_ERR_MPI.
+ *
+ * rf_session_finish, collective: the transfer (trainer ranks read their tensors or checkpoint,
+ * rollout ranks' tensors are written), finish and the completion gate, as rf_session_update;
+ * *result (required) as rf_session_update's, its seconds from the begin. Its deadline counts
+ * from this call, not from the begin. A tensor registered again on any rank between the two
+ * calls (the engine re-allocated a parameter while paused) fails the update on every rank
+ * before anything moves: status RF_ERR_MOVED, failed_rank that rank, the reason naming the
+ * tensor; the engine's tensors are untouched (the old and the new memory), and refit uses the
+ * new memory from the next update on (a rollout rank's plan rebuilds at that begin).
+ * Errors: RF_ERR_INVALID (NULL), RF_ERR_STATE (no update began), as rf_session_update.
+ */
+rf_status_t rf_session_begin(rf_session_t *s, uint64_t version);
+rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result);
 
 /*
  * Local: this rank's next rf_session_update fails at its begin, with "aborted by the caller:
