@@ -9,6 +9,7 @@ A ctypes binding of librefit's session API (include/refit/session.h; docs/api.md
     s.register_checkpoint(path)                 # or, trainer ranks: shards read from a checkpoint
     plan = s.plan()                             # plan.counts, plan.hash, plan.narrowed
     r = s.update(version=None)                  # r.committed, r.reason, r.version, r.stats
+    s.begin(); ...; r = s.finish()              # the same update in two halves (engine paused)
     s.close()                                   # collective
 
 librefit.so is found through $REFIT_LIB (a file), else beside this package, else the build
@@ -118,6 +119,10 @@ _lib.rf_session_plan.argtypes = [_P, ctypes.POINTER(_PlanInfo)]
 _lib.rf_session_plan.restype = ctypes.c_int
 _lib.rf_session_update.argtypes = [_P, ctypes.c_uint64, ctypes.POINTER(_Result)]
 _lib.rf_session_update.restype = ctypes.c_int
+_lib.rf_session_begin.argtypes = [_P, ctypes.c_uint64]
+_lib.rf_session_begin.restype = ctypes.c_int
+_lib.rf_session_finish.argtypes = [_P, ctypes.POINTER(_Result)]
+_lib.rf_session_finish.restype = ctypes.c_int
 _lib.rf_session_abort.argtypes = [_P, ctypes.c_char_p]
 _lib.rf_session_abort.restype = ctypes.c_int
 _lib.rf_session_last_error.argtypes = [_P]
@@ -281,6 +286,33 @@ class Session:
         r = _Result()
         self._check(_lib.rf_session_update(s, 0 if version is None else int(version),
                                            ctypes.byref(r)))
+        return Result(r)
+
+    def _reregister_moved(self):
+        moved = {n: t for n, t in self._tensors.items() if _sig(t) != self._sigs[n]}
+        if moved:
+            try:
+                self.register(moved)
+            except Error:
+                pass  # refused: refit fails the update on every rank with the reason
+
+    def begin(self, version=None):
+        """Collective: the first half of update() (the begin agreement); the engine may
+        pause generation until finish() returns. Tensors moved since they were registered
+        are registered again first."""
+        if self._planned:
+            self._reregister_moved()
+        self._check(_lib.rf_session_begin(self._handle(),
+                                          0 if version is None else int(version)))
+
+    def finish(self):
+        """Collective: the rest of the update begun by begin(); returns a Result. A tensor
+        moved (a new data_ptr) or registered again since begin() fails this update on every
+        rank (status RF_ERR_MOVED, the reason naming it; the engine's tensors untouched); the
+        next update uses the new memory."""
+        self._reregister_moved()
+        r = _Result()
+        self._check(_lib.rf_session_finish(self._handle(), ctypes.byref(r)))
         return Result(r)
 
     def abort(self, reason=None):

@@ -9,6 +9,8 @@ HDF5 checkpoint replaced at the same path between two updates (a new file rename
 old one) is what the second update sends. A bad path and another model's checkpoint raise
 refit.Error naming the path on the trainer ranks, register_checkpoint on the engine raises,
 and the plan after them raises on every rank with the trainer's text, the engine untouched.
+begin() / finish() commit as update() does, and an engine tensor re-allocated between them
+fails that update on every rank (RF_ERR_MOVED, naming it) without writing into the engine.
 
     mpiexec -np N /usr/bin/python3 python/tests/test_session_checkpoint.py TOPOLOGY \\
         CKPT_DIR CKPT_H5 OTHER_MODEL_DIR SCRATCH_DIR
@@ -160,6 +162,45 @@ def replace():
 
 
 updates_from(mine, mine, "hdf5 replaced between updates", replace=replace)
+
+def split_moved():
+    """begin() / finish() commit as update() does; an engine tensor re-allocated between them
+    (finish() registers its new data_ptr) fails that update on every rank with RF_ERR_MOVED
+    naming it, both the old and the new memory untouched; the next update fills the new one."""
+    s = refit.Session(comm, topo_path)
+    eng, victim = None, "model.norm.weight"
+    if s.role == "trainer":
+        s.register_checkpoint(st_dir)
+    else:
+        eng = engine_tensors(s)
+        s.register(eng)
+    s.plan()
+    ref = reference(h5_path) if rank == ENGINE else None
+    s.begin()
+    r = s.finish()
+    check(r.committed and r.version == 1, "begin/finish: %r" % r)
+    if rank == ENGINE:
+        engine_matches(eng, ref, "begin/finish")
+    s.begin()
+    if rank == ENGINE:  # the engine re-allocates a parameter while paused
+        before, old = bits(eng), eng[victim]
+        eng[victim] = torch.full_like(old, 3.0)
+        s._tensors[victim] = eng[victim]
+    r = s.finish()
+    check(not r.committed and r.status == "RF_ERR_MOVED" and r.failed_rank == ENGINE,
+          "moved between begin and finish: %r (%s, rank %d)" % (r, r.status, r.failed_rank))
+    same_everywhere(r.reason, victim, "moved between begin and finish")
+    if rank == ENGINE:
+        check(torch.equal(old.view(torch.int16), before[victim]) and
+              bool((eng[victim] == 3.0).all()), "moved: the engine's tensors were written")
+    r = s.update()
+    check(r.committed and r.version == 2, "the update after the move: %r" % r)
+    if rank == ENGINE:
+        engine_matches(eng, ref, "after the move")
+    s.close()
+
+
+split_moved()
 
 # refusals: a bad path, another model's checkpoint
 refused("/nonexistent/refit-ckpt", "bad path")
