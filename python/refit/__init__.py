@@ -277,12 +277,7 @@ class Session:
         first, so refit reads or writes where they are now."""
         s = self._handle()
         if self._planned:
-            moved = {n: t for n, t in self._tensors.items() if _sig(t) != self._sigs[n]}
-            if moved:
-                try:
-                    self.register(moved)
-                except Error:
-                    pass  # refused: refit fails this update on every rank with the reason
+            self._reregister_moved()
         r = _Result()
         self._check(_lib.rf_session_update(s, 0 if version is None else int(version),
                                            ctypes.byref(r)))
