@@ -25,7 +25,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refit  # noqa: E402
+from ckpt_ref import expect, reference  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -38,26 +40,6 @@ def check(cond, what):
     if not cond:
         failures.append(what)
         print("rank %d: FAIL: %s" % (rank, what), flush=True)
-
-
-def reference(path):
-    """The engine's expected bits per engine name (TP 1, vLLM layout) from HDF5 file path."""
-    with h5py.File(path, "r") as f:
-        t = {n: np.asarray(f["tensors"][n][()]) for n in f["tensors"]}
-    return t
-
-
-def expect(t, name, shape):
-    pre = name.rsplit(".", 2)[0] + "."
-    if name.endswith("qkv_proj.weight"):
-        w = np.concatenate([t[pre + p + ".weight"] for p in ("q_proj", "k_proj", "v_proj")])
-    elif name.endswith("gate_up_proj.weight"):
-        w = np.concatenate([t[pre + p + ".weight"] for p in ("gate_proj", "up_proj")])
-    else:
-        w = t[name]
-    if w.shape[0] < shape[0]:  # the padded vocabulary: zero rows after the checkpoint's
-        w = np.concatenate([w, np.zeros((shape[0] - w.shape[0],) + w.shape[1:], w.dtype)])
-    return w.view(np.uint16)
 
 
 def engine_tensors(s):

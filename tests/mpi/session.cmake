@@ -92,3 +92,19 @@ foreach(case "ckpt_np2;2;session-llama-tiny-tp1-to-tp1.yaml")
                        FIXTURES_REQUIRED h5_llama-tiny
                        ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
 endforeach()
+# MPMD: separate trainer and engine programs in one MPI world (issue 15 item 1): 2 trainer
+# ranks (fsdp, p2p) reading the HDF5 checkpoint, 1 engine checking its bytes with h5py
+add_test(NAME python_session_mpmd_np3
+         COMMAND ${EXPECT} ok "mpmd: OK \\(3 rank"
+                 -- ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -x REFIT_LIB -x OMP_NUM_THREADS
+                 -np 2 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/python/tests/mpmd_train.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-tiny-fsdp2-to-tp1-p2p.yaml
+                 ${CMAKE_BINARY_DIR}/h5/llama-tiny.h5
+                 : -np 1 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/python/tests/mpmd_engine.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-tiny-fsdp2-to-tp1-p2p.yaml
+                 ${CMAKE_BINARY_DIR}/h5/llama-tiny.h5
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(python_session_mpmd_np3 PROPERTIES LABELS "mpi;python;hdf5" TIMEOUT 300
+                     FIXTURES_REQUIRED h5_llama-tiny
+                     ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
