@@ -104,7 +104,7 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
 {
     rf_job_fault_t *f = &j->fault;
     rf_rank_info_t info;
-    int stage_sender = j->senders[0];
+    int stage_sender = j->s->senders[0];
     *f = j->o->fault;
     if (f->kind == RF_FAULT_NONE)
         return RF_OK;
@@ -139,10 +139,10 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
                           "--inject-fault %s@%d: the job runs %d update(s) (--steps), so the "
                           "fault would never fire",
                           rf_fault_kind_name(f->kind), f->update, j->o->steps);
-    RF_CHECK(rf_topology_rank_info(&j->topo, f->rank, &info));
+    RF_CHECK(rf_topology_rank_info(&j->s->topo, f->rank, &info));
     bool sender = false;
-    for (int p = 0; p < j->topo.t_pp; p++)
-        sender |= j->senders[p] == f->rank;
+    for (int p = 0; p < j->s->topo.t_pp; p++)
+        sender |= j->s->senders[p] == f->rank;
     const char *need = NULL;
     switch (f->kind) {
     case RF_FAULT_CORRUPT_CHUNK:
@@ -152,7 +152,7 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
             need = "a stage sender";
         break;
     case RF_FAULT_GATHER_DROP:
-        if (j->p2p)
+        if (j->s->p2p)
             need = "a gather contributor, and p2p has no gather (use drop-chunk)";
         else if (info.role != RF_ROLE_TRAINER || sender || info.c != 0 || info.d != 0)
             need = "a trainer rank that contributes to its stage's gather";
@@ -165,7 +165,7 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
             need = "a trainer rank";
         break;
     case RF_FAULT_DELAY_SEND:
-        if (!j->p2p || info.role != RF_ROLE_TRAINER)
+        if (!j->s->p2p || info.role != RF_ROLE_TRAINER)
             need = "a p2p sender (a trainer rank with transfer.mode p2p)";
         break;
     case RF_FAULT_MOVE_STORAGE:
@@ -174,11 +174,11 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
             need = "a rollout rank";
         break;
     case RF_FAULT_BAD_WEIGHT_SHAPE:
-        if (j->inv.quant != RF_QUANT_WNA16)
+        if (j->s->inv.quant != RF_QUANT_WNA16)
             return rf_err_set(err, RF_ERR_INVALID,
                               "--inject-fault bad-weight-shape: the model's quantization is %s; "
                               "only wna16 models have weight_shape tensors",
-                              rf_quant_name(j->inv.quant));
+                              rf_quant_name(j->s->inv.quant));
         if (info.role != RF_ROLE_TRAINER)
             need = "a trainer rank";
         break;
@@ -188,15 +188,15 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
     if (need != NULL)
         return rf_err_set(err, RF_ERR_INVALID, "--inject-fault %s: rank %d is not %s",
                           rf_fault_kind_name(f->kind), f->rank, need);
-    if (f->kind == RF_FAULT_CORRUPT_CHUNK && !j->integrity)
+    if (f->kind == RF_FAULT_CORRUPT_CHUNK && !j->s->integrity)
         rf_warn("--inject-fault corrupt-chunk with integrity off (%s): only the oracle can notice",
                 j->integrity_off);
     /* chunk faults, and exit / stall on a stage sender, hit the first chunk of the rank's
      * stage (a rollout rank's hooks fire after chunk 0) */
     int p = info.role == RF_ROLE_TRAINER ? info.p : 0;
-    f->seq = p < j->cplan->n_stages ? j->cplan->stages[p].chunk_begin : 0;
-    if (j->nccl && f->kind == RF_FAULT_DUPLICATE_CHUNK && p < j->cplan->n_stages &&
-        j->cplan->stages[p].chunk_count < 2) {
+    f->seq = p < j->s->cplan->n_stages ? j->s->cplan->stages[p].chunk_begin : 0;
+    if (j->s->nccl && f->kind == RF_FAULT_DUPLICATE_CHUNK && p < j->s->cplan->n_stages &&
+        j->s->cplan->stages[p].chunk_count < 2) {
         /* nccl: a collective cannot carry an extra message; the duplicate is the next
          * message repeating this chunk's header, so the stage needs a next chunk */
         char cb[32];
@@ -204,14 +204,14 @@ rf_status_t job_fault_resolve(job_t *j, rf_err_t *err)
                           "--inject-fault duplicate-chunk: on the nccl transport the duplicate is "
                           "the next message repeating the header, and stage %d has %u chunk(s) "
                           "at transfer.chunk_bytes %s: use a smaller chunk_bytes",
-                          p, j->cplan->stages[p].chunk_count,
-                          job_human_bytes((double)j->cplan->chunk_bytes, cb, sizeof(cb)));
+                          p, j->s->cplan->stages[p].chunk_count,
+                          job_human_bytes((double)j->s->cplan->chunk_bytes, cb, sizeof(cb)));
     }
-    if (j->ipc && f->kind == RF_FAULT_CORRUPT_CHUNK && p < j->cplan->n_stages) {
+    if (j->s->ipc && f->kind == RF_FAULT_CORRUPT_CHUNK && p < j->s->cplan->n_stages) {
         /* ipc: only staged bytes can be corrupted in flight: the stage's first staged chunk */
-        const rf_chunk_stage_range_t *sr = &j->cplan->stages[p];
+        const rf_chunk_stage_range_t *sr = &j->s->cplan->stages[p];
         for (uint32_t k = sr->chunk_count; k-- > 0;)
-            if (j->ipc_staged[sr->chunk_begin + k])
+            if (j->s->ipc_staged[sr->chunk_begin + k])
                 f->seq = sr->chunk_begin + k;
     }
     if (j->rank == 0)
@@ -285,8 +285,8 @@ void job_fault_before_update(job_t *j, uint32_t v)
     rf_err_t err;
     rf_err_clear(&err);
     if (job_fault_here(j, v, RF_FAULT_MOVE_STORAGE_BETWEEN)) {
-        const char *name = j->st.slots[0].name;
-        if (rf_storage_move_slot(&j->st, name, &err) == RF_OK)
+        const char *name = j->s->st.slots[0].name;
+        if (rf_storage_move_slot(&j->s->st, name, &err) == RF_OK)
             rf_warn("fault: rank %d moved slot %s before update %u", j->rank, name, v);
     }
 }
@@ -295,10 +295,10 @@ void job_fault_before_update(job_t *j, uint32_t v)
 rf_status_t job_fault_after_chunk(job_t *j, const rf_chunk_t *chunk, rf_err_t *err)
 {
     if (chunk->seq == 0)
-        job_fault_exit_stall(j, j->update, j->deadline, "rollout, after applying chunk 0");
+        job_fault_exit_stall(j, j->update, j->s->deadline, "rollout, after applying chunk 0");
     if (chunk->seq == 0 && job_fault_here(j, j->update, RF_FAULT_MOVE_STORAGE)) {
-        const char *name = j->st.slots[0].name;
-        RF_CHECK(rf_storage_move_slot(&j->st, name, err));
+        const char *name = j->s->st.slots[0].name;
+        RF_CHECK(rf_storage_move_slot(&j->s->st, name, err));
         rf_warn("fault: rank %d moved slot %s during update %u", j->rank, name, j->update);
     }
     return RF_OK;
@@ -311,23 +311,23 @@ rf_status_t job_fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err)
 {
     if (!job_fault_here(j, v, RF_FAULT_BAD_WEIGHT_SHAPE))
         return RF_OK;
-    for (int i = 0; i < j->man.n; i++) {
-        const rf_tensor_t *t = &j->inv.tensors[j->man.entries[i].tensor];
-        if (t->param != RF_PARAM_WEIGHT_SHAPE || !j->tr.has[i] || j->tr.buf[i] == NULL)
+    for (int i = 0; i < j->s->man.n; i++) {
+        const rf_tensor_t *t = &j->s->inv.tensors[j->s->man.entries[i].tensor];
+        if (t->param != RF_PARAM_WEIGHT_SHAPE || !j->s->tr.has[i] || j->s->tr.buf[i] == NULL)
             continue;
-        size_t es = rf_dtype_size(j->man.entries[i].dtype);
+        size_t es = rf_dtype_size(j->s->man.entries[i].dtype);
         unsigned char b[8];
         rf_status_t st = RF_OK;
         char *dev = NULL;
-        if (j->ipc_dev) { /* tr.buf points into the mirror, or into the device arena itself */
-            const char *hb = j->ipc_mirror ? (const char *)j->ipc_mirror
-                                           : (const char *)j->ipc_wdev;
-            dev = (char *)j->ipc_wdev + ((const char *)j->tr.buf[i] - hb);
-            st = j->accel->ops->copy(j->accel, b, dev, es, RF_COPY_D2H, NULL);
+        if (j->s->ipc_dev) { /* tr.buf points into the mirror, or into the device arena itself */
+            const char *hb = j->s->ipc_mirror ? (const char *)j->s->ipc_mirror
+                                           : (const char *)j->s->ipc_wdev;
+            dev = (char *)j->s->ipc_wdev + ((const char *)j->s->tr.buf[i] - hb);
+            st = j->s->accel->ops->copy(j->s->accel, b, dev, es, RF_COPY_D2H, NULL);
             if (st == RF_OK)
-                st = rf_accel_sync(j->accel);
+                st = rf_accel_sync(j->s->accel);
         } else {
-            memcpy(b, j->tr.buf[i], es);
+            memcpy(b, j->s->tr.buf[i], es);
         }
         if (es == 4) {
             int32_t n;
@@ -341,17 +341,17 @@ rf_status_t job_fault_bad_weight_shape(job_t *j, uint32_t v, rf_err_t *err)
             memcpy(b, &n, 8);
         }
         if (st == RF_OK && dev != NULL) {
-            st = j->accel->ops->copy(j->accel, dev, b, es, RF_COPY_H2D, NULL);
+            st = j->s->accel->ops->copy(j->s->accel, dev, b, es, RF_COPY_H2D, NULL);
             if (st == RF_OK)
-                st = rf_accel_sync(j->accel);
+                st = rf_accel_sync(j->s->accel);
         }
         if (st != RF_OK)
             return rf_err_set(err, st, "trainer rank %d: fault bad-weight-shape: device copy "
                               "failed", j->rank);
-        if (!j->ipc_dev || j->ipc_mirror != NULL)
-            memcpy(j->tr.buf[i], b, es);
+        if (!j->s->ipc_dev || j->s->ipc_mirror != NULL)
+            memcpy(j->s->tr.buf[i], b, es);
         rf_warn("fault: trainer rank %d: %s carries N + 1 in update %u", j->rank,
-                j->man.entries[i].name, v);
+                j->s->man.entries[i].name, v);
         return RF_OK;
     }
     return rf_err_set(err, RF_ERR_INVALID, "trainer rank %d: fault bad-weight-shape: it holds "

@@ -3,10 +3,15 @@
  * the job's files call across. One job_t per rank, on rf_job_run's stack; every function here
  * borrows it. Collective calls say so; the rest are local.
  *
- *   job.c         rf_job_run, the update loop (run_update), the transfer callbacks, teardown
- *   job_setup.c   job_setup: topology, inventory, storage, plans, manifest, chunk plan, trainer,
- *                 accelerators, nccl and ipc setup, the trainer's stage gather; the plan's
- *                 broadcast or p2p form (job_plan_build, job_apply_pieces)
+ * The job is a client of the session (runtime/session_int.h): the session sets up topology,
+ * placement, inventory, storage, plans, manifest, chunk plan, trainer, accelerators, nccl and
+ * ipc, and runs each update (rf_session_run); the job brings the producer, the fault hooks,
+ * the oracle and the report.
+ *
+ *   job.c         rf_job_run, the update loop (run_update: production, the session's update
+ *                 with the job's hooks, counters, oracle, table), teardown
+ *   job_setup.c   job_setup: the session with refit's own storage and buffers, the job's
+ *                 communicators, oracle buffers and reference
  *   job_faults.c  --inject-fault: the parser, the resolution at setup, the hooks
  *   job_oracle.c  the oracle: snapshot, diff rule, scalar verification, reassembly against
  *                 --reference and its accounting, cold check, storage digest
@@ -37,6 +42,7 @@
 #include "refit/topology.h"
 #include "refit/trainer.h"
 #include "refit/transport.h"
+#include "session_int.h"
 
 /* Per-rank figures of one update, gathered to rank 0 for the table. */
 typedef struct job_stats {
@@ -81,34 +87,14 @@ typedef struct cold_chunk {
 
 typedef struct job {
     const rf_job_opts_t *o;
+    /* the session that sets up and runs every update (runtime/session_int.h): the job is its
+     * client, with storage and shard buffers refit allocates, and the hooks below */
+    rf_session_t *s;
+    rf_session_times_t tm;  /* the current update's, from rf_session_run */
     cold_chunk_t *cold;
     size_t ncold, capcold;
-    int rank, size, T, R;
-    rf_topology_t topo;
-    rf_model_config_t cfg;
-    rf_rank_info_t me;
-    rf_placement_t place;
-    rf_inventory_t inv;
-    MPI_Comm role_comm, engine_comm, stats_comm;
-    rf_ctl_t *ctl;
-    rf_xfer_t *xfer;
-    rf_manifest_t man;
-    rf_chunk_item_t *items;
-    rf_chunk_plan_t *cplan;
-    int *senders, *receivers;
-    rf_gate_expect_t expect;
-    /* trainer */
-    rf_trainer_t tr;
-    bool tr_ready;
-    /* both: checkpoint (trainers read shards, rollout ranks read what they verify) */
-    rf_ckpt_t *ck;
-    /* rollout */
-    rf_storage_t st;
-    rf_accel_t *accel; /* rollout with rollout.gpus: the "cuda" accelerator on its device */
-    rf_format_t fmt;
-    rf_plan_t plan;
-    bool plan_ready;
-    uint64_t plan_layers[RF_PLAN_MODES];
+    int rank, size, T, R;   /* the session's, copied */
+    MPI_Comm engine_comm, stats_comm;
     rf_ref_t *ref;          /* rollout ranks; rank 0 too, for job_ref_account() */
     uint64_t ref_total;     /* rank 0: reference entries, when the last update was checked
                                against them (0 otherwise) */
@@ -119,42 +105,16 @@ typedef struct job {
     /* per update */
     job_stats_t js;
     const char *source;     /* "checkpoint" | "generator" */
+    bool from_ckpt;         /* this update's source is the checkpoint */
+    rf_status_t pre;        /* a production before the update began (ipc, resident nccl) */
+    rf_err_t pre_err;
     bool paused;
-    bool integrity;         /* per-chunk checksum trailer (option or topology) */
     const char *integrity_off; /* NULL when on; else what turned it off, for the table */
-    bool integrity_host_pack;  /* nccl: some trainer packs on the host because of integrity */
     rf_job_fault_t fault;   /* resolved: rank set; kind NONE when off */
     uint32_t update;        /* current update (fault hooks) */
-    double deadline;        /* its absolute deadline */
     uint32_t last_committed; /* the last update that COMMITTED (0: none yet) */
-    /* ipc transport (colocated) */
-    bool ipc;
-    int *pair_of;              /* [size] every rank's IPC pair (-1 none) */
-    uint8_t *ipc_staged;       /* [n_chunks] the stage sender stages (part of) the chunk */
-    uint8_t *ipc_piece_staged; /* [n_pieces] some rollout rank reads the piece staged */
-    rf_ipc_piece_t *ipc_pieces; /* rollout: [n_pieces] where this rank reads each piece */
-    int *item_tensor;           /* [man.n]: the inventory tensor of each manifest entry (the
-                                   per-piece hot path reads this, not the large entries) */
-    bool ipc_dev;          /* the arena backend is device memory (cuda, or host-device in tests) */
-    void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
-    void *ipc_mirror;      /* trainer, ipc_dev: pinned host mirror the trainer produces into */
-    uint64_t ipc_wbytes;   /* trainer, ipc_dev: bytes of both */
     double *hist_verdict_s;      /* rank 0, --bench-json: per update, slowest rank */
     int *hist_committed;
-    /* p2p mode: every trainer rank sends each rollout rank the rectangles it needs */
-    bool p2p;
-    rf_p2p_schedule_t p2p_s;
-    /* nccl transport: device chunk buffers on every rank's GPU (transport/transport_nccl.c) */
-    bool nccl;
-    rf_nccl_layout_t nccl_layout;
-    /* nccl trainer with its weights resident on its GPU (nccl_resident_eligible): produced on
-     * the device before the update begins, packed device to device into the chunk buffer */
-    bool nccl_resident;
-    void *nccl_wdev;             /* its weights arena (device), rf_trainer_arena_layout bytes */
-    rf_trainer_source_t src;     /* the trainer as the transfer's source (its row list owned) */
-    bool fence;                  /* some trainer produces before the update: update_fence */
-    const char *wire;            /* the stage gather's wire when not MPI point-to-point: "nccl
-                                    gather communicators" or the tests' "test wire" */
     /* --profile-dir (docs/design.md#profile): one line per update appended to the .jsonl with
      * one write(), so a long run costs the same per update and a killed one leaves whole lines */
     int prof_fd;                 /* profile-rank<R>.jsonl, O_APPEND; -1: no profile */
@@ -179,22 +139,17 @@ typedef struct job_bench_info {
     bool ipc_dev;
 } job_bench_info_t;
 
-static inline bool job_is_rollout(const job_t *j) { return j->me.role == RF_ROLE_ROLLOUT; }
+static inline bool job_is_rollout(const job_t *j) { return rf_session_is_rollout(j->s); }
 
 /* ---- job_setup.c ---------------------------------------------------------------------- */
 
 /* Everything before the first update (collective over MPI_COMM_WORLD; every rank returns the
- * lowest failing rank's error). j holds o, rank and size. */
+ * lowest failing rank's error): the session (rf_session_open, rf_session_build with refit's
+ * own storage and buffers, the fault resolved at its `configured` point), then the job's own
+ * communicators, oracle buffers and reference. j holds o. */
 rf_status_t job_setup(job_t *j, rf_err_t *err);
-/* The reload plan over storage st: broadcast (sender -1) or p2p (sender-keyed rectangles). */
-rf_status_t job_plan_build(job_t *j, rf_plan_t *p, rf_storage_t *st, rf_format_t *fmt,
-                           rf_err_t *err);
-/* Applies one chunk's pieces to plan p (the live plan or the cold check's) in the plan's form:
- * broadcast (sender -1) or this rank's p2p rectangles (sender-keyed); dev: payload is device
- * memory of the storage's device (nccl's chunk buffer). */
-rf_status_t job_apply_pieces(job_t *j, rf_plan_t *p, const rf_chunk_t *chunk,
-                             const rf_chunk_piece_t *pieces, const void *payload, bool dev,
-                             rf_err_t *err);
+/* Tears down what job_setup made (the session last). */
+void job_teardown_setup(job_t *j);
 
 /* ---- job_faults.c --------------------------------------------------------------------- */
 

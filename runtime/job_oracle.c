@@ -26,15 +26,15 @@
 uint64_t job_storage_hash(const job_t *j)
 {
     XXH3_state_t *h = XXH3_createState();
-    bool dev = rf_storage_on_device(&j->st);
+    bool dev = rf_storage_on_device(&j->s->st);
     char *buf = NULL;
     size_t cap = 0;
     uint64_t v = 0;
     if (h == NULL)
         return 0;
     XXH3_64bits_reset(h);
-    for (int s = 0; s < j->st.nslots; s++) {
-        const rf_slot_t *sl = &j->st.slots[s];
+    for (int s = 0; s < j->s->st.nslots; s++) {
+        const rf_slot_t *sl = &j->s->st.slots[s];
         size_t b = (size_t)rf_signature_bytes(&sl->sig);
         const void *bytes = sl->sig.data;
         if (dev) { /* device slots: hash a host copy (d2h) */
@@ -45,7 +45,7 @@ uint64_t job_storage_hash(const job_t *j)
                 buf = g;
                 cap = b;
             }
-            if (rf_storage_read(&j->st, buf, sl->sig.data, b, NULL) != RF_OK)
+            if (rf_storage_read(&j->s->st, buf, sl->sig.data, b, NULL) != RF_OK)
                 break;
             bytes = buf;
         }
@@ -60,15 +60,15 @@ uint64_t job_storage_hash(const job_t *j)
 /* Every slot's bytes before the update, outside the timed path, for the diff rule. */
 void job_snapshot(job_t *j)
 {
-    for (int s = 0; s < j->st.nslots; s++) {
-        rf_slot_t *sl = &j->st.slots[s];
+    for (int s = 0; s < j->s->st.nslots; s++) {
+        rf_slot_t *sl = &j->s->st.slots[s];
         uint64_t b = rf_signature_bytes(&sl->sig);
         if (sl->derived)
             continue;
         if (j->snap[s] == NULL)
             j->snap[s] = malloc(b + 1);
         if (j->snap[s] != NULL &&
-            rf_storage_read(&j->st, j->snap[s], sl->sig.data, (size_t)b, NULL) != RF_OK) {
+            rf_storage_read(&j->s->st, j->snap[s], sl->sig.data, (size_t)b, NULL) != RF_OK) {
             free(j->snap[s]); /* no snapshot: the diff rule skips the slot */
             j->snap[s] = NULL;
         }
@@ -80,11 +80,11 @@ void job_snapshot(job_t *j)
 static void diff_rule(job_t *j)
 {
     uint64_t total[2] = {0, 0}, changed[2] = {0, 0};
-    for (int s = 0; s < j->st.nslots; s++) {
-        rf_slot_t *sl = &j->st.slots[s];
+    for (int s = 0; s < j->s->st.nslots; s++) {
+        rf_slot_t *sl = &j->s->st.slots[s];
         if (sl->derived || j->snap[s] == NULL)
             continue;
-        rf_quant_t q = j->inv.modules[sl->module].quant;
+        rf_quant_t q = j->s->inv.modules[sl->module].quant;
         int cls = q != RF_QUANT_NONE; /* quantized tensors: 90% (DESIGN.md section 2) */
         /* packed int4 compares per byte */
         size_t es = q == RF_QUANT_WNA16 && sl->sig.dtype == RF_DTYPE_I32
@@ -93,20 +93,20 @@ static void diff_rule(job_t *j)
         uint64_t n = rf_signature_bytes(&sl->sig) / es, pad = 0;
         const char *a = sl->sig.data, *b = j->snap[s];
         char *host = NULL;
-        if (rf_storage_on_device(&j->st)) { /* compare a host copy of the device slot */
+        if (rf_storage_on_device(&j->s->st)) { /* compare a host copy of the device slot */
             size_t nb = (size_t)rf_signature_bytes(&sl->sig);
             host = malloc(nb + 1);
-            if (host == NULL || rf_storage_read(&j->st, host, sl->sig.data, nb, NULL) != RF_OK) {
+            if (host == NULL || rf_storage_read(&j->s->st, host, sl->sig.data, nb, NULL) != RF_OK) {
                 free(host);
                 continue;
             }
             a = host;
         }
-        if (j->inv.modules[sl->module].kind == RF_MOD_VOCAB) {
+        if (j->s->inv.modules[sl->module].kind == RF_MOD_VOCAB) {
             /* the padding rows of either layout (vllm: Vp / T, hf: ceil(V / T) per rank) */
             int64_t first, cols;
-            pad = rf_load_vocab_pad_rows(&j->inv, &j->me.rc, sl->module, &first, &cols) *
-                  (uint64_t)j->inv.cfg.hidden_size;
+            pad = rf_load_vocab_pad_rows(&j->s->inv, &j->s->me.rc, sl->module, &first, &cols) *
+                  (uint64_t)j->s->inv.cfg.hidden_size;
         }
         uint64_t same = 0;
         for (uint64_t i = 0; i < n; i++)
@@ -159,22 +159,22 @@ static void expect_clear(expect_ctx_t *c)
 static bool expect_quantized(expect_ctx_t *c, const rf_tensor_t *t)
 {
     job_t *j = c->j;
-    const rf_module_t *mod = &j->inv.modules[t->module];
+    const rf_module_t *mod = &j->s->inv.modules[t->module];
     bool wna16 = mod->quant == RF_QUANT_WNA16;
     bool rowq = mod->quant == RF_QUANT_FP8_TENSOR || mod->quant == RF_QUANT_FP8_CHANNEL;
     char prefix[RF_NAME_MAX - 32], name[RF_NAME_MAX];
     const char *dot = strrchr(t->name, '.');
     snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
     snprintf(name, sizeof(name), "%s.%s", prefix, wna16 ? "weight_packed" : "weight");
-    int qi = rf_inventory_find(&j->inv, name);
+    int qi = rf_inventory_find(&j->s->inv, name);
     snprintf(name, sizeof(name), "%s.%s", prefix,
              wna16 || rowq ? "weight_scale" : "weight_scale_inv");
-    int si = rf_inventory_find(&j->inv, name);
+    int si = rf_inventory_find(&j->s->inv, name);
     if (qi < 0 || si < 0)
         return false;
-    const rf_tensor_t *qt = &j->inv.tensors[qi], *sc = &j->inv.tensors[si];
+    const rf_tensor_t *qt = &j->s->inv.tensors[qi], *sc = &j->s->inv.tensors[si];
     int64_t N = qt->shape[0], K = qt->shape[1] * (wna16 ? 8 : 1);
-    rf_dtype_t dt = j->inv.cfg.dtype;
+    rf_dtype_t dt = j->s->inv.cfg.dtype;
     size_t es = rf_dtype_size(dt);
     char *logical = malloc((size_t)N * (size_t)K * es + 1);
     char *q = malloc(qt->nbytes + 1), *scale = malloc(sc->nbytes + 1);
@@ -189,17 +189,17 @@ static bool expect_quantized(expect_ctx_t *c, const rf_tensor_t *t)
         lt.nbytes = lt.numel * es;
         st = rf_gen_fill(&lt, c->step, 0, (uint64_t)N, 0, (uint64_t)K, logical, (size_t)K * es);
     } else if (st == RF_OK) {
-        const rf_st_entry_t *e = rf_ckpt_find(j->ck, name);
+        const rf_st_entry_t *e = rf_ckpt_find(j->s->ck, name);
         st = e == NULL ? RF_ERR_MISSING
-                       : rf_ckpt_read(j->ck, e, 0, (uint64_t)N, 0, (uint64_t)K * es, logical,
+                       : rf_ckpt_read(j->s->ck, e, 0, (uint64_t)N, 0, (uint64_t)K * es, logical,
                                       (size_t)K * es, c->err);
     }
     if (st == RF_OK && rowq) /* the whole tensor at once: what every trainer slice matches */
         st = rf_fp8_quantize_rows(logical, dt, N, K, K, mod->quant == RF_QUANT_FP8_CHANNEL,
                                   (uint8_t *)q, K, (float *)(void *)scale);
     else if (st == RF_OK)
-        st = wna16 ? rf_wna16_quantize(logical, dt, N, K, K, j->inv.group_size, (uint32_t *)q,
-                                       K / 8, scale, sc->dtype, K / j->inv.group_size)
+        st = wna16 ? rf_wna16_quantize(logical, dt, N, K, K, j->s->inv.group_size, (uint32_t *)q,
+                                       K / 8, scale, sc->dtype, K / j->s->inv.group_size)
                    : rf_fp8_quantize(logical, dt, N, K, K, (uint8_t *)q, K, scale, sc->dtype,
                                      sc->shape[1], RF_FP8_PLAIN);
     free(logical);
@@ -217,13 +217,13 @@ static const void *expect_bytes(void *ctx, int tensor)
 {
     expect_ctx_t *c = ctx;
     job_t *j = c->j;
-    const rf_tensor_t *t = &j->inv.tensors[tensor];
+    const rf_tensor_t *t = &j->s->inv.tensors[tensor];
     if (c->buf[tensor] != NULL)
         return c->buf[tensor];
     if (t->param == RF_PARAM_WEIGHT_SHAPE)
         return NULL; /* never stored, never verified through a slot */
-    if (j->inv.modules[t->module].quant != RF_QUANT_NONE && t->param != RF_PARAM_BIAS &&
-        (!c->from_ckpt || rf_manifest_trainer_quantizes(&j->inv, t, j->ck)))
+    if (j->s->inv.modules[t->module].quant != RF_QUANT_NONE && t->param != RF_PARAM_BIAS &&
+        (!c->from_ckpt || rf_manifest_trainer_quantizes(&j->s->inv, t, j->s->ck)))
         return expect_quantized(c, t) ? c->buf[tensor] : NULL;
     if (!c->from_ckpt) {
         char *b = malloc(t->nbytes + 1);
@@ -236,12 +236,12 @@ static const void *expect_bytes(void *ctx, int tensor)
         expect_keep(c, tensor, b, t->dtype);
         return b;
     }
-    const rf_st_entry_t *e = rf_ckpt_find(j->ck, t->name);
+    const rf_st_entry_t *e = rf_ckpt_find(j->s->ck, t->name);
     if (e == NULL)
         return NULL;
     char *b = malloc(e->nbytes + 1);
     uint64_t rows = rf_st_entry_rows(e), rb = rf_st_entry_row_bytes(e);
-    if (b == NULL || rf_ckpt_read(j->ck, e, 0, rows, 0, rb, b, rb, c->err) != RF_OK) {
+    if (b == NULL || rf_ckpt_read(j->s->ck, e, 0, rows, 0, rb, b, rb, c->err) != RF_OK) {
         free(b);
         return NULL;
     }
@@ -255,13 +255,13 @@ static rf_dtype_t expect_dtype(void *ctx, int tensor)
 {
     expect_ctx_t *c = ctx;
     job_t *j = c->j;
-    const rf_tensor_t *t = &j->inv.tensors[tensor];
+    const rf_tensor_t *t = &j->s->inv.tensors[tensor];
     if (c->buf[tensor] != NULL)
         return c->dt[tensor];
     if (!c->from_ckpt || t->param == RF_PARAM_WEIGHT_SHAPE ||
-        rf_manifest_trainer_quantizes(&j->inv, t, j->ck))
+        rf_manifest_trainer_quantizes(&j->s->inv, t, j->s->ck))
         return RF_DTYPE_INVALID;
-    const rf_st_entry_t *e = rf_ckpt_find(j->ck, t->name);
+    const rf_st_entry_t *e = rf_ckpt_find(j->s->ck, t->name);
     return e != NULL ? e->dtype : RF_DTYPE_INVALID;
 }
 
@@ -278,53 +278,53 @@ static rf_status_t verify_scalar(job_t *j, uint64_t step, bool from_ckpt, rf_err
     expect_ctx_t c = {.j = j, .step = step, .from_ckpt = from_ckpt, .err = err};
     rf_verify_opts_t vo = {0, expect_dtype};
     rf_status_t st = RF_OK;
-    c.buf = calloc((size_t)j->inv.ntensors + 1, sizeof(char *));
-    c.dt = calloc((size_t)j->inv.ntensors + 1, sizeof(rf_dtype_t));
-    c.used = calloc((size_t)j->inv.ntensors + 1, sizeof(int));
+    c.buf = calloc((size_t)j->s->inv.ntensors + 1, sizeof(char *));
+    c.dt = calloc((size_t)j->s->inv.ntensors + 1, sizeof(rf_dtype_t));
+    c.used = calloc((size_t)j->s->inv.ntensors + 1, sizeof(int));
     if (!c.buf || !c.dt || !c.used) {
         free(c.buf);
         free(c.dt);
         free(c.used);
         return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
     }
-    if (strcmp(j->fmt.ops->name, "fp8-block-fnuz") == 0)
+    if (strcmp(j->s->fmt.ops->name, "fp8-block-fnuz") == 0)
         vo.flags |= RF_VERIFY_FP8_FNUZ_ZERO;
-    if (strcmp(j->fmt.ops->name, "fp8-tensor") == 0)
+    if (strcmp(j->s->fmt.ops->name, "fp8-tensor") == 0)
         vo.flags |= RF_VERIFY_FP8_REQUANT_MAX;
-    for (int m = 0; m < j->plan.nlayers && st == RF_OK; m++) {
-        rf_layer_t *L = &j->plan.layers[m];
-        bool quant = j->inv.modules[m].quant != RF_QUANT_NONE;
+    for (int m = 0; m < j->s->plan.nlayers && st == RF_OK; m++) {
+        rf_layer_t *L = &j->s->plan.layers[m];
+        bool quant = j->s->inv.modules[m].quant != RF_QUANT_NONE;
         void *bufs[RF_MODULE_MAX_SLOTS] = {0};
         for (int s = 0; s < L->nmodel; s++)
             bufs[s] = malloc(rf_slot_shape_bytes(&L->model[s]) + 1);
         c.slots = bufs;
-        st = rf_plan_read_model(&j->plan, m, bufs, err);
+        st = rf_plan_read_model(&j->s->plan, m, bufs, err);
         for (int s = 0; s < L->nmodel && st == RF_OK; s++) {
             uint64_t mism = 0;
             size_t nb = rf_slot_shape_bytes(&L->model[s]);
             if (from_ckpt || quant)
-                st = rf_verify_slot_ex(&j->inv, m, s, &j->me.rc, bufs[s], nb, expect_bytes, &c,
-                                       &vo, &mism, err);
+                st = rf_verify_slot_ex(&j->s->inv, m, s, &j->s->me.rc, bufs[s], nb, expect_bytes,
+                                       &c, &vo, &mism, err);
             else
-                st = rf_verify_slot_generator(&j->inv, m, s, &j->me.rc, bufs[s], nb, step, &mism,
-                                              err);
+                st = rf_verify_slot_generator(&j->s->inv, m, s, &j->s->me.rc, bufs[s], nb, step,
+                                              &mism, err);
             j->js.verify_elems += nb / rf_dtype_size(L->model[s].dtype);
             j->js.verify_mismatch += mism;
             if (st == RF_OK && mism > 0)
                 st = rf_err_set(err, RF_ERR_VERIFY, "rank %d: %" PRIu64 " mismatches in %s.%s",
-                                j->rank, mism, j->inv.modules[m].name, L->model[s].name);
-            for (int k = 0; k < j->inv.modules[m].ntensors; k++) {
-                const rf_tensor_t *t = &j->inv.tensors[j->inv.modules[m].tensors[k]];
+                                j->rank, mism, j->s->inv.modules[m].name, L->model[s].name);
+            for (int k = 0; k < j->s->inv.modules[m].ntensors; k++) {
+                const rf_tensor_t *t = &j->s->inv.tensors[j->s->inv.modules[m].tensors[k]];
                 if ((t->slot == s || t->slot < 0) &&
-                    (t->expert < 0 || rf_moe_local_index(j->inv.cfg.num_experts, &j->me.rc,
+                    (t->expert < 0 || rf_moe_local_index(j->s->inv.cfg.num_experts, &j->s->me.rc,
                                                          t->expert) >= 0))
-                    j->verified[j->inv.modules[m].tensors[k]] = 1;
+                    j->verified[j->s->inv.modules[m].tensors[k]] = 1;
             }
         }
         if (st == RF_OK && quant) {
             uint64_t mism = 0;
-            st = rf_verify_dequant_module(&j->inv, m, &j->me.rc, expect_slot_bytes, expect_bytes,
-                                          &c, &vo, &mism, err);
+            st = rf_verify_dequant_module(&j->s->inv, m, &j->s->me.rc, expect_slot_bytes,
+                                          expect_bytes, &c, &vo, &mism, err);
             j->js.dequant_checked++;
             j->js.verify_mismatch += mism;
         }
@@ -351,7 +351,7 @@ typedef struct reasm_ctx {
 static const void *reasm_slot_bytes(void *ctx, int module, int slot)
 {
     reasm_ctx_t *c = ctx;
-    int first = c->j->st.module_first[module];
+    int first = c->j->s->st.module_first[module];
     return c->bufs[first + slot];
 }
 
@@ -361,10 +361,10 @@ static const void *reasm_slot_bytes(void *ctx, int module, int slot)
 static rf_dtype_t reasm_target(void *ctx, int tensor)
 {
     reasm_ctx_t *c = ctx;
-    const rf_tensor_t *t = &c->j->inv.tensors[tensor];
-    if (rf_manifest_trainer_quantizes(&c->j->inv, t, c->j->ck))
+    const rf_tensor_t *t = &c->j->s->inv.tensors[tensor];
+    if (rf_manifest_trainer_quantizes(&c->j->s->inv, t, c->j->s->ck))
         return RF_DTYPE_INVALID;
-    const rf_st_entry_t *e = rf_ckpt_find(c->j->ck, t->name);
+    const rf_st_entry_t *e = rf_ckpt_find(c->j->s->ck, t->name);
     return e != NULL ? e->dtype : RF_DTYPE_INVALID;
 }
 
@@ -372,8 +372,8 @@ static rf_dtype_t reasm_target(void *ctx, int tensor)
  * a shard of a fused module (qkv_proj, gate_up_proj). */
 static bool reasm_requantized(const job_t *j, const rf_tensor_t *t)
 {
-    const rf_module_t *m = &j->inv.modules[t->module];
-    return strcmp(j->fmt.ops->name, "fp8-tensor") == 0 && m->quant == RF_QUANT_FP8_TENSOR &&
+    const rf_module_t *m = &j->s->inv.modules[t->module];
+    return strcmp(j->s->fmt.ops->name, "fp8-tensor") == 0 && m->quant == RF_QUANT_FP8_TENSOR &&
            m->nlinears > 1 &&
            (t->param == RF_PARAM_TENSOR_SCALE ||
             (t->param == RF_PARAM_WEIGHT && t->dtype == RF_DTYPE_F8_E4M3));
@@ -383,10 +383,10 @@ static bool reasm_requantized(const job_t *j, const rf_tensor_t *t)
 static char *reasm_read_file(job_t *j, const char *name, const rf_st_entry_t **se_p,
                              rf_err_t *err)
 {
-    const rf_st_entry_t *se = rf_ckpt_find(j->ck, name);
+    const rf_st_entry_t *se = rf_ckpt_find(j->s->ck, name);
     char *f = se ? malloc(se->nbytes + 1) : NULL;
     uint64_t rows = se ? rf_st_entry_rows(se) : 0, rb = se ? rf_st_entry_row_bytes(se) : 0;
-    if (f == NULL || rf_ckpt_read(j->ck, se, 0, rows, 0, rb, f, rb, err) != RF_OK) {
+    if (f == NULL || rf_ckpt_read(j->s->ck, se, 0, rows, 0, rb, f, rb, err) != RF_OK) {
         free(f);
         return NULL;
     }
@@ -403,7 +403,7 @@ static char *reasm_read_file(job_t *j, const char *name, const rf_st_entry_t **s
 static char *reasm_requant_expect(job_t *j, const rf_tensor_t *t, const rf_ref_entry_t *e,
                                   size_t *n_p, rf_err_t *err)
 {
-    const rf_module_t *m = &j->inv.modules[t->module];
+    const rf_module_t *m = &j->s->inv.modules[t->module];
     const rf_st_entry_t *se;
     float smax = 0.0f, own = 0.0f;
     uint8_t d[32];
@@ -418,7 +418,7 @@ static char *reasm_requant_expect(job_t *j, const rf_tensor_t *t, const rf_ref_e
     size_t pl = strlen(t->name) - (t->param == RF_PARAM_WEIGHT ? strlen(".weight")
                                                                : strlen(".weight_scale"));
     for (int k = 0; k < m->ntensors; k++) {
-        const rf_tensor_t *st = &j->inv.tensors[m->tensors[k]];
+        const rf_tensor_t *st = &j->s->inv.tensors[m->tensors[k]];
         const rf_st_entry_t *ss;
         if (st->param != RF_PARAM_TENSOR_SCALE)
             continue;
@@ -450,7 +450,7 @@ static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
 {
     reasm_ctx_t *c = ctx;
     job_t *j = c->j;
-    const rf_tensor_t *t = &j->inv.tensors[tensor];
+    const rf_tensor_t *t = &j->s->inv.tensors[tensor];
     const rf_ref_entry_t *e = rf_ref_find(j->ref, t->name);
     uint8_t d[32];
     char hex[65];
@@ -461,11 +461,11 @@ static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
     char what[RF_NAME_MAX + 96];
     rf_dtype_t got = reasm_target(c, tensor);
     got = got == RF_DTYPE_INVALID ? t->dtype : got;
-    if (rf_manifest_trainer_quantizes(&j->inv, t, j->ck)) {
+    if (rf_manifest_trainer_quantizes(&j->s->inv, t, j->s->ck)) {
         const char *dot = strrchr(t->name, '.');
         snprintf(what, sizeof(what),
                  "%s quantized by the trainer from the checkpoint's %s %.*s.weight",
-                 rf_dtype_name(got), rf_dtype_name(j->inv.cfg.dtype), (int)(dot - t->name),
+                 rf_dtype_name(got), rf_dtype_name(j->s->inv.cfg.dtype), (int)(dot - t->name),
                  t->name);
     } else {
         snprintf(what, sizeof(what), "%s as stored", rf_dtype_name(got));
@@ -482,7 +482,7 @@ static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
                            j->o->reference, t->name, rf_dtype_name(e->dtype), what);
         return;
     }
-    if (reasm_requantized(j, t) && !rf_manifest_trainer_quantizes(&j->inv, t, j->ck)) {
+    if (reasm_requantized(j, t) && !rf_manifest_trainer_quantizes(&j->s->inv, t, j->s->ck)) {
         /* requantize_with_max_scale is not injective either: the file against the reference,
          * then the rollout's bytes against the file under the owner's requantization */
         size_t n = 0;
@@ -498,13 +498,13 @@ static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
             return;
         }
         c->requant++;
-    } else if (t->dtype == RF_DTYPE_F8_E4M3 && strcmp(j->fmt.ops->name, "fp8-block-fnuz") == 0) {
+    } else if (t->dtype == RF_DTYPE_F8_E4M3 && strcmp(j->s->fmt.ops->name, "fp8-block-fnuz") == 0) {
         /* e4m3fnuz maps 0x80 (-0.0) and 0x00 to 0x00: not injective. Check the file against the
          * reference, then compare with the file's bytes under the same transform. */
-        const rf_st_entry_t *se = rf_ckpt_find(j->ck, t->name);
+        const rf_st_entry_t *se = rf_ckpt_find(j->s->ck, t->name);
         char *f = se ? malloc(se->nbytes + 1) : NULL;
         uint64_t rows = se ? rf_st_entry_rows(se) : 0, rb = se ? rf_st_entry_row_bytes(se) : 0;
-        rf_status_t rs = f ? rf_ckpt_read(j->ck, se, 0, rows, 0, rb, f, rb, c->err) : RF_ERR_IO;
+        rf_status_t rs = f ? rf_ckpt_read(j->s->ck, se, 0, rows, 0, rb, f, rb, c->err) : RF_ERR_IO;
         if (rs == RF_OK) {
             rf_sha256(f, se->nbytes, d);
             if (memcmp(d, e->sha256, 32) != 0)
@@ -542,22 +542,22 @@ static rf_status_t verify_reference(job_t *j, rf_err_t *err)
 {
     reasm_ctx_t c = {.j = j, .err = err};
     rf_status_t st = RF_OK;
-    c.bufs = calloc((size_t)j->st.nslots + 1, sizeof(void *));
+    c.bufs = calloc((size_t)j->s->st.nslots + 1, sizeof(void *));
     if (c.bufs == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
-    for (int m = 0; m < j->plan.nlayers && st == RF_OK; m++) {
-        rf_layer_t *L = &j->plan.layers[m];
-        int first = j->st.module_first[m];
+    for (int m = 0; m < j->s->plan.nlayers && st == RF_OK; m++) {
+        rf_layer_t *L = &j->s->plan.layers[m];
+        int first = j->s->st.module_first[m];
         for (int s = 0; s < L->nmodel; s++)
             c.bufs[first + s] = malloc(rf_slot_shape_bytes(&L->model[s]) + 1);
-        st = rf_plan_read_model(&j->plan, m, &c.bufs[first], err);
+        st = rf_plan_read_model(&j->s->plan, m, &c.bufs[first], err);
     }
     int ok = st == RF_OK, all;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, j->engine_comm);
     if (all) {
         rf_reassemble_opts_t ro = {reasm_target};
-        st = rf_reassemble_ex(&j->inv, &j->me.rc, j->engine_comm, reasm_slot_bytes, reasm_done,
-                              &c, &ro, err);
+        st = rf_reassemble_ex(&j->s->inv, &j->s->me.rc, j->engine_comm, reasm_slot_bytes,
+                              reasm_done, &c, &ro, err);
         j->js.fnuz_tensors = c.fnuz;
         j->js.requant_tensors = c.requant;
         if (st == RF_OK)
@@ -566,12 +566,12 @@ static rf_status_t verify_reference(job_t *j, rf_err_t *err)
         st = rf_err_set(err, RF_ERR_VERIFY, "rank %d: an engine peer could not read its storage",
                         j->rank);
     }
-    for (int s = 0; s < j->st.nslots; s++)
+    for (int s = 0; s < j->s->st.nslots; s++)
         free(c.bufs[s]);
     free(c.bufs);
     /* only the engine leader checked hashes; the others verified by contributing */
-    if (st == RF_OK && j->me.rc.tp_rank + j->me.rc.dp_rank * j->me.rc.tp != 0)
-        memset(j->verified, 0, (size_t)j->inv.ntensors);
+    if (st == RF_OK && j->s->me.rc.tp_rank + j->s->me.rc.dp_rank * j->s->me.rc.tp != 0)
+        memset(j->verified, 0, (size_t)j->s->inv.ntensors);
     return st;
 }
 
@@ -611,42 +611,43 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
     rf_storage_t cst;
     rf_plan_t cp;
     rf_status_t st;
-    rf_format_t fmt = j->fmt;
-    RF_CHECK(rf_storage_init(&cst, j->inv.nmodules, err));
-    st = rf_plan_alloc_storage(&j->inv, &j->me.rc, &fmt, &cst, false, err);
+    rf_format_t fmt = j->s->fmt;
+    RF_CHECK(rf_storage_init(&cst, j->s->inv.nmodules, err));
+    st = rf_plan_alloc_storage(&j->s->inv, &j->s->me.rc, &fmt, &cst, false, err);
     if (st == RF_OK)
-        st = job_plan_build(j, &cp, &cst, &fmt, err);
+        st = rf_session_plan_build(j->s, &cp, &cst, &fmt, err);
     if (st != RF_OK) {
         rf_storage_free(&cst);
         return st;
     }
-    for (int i = 0; i < j->man.n && st == RF_OK; i++)
-        st = rf_plan_set_source_dtype(&cp, j->man.entries[i].tensor, j->man.entries[i].dtype, err);
+    for (int i = 0; i < j->s->man.n && st == RF_OK; i++)
+        st = rf_plan_set_source_dtype(&cp, j->s->man.entries[i].tensor, j->s->man.entries[i].dtype,
+                                      err);
     if (st == RF_OK)
         st = rf_plan_begin(&cp, v, err);
     for (size_t c = 0; c < j->ncold && st == RF_OK; c++) {
         const rf_chunk_t *ch = j->cold[c].chunk;
-        const rf_chunk_plan_t *pl = j->p2p ? rf_p2p_schedule_find(&j->p2p_s, j->rank)->plan
-                                           : j->cplan;
+        const rf_chunk_plan_t *pl =
+            j->s->p2p ? rf_p2p_schedule_find(&j->s->p2p_s, j->rank)->plan : j->s->cplan;
         st = rf_plan_stage(&cp, j->cold[c].payload, ch->payload_bytes, err);
         if (st == RF_OK)
-            st = job_apply_pieces(j, &cp, ch, &pl->pieces[ch->piece_begin], j->cold[c].payload,
-                                  false, err);
+            st = rf_session_apply_pieces(j->s, &cp, ch, &pl->pieces[ch->piece_begin],
+                                         j->cold[c].payload, false, err);
     }
     if (st == RF_OK)
         st = rf_plan_finalize(&cp, err);
-    for (int s = 0; s < j->st.nslots && st == RF_OK; s++) {
-        uint64_t b = rf_signature_bytes(&j->st.slots[s].sig);
-        const void *live = j->st.slots[s].sig.data, *cold = cst.slots[s].sig.data;
+    for (int s = 0; s < j->s->st.nslots && st == RF_OK; s++) {
+        uint64_t b = rf_signature_bytes(&j->s->st.slots[s].sig);
+        const void *live = j->s->st.slots[s].sig.data, *cold = cst.slots[s].sig.data;
         char *hl = NULL, *hc = NULL;
-        if (b == rf_signature_bytes(&cst.slots[s].sig) && rf_storage_on_device(&j->st)) {
+        if (b == rf_signature_bytes(&cst.slots[s].sig) && rf_storage_on_device(&j->s->st)) {
             /* both storages on the device: compare host copies */
             hl = malloc(b + 1);
             hc = malloc(b + 1);
             if (hl == NULL || hc == NULL)
                 st = rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
             if (st == RF_OK)
-                st = rf_storage_read(&j->st, hl, live, (size_t)b, err);
+                st = rf_storage_read(&j->s->st, hl, live, (size_t)b, err);
             if (st == RF_OK)
                 st = rf_storage_read(&cst, hc, cold, (size_t)b, err);
             live = hl;
@@ -660,10 +661,10 @@ static rf_status_t cold_compare(job_t *j, uint32_t v, rf_err_t *err)
             st = rf_err_set(err, RF_ERR_VERIFY,
                             "rank %d: update %u: slot %s differs between a cold load and the "
                             "refit of the live storage",
-                            j->rank, v, j->st.slots[s].name);
+                            j->rank, v, j->s->st.slots[s].name);
     }
     if (st == RF_OK)
-        j->js.cold_slots = (uint64_t)j->st.nslots;
+        j->js.cold_slots = (uint64_t)j->s->st.nslots;
     rf_plan_free(&cp);
     rf_storage_free(&cst);
     return st;
@@ -674,14 +675,14 @@ static const void *derived_host(job_t *j, const rf_slot_t *sl, char **own, rf_er
 {
     size_t b = (size_t)rf_signature_bytes(&sl->sig);
     *own = NULL;
-    if (!rf_storage_on_device(&j->st))
+    if (!rf_storage_on_device(&j->s->st))
         return sl->sig.data;
     *own = malloc(b + 1);
     if (*own == NULL) {
         rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", j->rank);
         return NULL;
     }
-    if (rf_storage_read(&j->st, *own, sl->sig.data, b, err) != RF_OK) {
+    if (rf_storage_read(&j->s->st, *own, sl->sig.data, b, err) != RF_OK) {
         free(*own);
         *own = NULL;
         return NULL;
@@ -699,12 +700,12 @@ static rf_status_t verify_derived(job_t *j, uint32_t v, rf_err_t *err)
 {
     uint64_t layers = 0, checked = 0;
     rf_status_t st = RF_OK;
-    for (int m = 0; m < j->inv.nmodules && st == RF_OK; m++) {
-        int n = rf_storage_module_nslots(&j->st, m);
+    for (int m = 0; m < j->s->inv.nmodules && st == RF_OK; m++) {
+        int n = rf_storage_module_nslots(&j->s->st, m);
         rf_slot_t *w = NULL, *sc = NULL;
         bool has = false;
         for (int i = 0; i < n; i++) {
-            rf_slot_t *sl = rf_storage_module_slot(&j->st, m, i);
+            rf_slot_t *sl = rf_storage_module_slot(&j->s->st, m, i);
             const char *dot = strrchr(sl->name, '.');
             has = has || sl->derived;
             if (!sl->derived && dot != NULL && strcmp(dot + 1, "weight") == 0)
@@ -713,16 +714,16 @@ static rf_status_t verify_derived(job_t *j, uint32_t v, rf_err_t *err)
                 sc = sl;
         }
         layers += has;
-        if (!has || j->inv.cfg.family != RF_FAMILY_DEEPSEEK_V3)
+        if (!has || j->s->inv.cfg.family != RF_FAMILY_DEEPSEEK_V3)
             continue;
         for (int i = 0; i < n && st == RF_OK; i++) {
-            rf_slot_t *sl = rf_storage_module_slot(&j->st, m, i);
+            rf_slot_t *sl = rf_storage_module_slot(&j->s->st, m, i);
             const char *dot = strrchr(sl->name, '.');
             if (!sl->derived || dot == NULL)
                 continue;
             if (w == NULL || w->sig.ndim != 2)
                 return rf_err_set(err, RF_ERR_VERIFY, "rank %d: %s has derived slots but no "
-                                  "2-D weight", j->rank, j->inv.modules[m].name);
+                                  "2-D weight", j->rank, j->s->inv.modules[m].name);
             char *ow = NULL, *os = NULL, *od = NULL;
             const void *wb = derived_host(j, w, &ow, err);
             const void *sb = sc != NULL && wb != NULL ? derived_host(j, sc, &os, err) : NULL;
@@ -730,7 +731,7 @@ static rf_status_t verify_derived(job_t *j, uint32_t v, rf_err_t *err)
             if (wb == NULL || db == NULL || (sc != NULL && sb == NULL))
                 st = RF_ERR_NOMEM;
             else
-                st = rf_verify_mla_derived(&j->inv, m, dot + 1, wb, w->sig.dtype,
+                st = rf_verify_mla_derived(&j->s->inv, m, dot + 1, wb, w->sig.dtype,
                                            w->sig.shape[0], (const float *)sb, db,
                                            rf_signature_bytes(&sl->sig), err);
             free(ow);
@@ -766,7 +767,7 @@ void job_verify_update(job_t *j, uint32_t v, bool from_ckpt, bool diff)
     rf_status_t vs;
     rf_err_clear(&ve);
     double t = rf_time_now();
-    memset(j->verified, 0, (size_t)j->inv.ntensors);
+    memset(j->verified, 0, (size_t)j->s->inv.ntensors);
     if (j->ref != NULL && from_ckpt)
         vs = verify_reference(j, &ve);
     else
@@ -810,19 +811,19 @@ int job_ref_account(job_t *j, uint32_t v, const uint8_t *vsum, uint64_t *verifie
     const char *first_cut = NULL, *first_listed = NULL, *first_bad = NULL;
     for (size_t i = 0; i < n; i++) {
         const char *name = rf_ref_entry(j->ref, i)->name;
-        int ti = rf_inventory_find(&j->inv, name);
+        int ti = rf_inventory_find(&j->s->inv, name);
         if (ti >= 0 && vsum[ti]) {
             k++;
             continue;
         }
         if (ti < 0) {
-            rf_unknown_t u = rf_inventory_classify_unknown(&j->inv, name);
+            rf_unknown_t u = rf_inventory_classify_unknown(&j->s->inv, name);
             if (u == RF_UNKNOWN_CUT) {
                 if (cut++ == 0)
                     first_cut = name;
                 continue;
             }
-            if (u == RF_UNKNOWN_TIED && j->man.tied_checked) {
+            if (u == RF_UNKNOWN_TIED && j->s->man.tied_checked) {
                 tied++;
                 continue;
             }

@@ -78,26 +78,26 @@ const char *job_human_bytes(double b, char *buf, size_t cap)
  * on this transport, and the slower path it takes on GPUs until the checksum runs there. */
 static void print_integrity(const job_t *j)
 {
-    if (!j->integrity) {
+    if (!j->s->integrity) {
         job_print(j->o, RF_JOB_OUT,
                   "  %-10s off (%s): chunks carry no checksum; a corrupted byte is found only by "
                   "the oracle\n",
                   "integrity", j->integrity_off);
         return;
     }
-    if (j->ipc) {
+    if (j->s->ipc) {
         /* in-place reads copy straight from the pair's weights arena: no wire, no staging
          * buffer, nothing in between to corrupt or to check */
         job_print(j->o, RF_JOB_OUT,
                   "  %-10s on: XXH3-64 over every SEQ message and its staged bytes, checked before "
                   "unpacking; bytes read in place from the pair's arena are not checksummed%s\n",
-                  "integrity", j->ipc_dev ? "; staged chunks copied d2h to be hashed" : "");
+                  "integrity", j->s->ipc_dev ? "; staged chunks copied d2h to be hashed" : "");
         return;
     }
     job_print(j->o, RF_JOB_OUT,
               "  %-10s on: XXH3-64 trailer on every chunk, checked before unpacking%s%s\n",
-              "integrity", j->nccl ? "; receivers copy each whole chunk d2h to check it" : "",
-              j->integrity_host_pack ? "; trainers pack on the host to hash it "
+              "integrity", j->s->nccl ? "; receivers copy each whole chunk d2h to check it" : "",
+              j->s->integrity_host_pack ? "; trainers pack on the host to hash it "
                                        "(transfer.integrity: false packs device to device)"
                                      : "");
 }
@@ -148,13 +148,13 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
         j->o, RF_JOB_OUT,
         "refit update %u/%d: %s  source %s  topology %s (%d trainer + %d rollout ranks)%s%s%s\n",
         update, j->o->steps, v->committed && bad == NULL ? "COMMITTED" : "FAILED", j->source,
-        j->topo.name, j->T, j->R, bad ? " (committed by the gate; oracle: " : "",
+        j->s->topo.name, j->T, j->R, bad ? " (committed by the gate; oracle: " : "",
         bad ? bad->verify_msg : "", bad ? ")" : "");
-    job_print(j->o, RF_JOB_OUT,
-              "  %-10s %s in %zu chunks of %s, %d tensors, manifest %016" PRIx64 "\n", "payload",
-              job_human_bytes((double)j->man.payload_bytes, b1, sizeof(b1)), j->cplan->n_chunks,
-              job_human_bytes((double)j->topo.chunk_bytes, b2, sizeof(b2)), j->man.n,
-              j->man.digest);
+    job_print(
+        j->o, RF_JOB_OUT, "  %-10s %s in %zu chunks of %s, %d tensors, manifest %016" PRIx64 "\n",
+        "payload", job_human_bytes((double)j->s->man.payload_bytes, b1, sizeof(b1)),
+        j->s->cplan->n_chunks, job_human_bytes((double)j->s->topo.chunk_bytes, b2, sizeof(b2)),
+        j->s->man.n, j->s->man.digest);
     job_print(j->o, RF_JOB_OUT,
               "  %-10s DIRECT %" PRIu64 "  RUNTIME_VIEW %" PRIu64 "  LAYERWISE %" PRIu64
               "  (per rollout rank; applications %" PRIu64 ", declined %" PRIu64
@@ -166,15 +166,15 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
               "[wire %.3f, unpack %.3f, loaders %.3f] + finalize %.3f) | %.2f GB/s\n",
               "time", upd, crit_s, crit, c->begin_s, c->receive_s, c->wire_s, c->unpack_s,
               c->loader_s, c->finalize_s,
-              crit_s > 0 ? (double)j->man.payload_bytes / crit_s / 1e9 : 0.0);
+              crit_s > 0 ? (double)j->s->man.payload_bytes / crit_s / 1e9 : 0.0);
     job_print(j->o, RF_JOB_OUT,
               "  %-10s produced %s, read %s, gathered %s%s%s; max %d chunks in flight; "
               "production %.3f s (slowest trainer rank)\n", "trainer",
               job_human_bytes((double)produced, b1, sizeof(b1)),
               job_human_bytes((double)read, b2, sizeof(b2)),
-              job_human_bytes((double)gathered, b3, sizeof(b3)), j->wire ? " over the " : "",
-              j->wire ? j->wire : "", inflight, produce_s);
-    if (j->fence && !j->ipc) { /* nccl trainers with resident weights */
+              job_human_bytes((double)gathered, b3, sizeof(b3)), j->s->wire ? " over the " : "",
+              j->s->wire ? j->s->wire : "", inflight, produce_s);
+    if (j->s->fence && !j->s->ipc) { /* nccl trainers with resident weights */
         double res = 0;
         for (int r = 0; r < j->T; r++)
             res = all[r].resident_s > res ? all[r].resident_s : res;
@@ -183,7 +183,7 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
                   "began), chunks packed device to device\n",
                   "device", res);
     }
-    if (j->ipc) {
+    if (j->s->ipc) {
         uint64_t inpl = 0, stg = 0;
         for (int r = 0; r < j->size; r++) {
             inpl += all[r].ipc_in_place;
@@ -197,7 +197,7 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
         double res = 0;
         for (int r = 0; r < j->T; r++)
             res = all[r].resident_s > res ? all[r].resident_s : res;
-        if (!j->ipc_dev) {
+        if (!j->s->ipc_dev) {
             job_print(j->o, RF_JOB_OUT,
                       "  %-10s trainer weights written into the shared-memory arenas %.3f s before "
                       "the update began\n",
@@ -323,7 +323,7 @@ void job_print_digest(const job_t *j, uint32_t v, const job_stats_t *all)
     job_print(j->o, RF_JOB_OUT,
               "refit: update %u storage digest %016" PRIx64 " (%d rollout ranks, %" PRIu64
               " chunk payloads staged h2d%s)\n",
-              v, d[0], j->R, d[1], j->ipc_dev ? ", ipc device to device" : "");
+              v, d[0], j->R, d[1], j->s->ipc_dev ? ", ipc device to device" : "");
 }
 
 /* ---- --profile-dir (docs/design.md#profile) ------------------------------------------- */
@@ -487,7 +487,7 @@ void job_profile_close(job_t *j)
     close(j->prof_fd);
     j->prof_fd = -1;
     char hash[24], lines[64];
-    snprintf(hash, sizeof(hash), "%016" PRIx64, rf_topology_hash(&j->topo));
+    snprintf(hash, sizeof(hash), "%016" PRIx64, rf_topology_hash(&j->s->topo));
     snprintf(lines, sizeof(lines), "profile-rank%d.jsonl", j->rank);
     json_t *timers = json_object(), *counters = json_object();
     for (size_t k = 0; k < PROF_NT && j->prof_lines > 0; k++)
@@ -500,11 +500,11 @@ void job_profile_close(job_t *j)
     json_t *root = json_pack(
         "{s:s, s:i, s:i, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:i}", "format",
         "refit-profile", "version", 2, "rank", j->rank, "role",
-        job_is_rollout(j) ? "rollout" : "trainer", "topology", j->topo.name, "topology_hash", hash,
-        "lines", lines, "updates", (json_int_t)j->prof_lines, "committed",
+        job_is_rollout(j) ? "rollout" : "trainer", "topology", j->s->topo.name, "topology_hash",
+        hash, "lines", lines, "updates", (json_int_t)j->prof_lines, "committed",
         (json_int_t)j->prof_committed, "failed", (json_int_t)(j->prof_lines - j->prof_committed),
-        "oracle_failed", (json_int_t)j->prof_oracle_failed,
-        "timers", timers, "counters", counters, "max_inflight_chunks", j->prof_inflight_max);
+        "oracle_failed", (json_int_t)j->prof_oracle_failed, "timers", timers, "counters", counters,
+        "max_inflight_chunks", j->prof_inflight_max);
     profile_path(j, path, sizeof(path), "json");
     profile_path(j, tmp, sizeof(tmp), "json.tmp");
     if (root == NULL || json_dump_file(root, tmp, JSON_INDENT(1)) != 0 || rename(tmp, path) != 0) {
@@ -545,7 +545,7 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
         /* the transport's bytes to each peer this update (what the gate checked), keyed by
          * world rank, non-zero only: the scale model's pairs (refit-plan --simulate) are
          * compared with these (docs/simulate.md) */
-        const rf_xfer_stats_t *xs = j->xfer != NULL ? rf_xfer_stats(j->xfer) : NULL;
+        const rf_xfer_stats_t *xs = j->s->xfer != NULL ? rf_xfer_stats(j->s->xfer) : NULL;
         json_t *to = json_object();
         for (int r = 0; xs != NULL && xs->peers != NULL && to != NULL && r < j->size; r++) {
             char key[16];
@@ -558,7 +558,7 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
          * checksum, wire), so the wire model can be held against the send alone */
         if (!job_is_rollout(j))
             json_object_set_new(u, "trainer", json_pack("{s:f, s:f}", "produce_s",
-                                                         j->tr.stats.produce_s, "send_s",
+                                                         j->s->tr.stats.produce_s, "send_s",
                                                          s->send_s));
         /* the gate's status alone would call an update whose oracle failed healthy */
         json_object_set_new(u, "oracle",
@@ -570,7 +570,7 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
             json_object_set_new(u, "paused", json_boolean(s->paused));
         if (s->storage_unchanged >= 0)
             json_object_set_new(u, "storage_unchanged", json_boolean(s->storage_unchanged));
-        json_object_set_new(u, "integrity", json_boolean(j->integrity));
+        json_object_set_new(u, "integrity", json_boolean(j->s->integrity));
         if (s->dev.timeline)
             json_object_set_new(u, "device_timeline",
                                 json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "spans",
@@ -579,16 +579,16 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
                                           "layerwise_ms", s->dev.layerwise_ms, "other_ms",
                                           s->dev.other_ms, "span_ms", s->dev.span_ms, "idle_ms",
                                           s->dev.idle_ms));
-        if (j->ipc && job_is_rollout(j)) {
+        if (j->s->ipc && job_is_rollout(j)) {
             json_object_set_new(u, "ipc_bytes_in_place", json_integer((json_int_t)s->ipc_in_place));
             json_object_set_new(u, "ipc_bytes_staged", json_integer((json_int_t)s->ipc_staged));
         }
-        if (j->ipc)
+        if (j->s->ipc)
             json_object_set_new(u, "ipc_backend",
-                                json_string(rf_xfer_ipc_backend(j->xfer)->name));
-        if (j->ipc && !job_is_rollout(j))
+                                json_string(rf_xfer_ipc_backend(j->s->xfer)->name));
+        if (j->s->ipc && !job_is_rollout(j))
             json_object_set_new(u, "resident_s", json_real(s->resident_s));
-        if (j->ipc_dev && !job_is_rollout(j)) {
+        if (j->s->ipc_dev && !job_is_rollout(j)) {
             /* production stays on the host (the trainer's produce time); this is the
              * copy of the produced shards into the device arena */
             json_object_set_new(u, "ipc_h2d_s", json_real(s->ipc_h2d_s));

@@ -1,103 +1,25 @@
 /*
  * refit: the session API (include/refit/session.h, docs/api.md): refit as a library that a
- * training job and an inference engine call with their own tensors.
+ * training job and an inference engine call with their own tensors; and the one update that
+ * every client runs (rf_session_run, runtime/session_int.h), refit-run's job included.
  *
- * Built from the pieces refit-run's job uses (runtime/job*.c), without the job's weight
- * sources and oracle: the topology and model config (rf_model_load_topology), the placement,
- * the inventory, the manifest, the chunk plan, the gate's expectation, the trainer's shards
- * (BORROWED: tr.buf[] points at the registered tensors, as rf_trainer_use_arena borrows an
- * arena) and the rollout's runtime storage (BORROWED: rf_storage_register slots over the
- * engine's tensors), the reload plans, rf_ctl / rf_xfer / rf_gate. This step: host memory,
- * the mpi transport (broadcast and p2p), quantization none, trainer layout megatron or fsdp
- * (the shards rf_trainer_shard gives either way; F32 masters narrowed by the trainer's pack),
- * rollout layout vllm.
- *
- * Pieces copied from runtime/job_setup.c and runtime/job.c while those are being restructured
- * (to be shared once refit-run becomes a client of this API), each marked "copied from":
- * agree_status, p2p_senders, job_plan_build's dispatch, job_apply_pieces, the gate
- * expectation of broadcast and p2p mode, job_pack / p2p_pack (host paths), and run_update's
- * begin / transfer / gate / drain sequence.
+ * The setup is runtime/session_setup.c's (rf_session_open, rf_session_build): the public API
+ * passes the registered tensors (BORROWED: the trainer's tr.buf[] points at them, as
+ * rf_trainer_use_arena borrows an arena; the rollout's runtime storage is rf_storage_register
+ * slots over the engine's tensors) where refit-run lets refit allocate. This step's public
+ * subset: host memory, the mpi transport (broadcast and p2p), quantization none, trainer
+ * layout megatron or fsdp (the shards rf_trainer_shard gives either way; F32 masters narrowed
+ * by the trainer's pack), rollout layout vllm.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "refit/chunk.h"
-#include "refit/control.h"
-#include "refit/format.h"
-#include "refit/formats.h"
 #include "refit/hashes.h"
-#include "refit/hashmap.h"
-#include "refit/manifest.h"
-#include "refit/model.h"
-#include "refit/p2p.h"
-#include "refit/plan.h"
-#include "refit/session.h"
-#include "refit/sink.h"
-#include "refit/storage.h"
+#include "refit/log.h"
 #include "refit/time.h"
-#include "refit/topology.h"
-#include "refit/trainer.h"
-#include "refit/transport.h"
-
-/* One tensor this rank must register. */
-typedef struct sess_tensor {
-    char name[RF_NAME_MAX + 32];
-    rf_slot_shape_t want; /* dtype, ndim, shape */
-    int index;            /* trainer: inventory tensor; rollout: inventory module */
-    bool derived;         /* rollout: a weight-derived slot (format owners with one) */
-    int entry;            /* trainer, once planned: its manifest entry */
-    bool registered;
-    rf_signature_t sig;   /* the registered tensor (borrowed memory) */
-} sess_tensor_t;
-
-struct rf_session {
-    MPI_Comm comm; /* refit's duplicate of the caller's */
-    int rank, size, T, R;
-    rf_session_options_t opt;
-    rf_topology_t topo;
-    rf_model_config_t cfg;
-    bool cfg_ok;
-    rf_rank_info_t me;
-    rf_placement_t place;
-    rf_inventory_t inv;
-    bool inv_ok;
-    MPI_Comm role_comm;
-    rf_ctl_t *ctl;
-    rf_xfer_t *xfer;
-    bool p2p, integrity;
-    /* what this rank registers */
-    sess_tensor_t *ex;
-    int nex, nreg;
-    rf_map_t exmap;     /* name -> ex index */
-    bool exmap_ok;
-    int *ex_of_tensor;  /* trainer: [inv.ntensors] ex index or -1 */
-    rf_err_t reg_err;   /* the first refused registration not yet reported */
-    rf_err_t abort_err; /* rf_session_abort, for the next update */
-    rf_err_t last;      /* the last failing call's text */
-    /* plan */
-    bool planned, broken;
-    rf_manifest_t man;
-    rf_chunk_item_t *items;
-    rf_chunk_plan_t *cplan;
-    int *senders, *receivers;
-    rf_gate_expect_t expect;
-    rf_p2p_schedule_t p2p_s;
-    rf_trainer_t tr;
-    bool tr_ready;
-    rf_trainer_source_t src; /* the trainer as the transfer's source */
-    int *item_tensor;        /* rollout, broadcast: [man.n] inventory tensor of each item */
-    rf_format_t fmt;
-    rf_storage_t st;
-    bool st_ok;
-    rf_plan_t plan;
-    bool plan_ok;
-    uint64_t plan_layers[RF_PLAN_MODES];
-    /* updates */
-    uint32_t seq;     /* the update counter of the control channel and the chunks */
-    uint64_t version; /* of the last COMMITTED update */
-};
+#include "session_int.h"
 
 static _Thread_local char create_err[RF_ERR_MSG_MAX];
 
@@ -106,169 +28,9 @@ int rf_session_abi_version(void) { return RF_SESSION_ABI_VERSION; }
 const char *rf_session_status_name(int status) { return rf_status_name((rf_status_t)status); }
 const char *rf_session_status_string(int status) { return rf_status_string((rf_status_t)status); }
 
-static bool is_rollout(const rf_session_t *s) { return s->me.role == RF_ROLE_ROLLOUT; }
-
-/* ---- copied from runtime/job_setup.c ------------------------------------------------------ */
-
-/* Every rank learns the lowest failing rank's message (plain collective; setup and plan only).
- * Copied from job_setup.c:agree_status. */
-static rf_status_t agree_status(MPI_Comm comm, rf_status_t st, rf_err_t *err)
-{
-    int size, rank, mine, first;
-    struct {
-        int status;
-        char msg[RF_ERR_MSG_MAX];
-    } rep;
-    MPI_Comm_size(comm, &size);
-    MPI_Comm_rank(comm, &rank);
-    mine = st == RF_OK ? size : rank;
-    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-        return rf_err_reset(err, RF_ERR_MPI, "rank %d: MPI_Allreduce failed agreeing a status",
-                            rank);
-    if (first == size)
-        return RF_OK;
-    rep.status = (int)(err->status != RF_OK ? err->status : st);
-    snprintf(rep.msg, sizeof(rep.msg), "%s", err->msg);
-    if (MPI_Bcast(&rep, (int)sizeof(rep), MPI_BYTE, first, comm) != MPI_SUCCESS)
-        return rf_err_reset(err, RF_ERR_MPI, "rank %d: MPI_Bcast failed agreeing a status", rank);
-    if (rank != first)
-        rf_err_reset(err, (rf_status_t)rep.status, "%s", rep.msg);
-    return (rf_status_t)rep.status;
-}
-
-/* p2p: what each trainer rank sends this rank of a tensor. Copied from job_setup.c:p2p_senders. */
-static int p2p_senders(void *ctx, int tensor, int *snd, int64_t (*rect)[4], int max)
-{
-    rf_session_t *s = ctx;
-    rf_owner_t own[RF_MAX_OWNERS];
-    int n = rf_p2p_rects(&s->topo, &s->inv, s->rank, tensor, own);
-    n = n < max ? n : max;
-    for (int i = 0; i < n; i++) {
-        snd[i] = own[i].rank;
-        rect[i][0] = own[i].reg.r0;
-        rect[i][1] = own[i].reg.r1;
-        rect[i][2] = own[i].reg.c0;
-        rect[i][3] = own[i].reg.c1;
-    }
-    return n;
-}
+static bool is_rollout(const rf_session_t *s) { return rf_session_is_rollout(s); }
 
 /* ---- create ------------------------------------------------------------------------------- */
-
-/* The shard of inventory tensor t that this trainer rank holds, as a slot shape: dim 0 its
- * rows, the rest its columns (DESIGN.md section 6). */
-static rf_status_t trainer_want(const rf_session_t *s, const rf_tensor_t *t,
-                                const rf_region_t *reg, rf_slot_shape_t *w, rf_err_t *err)
-{
-    memset(w, 0, sizeof(*w));
-    w->dtype = t->dtype;
-    w->ndim = t->ndim;
-    if (t->ndim == 0)
-        return RF_OK;
-    uint64_t cols = rf_tensor_rows(t) ? t->numel / rf_tensor_rows(t) : 0;
-    w->shape[0] = reg->r1 - reg->r0;
-    for (int d = 1; d < t->ndim; d++)
-        w->shape[d] = t->shape[d];
-    if (t->ndim == 2)
-        w->shape[1] = reg->c1 - reg->c0;
-    else if (t->ndim > 2 && (reg->c0 != 0 || (uint64_t)reg->c1 != cols))
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "trainer rank %d: %s: a column split of a "
-                          "%d-D tensor", s->rank, t->name, t->ndim);
-    return RF_OK;
-}
-
-static rf_status_t ex_add(rf_session_t *s, const char *name, const rf_slot_shape_t *w, int index,
-                          bool derived, int *cap, rf_err_t *err)
-{
-    if (s->nex == *cap) {
-        int nc = *cap ? *cap * 2 : 256;
-        sess_tensor_t *g = realloc(s->ex, (size_t)nc * sizeof(*g));
-        if (g == NULL)
-            return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
-        s->ex = g;
-        *cap = nc;
-    }
-    sess_tensor_t *e = &s->ex[s->nex++];
-    memset(e, 0, sizeof(*e));
-    snprintf(e->name, sizeof(e->name), "%s", name);
-    e->want = *w;
-    e->index = index;
-    e->derived = derived;
-    return RF_OK;
-}
-
-/* What this rank registers: a trainer rank its non-empty shard of every checkpoint tensor of its
- * stage (trainer.layout megatron or fsdp: rf_trainer_shard), a rollout rank every runtime slot of
- * every engine module (rollout.layout vllm), in module order (the storage registers a module's
- * slots together). */
-static rf_status_t build_expected(rf_session_t *s, rf_err_t *err)
-{
-    int cap = 0;
-    if (!is_rollout(s)) {
-        s->ex_of_tensor = malloc(((size_t)s->inv.ntensors + 1) * sizeof(int));
-        if (s->ex_of_tensor == NULL)
-            return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
-        for (int i = 0; i < s->inv.ntensors; i++) {
-            const rf_tensor_t *t = &s->inv.tensors[i];
-            rf_region_t reg;
-            rf_slot_shape_t w;
-            s->ex_of_tensor[i] = -1;
-            if (!rf_trainer_shard(&s->topo, &s->inv, t, &s->me, &reg))
-                continue;
-            RF_CHECK(trainer_want(s, t, &reg, &w, err));
-            s->ex_of_tensor[i] = s->nex;
-            RF_CHECK(ex_add(s, t->name, &w, i, false, &cap, err));
-        }
-    } else {
-        RF_CHECK(rf_inventory_check_rollout(&s->inv, &s->me.rc, err));
-        s->fmt.ops = rf_format_for(s->topo.quantization, (int)s->topo.r_backend);
-        if (s->fmt.ops == NULL)
-            return rf_err_set(err, RF_ERR_TOPOLOGY, "%s: no format owner for quantization %s on "
-                              "backend %s", s->topo.file, rf_quant_name(s->topo.quantization),
-                              rf_backend_name(s->topo.r_backend));
-        s->fmt.quant = s->topo.quantization;
-        s->fmt.backend = (int)s->topo.r_backend;
-        s->fmt.accel = NULL; /* host storage */
-        for (int m = 0; m < s->inv.nmodules; m++) {
-            rf_slot_shape_t model[RF_MODULE_MAX_SLOTS], rt[RF_MODULE_MAX_SLOTS];
-            bool derived[RF_MODULE_MAX_SLOTS];
-            int nmodel, nrt;
-            RF_CHECK(rf_module_slots(&s->inv, m, &s->me.rc, model, &nmodel, err));
-            RF_CHECK(s->fmt.ops->runtime_slots(&s->fmt, &s->inv, m, model, nmodel, rt, derived,
-                                               &nrt, err));
-            for (int i = 0; i < nrt; i++) {
-                char name[RF_NAME_MAX + 32];
-                snprintf(name, sizeof(name), "%.159s.%.31s", s->inv.modules[m].name, rt[i].name);
-                RF_CHECK(ex_add(s, name, &rt[i], m, derived[i], &cap, err));
-            }
-        }
-    }
-    if (rf_map_init(&s->exmap, (size_t)s->nex + 1) != RF_OK)
-        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
-    s->exmap_ok = true;
-    for (int i = 0; i < s->nex; i++)
-        if (rf_map_put(&s->exmap, rf_map_strkey(s->ex[i].name), (uint64_t)i) != RF_OK)
-            return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
-    return RF_OK;
-}
-
-/* What this step runs (the same topology everywhere: the same answer on every rank). */
-static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
-{
-    if (s->topo.transport != RF_TRANSPORT_MPI)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: transfer.transport: %s: the session API "
-                          "runs the mpi transport only in this version", s->topo.file,
-                          rf_transport_name(s->topo.transport));
-    if (s->topo.t_ngpus > 0 || s->topo.r_ngpus > 0)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: %s.gpus: the session API takes host "
-                          "tensors only in this version", s->topo.file,
-                          s->topo.t_ngpus > 0 ? "trainer" : "rollout");
-    if (s->topo.quantization != RF_QUANT_NONE)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s: the session API moves "
-                          "unquantized models only in this version", s->topo.file,
-                          rf_quant_name(s->topo.quantization));
-    return RF_OK;
-}
 
 /* MPI is initialized and not finalized. Local. */
 static rf_status_t check_mpi_up(rf_err_t *err)
@@ -280,63 +42,6 @@ static rf_status_t check_mpi_up(rf_err_t *err)
         return rf_err_set(err, RF_ERR_STATE, "rf_session_create: MPI is %s",
                           fin ? "finalized" : "not initialized (MPI_Init first)");
     return RF_OK;
-}
-
-/* The thread level MPI gives this thread allows it to call MPI (session.h). Local. */
-static rf_status_t check_mpi(rf_err_t *err)
-{
-    int level = MPI_THREAD_SINGLE, main_thread = 0;
-    MPI_Query_thread(&level);
-    MPI_Is_thread_main(&main_thread);
-    if ((level == MPI_THREAD_SINGLE || level == MPI_THREAD_FUNNELED) && !main_thread)
-        return rf_err_set(err, RF_ERR_STATE, "rf_session_create: called from a thread other "
-                          "than MPI's main thread at thread level %s (refit calls MPI from "
-                          "the calling thread: MPI_THREAD_SERIALIZED or MULTIPLE needed)",
-                          level == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE"
-                                                     : "MPI_THREAD_FUNNELED");
-    return RF_OK;
-}
-
-static void session_free(rf_session_t *s, bool mpi);
-
-static rf_status_t create(rf_session_t *s, MPI_Comm comm, const char *topology, rf_err_t *err)
-{
-    rf_status_t st;
-    if (MPI_Comm_dup(comm, &s->comm) != MPI_SUCCESS) {
-        s->comm = MPI_COMM_NULL;
-        return rf_err_set(err, RF_ERR_MPI, "rf_session_create: MPI_Comm_dup failed");
-    }
-    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN); /* errors come back, never abort */
-    MPI_Comm_rank(s->comm, &s->rank);
-    MPI_Comm_size(s->comm, &s->size);
-    st = check_mpi(err);
-    RF_CHECK(agree_status(s->comm, st, err));
-    RF_CHECK(rf_model_load_topology(topology, s->comm, &s->topo, &s->cfg, err));
-    s->cfg_ok = true;
-    s->T = rf_topology_trainer_size(&s->topo);
-    s->R = rf_topology_rollout_size(&s->topo);
-    RF_CHECK(rf_topology_rank_info(&s->topo, s->rank, &s->me));
-    RF_CHECK(rf_topology_place(&s->topo, s->comm, &s->place, err));
-    RF_CHECK(agree_status(s->comm, check_supported(s, err), err));
-    s->p2p = s->topo.mode == RF_MODE_P2P;
-    s->integrity = s->opt.integrity > 0 || (s->opt.integrity == 0 && s->topo.integrity);
-    if (MPI_Comm_split(s->comm, (int)s->me.role, s->rank, &s->role_comm) != MPI_SUCCESS) {
-        s->role_comm = MPI_COMM_NULL;
-        st = rf_err_set(err, RF_ERR_MPI, "rank %d: MPI_Comm_split failed", s->rank);
-    }
-    RF_CHECK(agree_status(s->comm, st, err));
-    st = rf_inventory_build(&s->cfg, s->topo.quantization, s->topo.group_size, &s->inv, err);
-    s->inv_ok = st == RF_OK;
-    if (st == RF_OK) /* rollout.layout: the engine tensors' names and shapes */
-        st = rf_inventory_apply_layout(&s->inv, s->topo.r_layout, err);
-    if (st == RF_OK)
-        st = build_expected(s, err);
-    RF_CHECK(agree_status(s->comm, st, err));
-    st = rf_ctl_create(s->comm, &s->ctl, err);
-    RF_CHECK(agree_status(s->comm, st, err));
-    st = rf_xfer_create(s->ctl, rf_transport_name(s->topo.transport), s->topo.chunk_bytes,
-                        s->topo.buffers, &s->xfer, err);
-    return agree_status(s->comm, st, err);
 }
 
 rf_status_t rf_session_create(MPI_Comm comm, const char *topology,
@@ -356,19 +61,14 @@ rf_status_t rf_session_create(MPI_Comm comm, const char *topology,
         snprintf(create_err, sizeof(create_err), "%s", err.msg);
         return st;
     }
-    rf_session_t *s = calloc(1, sizeof(*s));
-    if (s == NULL) {
-        /* cannot tell the other ranks without a communicator of our own: no memory at all */
-        snprintf(create_err, sizeof(create_err), "rf_session_create: out of memory");
-        return RF_ERR_NOMEM;
-    }
-    s->comm = s->role_comm = MPI_COMM_NULL;
+    rf_session_setup_t so;
+    memset(&so, 0, sizeof(so));
     if (options != NULL)
-        s->opt = *options;
-    st = create(s, comm, topology, &err);
+        so.opt = *options;
+    rf_session_t *s = NULL;
+    st = rf_session_open(comm, topology, &so, &s, &err);
     if (st != RF_OK) {
         snprintf(create_err, sizeof(create_err), "%s", err.msg);
-        session_free(s, true);
         return st;
     }
     *s_p = s;
@@ -530,6 +230,10 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
         s->tr.buf[e->entry] = d->data;
     }
     e->sig = sig;
+    if (s->in_update && s->moved_err.status == RF_OK) /* the update in flight fails */
+        rf_err_set(&s->moved_err, RF_ERR_MOVED, "rank %d (%s): %s registered again during "
+                   "update %u (between rf_session_begin and rf_session_finish): that update "
+                   "fails, the next one uses the new memory", s->rank, role, d->name, s->seq);
     return RF_OK;
 }
 
@@ -567,107 +271,6 @@ static rf_status_t check_registered(rf_session_t *s, rf_err_t *err)
                               "tensors missing; %s)", s->rank, rf_session_role_name(s),
                               s->ex[i].name, s->nex - s->nreg, s->nex, hold_hint(s));
     return rf_err_set(err, RF_ERR_INTERNAL, "rank %d: registration count", s->rank);
-}
-
-/* The chunk plan, the senders and receivers and the gate's expectation, as job_setup builds
- * them for the mpi transport (copied from job_setup.c:job_setup, broadcast and p2p parts). */
-static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
-{
-    s->items = calloc((size_t)s->man.n + 1, sizeof(rf_chunk_item_t));
-    s->item_tensor = calloc((size_t)s->man.n + 1, sizeof(int));
-    s->senders = calloc((size_t)s->topo.t_pp + 1, sizeof(int));
-    s->receivers = calloc((size_t)s->R + 1, sizeof(int));
-    if (s->items == NULL || s->item_tensor == NULL || s->senders == NULL || s->receivers == NULL)
-        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
-    for (int i = 0; i < s->man.n; i++) {
-        const rf_tensor_t *t = &s->inv.tensors[s->man.entries[i].tensor];
-        s->items[i].stage = s->man.entries[i].stage;
-        s->items[i].rows = rf_tensor_rows(t);
-        s->items[i].bytes = s->man.entries[i].nbytes;
-        s->items[i].row_bytes = s->items[i].rows ? s->items[i].bytes / s->items[i].rows : 0;
-        s->items[i].name = t->name;
-        s->item_tensor[i] = s->man.entries[i].tensor;
-    }
-    uint64_t plan_bytes = rf_xfer_plan_bytes(s->topo.chunk_bytes, s->integrity);
-    RF_CHECK(rf_chunk_plan_create(s->items, (size_t)s->man.n, plan_bytes, &s->cplan, err));
-    for (int p = 0; p < s->topo.t_pp; p++)
-        s->senders[p] = rf_topology_trainer_rank(&s->topo, 0, 0, 0, p);
-    for (int r = 0; r < s->R; r++)
-        s->receivers[r] = s->T + r;
-    RF_CHECK(rf_gate_expect_init(&s->expect, s->size, err));
-    uint64_t per = RF_CHUNK_HEADER_BYTES + (s->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
-    if (s->p2p) {
-        /* this rank's part of the schedule (the caller agrees rank 0's expectation from every
-         * rank's part: rf_p2p_expect_agree, collective) */
-        return rf_p2p_schedule_build_rank(&s->topo, &s->inv, &s->man, plan_bytes, s->rank,
-                                          &s->p2p_s, err);
-    }
-    for (int p = 0; p < s->cplan->n_stages; p++) {
-        const rf_chunk_stage_range_t *sr = &s->cplan->stages[p];
-        uint64_t bytes = sr->payload_bytes + (uint64_t)sr->chunk_count * per;
-        for (int r = 0; r < s->R; r++) {
-            s->expect.chunks[(size_t)s->senders[p] * s->size + s->receivers[r]] += sr->chunk_count;
-            s->expect.bytes[(size_t)s->senders[p] * s->size + s->receivers[r]] += bytes;
-        }
-    }
-    return RF_OK;
-}
-
-/* Trainer: the shard buffers are the registered tensors (borrowed, read in place). */
-static rf_status_t borrow_trainer(rf_session_t *s, rf_err_t *err)
-{
-    uint64_t *offs = malloc(((size_t)s->man.n + 1) * sizeof(uint64_t));
-    char none = 0;
-    if (offs == NULL)
-        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
-    for (int i = 0; i < s->man.n; i++)
-        offs[i] = UINT64_MAX;
-    rf_trainer_use_arena(&s->tr, &none, offs); /* frees its own buffers; buf[] all NULL */
-    free(offs);
-    for (int i = 0; i < s->man.n; i++) {
-        int t = s->man.entries[i].tensor;
-        int k = s->ex_of_tensor[t];
-        if (s->tr.has[i] != (k >= 0))
-            return rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: %s: shard disagreement",
-                              s->rank, s->man.entries[i].name);
-        if (k < 0)
-            continue;
-        const rf_region_t *r = &s->tr.reg[i];
-        RF_CHECK(rf_trainer_set_source_dtype(&s->tr, i, s->ex[k].sig.dtype, err));
-        uint64_t bytes = (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0) *
-                         rf_dtype_size(s->ex[k].sig.dtype);
-        if (bytes != rf_signature_bytes(&s->ex[k].sig))
-            return rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: %s: %llu registered bytes "
-                              "for a %llu-byte shard", s->rank, s->ex[k].name,
-                              (unsigned long long)rf_signature_bytes(&s->ex[k].sig),
-                              (unsigned long long)bytes);
-        s->tr.buf[i] = s->ex[k].sig.data;
-        s->ex[k].entry = i;
-    }
-    return RF_OK;
-}
-
-/* Rollout: the runtime storage is the registered tensors (borrowed slots), then the plan. */
-static rf_status_t build_rollout(rf_session_t *s, rf_err_t *err)
-{
-    RF_CHECK(rf_storage_init(&s->st, s->inv.nmodules, err));
-    s->st_ok = true;
-    for (int i = 0; i < s->nex; i++)
-        RF_CHECK(rf_storage_register(&s->st, s->ex[i].index, s->ex[i].name, s->ex[i].derived,
-                                     &s->ex[i].sig, err));
-    rf_reload_policy_t pol = s->opt.layerwise ? RF_POLICY_LAYERWISE : RF_POLICY_AUTO;
-    /* copied from job_setup.c:job_plan_build */
-    rf_status_t st = s->p2p ? rf_plan_build_p2p(&s->plan, &s->inv, &s->me.rc, &s->st, &s->fmt,
-                                                pol, p2p_senders, s, err)
-                            : rf_plan_build(&s->plan, &s->inv, &s->me.rc, &s->st, &s->fmt, pol,
-                                            err);
-    RF_CHECK(st);
-    s->plan_ok = true;
-    memcpy(s->plan_layers, s->plan.stats.layers, sizeof(s->plan_layers));
-    for (int i = 0; i < s->man.n; i++)
-        RF_CHECK(rf_plan_set_source_dtype(&s->plan, s->man.entries[i].tensor,
-                                          s->man.entries[i].dtype, err));
-    return RF_OK;
 }
 
 /* Every rank's counts and the plan hash (collective). */
@@ -738,34 +341,12 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info)
                                      : "an earlier plan failed past the registration check");
     rf_status_t st = check_registered(s, err);
     rf_err_clear(&s->reg_err); /* reported now, on every rank */
-    RF_CHECK(agree_status(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_ckpt_agree(s, err));
     /* past this point a failure is the topology's or the library's: not recoverable */
     s->broken = true;
-    st = RF_OK;
-    if (s->rank == 0)
-        st = rf_manifest_build(&s->inv, &s->topo, NULL, NULL, &s->man, err);
-    RF_CHECK(agree_status(s->comm, st, err));
-    RF_CHECK(rf_manifest_agree(&s->man, 0, &s->inv, &s->topo, s->comm, err));
-    RF_CHECK(agree_status(s->comm, build_transfer(s, err), err));
-    if (s->p2p) {
-        uint64_t per = RF_CHUNK_HEADER_BYTES + (s->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
-        RF_CHECK(agree_status(
-            s->comm, rf_p2p_expect_agree(&s->p2p_s, s->rank, per, s->comm, &s->expect, err), err));
-    }
-    st = RF_OK;
-    if (!is_rollout(s)) {
-        st = rf_trainer_init(&s->tr, &s->topo, &s->inv, &s->man, s->cplan, &s->me, s->role_comm,
-                             err);
-        s->tr_ready = st == RF_OK;
-        if (st == RF_OK) /* the stage gather on the session's transport */
-            st = rf_trainer_attach(&s->tr, s->xfer, err);
-        if (st == RF_OK)
-            st = borrow_trainer(s, err);
-    } else {
-        st = build_rollout(s, err);
-    }
-    RF_CHECK(agree_status(s->comm, st, err));
-    RF_CHECK(agree_status(s->comm, plan_info(s, info, err), err));
+    RF_CHECK(rf_session_build(s, err));
+    RF_CHECK(rf_session_agree(s->comm, plan_info(s, info, err), err));
     s->broken = false;
     s->planned = true;
     return RF_OK;
@@ -773,7 +354,8 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info)
 
 /* ---- update ------------------------------------------------------------------------------- */
 
-/* This rank's reasons to refuse the update at its begin (local). */
+/* This rank's reasons to refuse the update at its begin (local): the public caller's abort
+ * and refused registration, a trainer's version that is not trainer rank 0's. */
 static rf_status_t begin_local(rf_session_t *s, uint64_t version, uint64_t agreed, rf_err_t *err)
 {
     if (s->abort_err.status != RF_OK)
@@ -787,28 +369,39 @@ static rf_status_t begin_local(rf_session_t *s, uint64_t version, uint64_t agree
 }
 
 /* The transfer of one update on this rank: the trainer's source and the rollout's sink take
- * each chunk straight from the transport, as in refit-run's job (runtime/job.c run_update,
- * without production, fault hooks and the colocated / nccl paths). */
-static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
+ * each chunk straight from the transport; the client's hooks only where it has them. */
+static rf_status_t transfer(rf_session_t *s, const rf_session_hooks_t *h, rf_session_times_t *tm,
+                            rf_err_t *err)
 {
     rf_status_t st = RF_OK;
-    rf_xfer_config_t cfg = {.update = s->seq,
+    uint32_t v = s->seq;
+    rf_xfer_config_t cfg = {.update = v,
                             .plan = s->cplan,
                             .stage_senders = s->senders,
                             .receivers = s->receivers,
                             .n_receivers = s->R,
-                            .deadline = deadline,
-                            .fault = RF_XFER_FAULT_NONE,
+                            .deadline = s->deadline,
+                            .fault = h->fault,
                             .integrity = s->integrity,
                             .items = s->items,
+                            .pack_device = s->nccl_resident,
                             .complete = rf_sink_complete};
+    if (!is_rollout(s))
+        s->tr.fault_skip_seq = h->gather_skip_seq;
+    rf_sink_t sink = {.plan = &s->plan,
+                      .item_tensor = s->item_tensor,
+                      .after = h->after_chunk,
+                      .after_ctx = h->ctx};
     s->src.tr = &s->tr;
-    s->src.update = s->seq;
-    s->src.deadline = deadline;
+    s->src.update = v;
+    s->src.deadline = s->deadline;
     s->src.rects = NULL;
-    if (is_rollout(s)) {
-        rf_sink_t sink = {.plan = &s->plan, .item_tensor = s->item_tensor};
-        if (s->p2p) {
+    s->src.before = h->before_pack;
+    s->src.before_ctx = h->ctx;
+    double t = rf_time_now();
+    if (s->p2p) {
+        /* p2p: this rank's own plan (rollout) or one plan per receiver (trainer) */
+        if (is_rollout(s)) {
             const rf_p2p_recv_t *me = rf_p2p_schedule_find(&s->p2p_s, s->rank);
             cfg.stage_senders = me->senders;
             cfg.plan = me->plan;
@@ -818,15 +411,24 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
             sink.rects = me->rects;
             cfg.any_order = 1; /* whichever sender is ready (docs/simulate.md) */
         }
+    }
+    if (is_rollout(s)) {
         st = rf_xfer_recv(s->xfer, &cfg, rf_sink_receive, &sink, err);
+        tm->receive_s = rf_time_now() - t;
         if (st == RF_OK) {
+            t = rf_time_now();
             st = rf_plan_finalize(&s->plan, err);
+            tm->finalize_s = rf_time_now() - t;
             if (st != RF_OK)
                 rf_ctl_abort(s->ctl, st, err->msg);
         }
     } else if (s->p2p) {
-        /* receivers in world-rank order on every sender: no cycle of waits; from its own
-         * first receiver where receivers take any ready sender (job.c) */
+        /* receivers in world-rank order on every sender, senders in order on every receiver
+         * (the plan's stages): no cycle of waits. Where receivers take any ready sender (mpi),
+         * each sender starts at its own first receiver instead (the first of its part of the
+         * schedule at or after it; docs/simulate.md) */
+        if (h->point != NULL)
+            h->point(h->ctx, "p2p sender, before its first send");
         size_t nr = s->p2p_s.nrecv, q0 = 0;
         if (rf_xfer_caps(s->xfer) & RF_XFER_CAP_ANY_ORDER) {
             int r0 = s->T + rf_xfer_p2p_first_receiver(s->rank, s->T, s->R);
@@ -850,13 +452,235 @@ static rf_status_t transfer(rf_session_t *s, double deadline, rf_err_t *err)
             st = rf_xfer_send(s->xfer, &cfg, rf_trainer_source_pack, &s->src, err);
         }
     } else if (s->tr.sender) {
+        /* chunks read in place are never packed, so the pack hooks may not fire */
+        if ((rf_xfer_caps(s->xfer) & RF_XFER_CAP_IN_PLACE) && h->point != NULL)
+            h->point(h->ctx, "stage sender, before its first chunk");
         st = rf_xfer_send(s->xfer, &cfg, rf_trainer_source_pack, &s->src, err);
     } else {
-        st = rf_trainer_contribute(&s->tr, s->seq, s->topo.buffers, deadline, err);
+        if (h->point != NULL)
+            h->point(h->ctx, "trainer, before contributing to the stage gather");
+        st = rf_trainer_contribute(&s->tr, v, s->topo.buffers, s->deadline, err);
         if (st != RF_OK && st != RF_ERR_PEER)
             rf_ctl_abort(s->ctl, st, err->msg);
     }
+    if (!is_rollout(s))
+        tm->send_s = rf_time_now() - t;
     return st;
+}
+
+static const rf_session_hooks_t no_hooks = {.fault = RF_XFER_FAULT_NONE,
+                                             .gather_skip_seq = -1};
+
+/* The first half of an update (rf_session_run, rf_session_begin): numbered, the transport's
+ * and the plan's begin, the begin agreement. This rank's status after it, the same verdict
+ * to come on every rank. */
+static rf_status_t run_begin(rf_session_t *s, uint64_t version, uint64_t agreed,
+                             const rf_session_hooks_t *h, rf_session_times_t *tm, rf_err_t *err)
+{
+    rf_err_t e2;
+    rf_err_clear(&e2);
+    memset(tm, 0, sizeof(*tm));
+    uint32_t v = ++s->seq;
+    double t_begin = rf_time_now(); /* update begin, for the time to the verdict */
+    rf_ctl_begin(s->ctl, v, &e2);
+    s->deadline = rf_deadline_for_update(s->topo.timeout_s, s->topo.slack_s,
+                                         s->man.payload_bytes, s->topo.min_bandwidth);
+    /* the transport's begin (nccl: (re)create the communicators when missing, the first update
+     * or after a FAILED one) under this update's deadline and ABORT; a failure fails the begin
+     * agreement */
+    rf_err_t xerr;
+    rf_err_clear(&xerr);
+    rf_status_t xst = rf_xfer_begin(s->xfer, v, s->deadline, &xerr);
+    if (!is_rollout(s))
+        rf_trainer_begin(&s->tr);
+    double t = rf_time_now();
+    rf_status_t st = begin_local(s, version, agreed, err);
+    rf_err_clear(&s->abort_err);
+    rf_err_clear(&s->reg_err);
+    if (st == RF_OK && is_rollout(s)) {
+        uint64_t rebuilds = s->plan.stats.rebuilds;
+        for (int i = 0; i < s->plan.nsigs && i < s->st.nslots && tm->moved == NULL; i++)
+            if (!rf_signature_equal(&s->plan.sigs[i], &s->st.slots[i].sig))
+                tm->moved = s->st.slots[i].name;
+        st = rf_plan_begin(&s->plan, v, err); /* rebuilds on a rebound tensor */
+        tm->rebuilds = s->plan.stats.rebuilds - rebuilds;
+    }
+    if (h->begin != NULL) {
+        rf_status_t hs = h->begin(h->ctx, err);
+        st = st != RF_OK ? st : hs;
+    }
+    if (st == RF_OK && xst != RF_OK)
+        st = rf_err_set(err, xst, "%s", xerr.msg);
+    rf_err_clear(&e2);
+    rf_status_t ag = rf_ctl_agree(s->ctl, v, st, err->msg, s->deadline, &e2);
+    if (st == RF_OK && ag != RF_OK) {
+        st = ag;
+        rf_err_set(err, ag, "%s", e2.msg);
+    }
+    tm->begin_s = rf_time_now() - t;
+    s->run_t0 = t_begin;
+    return st;
+}
+
+/* The second half (rf_session_run, rf_session_finish): production, transfer, finalize, the
+ * completion gate, the drain on FAILED. st: this rank's status going in. */
+static rf_status_t run_finish(rf_session_t *s, rf_status_t st, const rf_session_hooks_t *h,
+                              rf_gate_verdict_t *verdict, rf_session_times_t *tm, rf_err_t *err)
+{
+    rf_err_t e2;
+    rf_err_clear(&e2);
+    memset(verdict, 0, sizeof(*verdict));
+    uint32_t v = s->seq;
+    double t, t_begin = s->run_t0;
+    if (st == RF_OK && !is_rollout(s)) {
+        if (h->produce != NULL)
+            st = h->produce(h->ctx, err);
+        if (st == RF_OK)
+            st = rf_xfer_sources(s->xfer, v, RF_XFER_SOURCES_READY, err);
+        if (st != RF_OK)
+            rf_ctl_abort(s->ctl, st, err->msg);
+    }
+    if (st == RF_OK)
+        st = transfer(s, h, tm, err);
+
+    /* the completion gate */
+    rf_gate_record_t rec;
+    const rf_xfer_stats_t *xs = rf_xfer_stats(s->xfer);
+    memset(&rec, 0, sizeof(rec));
+    rf_gate_record_set_result(&rec, s->ctl, st, err);
+    rec.nranks = s->size;
+    rec.peers = xs->peers;
+    if (is_rollout(s)) {
+        memcpy(rec.mode_layers, s->plan.stats.layers, sizeof(rec.mode_layers));
+        memcpy(rec.plan_mode_layers, s->plan_layers, sizeof(rec.plan_mode_layers));
+    }
+    rec.manifest_digest = s->man.digest;
+    t = rf_time_now();
+    rf_err_clear(&e2);
+    rf_gate_run(s->ctl, v, &rec, s->rank == 0 ? &s->expect : NULL, s->deadline, verdict, &e2);
+    tm->gate_s = rf_time_now() - t;
+    tm->verdict_s = rf_time_now() - t_begin;
+    if (!verdict->committed) {
+        /* leave both communicators clean for the next update (bounded: after the verdict) */
+        rf_err_t de;
+        double drain_deadline = rf_time_now() + 30.0;
+        rf_err_clear(&de);
+        if (verdict->posted_from != NULL &&
+            rf_xfer_drain(s->xfer, verdict->posted_from, drain_deadline, &de) != RF_OK)
+            rf_warn("rank %d: update %u: %s", s->rank, v, de.msg);
+        rf_err_clear(&de);
+        if (!is_rollout(s) && rf_trainer_drain(&s->tr, v, drain_deadline, &de) != RF_OK)
+            rf_warn("rank %d: update %u: %s", s->rank, v, de.msg);
+        if (is_rollout(s) && s->plan.in_update)
+            rf_plan_abort(&s->plan);
+        /* the transport's failure step (nccl: ncclCommAbort on every rank; re-created at the
+         * next update's begin) */
+        rf_xfer_fail(s->xfer);
+        if (e2.msg[0] != '\0') /* the gate's own error first: this rank got no verdict */
+            rf_err_reset(err, e2.status != RF_OK ? e2.status : RF_ERR_INTERNAL, "%s", e2.msg);
+    }
+    return st;
+}
+
+rf_status_t rf_session_run(rf_session_t *s, uint64_t version, uint64_t agreed,
+                           const rf_session_hooks_t *hooks, rf_gate_verdict_t *verdict,
+                           rf_session_times_t *tm, rf_err_t *err)
+{
+    const rf_session_hooks_t *h = hooks != NULL ? hooks : &no_hooks;
+    rf_status_t st = run_begin(s, version, agreed, h, tm, err);
+    return run_finish(s, st, h, verdict, tm, err);
+}
+
+rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
+{
+    if (s == NULL)
+        return RF_ERR_INVALID;
+    rf_err_clear(&s->last);
+    if (!s->planned)
+        return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_begin before a "
+                          "successful rf_session_plan", s->rank);
+    if (s->in_update)
+        return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_begin: update %u began "
+                          "already (rf_session_finish first)", s->rank, s->seq);
+    s->pub_t0 = rf_time_now();
+    /* the version: trainer rank 0's (world rank 0 is always a trainer) */
+    uint64_t agreed = version != 0 ? version : s->version + 1;
+    if (MPI_Bcast(&agreed, 1, MPI_UINT64_T, 0, s->comm) != MPI_SUCCESS)
+        return rf_err_set(&s->last, RF_ERR_MPI, "rank %d: MPI_Bcast of the version failed",
+                          s->rank);
+    s->pub_agreed = agreed;
+    s->pub_hooked = rf_session_ckpt_hooks(s, &s->pub_hooks) != NULL;
+    rf_err_clear(&s->pub_err);
+    rf_err_clear(&s->moved_err);
+    s->pub_st = run_begin(s, version, agreed, s->pub_hooked ? &s->pub_hooks : &no_hooks,
+                          &s->pub_tm, &s->pub_err);
+    s->in_update = true;
+    return RF_OK;
+}
+
+/* Finish, before anything moves (collective): a tensor registered again on any rank since
+ * the begin fails the update everywhere, RF_ERR_MOVED on the lowest such rank (its text),
+ * RF_ERR_PEER naming it on the others, so the gate names that rank. */
+static rf_status_t finish_moved(rf_session_t *s, rf_status_t st, rf_err_t *err)
+{
+    int mine = s->moved_err.status != RF_OK ? s->rank : s->size, first = s->size;
+    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, s->comm) != MPI_SUCCESS)
+        return st != RF_OK ? st
+                           : rf_err_set(err, RF_ERR_MPI, "rank %d: update %u: agreeing on "
+                                        "moved tensors failed", s->rank, s->seq);
+    if (first == s->size || st != RF_OK)
+        return st;
+    if (first == s->rank)
+        return rf_err_set(err, RF_ERR_MOVED, "%s", s->moved_err.msg);
+    return rf_err_set(err, RF_ERR_PEER, "rank %d: update %u: rank %d registered a tensor "
+                      "again between rf_session_begin and rf_session_finish", s->rank, s->seq,
+                      first);
+}
+
+rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result)
+{
+    if (s == NULL)
+        return RF_ERR_INVALID;
+    rf_err_clear(&s->last);
+    if (result == NULL)
+        return rf_err_set(&s->last, RF_ERR_INVALID, "rank %d: rf_session_finish: NULL result",
+                          s->rank);
+    memset(result, 0, sizeof(*result));
+    result->failed_rank = -1;
+    if (!s->in_update)
+        return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_finish without "
+                          "rf_session_begin", s->rank);
+    rf_err_t *err = &s->pub_err;
+    rf_status_t st = finish_moved(s, s->pub_st, err);
+    rf_err_clear(&s->moved_err);
+    /* the transfer's deadline from now: the engine may have paused for a while */
+    s->deadline = rf_deadline_for_update(s->topo.timeout_s, s->topo.slack_s,
+                                         s->man.payload_bytes, s->topo.min_bandwidth);
+    rf_gate_verdict_t verdict;
+    run_finish(s, st, s->pub_hooked ? &s->pub_hooks : &no_hooks, &verdict, &s->pub_tm, err);
+    s->in_update = false;
+    uint64_t agreed = s->pub_agreed;
+    if (verdict.committed)
+        s->version = agreed;
+    result->rebuilds = s->pub_tm.rebuilds;
+    result->committed = verdict.committed != 0;
+    result->version = agreed;
+    result->status = verdict.committed ? RF_OK
+                                       : (int)(verdict.code ? verdict.code : RF_ERR_INTERNAL);
+    result->failed_rank = verdict.committed ? -1 : verdict.rank;
+    if (!verdict.committed)
+        snprintf(result->reason, sizeof(result->reason), "%s",
+                 verdict.reason[0] ? verdict.reason : err->msg);
+    const rf_xfer_stats_t *xs = rf_xfer_stats(s->xfer);
+    result->chunks_sent = xs->chunks_sent;
+    result->chunks_received = xs->chunks_received;
+    for (int r = 0; r < s->size; r++) {
+        result->bytes_sent += xs->peers[r].bytes_sent;
+        result->bytes_received += xs->peers[r].bytes_recv;
+    }
+    result->seconds = rf_time_now() - s->pub_t0;
+    rf_gate_verdict_fini(&verdict);
+    return RF_OK;
 }
 
 rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_result_t *result)
@@ -869,94 +693,12 @@ rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_resu
                           s->rank);
     memset(result, 0, sizeof(*result));
     result->failed_rank = -1;
-    if (!s->planned)
+    if (!s->planned) {
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_update before a "
                           "successful rf_session_plan", s->rank);
-    double t0 = rf_time_now();
-    rf_err_t err, e2;
-    rf_err_clear(&err);
-    rf_err_clear(&e2);
-    /* the version: trainer rank 0's (world rank 0 is always a trainer) */
-    uint64_t agreed = version != 0 ? version : s->version + 1;
-    if (MPI_Bcast(&agreed, 1, MPI_UINT64_T, 0, s->comm) != MPI_SUCCESS)
-        return rf_err_set(&s->last, RF_ERR_MPI, "rank %d: MPI_Bcast of the version failed",
-                          s->rank);
-    s->seq++;
-    rf_ctl_begin(s->ctl, s->seq, &e2);
-    double deadline = rf_deadline_for_update(s->topo.timeout_s, s->topo.slack_s,
-                                             s->man.payload_bytes, s->topo.min_bandwidth);
-    rf_err_t xerr;
-    rf_err_clear(&xerr);
-    rf_status_t xst = rf_xfer_begin(s->xfer, s->seq, deadline, &xerr);
-    if (!is_rollout(s))
-        rf_trainer_begin(&s->tr);
-    rf_status_t st = begin_local(s, version, agreed, &err);
-    if (st == RF_OK && xst != RF_OK)
-        st = rf_err_set(&err, xst, "%s", xerr.msg);
-    rf_err_clear(&s->abort_err);
-    rf_err_clear(&s->reg_err);
-    uint64_t rebuilds = is_rollout(s) ? s->plan.stats.rebuilds : 0;
-    if (st == RF_OK && is_rollout(s))
-        st = rf_plan_begin(&s->plan, s->seq, &err); /* rebuilds on a rebound tensor */
-    if (is_rollout(s))
-        result->rebuilds = s->plan.stats.rebuilds - rebuilds;
-    rf_err_clear(&e2);
-    rf_status_t ag = rf_ctl_agree(s->ctl, s->seq, st, err.msg, deadline, &e2);
-    if (st == RF_OK && ag != RF_OK) {
-        st = ag;
-        rf_err_set(&err, ag, "%s", e2.msg);
     }
-    if (st == RF_OK)
-        st = transfer(s, deadline, &err);
-
-    /* the completion gate (job.c:run_update) */
-    rf_gate_record_t rec;
-    rf_gate_verdict_t verdict;
-    memset(&rec, 0, sizeof(rec));
-    memset(&verdict, 0, sizeof(verdict));
-    const rf_xfer_stats_t *xs = rf_xfer_stats(s->xfer);
-    rf_gate_record_set_result(&rec, s->ctl, st, &err);
-    rec.nranks = s->size;
-    rec.peers = xs->peers;
-    if (is_rollout(s)) {
-        memcpy(rec.mode_layers, s->plan.stats.layers, sizeof(rec.mode_layers));
-        memcpy(rec.plan_mode_layers, s->plan_layers, sizeof(rec.plan_mode_layers));
-    }
-    rec.manifest_digest = s->man.digest;
-    rf_err_clear(&e2);
-    rf_gate_run(s->ctl, s->seq, &rec, s->rank == 0 ? &s->expect : NULL, deadline, &verdict, &e2);
-    if (!verdict.committed) {
-        /* leave both communicators clean for the next update (bounded: after the verdict) */
-        rf_err_t de;
-        double drain_deadline = rf_time_now() + 30.0;
-        rf_err_clear(&de);
-        if (verdict.posted_from != NULL)
-            rf_xfer_drain(s->xfer, verdict.posted_from, drain_deadline, &de);
-        rf_err_clear(&de);
-        if (!is_rollout(s))
-            rf_trainer_drain(&s->tr, s->seq, drain_deadline, &de);
-        if (is_rollout(s) && s->plan.in_update)
-            rf_plan_abort(&s->plan);
-    } else {
-        s->version = agreed;
-    }
-    result->committed = verdict.committed != 0;
-    result->version = agreed;
-    result->status = verdict.committed ? RF_OK
-                                       : (int)(verdict.code ? verdict.code : RF_ERR_INTERNAL);
-    result->failed_rank = verdict.committed ? -1 : verdict.rank;
-    if (!verdict.committed)
-        snprintf(result->reason, sizeof(result->reason), "%s",
-                 verdict.reason[0] ? verdict.reason : e2.msg[0] ? e2.msg : err.msg);
-    result->chunks_sent = xs->chunks_sent;
-    result->chunks_received = xs->chunks_received;
-    for (int r = 0; r < s->size; r++) {
-        result->bytes_sent += xs->peers[r].bytes_sent;
-        result->bytes_received += xs->peers[r].bytes_recv;
-    }
-    result->seconds = rf_time_now() - t0;
-    rf_gate_verdict_fini(&verdict);
-    return RF_OK;
+    RF_CHECK(rf_session_begin(s, version));
+    return rf_session_finish(s, result);
 }
 
 rf_status_t rf_session_abort(rf_session_t *s, const char *reason)
@@ -971,48 +713,11 @@ rf_status_t rf_session_abort(rf_session_t *s, const char *reason)
 
 /* ---- destroy ------------------------------------------------------------------------------ */
 
-/* mpi: the collective teardown (false once MPI is finalized: memory only). */
-static void session_free(rf_session_t *s, bool mpi)
-{
-    if (s->tr_ready) /* its stage gather first: it runs on the transfer engine */
-        rf_trainer_free(&s->tr); /* borrowed buffers: not freed */
-    rf_trainer_source_free(&s->src);
-    if (mpi && s->xfer)
-        rf_xfer_destroy(s->xfer);
-    if (mpi && s->ctl)
-        rf_ctl_destroy(s->ctl);
-    if (s->plan_ok)
-        rf_plan_free(&s->plan);
-    if (s->st_ok)
-        rf_storage_free(&s->st); /* registered slots: borrowed, not freed */
-    rf_chunk_plan_destroy(s->cplan);
-    rf_p2p_schedule_free(&s->p2p_s);
-    rf_gate_expect_fini(&s->expect);
-    free(s->items);
-    free(s->item_tensor);
-    free(s->senders);
-    free(s->receivers);
-    rf_manifest_free(&s->man);
-    if (s->exmap_ok)
-        rf_map_free(&s->exmap);
-    free(s->ex);
-    free(s->ex_of_tensor);
-    if (s->inv_ok)
-        rf_inventory_free(&s->inv);
-    if (s->cfg_ok)
-        rf_model_config_free(&s->cfg);
-    if (mpi && s->role_comm != MPI_COMM_NULL)
-        MPI_Comm_free(&s->role_comm);
-    if (mpi && s->comm != MPI_COMM_NULL)
-        MPI_Comm_free(&s->comm);
-    free(s);
-}
-
 void rf_session_destroy(rf_session_t *s)
 {
     if (s == NULL)
         return;
     int fin = 0;
     MPI_Finalized(&fin);
-    session_free(s, !fin);
+    rf_session_release(s, !fin);
 }

@@ -11,6 +11,8 @@
  *   rf_session_plan      collective  the registered set checked everywhere, the manifest, the
  *                                    reload plans against the registered tensors
  *   rf_session_update    collective  one weight update: begin, transfer, finish, gate
+ *   rf_session_begin     collective  ... its first half (the begin agreement), then
+ *   rf_session_finish    collective  ... the rest (tensors registered again in between: FAILED)
  *   rf_session_abort     local       this rank's next update fails (every rank's, then)
  *   rf_session_destroy   collective
  *
@@ -188,6 +190,32 @@ const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype
 rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, int n);
 
 /*
+ * Local, trainer ranks, before rf_session_plan, instead of rf_session_register: this rank's
+ * shards come from the checkpoint at path (a safetensors directory: model.safetensors or
+ * shards with model.safetensors.index.json; or a refit HDF5 file, .h5 / .hdf5, or a directory
+ * holding model.h5: docs/formats.md), read by refit into buffers it allocates, exactly as
+ * refit-run --checkpoint reads it: this rank's rows and columns only (DESIGN.md section 6,
+ * trainer.layout megatron or fsdp), with collective MPI-IO reads by the trainer ranks of each
+ * stage where libhdf5 is parallel. Checked here: the checkpoint opens, its own config (an HDF5
+ * root attribute config, or config.json beside the safetensors) agrees with the topology's
+ * model, and it holds every tensor of this rank's stage with the inventory's dtype and shape.
+ * When it is read: every rf_session_update opens path again at its begin (so a trainer that
+ * writes a new checkpoint to the same path between updates sends the new one), checks it as
+ * above, then reads the shards after every rank agreed to go; a check or read that fails
+ * fails that update on every rank (at its begin: nothing written into the engine). Every
+ * trainer rank registers a checkpoint or none does (rf_session_plan refuses a mix).
+ *
+ * Errors (the message names path, and the tensor where one is at fault): RF_ERR_INVALID (NULL
+ * s or path; tensors or a checkpoint registered on this rank already), RF_ERR_STATE (a rollout
+ * rank; after rf_session_plan), RF_ERR_IO / RF_ERR_PARSE (path does not open as a checkpoint),
+ * RF_ERR_CONFIG (its config is another model's), RF_ERR_MISSING (a tensor this rank holds is
+ * not in it), RF_ERR_MISMATCH (a tensor's dtype or shape). A refusal is remembered as a
+ * refused rf_session_register is: rf_session_plan then fails on every rank with its text, and
+ * the session stays usable (register again, plan again).
+ */
+rf_status_t rf_session_register_checkpoint(rf_session_t *s, const char *path);
+
+/*
  * Collective, once per session (RF_ERR_STATE afterwards, or before any rf_session_create
  * succeeded): every rank checks that it registered every tensor it holds (RF_ERR_MISSING
  * naming the first missing one and the count) and had no refused registration; a failure on
@@ -217,6 +245,31 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info);
  * rank got no verdict (RF_ERR_TIMEOUT, RF_ERR_MPI).
  */
 rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_result_t *result);
+
+/*
+ * The update in two calls, for engines that pause generation in between (vLLM's start / finish
+ * weight update, SGLang's pause -> update -> continue); rf_session_update is rf_session_begin
+ * then rf_session_finish.
+ *
+ * rf_session_begin, collective: version as rf_session_update's; the begin agreement (every
+ * rank agrees to go, or the update is FAILED: the reasons rf_session_update lists). Nothing is
+ * written into any tensor yet. Returns RF_OK once the begin ran, whatever it agreed (the
+ * verdict comes from rf_session_finish, which must follow on every rank); RF_ERR_STATE before a
+ * successful rf_session_plan or when an update began already (nothing communicated),
+ * RF_ERR_MPI.
+ *
+ * rf_session_finish, collective: the transfer (trainer ranks read their tensors or checkpoint,
+ * rollout ranks' tensors are written), finish and the completion gate, as rf_session_update;
+ * *result (required) as rf_session_update's, its seconds from the begin. Its deadline counts
+ * from this call, not from the begin. A tensor registered again on any rank between the two
+ * calls (the engine re-allocated a parameter while paused) fails the update on every rank
+ * before anything moves: status RF_ERR_MOVED, failed_rank that rank, the reason naming the
+ * tensor; the engine's tensors are untouched (the old and the new memory), and refit uses the
+ * new memory from the next update on (a rollout rank's plan rebuilds at that begin).
+ * Errors: RF_ERR_INVALID (NULL), RF_ERR_STATE (no update began), as rf_session_update.
+ */
+rf_status_t rf_session_begin(rf_session_t *s, uint64_t version);
+rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result);
 
 /*
  * Local: this rank's next rf_session_update fails at its begin, with "aborted by the caller:

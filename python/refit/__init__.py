@@ -6,8 +6,10 @@ A ctypes binding of librefit's session API (include/refit/session.h; docs/api.md
     s = refit.Session(comm, "topology.yaml")   # mpi4py communicator; collective
     s.role                                      # "trainer" or "rollout"
     s.register({name: tensor, ...})             # torch tensors, kept by pointer; local
+    s.register_checkpoint(path)                 # or, trainer ranks: shards read from a checkpoint
     plan = s.plan()                             # plan.counts, plan.hash, plan.narrowed
     r = s.update(version=None)                  # r.committed, r.reason, r.version, r.stats
+    s.begin(); ...; r = s.finish()              # the same update in two halves (engine paused)
     s.close()                                   # collective
 
 librefit.so is found through $REFIT_LIB (a file), else beside this package, else the build
@@ -111,10 +113,16 @@ _lib.rf_session_expected.argtypes = [_P, ctypes.c_int, ctypes.POINTER(ctypes.c_c
 _lib.rf_session_expected.restype = ctypes.c_char_p
 _lib.rf_session_register.argtypes = [_P, ctypes.POINTER(_Desc), ctypes.c_int]
 _lib.rf_session_register.restype = ctypes.c_int
+_lib.rf_session_register_checkpoint.argtypes = [_P, ctypes.c_char_p]
+_lib.rf_session_register_checkpoint.restype = ctypes.c_int
 _lib.rf_session_plan.argtypes = [_P, ctypes.POINTER(_PlanInfo)]
 _lib.rf_session_plan.restype = ctypes.c_int
 _lib.rf_session_update.argtypes = [_P, ctypes.c_uint64, ctypes.POINTER(_Result)]
 _lib.rf_session_update.restype = ctypes.c_int
+_lib.rf_session_begin.argtypes = [_P, ctypes.c_uint64]
+_lib.rf_session_begin.restype = ctypes.c_int
+_lib.rf_session_finish.argtypes = [_P, ctypes.POINTER(_Result)]
+_lib.rf_session_finish.restype = ctypes.c_int
 _lib.rf_session_abort.argtypes = [_P, ctypes.c_char_p]
 _lib.rf_session_abort.restype = ctypes.c_int
 _lib.rf_session_last_error.argtypes = [_P]
@@ -246,6 +254,16 @@ class Session:
             self._tensors[name] = t
             self._sigs[name] = _sig(t)
 
+    def register_checkpoint(self, path):
+        """Trainer ranks, before plan(), instead of register() (local): this rank's shards
+        come from the checkpoint at path (a safetensors directory, or a refit HDF5 file /
+        a directory holding model.h5), opened and checked again and read by refit at every
+        update, so a new checkpoint written to the same path between updates is the one
+        sent. Every trainer rank registers one or none does. Raises refit.Error naming the
+        path (a bad path, another model's checkpoint, a rollout rank); plan() then fails on
+        every rank with the same text, and a right checkpoint may be registered again."""
+        self._check(_lib.rf_session_register_checkpoint(self._handle(), os.fsencode(path)))
+
     def plan(self):
         """Collective: checks the registered set everywhere and builds the plans."""
         info = _PlanInfo()
@@ -259,15 +277,37 @@ class Session:
         first, so refit reads or writes where they are now."""
         s = self._handle()
         if self._planned:
-            moved = {n: t for n, t in self._tensors.items() if _sig(t) != self._sigs[n]}
-            if moved:
-                try:
-                    self.register(moved)
-                except Error:
-                    pass  # refused: refit fails this update on every rank with the reason
+            self._reregister_moved()
         r = _Result()
         self._check(_lib.rf_session_update(s, 0 if version is None else int(version),
                                            ctypes.byref(r)))
+        return Result(r)
+
+    def _reregister_moved(self):
+        moved = {n: t for n, t in self._tensors.items() if _sig(t) != self._sigs[n]}
+        if moved:
+            try:
+                self.register(moved)
+            except Error:
+                pass  # refused: refit fails the update on every rank with the reason
+
+    def begin(self, version=None):
+        """Collective: the first half of update() (the begin agreement); the engine may
+        pause generation until finish() returns. Tensors moved since they were registered
+        are registered again first."""
+        if self._planned:
+            self._reregister_moved()
+        self._check(_lib.rf_session_begin(self._handle(),
+                                          0 if version is None else int(version)))
+
+    def finish(self):
+        """Collective: the rest of the update begun by begin(); returns a Result. A tensor
+        moved (a new data_ptr) or registered again since begin() fails this update on every
+        rank (status RF_ERR_MOVED, the reason naming it; the engine's tensors untouched); the
+        next update uses the new memory."""
+        self._reregister_moved()
+        r = _Result()
+        self._check(_lib.rf_session_finish(self._handle(), ctypes.byref(r)))
         return Result(r)
 
     def abort(self, reason=None):

@@ -464,6 +464,78 @@ START_TEST(test_failed_updates)
 }
 END_TEST
 
+/* The split update: begin then finish commits what update does; a tensor registered again
+ * between them (on the first rollout rank, then on the last trainer rank) fails that update on
+ * every rank with RF_ERR_MOVED naming it, nothing written into the engine (old or new memory);
+ * the next update uses the new memory (the rollout's plan rebuilt) and commits. */
+START_TEST(test_begin_finish)
+{
+    sess_t x;
+    rf_session_result_t r;
+    char bad[256];
+    sess_open(&x);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 1);
+    ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n), RF_OK);
+    ck_assert_int_eq(rf_session_finish(x.s, &r), RF_ERR_STATE); /* before any plan or begin */
+    ck_assert_int_eq(rf_session_begin(x.s, 0), RF_ERR_STATE);
+    ck_assert_msg(rf_session_plan(x.s, NULL) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(rf_session_finish(x.s, &r), RF_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "without rf_session_begin"));
+    ck_assert_int_eq(rf_session_begin(x.s, 0), RF_OK);
+    ck_assert_int_eq(rf_session_begin(x.s, 0), RF_ERR_STATE); /* local: nothing sent */
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
+    ck_assert_int_eq(rf_session_finish(x.s, &r), RF_OK);
+    check_committed(&x, &r, 1);
+    uint64_t h1 = rollout_hash(&x);
+
+    int first_rollout = rf_topology_trainer_size(&topo), last_trainer = first_rollout - 1;
+    for (int mover = first_rollout; mover >= 0; mover = mover == first_rollout ? last_trainer
+                                                                               : -1) {
+        if (me.role == RF_ROLE_TRAINER)
+            trainer_fill(&x, 2);
+        ck_assert_int_eq(rf_session_begin(x.s, 0), RF_OK);
+        int k = x.n / 2;
+        char vname[RF_NAME_MAX + 32];
+        snprintf(vname, sizeof(vname), "%s", x.descs[k].name);
+        MPI_Bcast(vname, (int)sizeof(vname), MPI_CHAR, mover, MPI_COMM_WORLD);
+        void *old = NULL;
+        if (rank == mover) { /* re-allocated while paused: the new memory registered */
+            void *nb = malloc(x.bytes[k] + 1);
+            memcpy(nb, x.buf[k], x.bytes[k]);
+            old = x.buf[k];
+            x.buf[k] = nb;
+            x.descs[k].data = nb;
+            ck_assert_int_eq(rf_session_register(x.s, &x.descs[k], 1), RF_OK);
+        }
+        ck_assert_int_eq(rf_session_finish(x.s, &r), RF_OK);
+        ck_assert(!r.committed);
+        same_int_everywhere(r.committed);
+        same_int_everywhere(r.status);
+        ck_assert_int_eq(r.status, RF_ERR_MOVED);
+        same_int_everywhere(r.failed_rank);
+        ck_assert_int_eq(r.failed_rank, mover);
+        same_text_everywhere(r.reason, vname);
+        ck_assert_uint_eq(rollout_hash(&x), h1); /* the new memory (a copy) untouched too */
+        ck_assert_uint_eq(rf_session_version(x.s), 1);
+        /* the engine's move made the begin after it rebuild its plan (the update failed for
+         * the trainer's move, after that) */
+        if (rank == first_rollout)
+            ck_assert_uint_eq(r.rebuilds, mover == last_trainer ? 1 : 0);
+        free(old);
+    }
+    /* the next update commits into the new memory */
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 2);
+    ck_assert_int_eq(rf_session_begin(x.s, 0), RF_OK);
+    ck_assert_int_eq(rf_session_finish(x.s, &r), RF_OK);
+    check_committed(&x, &r, 2);
+    if (me.role == RF_ROLE_ROLLOUT)
+        ck_assert_msg(rollout_mismatches(&x, 2, bad, sizeof(bad)) == 0, "%s", bad);
+    sess_close(&x);
+}
+END_TEST
+
 /* Trainer ranks holding F32 masters: the plan counts every tensor as narrowed and its hash
  * differs from the same topology's BF16 registration; the engine receives every master
  * rounded to nearest even; a master registered again as BF16 after the plan is refused,
@@ -555,6 +627,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_update_bytes);
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_failed_updates);
+    tcase_add_test(tc, test_begin_finish);
     tcase_add_test(tc, test_fp32_masters);
     tcase_add_test(tc, test_create_errors);
     suite_add_tcase(s, tc);

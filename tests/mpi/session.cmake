@@ -78,3 +78,60 @@ foreach(case "llama_hf_np2;2;session-llama-tiny-hf-tp1-to-tp1.yaml;llama-tiny;"
   set_tests_properties(python_session_${name} PROPERTIES LABELS "mpi;python" TIMEOUT 300
                        ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
 endforeach()
+
+# rf_session_register_checkpoint: trainer ranks' shards read from the llama-tiny safetensors
+# fixture and from its HDF5 copy (refit-convert writes it: the h5_llama-tiny fixture of
+# tests/mpi/hdf5.cmake); another model's checkpoint and a bad path refused on every rank
+add_executable(check_session_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/check_session_ckpt.c)
+target_link_libraries(check_session_ckpt PRIVATE refit PkgConfig::CHECK)
+foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1.yaml"
+             "tp2_p2p_np4;4;session-llama-tiny-tp2-to-tp2-p2p.yaml"
+             "fsdp3_np5;5;session-llama-tiny-fsdp3-to-tp2.yaml")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME check_session_ckpt_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_ckpt>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo} ${REFIT_TEST_DATA}/llama-tiny
+                   ${CMAKE_BINARY_DIR}/h5/llama-tiny.h5 ${REFIT_TEST_DATA}/qwen3-tiny-tied
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_ckpt_${name} PROPERTIES LABELS "mpi;hdf5" TIMEOUT 300
+                       FIXTURES_REQUIRED h5_llama-tiny
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+endforeach()
+# Session.register_checkpoint in Python: the same checkpoints, an HDF5 file replaced between
+# updates, the refusals (python/tests/test_session_checkpoint.py; h5py reads the reference)
+# (one launch: torch's import dominates; check_session_ckpt covers fsdp's collective reads)
+foreach(case "ckpt_np2;2;session-llama-tiny-tp1-to-tp1.yaml")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME python_session_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -x REFIT_LIB -np ${np} /usr/bin/python3
+                   ${CMAKE_SOURCE_DIR}/python/tests/test_session_checkpoint.py
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo} ${REFIT_TEST_DATA}/llama-tiny
+                   ${CMAKE_BINARY_DIR}/h5/llama-tiny.h5 ${REFIT_TEST_DATA}/qwen3-tiny-tied
+                   ${CMAKE_BINARY_DIR}/session-${name}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(python_session_${name} PROPERTIES LABELS "mpi;python;hdf5" TIMEOUT 300
+                       FIXTURES_REQUIRED h5_llama-tiny
+                       ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+endforeach()
+# MPMD: separate trainer and engine programs in one MPI world (issue 15 item 1): 2 trainer
+# ranks (fsdp, p2p) reading the HDF5 checkpoint, 1 engine checking its bytes with h5py
+add_test(NAME python_session_mpmd_np3
+         COMMAND ${EXPECT} ok "mpmd: OK \\(3 rank"
+                 -- ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -x REFIT_LIB -x OMP_NUM_THREADS
+                 -np 2 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/python/tests/mpmd_train.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-tiny-fsdp2-to-tp1-p2p.yaml
+                 ${CMAKE_BINARY_DIR}/h5/llama-tiny.h5
+                 : -np 1 /usr/bin/python3 ${CMAKE_SOURCE_DIR}/python/tests/mpmd_engine.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-tiny-fsdp2-to-tp1-p2p.yaml
+                 ${CMAKE_BINARY_DIR}/h5/llama-tiny.h5
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(python_session_mpmd_np3 PROPERTIES LABELS "mpi;python;hdf5" TIMEOUT 300
+                     FIXTURES_REQUIRED h5_llama-tiny
+                     ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")

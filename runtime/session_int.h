@@ -1,0 +1,260 @@
+/*
+ * refit: the session's private header (runtime/ only): struct rf_session, and what refit's own
+ * programs ask of a session beyond the public API (include/refit/session.h).
+ *
+ * One implementation of setup and of the update, libuv style: the loop is the library's, the
+ * program is a client. The public API (runtime/session.c: rf_session_create / register / plan /
+ * update) and refit-run's job (runtime/job*.c, which refit-run and refit-soak drive) both go
+ * through the functions below:
+ *
+ *   rf_session_open     collective  topology, placement, what the topology's transport needs
+ *                                   in this build, accelerator, inventory, format owner,
+ *                                   control channel and transfer engine (session_setup.c)
+ *   rf_session_build    collective  rollout storage (registered or allocated) and reload plan,
+ *                                   manifest, chunk plan, schedule and the gate's expectation,
+ *                                   trainer shards (registered or owned), the transport's setup
+ *                                   (nccl communicators and resident weights, the stage
+ *                                   gather, ipc arenas) (session_setup.c)
+ *   rf_session_run      collective  one update: begin agreement, production (hook), transfer,
+ *                                   finalize, completion gate, drain (session.c)
+ *   rf_session_release  collective  teardown (session_setup.c)
+ *
+ * What the job brings beyond a caller's registration are options and hooks here: a producer
+ * that fills the trainer's buffers (generator or checkpoint, host or device), storage
+ * allocated by refit, the tests' fault hooks, the oracle and the report (after the gate, the
+ * job's own).
+ */
+#ifndef REFIT_SESSION_INT_H
+#define REFIT_SESSION_INT_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "refit/accel.h"
+#include "refit/checkpoint.h"
+#include "refit/chunk.h"
+#include "refit/control.h"
+#include "refit/format.h"
+#include "refit/hashmap.h"
+#include "refit/manifest.h"
+#include "refit/model.h"
+#include "refit/p2p.h"
+#include "refit/plan.h"
+#include "refit/session.h"
+#include "refit/sink.h"
+#include "refit/storage.h"
+#include "refit/topology.h"
+#include "refit/trainer.h"
+#include "refit/transport.h"
+#include "refit/transport_nccl.h"
+
+/* One tensor a public-API caller must register on this rank. */
+typedef struct sess_tensor {
+    char name[RF_NAME_MAX + 32];
+    rf_slot_shape_t want; /* dtype, ndim, shape */
+    int index;            /* trainer: inventory tensor; rollout: inventory module */
+    bool derived;         /* rollout: a weight-derived slot (format owners with one) */
+    int entry;            /* trainer, once planned: its manifest entry */
+    bool registered;
+    rf_signature_t sig;   /* the registered tensor (borrowed memory) */
+} sess_tensor_t;
+
+/* What refit's own programs ask of rf_session_open beyond the public options. Zeroed: the
+ * public API's session (registered tensors, its supported subset, MPI errors returned). */
+typedef struct rf_session_setup {
+    rf_session_options_t opt;  /* integrity; layerwise unless policy says otherwise */
+    bool owned;                /* refit-run: refit allocates the rollout's runtime storage
+                                  (rf_plan_alloc_storage) and the trainer's shard buffers, for
+                                  every transport, format and device refit-run supports; no
+                                  registration. false: the public API (its checks) */
+    rf_reload_policy_t policy; /* owned: the reload policy */
+    const char *format;        /* owned: the format owner by name; NULL: the topology's */
+    const char *checkpoint;    /* owned: NULL, or the manifest comes from its headers (rank 0,
+                                  after checking its config.json) and s->ck is open on every
+                                  rank for the job's producer and oracle */
+    bool faults;               /* owned: a test fault is armed (no device-resident trainer:
+                                  faults edit host bytes) */
+    /* owned, optional: called on every rank once the schedule and the trainer's shards exist,
+     * before the transport's setup (the job resolves its fault there); an error fails setup on
+     * every rank with the lowest failing rank's text */
+    rf_status_t (*configured)(void *ctx, rf_session_t *s, rf_err_t *err);
+    void *ctx;
+} rf_session_setup_t;
+
+/* What a client hooks into one update (rf_session_run); every member optional. */
+typedef struct rf_session_hooks {
+    void *ctx;
+    /* local, after the transport's begin and the rollout's plan begin, before the begin
+     * agreement: this rank's reasons to refuse the update (refit-run: the trainer's source
+     * check, a production that failed before the update) */
+    rf_status_t (*begin)(void *ctx, rf_err_t *err);
+    /* trainer, after GO: writes this update's weights into the trainer's buffers */
+    rf_status_t (*produce)(void *ctx, rf_err_t *err);
+    /* a named point of the transfer reached (a stage sender reading in place before its
+     * first chunk, a contributor before the stage gather): the tests' exit and stall faults */
+    void (*point)(void *ctx, const char *where);
+    /* the tests' chunk faults and hooks (rf_xfer_config_t.fault, the trainer's
+     * fault_skip_seq, the sink's after, the source's before) */
+    rf_xfer_fault_t fault;
+    int64_t gather_skip_seq;
+    rf_status_t (*after_chunk)(void *ctx, const rf_chunk_t *chunk, const rf_xfer_segment_t *segs,
+                               size_t nsegs, const void *payload, bool dev, rf_err_t *err);
+    rf_status_t (*before_pack)(void *ctx, const rf_chunk_t *chunk, rf_err_t *err);
+} rf_session_hooks_t;
+
+
+/* What one rf_session_run measured on this rank. */
+typedef struct rf_session_times {
+    double begin_s, receive_s, finalize_s, send_s, gate_s;
+    double verdict_s;       /* the update's begin to its verdict */
+    uint64_t rebuilds;      /* rollout: plan rebuilds at this update's begin */
+    const char *moved;      /* ... the first slot whose signature changed (NULL: the format
+                               owner changed its mapping) */
+} rf_session_times_t;
+
+
+struct rf_session {
+    MPI_Comm comm; /* refit's duplicate of the caller's */
+    int rank, size, T, R;
+    rf_session_setup_t so;
+    rf_session_options_t opt;
+    rf_topology_t topo;
+    rf_model_config_t cfg;
+    bool cfg_ok;
+    rf_rank_info_t me;
+    rf_placement_t place;
+    rf_inventory_t inv;
+    bool inv_ok;
+    MPI_Comm role_comm;
+    rf_ctl_t *ctl;
+    rf_xfer_t *xfer;
+    bool p2p, integrity;
+    rf_accel_t *accel; /* rollout with rollout.gpus (its storage), nccl and colocated ipc ranks
+                          with a GPU, the tests' host-device accelerator; NULL: host */
+    rf_ckpt_t *ck;     /* owned sessions with a checkpoint */
+    /* what this rank registers (public API) */
+    sess_tensor_t *ex;
+    int nex, nreg;
+    rf_map_t exmap;     /* name -> ex index */
+    bool exmap_ok;
+    int *ex_of_tensor;  /* trainer: [inv.ntensors] ex index or -1 */
+    rf_err_t reg_err;   /* the first refused registration not yet reported */
+    rf_err_t abort_err; /* rf_session_abort, for the next update */
+    rf_err_t last;      /* the last failing call's text */
+    /* plan */
+    bool planned, broken;
+    rf_manifest_t man;
+    rf_chunk_item_t *items;
+    rf_chunk_plan_t *cplan;
+    int *senders, *receivers;
+    rf_gate_expect_t expect;
+    rf_p2p_schedule_t p2p_s;
+    rf_trainer_t tr;
+    bool tr_ready;
+    rf_trainer_source_t src; /* the trainer as the transfer's source (its row list owned) */
+    int *item_tensor;        /* [man.n]: the inventory tensor of each manifest entry (the
+                                per-piece hot path reads this, not the large entries) */
+    rf_format_t fmt;
+    rf_storage_t st;
+    bool st_ok;
+    rf_plan_t plan;
+    bool plan_ok;
+    uint64_t plan_layers[RF_PLAN_MODES];
+    /* ipc transport (colocated) */
+    bool ipc;
+    int *pair_of;              /* [size] every rank's IPC pair (-1 none) */
+    uint8_t *ipc_staged;       /* [n_chunks] the stage sender stages (part of) the chunk */
+    uint8_t *ipc_piece_staged; /* [n_pieces] some rollout rank reads the piece staged */
+    rf_ipc_piece_t *ipc_pieces; /* rollout: [n_pieces] where this rank reads each piece */
+    bool ipc_dev;          /* the arena backend is device memory (cuda, or host-device in tests) */
+    void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
+    void *ipc_mirror;      /* trainer, ipc_dev: pinned host mirror the trainer produces into */
+    uint64_t ipc_wbytes;   /* trainer, ipc_dev: bytes of both */
+    /* nccl transport: device chunk buffers on every rank's GPU (transport/transport_nccl.c) */
+    bool nccl;
+    rf_nccl_layout_t nccl_layout;
+    /* nccl trainer with its weights resident on its GPU (nccl_resident_eligible): produced on
+     * the device before the update begins, packed device to device into the chunk buffer */
+    bool nccl_resident;
+    void *nccl_wdev;           /* its weights arena (device), rf_trainer_arena_layout bytes */
+    bool fence;                /* some trainer produces before the update: the job's fence */
+    bool integrity_host_pack;  /* nccl: some trainer packs on the host because of integrity */
+    const char *wire;          /* the stage gather's wire when not MPI point-to-point: "nccl
+                                  gather communicators" or the tests' "test wire" */
+    /* trainer, rf_session_register_checkpoint (runtime/session_ckpt.c): the shards come from
+     * a checkpoint read at every update, into buffers refit allocated */
+    char *ck_path;    /* owned copy of the caller's path; NULL: registered tensors */
+    rf_ckpt_t *src_ck; /* opened at the registration, again at each update's begin */
+    char *ck_arena;   /* the shard buffers (owned) */
+    /* updates */
+    uint32_t seq;     /* the update counter of the control channel and the chunks */
+    uint64_t version; /* of the last COMMITTED update */
+    double deadline;  /* the current update's absolute deadline */
+    double run_t0;    /* the current update's begin (rf_session_run's halves) */
+    /* the public API's split update (rf_session_begin ... rf_session_finish) */
+    bool in_update;            /* between a begin and its finish */
+    rf_status_t pub_st;        /* this rank's status after the begin agreement */
+    rf_err_t pub_err;          /* ... its text */
+    rf_err_t moved_err;        /* a tensor registered again between begin and finish */
+    uint64_t pub_agreed;       /* the update's version */
+    double pub_t0;             /* rf_session_begin's start (the result's seconds) */
+    rf_session_hooks_t pub_hooks; /* the update's hooks (a registered checkpoint) */
+    bool pub_hooked;
+    rf_session_times_t pub_tm;
+};
+
+static inline bool rf_session_is_rollout(const rf_session_t *s)
+{
+    return s->me.role == RF_ROLE_ROLLOUT;
+}
+
+/* Every rank learns the lowest failing rank's message (plain collective over comm). */
+rf_status_t rf_session_agree(MPI_Comm comm, rf_status_t st, rf_err_t *err);
+
+/* Collective over comm: *s_p on every rank, or NULL and the same error everywhere (setup's
+ * partial state freed). */
+rf_status_t rf_session_open(MPI_Comm comm, const char *topology, const rf_session_setup_t *so,
+                            rf_session_t **s_p, rf_err_t *err);
+/* Collective: everything past the registration (public API: called by rf_session_plan once
+ * every rank registered its set; owned: right after rf_session_open). */
+rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err);
+/* Collective teardown (mpi false once MPI is finalized: memory only). */
+void rf_session_release(rf_session_t *s, bool mpi);
+
+/* The reload plan over storage st (the live plan or the cold check's): broadcast (sender -1)
+ * or p2p (sender-keyed rectangles). Local. */
+rf_status_t rf_session_plan_build(rf_session_t *s, rf_plan_t *p, rf_storage_t *st,
+                                  rf_format_t *fmt, rf_err_t *err);
+/* Applies one chunk's pieces to plan p in the plan's form: broadcast (sender -1) or this
+ * rank's p2p rectangles; dev: payload is device memory of the storage's device. Local. */
+rf_status_t rf_session_apply_pieces(rf_session_t *s, rf_plan_t *p, const rf_chunk_t *chunk,
+                                    const rf_chunk_piece_t *pieces, const void *payload,
+                                    bool dev, rf_err_t *err);
+
+/* ---- session_ckpt.c: trainer shards read from a checkpoint --------------------------- */
+
+/* Collective over s->comm, at the plan: every trainer rank registered a checkpoint, or none
+ * did (a stage's ranks read it in lock step); the same answer on every rank. */
+rf_status_t rf_session_ckpt_agree(rf_session_t *s, rf_err_t *err);
+/* The hooks of an update of a session whose trainers registered a checkpoint (h filled and
+ * returned), or NULL. */
+const rf_session_hooks_t *rf_session_ckpt_hooks(rf_session_t *s, rf_session_hooks_t *h);
+/* Frees what the registration allocated (rf_session_release). */
+void rf_session_ckpt_free(rf_session_t *s);
+
+/*
+ * Collective: one update, numbered ++s->seq (the control channel's and the chunks' number):
+ * the begin agreement, production (h->produce), the transfer, finalize, the completion gate;
+ * on FAILED the transport and the trainer drained, the plan aborted, the transport's failure
+ * step. version, agreed: the public API's version check (a trainer's non-zero version must be
+ * agreed, trainer rank 0's; refit-run passes 0, 0). h: NULL or the client's hooks. *verdict:
+ * the gate's, the same on every rank (rf_gate_verdict_fini after); *times: this rank's;
+ * *err: this rank's own error, when it had one (the gate's when it gave no verdict). Returns
+ * this rank's status going into the gate.
+ */
+rf_status_t rf_session_run(rf_session_t *s, uint64_t version, uint64_t agreed,
+                           const rf_session_hooks_t *h, rf_gate_verdict_t *verdict,
+                           rf_session_times_t *times, rf_err_t *err);
+
+#endif /* REFIT_SESSION_INT_H */
