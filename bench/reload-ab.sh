@@ -114,7 +114,10 @@ echo "== $(( $(date +%s) - t0 )) s for ${#names[@]} rows"
 "$py" "$root/bench/reload_ab_report.py" "$out" "${names[@]}" | tee "$out/reload-ab.md"
 rc=${PIPESTATUS[0]}
 [ $rc -eq 0 ] || status=1
-if [ "${PLOT:-1}" != 0 ]; then
+if [ "${PLOT:-1}" != 0 ] && ! "$py" -c 'import matplotlib' 2>/dev/null; then
+    # e.g. the GPU host's Python: the JSON is written; plot it where matplotlib is
+    echo "reload-ab: $py has no matplotlib: no PNG (bench/plots.py --reload-ab $out/reload-ab.json elsewhere)"
+elif [ "${PLOT:-1}" != 0 ]; then
     "$py" "$root/bench/plots.py" --reload-ab "$out/reload-ab.json" --out "$out" || status=1
 fi
 exit $status
