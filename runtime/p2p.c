@@ -389,7 +389,8 @@ rf_status_t rf_p2p_expect_agree(const rf_p2p_schedule_t *s, int rank, uint64_t p
     if (me == 0 && st == RF_OK) {
         size_t m = total / sizeof(pair_rec_t);
         qsort(all, m, sizeof(pair_rec_t), pair_cmp);
-        for (size_t i = 0; i < m && st == RF_OK; i++) {
+        /* records in pairs (sender side 0, receiver side 1): each pass consumes both or stops */
+        for (size_t i = 0; i < m && st == RF_OK; i += 2) {
             const pair_rec_t *a = &all[i], *b = i + 1 < m ? &all[i + 1] : NULL;
             bool both = b != NULL && a->side == 0 && b->side == 1 && b->sender == a->sender &&
                         b->receiver == a->receiver;
@@ -418,7 +419,6 @@ rf_status_t rf_p2p_expect_agree(const rf_p2p_schedule_t *s, int rank, uint64_t p
                 expect->chunks[idx] += a->chunks;
                 expect->bytes[idx] += a->bytes;
             }
-            i++; /* b consumed */
         }
     }
     free(all);
