@@ -556,7 +556,8 @@ static rf_status_t loc_replicated(rf_ref_locator_t *l, const rf_module_t *m, rf_
     l->nseg = 1;
     RF_CHECK(alloc_bt(l, err));
     char rbase[RF_NAME_MAX];
-    rf_err_t no;
+    rf_err_t no; /* a module not named so is no error here */
+    rf_err_clear(&no);
     if (strip_suffix(m, "block_sparse_moe.gate", rbase, sizeof(rbase), &no) == RF_OK &&
         has_tensor(l->inv, rbase, "block_sparse_moe.router.layer.weight")) {
         /* GraniteMoE's router: vLLM's load_weights renames block_sparse_moe.router.layer to
@@ -682,7 +683,8 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m, const rf_r
                            rf_err_t *err)
 {
     char fbase[RF_NAME_MAX];
-    rf_err_t no;
+    rf_err_t no; /* a module not named so is no error here */
+    rf_err_clear(&no);
     if (strip_suffix(m, "experts", fbase, sizeof(fbase), &no) == RF_OK &&
         has_tensor(l->inv, fbase, "input_linear.weight"))
         return loc_moe_fused(l, m, fbase, rc, err);
