@@ -113,17 +113,7 @@ typedef struct snd_ctx {
 static int senders_of(void *ctx, int tensor, int *snd, int64_t (*rect)[4], int max)
 {
     const snd_ctx_t *c = ctx;
-    rf_owner_t own[RF_MAX_OWNERS];
-    int n = rf_p2p_rects(&c->m->topo, &c->m->inv, c->rank, tensor, own);
-    n = n < max ? n : max;
-    for (int i = 0; i < n; i++) {
-        snd[i] = own[i].rank;
-        rect[i][0] = own[i].reg.r0;
-        rect[i][1] = own[i].reg.r1;
-        rect[i][2] = own[i].reg.c0;
-        rect[i][3] = own[i].reg.c1;
-    }
-    return n;
+    return rf_p2p_senders(&c->m->topo, &c->m->inv, c->rank, tensor, snd, rect, max);
 }
 
 /* What one rank plans in job setup, its CPU seconds per part and its live heap bytes. */
@@ -136,18 +126,10 @@ typedef struct rank_cost {
 static rf_chunk_plan_t *broadcast_cplan(const rf_inventory_t *inv, const rf_manifest_t *man,
                                         uint64_t chunk_bytes, rf_err_t *err)
 {
-    rf_chunk_item_t *items = calloc((size_t)man->n + 1, sizeof(*items));
+    rf_chunk_item_t *items = rf_chunk_items_of_manifest(inv, man);
     rf_chunk_plan_t *pl = NULL;
     if (items == NULL)
         return NULL;
-    for (int i = 0; i < man->n; i++) {
-        const rf_tensor_t *t = &inv->tensors[man->entries[i].tensor];
-        items[i].stage = man->entries[i].stage;
-        items[i].rows = rf_tensor_rows(t);
-        items[i].bytes = man->entries[i].nbytes;
-        items[i].row_bytes = items[i].rows ? items[i].bytes / items[i].rows : 0;
-        items[i].name = t->name;
-    }
     if (rf_chunk_plan_create(items, (size_t)man->n, chunk_bytes, &pl, err) != RF_OK)
         pl = NULL;
     free(items);

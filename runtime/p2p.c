@@ -152,6 +152,36 @@ nomem:
     return rf_err_set(err, RF_ERR_NOMEM, "p2p: out of memory (receiver rank %d)", rank);
 }
 
+int rf_p2p_senders(const rf_topology_t *topo, const rf_inventory_t *inv, int receiver, int tensor,
+                   int *snd, int64_t (*rect)[4], int max)
+{
+    rf_owner_t own[RF_MAX_OWNERS];
+    int n = rf_p2p_rects(topo, inv, receiver, tensor, own);
+    n = n < max ? n : max;
+    for (int i = 0; i < n; i++) {
+        snd[i] = own[i].rank;
+        rect[i][0] = own[i].reg.r0;
+        rect[i][1] = own[i].reg.r1;
+        rect[i][2] = own[i].reg.c0;
+        rect[i][3] = own[i].reg.c1;
+    }
+    return n;
+}
+
+rf_chunk_item_t *rf_chunk_items_of_manifest(const rf_inventory_t *inv, const rf_manifest_t *man)
+{
+    rf_chunk_item_t *items = calloc((size_t)man->n + 1, sizeof(*items));
+    for (int i = 0; items != NULL && i < man->n; i++) {
+        const rf_tensor_t *t = &inv->tensors[man->entries[i].tensor];
+        items[i].stage = man->entries[i].stage;
+        items[i].rows = rf_tensor_rows(t);
+        items[i].bytes = man->entries[i].nbytes; /* the manifest's dtype */
+        items[i].row_bytes = items[i].rows ? items[i].bytes / items[i].rows : 0;
+        items[i].name = t->name;
+    }
+    return items;
+}
+
 rf_status_t rf_p2p_schedule_build(const rf_topology_t *topo, const rf_inventory_t *inv,
                                   const rf_manifest_t *man, uint64_t chunk_bytes,
                                   rf_p2p_schedule_t *s, rf_err_t *err)

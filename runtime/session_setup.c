@@ -58,17 +58,7 @@ rf_status_t rf_session_agree(MPI_Comm comm, rf_status_t st, rf_err_t *err)
 static int p2p_senders(void *ctx, int tensor, int *snd, int64_t (*rect)[4], int max)
 {
     const rf_session_t *s = ctx;
-    rf_owner_t own[RF_MAX_OWNERS];
-    int n = rf_p2p_rects(&s->topo, &s->inv, s->rank, tensor, own);
-    n = n < max ? n : max;
-    for (int i = 0; i < n; i++) {
-        snd[i] = own[i].rank;
-        rect[i][0] = own[i].reg.r0;
-        rect[i][1] = own[i].reg.r1;
-        rect[i][2] = own[i].reg.c0;
-        rect[i][3] = own[i].reg.c1;
-    }
-    return n;
+    return rf_p2p_senders(&s->topo, &s->inv, s->rank, tensor, snd, rect, max);
 }
 
 rf_status_t rf_session_plan_build(rf_session_t *s, rf_plan_t *p, rf_storage_t *st,
@@ -752,19 +742,12 @@ rf_status_t rf_session_open(MPI_Comm comm, const char *topology, const rf_sessio
 static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
 {
     rf_status_t st;
-    s->items = calloc((size_t)s->man.n + 1, sizeof(rf_chunk_item_t));
+    s->items = rf_chunk_items_of_manifest(&s->inv, &s->man);
     s->item_tensor = calloc((size_t)s->man.n + 1, sizeof(int));
     if (s->items == NULL || s->item_tensor == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < s->man.n; i++) {
-        const rf_tensor_t *t = &s->inv.tensors[s->man.entries[i].tensor];
+    for (int i = 0; i < s->man.n; i++)
         s->item_tensor[i] = s->man.entries[i].tensor;
-        s->items[i].stage = s->man.entries[i].stage;
-        s->items[i].rows = rf_tensor_rows(t);
-        s->items[i].bytes = s->man.entries[i].nbytes; /* the manifest's dtype */
-        s->items[i].row_bytes = s->items[i].rows ? s->items[i].bytes / s->items[i].rows : 0;
-        s->items[i].name = t->name;
-    }
     st = rf_chunk_plan_create(s->items, (size_t)s->man.n,
                               rf_xfer_plan_bytes(s->topo.chunk_bytes, s->integrity), &s->cplan,
                               err);

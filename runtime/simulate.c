@@ -244,16 +244,7 @@ static rf_status_t sim_pair(sim_ctx_t *cx, int src, int dst, uint64_t payload, u
 /* The manifest's chunk items, as job_setup.c and session.c build them for the chunk plan. */
 static rf_chunk_item_t *sim_items(const rf_inventory_t *inv, const rf_manifest_t *man)
 {
-    rf_chunk_item_t *items = calloc((size_t)man->n + 1, sizeof(*items));
-    for (int i = 0; items != NULL && i < man->n; i++) {
-        const rf_tensor_t *t = &inv->tensors[man->entries[i].tensor];
-        items[i].stage = man->entries[i].stage;
-        items[i].rows = rf_tensor_rows(t);
-        items[i].bytes = man->entries[i].nbytes;
-        items[i].row_bytes = items[i].rows ? items[i].bytes / items[i].rows : 0;
-        items[i].name = t->name;
-    }
-    return items;
+    return rf_chunk_items_of_manifest(inv, man);
 }
 
 /* Broadcast: each stage's chunks from its stage sender to every rollout rank; the stage

@@ -94,6 +94,17 @@ bool rf_p2p_need(const rf_inventory_t *inv, const rf_rollout_coords_t *rc, int t
 int rf_p2p_rects(const rf_topology_t *topo, const rf_inventory_t *inv, int receiver, int tensor,
                  rf_owner_t out[RF_MAX_OWNERS]);
 
+/* rf_p2p_rects in the reload planner's sender-callback form (rf_plan_build_p2p): at most max
+ * senders of tensor to `receiver`, snd[i] the trainer world rank and rect[i] its rectangle
+ * {r0, r1, c0, c1}. Returns the count. Pure. */
+int rf_p2p_senders(const rf_topology_t *topo, const rf_inventory_t *inv, int receiver, int tensor,
+                   int *snd, int64_t (*rect)[4], int max);
+
+/* The manifest's chunk items in manifest order (stage, rows as rf_tensor_rows counts them, the
+ * manifest's bytes, the tensor's name), the input of rf_chunk_plan_create: calloc'd, man->n + 1
+ * entries, the caller frees; NULL when out of memory. Pure. */
+rf_chunk_item_t *rf_chunk_items_of_manifest(const rf_inventory_t *inv, const rf_manifest_t *man);
+
 /* Builds every rollout rank's schedule over the manifest's entries (man->entries[i].tensor set)
  * with chunk plans of chunk_bytes: the whole world's pairs, for tools that look at all of them
  * (refit-plan; tests). Time and memory grow with the world. Local. */
