@@ -11,7 +11,8 @@
  * are derived slots of the kv_b_proj module, written only by the deferred stage, once per
  * update after every tensor of the layer arrived, whatever the layer's reload mode.
  *
- * An unquantized kv_b_proj gives its own elements (a permutation, bit exact). An fp8-block one
+ * An unquantized kv_b_proj gives its own elements (a permutation, bit exact; on a device, row
+ * copies there). An fp8-block one
  * gives bf16 / f16 / f32(e4m3(w) x weight_scale_inv[row / 128][col / 128]) rounded to nearest
  * even, in the model's dtype (vLLM's get_and_maybe_dequant_weights). The owners "none" and
  * "fp8-block" add the slots and run the stage; the planner calls nothing MLA-specific.
@@ -101,6 +102,66 @@ static rf_status_t mla_host(rf_accel_t *dev, const rf_slot_t *s, unsigned char *
     return rf_format_dev_copy(dev, *owned, s->sig.data, b, RF_COPY_D2H, s->name, err);
 }
 
+/*
+ * An unquantized kv_b_proj on a device: both derived slots are permutations of its elements,
+ * so they are written as 2 nh_p strided row copies in one copy_rows_batch on the device (no
+ * host round trip): per head h, W_UK_T[h] = rows h (P + Dv) .. + P of W as they are (P x Lkv),
+ * and W_UV[h] = the next Dv rows transposed (source (j, l) to destination element l Dv + j).
+ * Synchronized before returning, as the host path's copies are.
+ */
+static rf_status_t mla_device_permute(rf_accel_t *dev, const rf_inventory_t *inv, int m,
+                                      const rf_slot_t *w, rf_slot_t *uk, rf_slot_t *uv,
+                                      int64_t nh_p, rf_err_t *err)
+{
+    const rf_model_config_t *c = &inv->cfg;
+    int64_t P = c->qk_nope_head_dim, Dv = c->v_head_dim, Lkv = c->kv_lora_rank;
+    size_t es = rf_dtype_size(c->dtype);
+    uint64_t nuk = (uint64_t)nh_p * P * Lkv, nuv = (uint64_t)nh_p * Lkv * Dv;
+    if (rf_signature_bytes(&uk->sig) != nuk * es || rf_signature_bytes(&uv->sig) != nuv * es)
+        return rf_err_set(err, RF_ERR_MISMATCH, "mla: %s: derived slots are not %llu + %llu "
+                          "elements", inv->modules[m].name, (unsigned long long)nuk,
+                          (unsigned long long)nuv);
+    rf_accel_rows_t *r = calloc((size_t)(2 * nh_p) + 1, sizeof(*r));
+    if (r == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "mla: out of memory");
+    for (int64_t h = 0; h < nh_p; h++) {
+        const char *head = (const char *)w->sig.data + (size_t)(h * (P + Dv) * Lkv) * es;
+        rf_accel_rows_t *k = &r[2 * h], *v = &r[2 * h + 1];
+        k->dst.data = uk->sig.data; /* [h][p][l] */
+        k->dst.esize = es;
+        k->dst.dtype = c->dtype;
+        k->dst.row_stride = Lkv;
+        k->dst.col_stride = 1;
+        k->dst.expert_stride = P * Lkv;
+        k->expert = h;
+        k->src = head;
+        k->src_dtype = c->dtype;
+        k->src_pitch = Lkv;
+        k->rows = P;
+        k->cols = Lkv;
+        v->dst.data = uv->sig.data; /* [h][l][j] <- W[h (P + Dv) + P + j][l] */
+        v->dst.esize = es;
+        v->dst.dtype = c->dtype;
+        v->dst.row_stride = 1;
+        v->dst.col_stride = Dv;
+        v->dst.expert_stride = Lkv * Dv;
+        v->expert = h;
+        v->src = head + (size_t)(P * Lkv) * es;
+        v->src_dtype = c->dtype;
+        v->src_pitch = Lkv;
+        v->rows = Dv;
+        v->cols = Lkv;
+    }
+    rf_status_t st = dev->ops->copy_rows_batch(dev, r, (size_t)(2 * nh_p), NULL);
+    if (st == RF_OK)
+        st = rf_accel_sync(dev);
+    free(r);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "mla: deriving W_UK_T / W_UV of %s on %s device %d failed",
+                          inv->modules[m].name, dev->ops->name, dev->device);
+    return RF_OK;
+}
+
 rf_status_t rf_mla_compute_derived(rf_format_t *f, const rf_inventory_t *inv, int m,
                                    rf_slot_t *const *rt, int nrt, rf_err_t *err)
 {
@@ -137,6 +198,12 @@ rf_status_t rf_mla_compute_derived(rf_format_t *f, const rf_inventory_t *inv, in
         return rf_err_set(err, RF_ERR_MISMATCH, "mla: %s is %s, the model dtype %s", w->name,
                           rf_dtype_name(w->sig.dtype), rf_dtype_name(c->dtype));
     rf_accel_t *dev = rf_format_device(f);
+    if (dev != NULL && !fp8) {
+        rf_status_t ds = mla_device_permute(dev, inv, m, w, uk, uv, nh_p, err);
+        if (ds == RF_OK)
+            f->derived_runs++;
+        return ds;
+    }
     unsigned char *wb, *sb = NULL, *wown = NULL, *sown = NULL;
     rf_status_t st = mla_host(dev, w, &wb, &wown, err);
     if (st == RF_OK && fp8)

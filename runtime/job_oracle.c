@@ -105,8 +105,9 @@ static void diff_rule(job_t *j)
         if (j->s->inv.modules[sl->module].kind == RF_MOD_VOCAB) {
             /* the padding rows of either layout (vllm: Vp / T, hf: ceil(V / T) per rank) */
             int64_t first, cols;
-            pad = rf_load_vocab_pad_rows(&j->s->inv, &j->s->me.rc, sl->module, &first, &cols) *
-                  (uint64_t)j->s->inv.cfg.hidden_size;
+            /* rows x the module's width (OPT's word_embed_proj_dim may differ from hidden) */
+            pad = rf_load_vocab_pad_rows(&j->s->inv, &j->s->me.rc, sl->module, &first, &cols);
+            pad *= (uint64_t)cols;
         }
         uint64_t same = 0;
         for (uint64_t i = 0; i < n; i++)

@@ -77,16 +77,6 @@ rf_status_t rf_session_create(MPI_Comm comm, const char *topology,
 
 /* ---- accessors ---------------------------------------------------------------------------- */
 
-rf_session_role_t rf_session_role(const rf_session_t *s)
-{
-    return s != NULL && is_rollout(s) ? RF_SESSION_ROLLOUT : RF_SESSION_TRAINER;
-}
-
-const char *rf_session_role_name(const rf_session_t *s)
-{
-    return rf_session_role(s) == RF_SESSION_ROLLOUT ? "rollout" : "trainer";
-}
-
 uint64_t rf_session_version(const rf_session_t *s) { return s ? s->version : 0; }
 
 int rf_session_expected_count(const rf_session_t *s) { return s ? s->nex : 0; }

@@ -28,30 +28,6 @@
 #include "refit/time.h"
 #include "session_int.h"
 
-rf_status_t rf_session_agree(MPI_Comm comm, rf_status_t st, rf_err_t *err)
-{
-    int size, rank, mine, first;
-    struct {
-        int status;
-        char msg[RF_ERR_MSG_MAX];
-    } rep;
-    MPI_Comm_size(comm, &size);
-    MPI_Comm_rank(comm, &rank);
-    mine = st == RF_OK ? size : rank;
-    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-        return rf_err_reset(err, RF_ERR_MPI, "rank %d: MPI_Allreduce failed agreeing a status",
-                            rank);
-    if (first == size)
-        return RF_OK;
-    rep.status = (int)(err->status != RF_OK ? err->status : st);
-    snprintf(rep.msg, sizeof(rep.msg), "%s", err->msg);
-    if (MPI_Bcast(&rep, (int)sizeof(rep), MPI_BYTE, first, comm) != MPI_SUCCESS)
-        return rf_err_reset(err, RF_ERR_MPI, "rank %d: MPI_Bcast failed agreeing a status", rank);
-    if (rank != first)
-        rf_err_reset(err, (rf_status_t)rep.status, "%s", rep.msg);
-    return (rf_status_t)rep.status;
-}
-
 /* ---- the reload plan, broadcast or p2p ---------------------------------------------------- */
 
 /* p2p: what each trainer rank sends this rank of a tensor (the schedule's rectangles). */

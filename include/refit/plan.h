@@ -64,7 +64,7 @@ typedef struct rf_plan_stats {
     uint64_t shapes_checked;        /* wna16 weight_shape applications checked (not stored) */
     uint64_t derived_runs;          /* deferred-stage calls */
     uint64_t rebuilds;              /* plan rebuilds (signature changed before an update) */
-    double loader_s;                /* CPU time in loader calls */
+    double loader_s;                /* seconds in loader calls (CLOCK_MONOTONIC, not CPU time) */
     double layerwise_s, deferred_s, verify_s;
     rf_plan_dev_stats_t dev;
 } rf_plan_stats_t;
