@@ -46,6 +46,38 @@ refit_run_test(refit_run_qwen3_next_mtp_skipped 2 ok
 set_tests_properties(refit_run_qwen3_next_mtp_skipped PROPERTIES FIXTURES_REQUIRED famck_next_mtp
                      ENVIRONMENT "REFIT_LOG_LEVEL=info")
 
+# model.mtp: the MTP layer as vLLM's Qwen3NextMTP draft loads it (mtp.fc column parallel, three
+# norms replicated, mtp.layers.0 a gated full-attention MoE layer sharded like the others):
+# layer 3 copied to mtp.layers.0.* with new values and mtp.fc / the norms added by
+# make_family_ckpt, at rollout TP 1 and 2
+set(NEXT_MTP_ADD --add mtp.fc.weight 64 128 --add mtp.pre_fc_norm_hidden.weight 64
+                 --add mtp.pre_fc_norm_embedding.weight 64 --add mtp.norm.weight 64)
+make_family_ckpt_test(next_mtp_full ${DATA}/qwen3-next-tiny qwen3-next-tiny-mtp-full
+                      --copy-layer model.layers.3. mtp.layers.0. ${NEXT_MTP_ADD} --reference)
+foreach(t "tp1-to-tp1;2" "tp2-to-tp2;4")
+  list(GET t 0 topo)
+  list(GET t 1 np)
+  refit_run_test(refit_run_qwen3_next_tiny_mtp_${topo} ${np} ok
+                 "reassembly \\+ sha256 vs --reference: 195 tensors equal;cold load == load then refit;refit: COMMITTED 2 update\\(s\\), verified 195 tensors"
+                 --topology ${NEXT_TTOPO}/qwen3-next-tiny-mtp-${topo}.yaml
+                 --checkpoint ${FAMCK}/qwen3-next-tiny-mtp-full
+                 --reference ${FAMCK}/qwen3-next-tiny-mtp-full/tensors.reference.json --cold-check --steps 2)
+  set_tests_properties(refit_run_qwen3_next_tiny_mtp_${topo} PROPERTIES FIXTURES_REQUIRED famck_next_mtp_full)
+endforeach()
+# model.mtp on the fixture (no mtp.* tensors): refused naming the first missing tensor; an MTP
+# layer the config does not have (mtp.layers.1.*) is no longer skipped but refused
+refit_run_test(refit_run_qwen3_next_mtp_missing_refused 2 fail
+               "refit: FAILED: .*tensor mtp.fc.weight is missing \\(an MTP layer's: the topology's model.mtp asks for them\\)"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-mtp-tp1-to-tp1.yaml --checkpoint ${DATA}/qwen3-next-tiny --steps 1)
+make_family_ckpt_test(next_mtp_extra ${DATA}/qwen3-next-tiny qwen3-next-tiny-mtp-extra
+                      --copy-layer model.layers.3. mtp.layers.0. ${NEXT_MTP_ADD}
+                      --add mtp.layers.1.input_layernorm.weight 64)
+refit_run_test(refit_run_qwen3_next_mtp_extra_refused 2 fail
+               "refit: FAILED: .*tensor mtp.layers.1.input_layernorm.weight is not part of the qwen3_next model"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-mtp-tp1-to-tp1.yaml
+               --checkpoint ${FAMCK}/qwen3-next-tiny-mtp-extra --steps 1)
+set_tests_properties(refit_run_qwen3_next_mtp_extra_refused PROPERTIES FIXTURES_REQUIRED famck_next_mtp_extra)
+
 # a checkpoint without one of a Gated DeltaNet layer's tensors: refused naming it
 make_family_ckpt_test(next_drop ${DATA}/qwen3-next-tiny qwen3-next-tiny-no-conv1d
                       --drop model.layers.1.linear_attn.conv1d.weight)
@@ -77,3 +109,12 @@ foreach(case "tp2;2 +0 +0 +0 +0 +639 +0 +0 +74391 +0 +639"
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(refit_plan_qwen3_next_80b_a3b_${t} PROPERTIES LABELS plan TIMEOUT 120)
 endforeach()
+# with model.mtp: the real checkpoint's 75,944 tensors and 81,324,862,720 values (its 1,553
+# mtp.* tensors in the inventory), 15 more engine modules (mtp.fc, three norms, a full-attention
+# layer's 11)
+add_test(NAME refit_plan_qwen3_next_80b_a3b_mtp_tp2
+         COMMAND ${EXPECT} ok "refit-plan: qwen3-next-80b-a3b-mtp-tp2: qwen3_next Qwen3NextForCausalLM, 48 layers, 75944 tensors, 81324862720 checkpoint elements"
+                 "^ +2 +0 +0 +0 +0 +654 +0 +0 +75944 +0 +654 " -- $<TARGET_FILE:refit-plan>
+                 --topology ${TOPO}/plan/qwen3-next-80b-a3b-mtp-tp2.yaml
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(refit_plan_qwen3_next_80b_a3b_mtp_tp2 PROPERTIES LABELS plan TIMEOUT 120)
