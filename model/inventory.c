@@ -140,6 +140,9 @@ static rf_status_t inv_add_tensor(inv_builder_t *b, const char *name, rf_dtype_t
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 
+static rf_status_t inv_heads_linear(inv_builder_t *b, const char *prefix, rf_module_kind_t kind,
+                                    int layer, int64_t n, int64_t k, int64_t heads);
+
 /* True when the linear `prefix` is left unquantized by modules_to_not_convert / ignore:
  * an exact name, a dotted suffix ("lm_head", "mlp.gate"), or "re:<regex>" (compressed-tensors). */
 static bool inv_not_converted(const rf_model_config_t *c, const char *prefix)
@@ -403,6 +406,37 @@ static rf_status_t inv_sections(inv_builder_t *b, const char *name, const char *
 }
 
 /*
+ * One of Qwen3-Next's Gated DeltaNet input projections (in_proj_qkvz, in_proj_ba: n rows of
+ * whole key-head groups, contiguous per rank). Unquantized, or left so by
+ * quantization_config.modules_to_not_convert / ignore (Qwen3-Next-80B-A3B-Instruct-FP8 lists
+ * every in_proj_ba): a sectioned module of one section. fp8-block: vLLM's block-quantized
+ * column-parallel linear, e4m3 weight + weight_scale_inv, a column module split by key-head
+ * groups; refused unless its rows are whole 128 x 128 blocks (in_proj_ba's 2 nv rows are 64 at
+ * full size). `what` says how the rows are counted, for that error.
+ */
+static rf_status_t inv_gdn_in_proj(inv_builder_t *b, const char *mn, int i, int64_t n,
+                                   const char *what)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, nk = c->linear_num_key_heads;
+    static const char *const kk[1] = {"linear_num_key_heads"};
+    rf_quant_t q = b->inv->quant;
+    if (q != RF_QUANT_NONE && inv_not_converted(c, mn))
+        q = RF_QUANT_NONE;
+    if (q == RF_QUANT_NONE)
+        return inv_sections(b, mn, ".weight", i, 2, SHAPE(n, H), 1, SHAPE(n), SHAPE(nk), kk);
+    if (q != RF_QUANT_FP8_BLOCK || n % 128 != 0)
+        return rf_err_set(b->err, RF_ERR_UNSUPPORTED,
+                          "inventory: %s is %s but its %lld rows (%s) are not whole 128 x 128 "
+                          "fp8 blocks: list it in quantization_config.modules_to_not_convert, as "
+                          "Qwen3-Next-80B-A3B-Instruct-FP8 does for in_proj_ba",
+                          mn, rf_quant_name(q), (long long)n, what);
+    RF_CHECK(inv_heads_linear(b, mn, RF_MOD_COLUMN, i, n, H, nk));
+    b->inv->modules[b->inv->nmodules - 1].sec_key[0] = kk[0];
+    return RF_OK;
+}
+
+/*
  * Qwen3-Next's Gated DeltaNet (vLLM Qwen3NextGatedDeltaNet; transformers
  * Qwen3NextGatedDeltaNet). in_proj_qkvz [2 nk dk + 2 nv dv, H] is stored per key-head group
  * ([q_g; k_g; v_g; z_g], g = 0..nk-1, with nv / nk value heads per group) and in_proj_ba
@@ -423,11 +457,10 @@ static rf_status_t inv_gdn_qwen3_next(inv_builder_t *b, const char *p, int i)
     static const char *const kv[1] = {"linear_num_value_heads"};
     char mn[RF_NAME_MAX], w[RF_NAME_MAX];
     snprintf(mn, sizeof(mn), "%s.linear_attn.in_proj_qkvz", p);
-    RF_CHECK(inv_sections(b, mn, ".weight", i, 2, SHAPE(2 * kd + 2 * vd, H), 1,
-                          SHAPE(2 * kd + 2 * vd), SHAPE(nk), kk));
+    RF_CHECK(inv_gdn_in_proj(b, mn, i, 2 * kd + 2 * vd,
+                             "2 nk dk + 2 nv dv of the linear_* head keys"));
     snprintf(mn, sizeof(mn), "%s.linear_attn.in_proj_ba", p);
-    RF_CHECK(inv_sections(b, mn, ".weight", i, 2, SHAPE(2 * nv, H), 1, SHAPE(2 * nv), SHAPE(nk),
-                          kk));
+    RF_CHECK(inv_gdn_in_proj(b, mn, i, 2 * nv, "2 x linear_num_value_heads"));
     snprintf(mn, sizeof(mn), "%s.linear_attn.conv1d", p);
     RF_CHECK(inv_sections(b, mn, ".weight", i, 3, SHAPE(2 * kd + vd, 1, Kc), 3,
                           SHAPE(kd, kd, vd), SHAPE(nk, nk, nv), kk));
@@ -958,10 +991,15 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                           rf_quant_name(quant));
     bool next = cfg->family == RF_FAMILY_QWEN3_NEXT;
     bool granite = cfg->family == RF_FAMILY_GRANITEMOE;
-    if ((neox || opt || next || granite) && quant != RF_QUANT_NONE)
+    if ((neox || opt || granite) && quant != RF_QUANT_NONE)
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
                           "inventory: %s is reloaded unquantized only (quantization %s asked)",
                           cfg->model_type, rf_quant_name(quant));
+    if (next && quant != RF_QUANT_NONE && quant != RF_QUANT_FP8_BLOCK)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "inventory: qwen3_next is reloaded unquantized or fp8-block only "
+                          "(quantization %s asked)",
+                          rf_quant_name(quant));
     st = rf_model_config_copy(&inv.cfg, cfg);
     if (st != RF_OK)
         return rf_err_set(err, st, "inventory: out of memory");
@@ -1331,8 +1369,9 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
         return RF_OK;
     }
     case RF_MOD_COLUMN:
-        if (m->heads > 0) /* whole heads per rank (vLLM's MLA projections) */
-            RF_CHECK(need_div(m, "num_attention_heads", m->heads, T, err));
+        if (m->heads > 0) /* whole heads per rank (vLLM's MLA projections, GDN key-head groups) */
+            RF_CHECK(need_div(m, m->sec_key[0] ? m->sec_key[0] : "num_attention_heads", m->heads,
+                              T, err));
         if (m->col_heads > 0) {
             /* whole heads per rank, replicated over T / heads ranks when T > heads */
             int64_t h = m->col_heads;

@@ -206,13 +206,21 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
     }
     RF_CHECK_GOTO(rf_topology_check_quant_backend(f, q, t->r_backend, err), st, fail);
     if ((cfg->family == RF_FAMILY_GPT_NEOX || cfg->family == RF_FAMILY_OPT ||
-         cfg->family == RF_FAMILY_QWEN3_NEXT ||
          cfg->family == RF_FAMILY_GRANITEMOE) &&
         q != RF_QUANT_NONE) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: model.quantization: %s is reloaded unquantized only (quantization %s "
                         "asked)",
                         f, cfg->model_type, rf_quant_name(q));
+        goto fail;
+    }
+    if (cfg->family == RF_FAMILY_QWEN3_NEXT && q != RF_QUANT_NONE && q != RF_QUANT_FP8_BLOCK) {
+        /* the sectioned GDN tensors have no wna16 / per-tensor layout here; fp8-block keeps
+         * what quantization_config leaves unquantized in bf16 (inv_gdn_in_proj) */
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: model.quantization: qwen3_next is reloaded unquantized or fp8-block "
+                        "only (quantization %s asked)",
+                        f, rf_quant_name(q));
         goto fail;
     }
     if (cfg->family == RF_FAMILY_DEEPSEEK_V3 && q != RF_QUANT_NONE && q != RF_QUANT_FP8_BLOCK) {

@@ -318,7 +318,9 @@ typedef struct rf_module {
     int64_t k;              /* input columns K (H for most) */
     int64_t heads;          /* > 0: the rows (column parallel) or columns (row parallel) are
                                this many whole attention heads, and T_r must divide it (vLLM
-                               splits DeepSeek's MLA projections by heads) */
+                               splits DeepSeek's MLA projections by heads; Qwen3-Next's
+                               fp8-block in_proj_qkvz by key-head groups, sec_key[0] then names
+                               the config key in errors) */
     /* RF_MOD_SECTIONS: the sections of dim 0 and the config key naming each one's heads */
     int nsec;
     int64_t sec_rows[3], sec_heads[3];

@@ -92,8 +92,48 @@ refit_run_test(refit_run_qwen3_next_rollout_tp4_refused 5 fail
                "refit: FAILED: .*rollout.tp: 4 .*model.layers.0.linear_attn.in_proj_qkvz: linear_num_key_heads 2 is not divisible by 4"
                --topology ${NEXT_TTOPO}/qwen3-next-tiny-tp1-to-tp4.yaml --checkpoint ${DATA}/qwen3-next-tiny)
 refit_run_test(refit_run_qwen3_next_fp8_refused 2 fail
-               "refit: FAILED: .*qwen3_next is reloaded unquantized only \\(quantization fp8-block asked\\)"
+               "refit: FAILED: .*rollout.tp: fp8-block experts I_p 32 \\(moe_intermediate_size 32 / 1\\) is not a multiple of 128"
                --topology ${NEXT_TTOPO}/qwen3-next-tiny-fp8-block.yaml)
+# fp8-block (Qwen3-Next-80B-A3B-Instruct-FP8's quantization_config, jobs/models/qwen3-next-tiny-fp8:
+# in_proj_ba, the routers, the shared-expert gates and lm_head in modules_to_not_convert, kept
+# bf16; in_proj_qkvz, out_proj, q / k / v / o, experts and the shared expert e4m3 + 128 x 128
+# weight_scale_inv): the generator's bf16 weights (refit-convert --generate) quantized by
+# make_deepseek_ckpt, at rollout TP 1 and 2 with --reference and --cold-check; and quantized on the
+# trainer from the generator (the dequantization oracle)
+set(NEXTCK ${CMAKE_BINARY_DIR}/qwen3-next-ckpt)
+file(MAKE_DIRECTORY ${NEXTCK})
+add_test(NAME make_qwen3_next_fp8_src
+         COMMAND $<TARGET_FILE:refit-convert> --generate ${NEXT_TTOPO}/qwen3-next-tiny-fp8-tp1-to-tp1.yaml
+                 --force ${NEXTCK}/fp8-src)
+set_tests_properties(make_qwen3_next_fp8_src PROPERTIES LABELS mpi FIXTURES_SETUP nextck_fp8_src)
+add_test(NAME make_qwen3_next_fp8 COMMAND make_deepseek_ckpt fp8 ${NEXTCK}/fp8-src ${NEXTCK}/fp8)
+set_tests_properties(make_qwen3_next_fp8 PROPERTIES LABELS mpi FIXTURES_SETUP nextck_fp8
+                     FIXTURES_REQUIRED nextck_fp8_src)
+foreach(t "tp1-to-tp1;2;10" "tp2-to-tp2;4;20")
+  list(GET t 0 topo)
+  list(GET t 1 np)
+  list(GET t 2 nq)
+  refit_run_test(refit_run_qwen3_next_tiny_fp8_block_${topo} ${np} ok
+                 "reassembly \\+ sha256 vs --reference: 90 tensors equal;dequant ${nq} modules;cold load == load then refit;refit: COMMITTED 2 update\\(s\\), verified 90 tensors"
+                 --topology ${NEXT_TTOPO}/qwen3-next-tiny-fp8-${topo}.yaml --checkpoint ${NEXTCK}/fp8
+                 --reference ${NEXTCK}/fp8/tensors.reference.json --cold-check --steps 2)
+  set_tests_properties(refit_run_qwen3_next_tiny_fp8_block_${topo} PROPERTIES FIXTURES_REQUIRED nextck_fp8)
+endforeach()
+refit_run_test(refit_run_qwen3_next_tiny_fp8_block_generator 4 ok
+               "dequant 20 modules;refit: COMMITTED 2 update\\(s\\), verified 90 tensors"
+               --topology ${NEXT_TTOPO}/qwen3-next-tiny-fp8-tp2-to-tp2.yaml --cold-check --steps 2)
+# fp8-block where it cannot work: in_proj_ba not in modules_to_not_convert (8 rows, no whole
+# block), wna16 (no layout for the sectioned tensors); refit-plan, no ranks
+foreach(case "fp8-ba;model.layers.0.linear_attn.in_proj_ba is fp8-block but its 8 rows \\(2 x linear_num_value_heads\\) are not whole 128 x 128 fp8 blocks"
+             "wna16;qwen3_next is reloaded unquantized or fp8-block only \\(quantization wna16 asked\\)")
+  list(GET case 0 t)
+  list(GET case 1 re)
+  add_test(NAME refit_plan_qwen3_next_tiny_${t}_refused
+           COMMAND ${EXPECT} fail "${re}" -- $<TARGET_FILE:refit-plan>
+                   --topology ${NEXT_TTOPO}/qwen3-next-tiny-${t}-refused.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(refit_plan_qwen3_next_tiny_${t}_refused PROPERTIES LABELS plan TIMEOUT 120)
+endforeach()
 
 # refit-plan on the full-size config: tensors, elements and modules (DIRECT / RUNTIME_VIEW /
 # LAYERWISE / applications / declined / layers per rollout rank) as tests/data/SOURCES.md works
@@ -118,3 +158,12 @@ add_test(NAME refit_plan_qwen3_next_80b_a3b_mtp_tp2
                  --topology ${TOPO}/plan/qwen3-next-80b-a3b-mtp-tp2.yaml
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(refit_plan_qwen3_next_80b_a3b_mtp_tp2 PROPERTIES LABELS plan TIMEOUT 120)
+# fp8-block at full size (Qwen3-Next-80B-A3B-Instruct-FP8's modules_to_not_convert): one F32
+# weight_scale_inv more per quantized linear, 73,992 of them (4,821,504 values); in_proj_ba and
+# the gates stay bf16 (tests/data/SOURCES.md)
+add_test(NAME refit_plan_qwen3_next_80b_a3b_fp8_block_tp2
+         COMMAND ${EXPECT} ok "refit-plan: qwen3-next-80b-a3b-fp8-block-tp2: qwen3_next Qwen3NextForCausalLM, 48 layers, 148383 tensors, 79679212800 checkpoint elements; quantization fp8-block"
+                 "^ +2 +0 +0 +0 +0 +639 +0 +0 +148383 +0 +639 " -- $<TARGET_FILE:refit-plan>
+                 --topology ${TOPO}/plan/qwen3-next-80b-a3b-fp8-block-tp2.yaml
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(refit_plan_qwen3_next_80b_a3b_fp8_block_tp2 PROPERTIES LABELS plan TIMEOUT 120)
