@@ -167,3 +167,10 @@ add_test(NAME refit_plan_qwen3_next_80b_a3b_fp8_block_tp2
                  --topology ${TOPO}/plan/qwen3-next-80b-a3b-fp8-block-tp2.yaml
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(refit_plan_qwen3_next_80b_a3b_fp8_block_tp2 PROPERTIES LABELS plan TIMEOUT 120)
+# both: the MTP layer's 1,553 tensors plus the scales of its 1,543 quantized linears (mtp.fc bf16)
+add_test(NAME refit_plan_qwen3_next_80b_a3b_fp8_block_mtp_tp2
+         COMMAND ${EXPECT} ok "refit-plan: qwen3-next-80b-a3b-fp8-block-mtp-tp2: qwen3_next Qwen3NextForCausalLM, 48 layers, 151479 tensors, 81329784384 checkpoint elements; quantization fp8-block"
+                 "^ +2 +0 +0 +0 +0 +654 +0 +0 +151479 +0 +654 " -- $<TARGET_FILE:refit-plan>
+                 --topology ${TOPO}/plan/qwen3-next-80b-a3b-fp8-block-mtp-tp2.yaml
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(refit_plan_qwen3_next_80b_a3b_fp8_block_mtp_tp2 PROPERTIES LABELS plan TIMEOUT 120)
