@@ -80,14 +80,14 @@ set_tests_properties(refit_run_deepseek_v3_tiny_mtp_skipped PROPERTIES FIXTURES_
 # shared_head.head vocab parallel, enorm / hnorm / shared_head.norm and eh_proj full copies, a
 # whole MoE decoder layer sharded like the others, its kv_b_proj absorbed too): layer 2 copied
 # to model.layers.3.* with new values and the six MTP tensors added by make_family_ckpt, at
-# rollout TP 1 and 2 (derived slots and deferred runs: 4 MLA layers per rollout rank)
+# rollout TP 1 and 2 and EP 2 (derived slots and deferred runs: 4 MLA layers per rollout rank)
 make_family_ckpt_test(ds_mtp_full ${MLA_DATA} deepseek-v3-tiny-b-mtp-full
                       --copy-layer model.layers.2. model.layers.3.
                       --add model.layers.3.embed_tokens.weight 512 64 --add model.layers.3.enorm.weight 64
                       --add model.layers.3.hnorm.weight 64 --add model.layers.3.eh_proj.weight 64 128
                       --add model.layers.3.shared_head.norm.weight 64
                       --add model.layers.3.shared_head.head.weight 512 64 --reference)
-foreach(case "tp1-to-tp1;2;8;4" "tp2-to-tp2;4;16;8")
+foreach(case "tp1-to-tp1;2;8;4" "tp2-to-tp2;4;16;8" "tp1-to-tp2-ep2;3;16;8")
   list(GET case 0 topo)
   list(GET case 1 np)
   list(GET case 2 nd)

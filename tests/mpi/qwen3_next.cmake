@@ -49,12 +49,12 @@ set_tests_properties(refit_run_qwen3_next_mtp_skipped PROPERTIES FIXTURES_REQUIR
 # model.mtp: the MTP layer as vLLM's Qwen3NextMTP draft loads it (mtp.fc column parallel, three
 # norms replicated, mtp.layers.0 a gated full-attention MoE layer sharded like the others):
 # layer 3 copied to mtp.layers.0.* with new values and mtp.fc / the norms added by
-# make_family_ckpt, at rollout TP 1 and 2
+# make_family_ckpt, at rollout TP 1 and 2 and EP 2 (p2p)
 set(NEXT_MTP_ADD --add mtp.fc.weight 64 128 --add mtp.pre_fc_norm_hidden.weight 64
                  --add mtp.pre_fc_norm_embedding.weight 64 --add mtp.norm.weight 64)
 make_family_ckpt_test(next_mtp_full ${DATA}/qwen3-next-tiny qwen3-next-tiny-mtp-full
                       --copy-layer model.layers.3. mtp.layers.0. ${NEXT_MTP_ADD} --reference)
-foreach(t "tp1-to-tp1;2" "tp2-to-tp2;4")
+foreach(t "tp1-to-tp1;2" "tp2-to-tp2;4" "tp1-to-tp2ep2-p2p;3")
   list(GET t 0 topo)
   list(GET t 1 np)
   refit_run_test(refit_run_qwen3_next_tiny_mtp_${topo} ${np} ok
