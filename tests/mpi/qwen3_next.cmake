@@ -98,7 +98,7 @@ refit_run_test(refit_run_qwen3_next_fp8_refused 2 fail
 # in_proj_ba, the routers, the shared-expert gates and lm_head in modules_to_not_convert, kept
 # bf16; in_proj_qkvz, out_proj, q / k / v / o, experts and the shared expert e4m3 + 128 x 128
 # weight_scale_inv): the generator's bf16 weights (refit-convert --generate) quantized by
-# make_deepseek_ckpt, at rollout TP 1 and 2 with --reference and --cold-check; and quantized on the
+# make_deepseek_ckpt, at rollout TP 1, 2 and EP 2 with --reference and --cold-check; quantized on the
 # trainer from the generator (the dequantization oracle)
 set(NEXTCK ${CMAKE_BINARY_DIR}/qwen3-next-ckpt)
 file(MAKE_DIRECTORY ${NEXTCK})
@@ -109,7 +109,7 @@ set_tests_properties(make_qwen3_next_fp8_src PROPERTIES LABELS mpi FIXTURES_SETU
 add_test(NAME make_qwen3_next_fp8 COMMAND make_deepseek_ckpt fp8 ${NEXTCK}/fp8-src ${NEXTCK}/fp8)
 set_tests_properties(make_qwen3_next_fp8 PROPERTIES LABELS mpi FIXTURES_SETUP nextck_fp8
                      FIXTURES_REQUIRED nextck_fp8_src)
-foreach(t "tp1-to-tp1;2;10" "tp2-to-tp2;4;20")
+foreach(t "tp1-to-tp1;2;10" "tp2-to-tp2;4;20" "tp1-to-tp2ep2;3;20")
   list(GET t 0 topo)
   list(GET t 1 np)
   list(GET t 2 nq)
