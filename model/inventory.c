@@ -140,6 +140,9 @@ static rf_status_t inv_add_tensor(inv_builder_t *b, const char *name, rf_dtype_t
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 
+static rf_status_t inv_heads_linear(inv_builder_t *b, const char *prefix, rf_module_kind_t kind,
+                                    int layer, int64_t n, int64_t k, int64_t heads);
+
 /* True when the linear `prefix` is left unquantized by modules_to_not_convert / ignore:
  * an exact name, a dotted suffix ("lm_head", "mlp.gate"), or "re:<regex>" (compressed-tensors). */
 static bool inv_not_converted(const rf_model_config_t *c, const char *prefix)
@@ -403,6 +406,37 @@ static rf_status_t inv_sections(inv_builder_t *b, const char *name, const char *
 }
 
 /*
+ * One of Qwen3-Next's Gated DeltaNet input projections (in_proj_qkvz, in_proj_ba: n rows of
+ * whole key-head groups, contiguous per rank). Unquantized, or left so by
+ * quantization_config.modules_to_not_convert / ignore (Qwen3-Next-80B-A3B-Instruct-FP8 lists
+ * every in_proj_ba): a sectioned module of one section. fp8-block: vLLM's block-quantized
+ * column-parallel linear, e4m3 weight + weight_scale_inv, a column module split by key-head
+ * groups; refused unless its rows are whole 128 x 128 blocks (in_proj_ba's 2 nv rows are 64 at
+ * full size). `what` says how the rows are counted, for that error.
+ */
+static rf_status_t inv_gdn_in_proj(inv_builder_t *b, const char *mn, int i, int64_t n,
+                                   const char *what)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size, nk = c->linear_num_key_heads;
+    static const char *const kk[1] = {"linear_num_key_heads"};
+    rf_quant_t q = b->inv->quant;
+    if (q != RF_QUANT_NONE && inv_not_converted(c, mn))
+        q = RF_QUANT_NONE;
+    if (q == RF_QUANT_NONE)
+        return inv_sections(b, mn, ".weight", i, 2, SHAPE(n, H), 1, SHAPE(n), SHAPE(nk), kk);
+    if (q != RF_QUANT_FP8_BLOCK || n % 128 != 0)
+        return rf_err_set(b->err, RF_ERR_UNSUPPORTED,
+                          "inventory: %s is %s but its %lld rows (%s) are not whole 128 x 128 "
+                          "fp8 blocks: list it in quantization_config.modules_to_not_convert, as "
+                          "Qwen3-Next-80B-A3B-Instruct-FP8 does for in_proj_ba",
+                          mn, rf_quant_name(q), (long long)n, what);
+    RF_CHECK(inv_heads_linear(b, mn, RF_MOD_COLUMN, i, n, H, nk));
+    b->inv->modules[b->inv->nmodules - 1].sec_key[0] = kk[0];
+    return RF_OK;
+}
+
+/*
  * Qwen3-Next's Gated DeltaNet (vLLM Qwen3NextGatedDeltaNet; transformers
  * Qwen3NextGatedDeltaNet). in_proj_qkvz [2 nk dk + 2 nv dv, H] is stored per key-head group
  * ([q_g; k_g; v_g; z_g], g = 0..nk-1, with nv / nk value heads per group) and in_proj_ba
@@ -423,11 +457,10 @@ static rf_status_t inv_gdn_qwen3_next(inv_builder_t *b, const char *p, int i)
     static const char *const kv[1] = {"linear_num_value_heads"};
     char mn[RF_NAME_MAX], w[RF_NAME_MAX];
     snprintf(mn, sizeof(mn), "%s.linear_attn.in_proj_qkvz", p);
-    RF_CHECK(inv_sections(b, mn, ".weight", i, 2, SHAPE(2 * kd + 2 * vd, H), 1,
-                          SHAPE(2 * kd + 2 * vd), SHAPE(nk), kk));
+    RF_CHECK(inv_gdn_in_proj(b, mn, i, 2 * kd + 2 * vd,
+                             "2 nk dk + 2 nv dv of the linear_* head keys"));
     snprintf(mn, sizeof(mn), "%s.linear_attn.in_proj_ba", p);
-    RF_CHECK(inv_sections(b, mn, ".weight", i, 2, SHAPE(2 * nv, H), 1, SHAPE(2 * nv), SHAPE(nk),
-                          kk));
+    RF_CHECK(inv_gdn_in_proj(b, mn, i, 2 * nv, "2 x linear_num_value_heads"));
     snprintf(mn, sizeof(mn), "%s.linear_attn.conv1d", p);
     RF_CHECK(inv_sections(b, mn, ".weight", i, 3, SHAPE(2 * kd + vd, 1, Kc), 3,
                           SHAPE(kd, kd, vd), SHAPE(nk, nk, nv), kk));
@@ -448,23 +481,24 @@ static rf_status_t inv_gdn_qwen3_next(inv_builder_t *b, const char *p, int i)
  * gate, so vLLM's QKVParallelLinear takes 2 nh heads of d rows for q: a rank's q rows are
  * whole (query, gate) pairs; q_norm / k_norm [d]) per layer_types; then the MoE block (router
  * mlp.gate, experts, shared_expert as a dense MLP of shared_expert_intermediate_size split by
- * TP, shared_expert_gate [1, H] replicated) or, off the MoE layers, a dense MLP.
+ * TP, shared_expert_gate [1, H] replicated) or, off the MoE layers, a dense MLP. `p` is the
+ * layer's checkpoint prefix, `i` the index the MoE rule reads (vLLM's layer_idx, taken from
+ * the prefix: 0 for mtp.layers.0), `full` its attention kind.
  */
-static rf_status_t inv_layer_qwen3_next(inv_builder_t *b, int i)
+static rf_status_t inv_layer_qwen3_next_at(inv_builder_t *b, const char *p, int i, bool full)
 {
     const rf_model_config_t *c = &b->inv->cfg;
     int64_t H = c->hidden_size, d = c->head_dim, nh = c->num_attention_heads,
             nkv = c->num_key_value_heads;
-    char p[48], mn[RF_NAME_MAX], w[RF_NAME_MAX];
+    char mn[RF_NAME_MAX], w[RF_NAME_MAX];
     int m;
-    snprintf(p, sizeof(p), "model.layers.%d", i);
     snprintf(w, sizeof(w), "%s.input_layernorm.weight", p);
     snprintf(mn, sizeof(mn), "%s.input_layernorm", p);
     RF_CHECK(inv_norm(b, w, mn, i, H));
     snprintf(w, sizeof(w), "%s.post_attention_layernorm.weight", p);
     snprintf(mn, sizeof(mn), "%s.post_attention_layernorm", p);
     RF_CHECK(inv_norm(b, w, mn, i, H));
-    if (!rf_model_layer_is_full_attention(c, i)) {
+    if (!full) {
         RF_CHECK(inv_gdn_qwen3_next(b, p, i));
     } else {
         static const char *qkv[] = {"q_proj", "k_proj", "v_proj"};
@@ -522,6 +556,13 @@ static rf_status_t inv_layer_qwen3_next(inv_builder_t *b, int i)
     RF_CHECK(inv_linear(b, w, i, -1, I, H, false, RF_SPLIT_ROWS, m, 1));
     snprintf(mn, sizeof(mn), "%s.%s.down_proj", p, base);
     return inv_own_linear(b, mn, RF_MOD_ROW, i, H, I, false, RF_SPLIT_COLS);
+}
+
+static rf_status_t inv_layer_qwen3_next(inv_builder_t *b, int i)
+{
+    char p[48];
+    snprintf(p, sizeof(p), "model.layers.%d", i);
+    return inv_layer_qwen3_next_at(b, p, i, rf_model_layer_is_full_attention(&b->inv->cfg, i));
 }
 
 /* A column- or row-parallel linear split by whole attention heads (its own module). */
@@ -711,6 +752,104 @@ static rf_status_t inv_layer_granitemoe(inv_builder_t *b, int i)
     return RF_OK;
 }
 
+/* A vocab-parallel module of one [V, H] tensor (VocabParallelEmbedding / ParallelLMHead). */
+static rf_status_t inv_vocab(inv_builder_t *b, const char *module, int layer)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    char w[RF_NAME_MAX];
+    int m = inv_add_module(b, module, RF_MOD_VOCAB, layer, c->vocab_size, c->hidden_size);
+    if (m < 0)
+        return rf_err_set(b->err, RF_ERR_NOMEM, "inventory: out of memory");
+    snprintf(w, sizeof(w), "%s.weight", module);
+    return inv_add_tensor(b, w, c->dtype, 2, SHAPE(c->vocab_size, c->hidden_size), layer, -1,
+                          RF_PARAM_WEIGHT, RF_SPLIT_VOCAB, m, "weight", 0);
+}
+
+/*
+ * MTP layer k of DeepSeek-V3 (model.mtp; vLLM DeepSeekMultiTokenPredictorLayer, the draft
+ * model DeepSeekMTP), stored as model.layers.{L + k}.* with L the config's num_hidden_layers as
+ * written (model.overrides do not move it): embed_tokens (vLLM's draft VocabParallelEmbedding,
+ * loaded from this copy: vocab parallel), enorm and hnorm (RMSNorm [H]), eh_proj [H, 2H] (an
+ * nn.Linear without quant_config in vLLM: a full bf16 copy on every rank, never quantized),
+ * shared_head.norm [H] and shared_head.head (ParallelLMHead [V, H]: vocab parallel), and a
+ * whole DeepseekV2DecoderLayer (mtp_block) with the prefix's layer index for the MoE rule.
+ */
+static rf_status_t inv_mtp_deepseek(inv_builder_t *b, int k)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size;
+    int li = (int)c->orig_num_hidden_layers + k;
+    char p[48], mn[96], w[RF_NAME_MAX];
+    snprintf(p, sizeof(p), "model.layers.%d", li);
+    snprintf(mn, sizeof(mn), "%s.embed_tokens", p);
+    RF_CHECK(inv_vocab(b, mn, li));
+    static const char *const norms[3] = {"enorm", "hnorm", "shared_head.norm"};
+    for (int n = 0; n < 3; n++) {
+        snprintf(mn, sizeof(mn), "%s.%s", p, norms[n]);
+        snprintf(w, sizeof(w), "%s.weight", mn);
+        RF_CHECK(inv_norm(b, w, mn, li, H));
+    }
+    snprintf(mn, sizeof(mn), "%s.eh_proj", p);
+    RF_CHECK(inv_own_linear(b, mn, RF_MOD_REPLICATED, li, H, 2 * H, false, RF_SPLIT_REPLICATED));
+    snprintf(mn, sizeof(mn), "%s.shared_head.head", p);
+    RF_CHECK(inv_vocab(b, mn, li));
+    return inv_layer_deepseek(b, li);
+}
+
+/*
+ * MTP layer k of Qwen3-Next (model.mtp; vLLM Qwen3NextMultiTokenPredictor, the draft model
+ * Qwen3NextMTP, which maps the checkpoint's mtp.* onto it): mtp.fc [H, 2H]
+ * (ColumnParallelLinear with gather_output: H / T rows per rank, quantized like the other
+ * linears), mtp.pre_fc_norm_hidden, mtp.pre_fc_norm_embedding and mtp.norm (RMSNorm [H]),
+ * and mtp.layers.{k} a Qwen3NextDecoderLayer built with layer_type "full_attention" (layer_idx
+ * k for the MoE rule). embed_tokens and lm_head are the main model's (shared, not stored
+ * under mtp.*). The fc and norms are built with layer k = 0 only.
+ */
+static rf_status_t inv_mtp_qwen3_next(inv_builder_t *b, int k)
+{
+    const rf_model_config_t *c = &b->inv->cfg;
+    int64_t H = c->hidden_size;
+    char p[48], w[RF_NAME_MAX];
+    if (k == 0) {
+        RF_CHECK(inv_own_linear(b, "mtp.fc", RF_MOD_COLUMN, 0, H, 2 * H, false, RF_SPLIT_ROWS));
+        static const char *const norms[3] = {"mtp.pre_fc_norm_hidden",
+                                             "mtp.pre_fc_norm_embedding", "mtp.norm"};
+        for (int n = 0; n < 3; n++) {
+            snprintf(w, sizeof(w), "%s.weight", norms[n]);
+            RF_CHECK(inv_norm(b, w, norms[n], 0, H));
+        }
+    }
+    snprintf(p, sizeof(p), "mtp.layers.%d", k);
+    return inv_layer_qwen3_next_at(b, p, k, true);
+}
+
+/* The MTP layers asked by model.mtp, after the decoder: each one's tensors and modules get
+ * layer L + 1 + k (after the final norm and head at L: the manifest's order, and the last
+ * pipeline stage, where Megatron keeps its MTP block). */
+static rf_status_t inv_mtp_layers(inv_builder_t *b)
+{
+    rf_inventory_t *inv = b->inv;
+    const rf_model_config_t *c = &inv->cfg;
+    for (int k = 0; c->mtp && k < c->num_nextn_predict_layers; k++) {
+        int t0 = inv->ntensors, m0 = inv->nmodules;
+        if (c->family == RF_FAMILY_DEEPSEEK_V3)
+            RF_CHECK(inv_mtp_deepseek(b, k));
+        else if (c->family == RF_FAMILY_QWEN3_NEXT)
+            RF_CHECK(inv_mtp_qwen3_next(b, k));
+        else
+            return rf_err_set(b->err, RF_ERR_UNSUPPORTED,
+                              "inventory: model.mtp: model_type %s has no multi-token-prediction "
+                              "layers",
+                              c->model_type);
+        int layer = (int)c->num_hidden_layers + 1 + k;
+        for (int t = t0; t < inv->ntensors; t++)
+            inv->tensors[t].layer = layer;
+        for (int m = m0; m < inv->nmodules; m++)
+            inv->modules[m].layer = layer;
+    }
+    return RF_OK;
+}
+
 static rf_status_t inv_layer(inv_builder_t *b, int i)
 {
     const rf_model_config_t *c = &b->inv->cfg;
@@ -830,10 +969,12 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                           "(no g_idx slots)");
     /* bounded before anything is allocated (at most 16 tensors per dense layer, 3 per expert
      * plus the router in a MoE layer, x3 when quantized); fuzz_model_config slowing on large
-     * configs led to it */
+     * configs led to it; an MTP layer of model.mtp is a layer and 6 more) */
+    int64_t nmtp = cfg->mtp ? cfg->num_nextn_predict_layers : 0;
     if (cfg->num_hidden_layers > RF_INVENTORY_MAX_TENSORS ||
-        cfg->num_experts > RF_INVENTORY_MAX_TENSORS ||
-        ((uint64_t)cfg->num_hidden_layers * (17 + 3 * (uint64_t)cfg->num_experts) + 4) *
+        cfg->num_experts > RF_INVENTORY_MAX_TENSORS || nmtp > RF_INVENTORY_MAX_TENSORS ||
+        ((uint64_t)cfg->num_hidden_layers * (17 + 3 * (uint64_t)cfg->num_experts) +
+         (uint64_t)nmtp * (23 + 3 * (uint64_t)cfg->num_experts) + 4) *
                 (quant == RF_QUANT_NONE ? 1 : 3) >
             RF_INVENTORY_MAX_TENSORS)
         return rf_err_set(err, RF_ERR_CONFIG,
@@ -850,10 +991,15 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                           rf_quant_name(quant));
     bool next = cfg->family == RF_FAMILY_QWEN3_NEXT;
     bool granite = cfg->family == RF_FAMILY_GRANITEMOE;
-    if ((neox || opt || next || granite) && quant != RF_QUANT_NONE)
+    if ((neox || opt || granite) && quant != RF_QUANT_NONE)
         return rf_err_set(err, RF_ERR_UNSUPPORTED,
                           "inventory: %s is reloaded unquantized only (quantization %s asked)",
                           cfg->model_type, rf_quant_name(quant));
+    if (next && quant != RF_QUANT_NONE && quant != RF_QUANT_FP8_BLOCK)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "inventory: qwen3_next is reloaded unquantized or fp8-block only "
+                          "(quantization %s asked)",
+                          rf_quant_name(quant));
     st = rf_model_config_copy(&inv.cfg, cfg);
     if (st != RF_OK)
         return rf_err_set(err, st, "inventory: out of memory");
@@ -919,6 +1065,7 @@ rf_status_t rf_inventory_build(const rf_model_config_t *cfg, rf_quant_t quant,
                                      RF_PARAM_WEIGHT, RF_SPLIT_VOCAB, m, "weight", 0),
                       st, fail);
     }
+    RF_CHECK_GOTO(inv_mtp_layers(&b), st, fail);
     qsort(inv.tensors, inv.ntensors, sizeof(rf_tensor_t), tensor_order);
 
     /* module -> tensor lists, name index, totals */
@@ -999,8 +1146,10 @@ rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char
         return RF_UNKNOWN_TIED;
     if (n >= strlen(sfx) && strcmp(name + n - strlen(sfx), sfx) == 0)
         return RF_UNKNOWN_SKIP;
+    /* model.mtp puts the MTP layers in the inventory: a name under them that it lacks is
+     * not skipped but refused (nothing of a layer asked for is dropped unseen) */
     if (strncmp(name, "mtp.", 4) == 0)
-        return RF_UNKNOWN_SKIP;
+        return c->mtp && c->family == RF_FAMILY_QWEN3_NEXT ? RF_UNKNOWN_ERROR : RF_UNKNOWN_SKIP;
     if (c->family == RF_FAMILY_GPT_NEOX && strncmp(name, lp, lpn) == 0) {
         /* the causal-mask buffers older GPT-NeoX checkpoints (Pythia) store: not weights */
         static const char *const buf[] = {".attention.bias", ".attention.masked_bias"};
@@ -1020,7 +1169,7 @@ rf_unknown_t rf_inventory_classify_unknown(const rf_inventory_t *inv, const char
          * (eh_proj, enorm, hnorm, shared_head.*, and a whole decoder layer): not served */
         if (c->family == RF_FAMILY_DEEPSEEK_V3 && layer >= c->orig_num_hidden_layers &&
             layer < c->orig_num_hidden_layers + c->num_nextn_predict_layers)
-            return RF_UNKNOWN_SKIP;
+            return c->mtp ? RF_UNKNOWN_ERROR : RF_UNKNOWN_SKIP;
         if (layer >= c->num_hidden_layers && layer < c->orig_num_hidden_layers)
             return RF_UNKNOWN_CUT;
         if (sscanf(name + used, "mlp.experts.%d.", &expert) == 1 && expert >= c->num_experts &&
@@ -1220,8 +1369,9 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
         return RF_OK;
     }
     case RF_MOD_COLUMN:
-        if (m->heads > 0) /* whole heads per rank (vLLM's MLA projections) */
-            RF_CHECK(need_div(m, "num_attention_heads", m->heads, T, err));
+        if (m->heads > 0) /* whole heads per rank (vLLM's MLA projections, GDN key-head groups) */
+            RF_CHECK(need_div(m, m->sec_key[0] ? m->sec_key[0] : "num_attention_heads", m->heads,
+                              T, err));
         if (m->col_heads > 0) {
             /* whole heads per rank, replicated over T / heads ranks when T > heads */
             int64_t h = m->col_heads;

@@ -337,6 +337,9 @@ static rf_status_t cfg_qwen3_next(json_t *root, const char *path, rf_model_confi
                      &c->shared_expert_intermediate_size, err));
     RF_CHECK(cfg_int(root, "full_attention_interval", path, 4, false, &c->full_attention_interval,
                      err));
+    /* not in the published config.json; vLLM's Qwen3NextMTP reads it with getattr(..., 1) */
+    RF_CHECK(cfg_int(root, "num_nextn_predict_layers", path, 1, false,
+                     &c->num_nextn_predict_layers, err));
     RF_CHECK(cfg_bool(root, "qkv_bias", path, false, &c->qkv_bias, err));
     c->o_bias = c->mlp_bias = false;
     if (c->linear_num_key_heads == 0 || c->linear_num_value_heads == 0 ||

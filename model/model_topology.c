@@ -151,6 +151,35 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
         c.vocab_size = t->ov_vocab_size;
     }
 
+    /* model.mtp: the MTP layers as engine modules, for the families that store them and
+     * the engine layout that loads them */
+    if (t->mtp) {
+        if (cfg->family != RF_FAMILY_DEEPSEEK_V3 && cfg->family != RF_FAMILY_QWEN3_NEXT) {
+            st = rf_err_set(err, RF_ERR_TOPOLOGY,
+                            "%s: model.mtp: model_type %s has no multi-token-prediction layers "
+                            "(deepseek_v3 and qwen3_next have)",
+                            f, cfg->model_type);
+            goto fail;
+        }
+        if (cfg->num_nextn_predict_layers <= 0) {
+            st = rf_err_set(err, RF_ERR_TOPOLOGY,
+                            "%s: model.mtp: %s says num_nextn_predict_layers 0 (no MTP layers "
+                            "to reload)",
+                            f, t->model_config);
+            goto fail;
+        }
+        if (t->r_layout == RF_ROLLOUT_LAYOUT_HF) {
+            /* transformers builds no MTP module: DeepseekV3ForCausalLM and
+             * Qwen3NextForCausalLM drop those checkpoint keys on load */
+            st = rf_err_set(err, RF_ERR_TOPOLOGY,
+                            "%s: model.mtp: rollout.layout hf has no MTP modules (transformers' "
+                            "%s ignores them on load; use rollout.layout vllm)",
+                            f, cfg->model_type);
+            goto fail;
+        }
+        c.mtp = true;
+    }
+
     /* quantization: the file and quantization_config must agree when both are given */
     if (t->quantization_set && cfg->has_quant_config && t->quantization != cfg->quant) {
         st = rf_err_set(err, RF_ERR_TOPOLOGY,
@@ -177,13 +206,21 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
     }
     RF_CHECK_GOTO(rf_topology_check_quant_backend(f, q, t->r_backend, err), st, fail);
     if ((cfg->family == RF_FAMILY_GPT_NEOX || cfg->family == RF_FAMILY_OPT ||
-         cfg->family == RF_FAMILY_QWEN3_NEXT ||
          cfg->family == RF_FAMILY_GRANITEMOE) &&
         q != RF_QUANT_NONE) {
         st = rf_err_set(err, RF_ERR_UNSUPPORTED,
                         "%s: model.quantization: %s is reloaded unquantized only (quantization %s "
                         "asked)",
                         f, cfg->model_type, rf_quant_name(q));
+        goto fail;
+    }
+    if (cfg->family == RF_FAMILY_QWEN3_NEXT && q != RF_QUANT_NONE && q != RF_QUANT_FP8_BLOCK) {
+        /* the sectioned GDN tensors have no wna16 / per-tensor layout here; fp8-block keeps
+         * what quantization_config leaves unquantized in bf16 (inv_gdn_in_proj) */
+        st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                        "%s: model.quantization: qwen3_next is reloaded unquantized or fp8-block "
+                        "only (quantization %s asked)",
+                        f, rf_quant_name(q));
         goto fail;
     }
     if (cfg->family == RF_FAMILY_DEEPSEEK_V3 && q != RF_QUANT_NONE && q != RF_QUANT_FP8_BLOCK) {

@@ -174,6 +174,11 @@ static rf_status_t manifest_check_ckpt(const rf_inventory_t *inv, const rf_tenso
                           "stored scale(s), never with scales from another source",
                           ck_dir, (int)(dot - t->name), t->name, t->name);
     }
+    if (se == NULL && t->layer > inv->cfg.num_hidden_layers) /* only model.mtp's layers */
+        return rf_err_set(err, RF_ERR_MISSING,
+                          "checkpoint %s: tensor %s is missing (an MTP layer's: the topology's "
+                          "model.mtp asks for them)",
+                          ck_dir, t->name);
     if (se == NULL)
         return rf_err_set(err, RF_ERR_MISSING, "checkpoint %s: tensor %s is missing", ck_dir,
                           t->name);

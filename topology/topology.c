@@ -493,6 +493,8 @@ static rf_status_t on_model(parse_ctx_t *cx, const char *key, const char *name,
     }
     if (strcmp(name, "overrides") == 0)
         return walk_map(cx, v, key, on_override, user);
+    if (strcmp(name, "mtp") == 0) /* the family rules are model/'s (rf_model_check_topology) */
+        return get_bool(cx, v, key, &t->mtp);
     return unknown(cx, key, v);
 }
 
@@ -1036,6 +1038,8 @@ size_t rf_topology_canonical(const rf_topology_t *t, char *buf, size_t cap)
     CANON("model.overrides.num_hidden_layers: %lld\n", (long long)t->ov_num_hidden_layers);
     CANON("model.overrides.num_experts: %lld\n", (long long)t->ov_num_experts);
     CANON("model.overrides.vocab_size: %lld\n", (long long)t->ov_vocab_size);
+    if (t->mtp) /* only when asked: the hash of every topology without the key stays */
+        CANON("model.mtp: true\n");
     CANON("trainer.tp: %d\ntrainer.cp: %d\ntrainer.pp: %d\ntrainer.dp: %d\n", t->t_tp, t->t_cp,
           t->t_pp, t->t_dp);
     CANON("trainer.etp: %d\ntrainer.ep: %d\ntrainer.order: %s\n", t->t_etp, t->t_ep, t->t_order);

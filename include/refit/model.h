@@ -105,7 +105,9 @@ typedef struct rf_model_config {
     int64_t first_k_dense_replace; /* layers [0, k) have a dense MLP */
     int64_t moe_layer_freq;    /* a MoE layer is i >= k with i % freq == 0 (1) */
     int64_t n_shared_experts;  /* shared_experts width Im x n_shared (0: none) */
-    int64_t num_nextn_predict_layers; /* MTP layers stored as model.layers.{L + i}.* */
+    int64_t num_nextn_predict_layers; /* MTP layers: deepseek_v3 stores them as
+                                         model.layers.{L + i}.* (default 1), qwen3_next as
+                                         mtp.layers.{i}.* (default 1, vLLM's getattr) */
     bool score_correction;     /* topk_method "noaux_tc": mlp.gate.e_score_correction_bias */
     /* quantization_config (absent: has_quant_config false, quant NONE) */
     bool has_quant_config;
@@ -117,6 +119,9 @@ typedef struct rf_model_config {
     bool act_order;          /* g_idx / actorder present and true */
     char **not_convert;      /* owned: modules_to_not_convert + ignore */
     int n_not_convert;
+    bool mtp; /* model.mtp of the topology (rf_model_check_topology): the MTP layers are
+                 engine modules of the inventory (vLLM's draft model: DeepSeekMTP,
+                 Qwen3NextMTP), each with layer L + 1 + k; false: on the skip list */
     /* topology overrides applied (DESIGN.md section 3), for logs and the hash */
     int64_t orig_num_hidden_layers, orig_num_experts, orig_vocab_size;
 } rf_model_config_t;
@@ -313,7 +318,9 @@ typedef struct rf_module {
     int64_t k;              /* input columns K (H for most) */
     int64_t heads;          /* > 0: the rows (column parallel) or columns (row parallel) are
                                this many whole attention heads, and T_r must divide it (vLLM
-                               splits DeepSeek's MLA projections by heads) */
+                               splits DeepSeek's MLA projections by heads; Qwen3-Next's
+                               fp8-block in_proj_qkvz by key-head groups, sec_key[0] then names
+                               the config key in errors) */
     /* RF_MOD_SECTIONS: the sections of dim 0 and the config key naming each one's heads */
     int nsec;
     int64_t sec_rows[3], sec_heads[3];
@@ -400,7 +407,9 @@ typedef enum {
                              prediction head: no engine module takes it); deepseek_v3: the MTP
                              layers model.layers.{L + i}.* for i < num_nextn_predict_layers (L
                              as written, before overrides); gpt_neox: *.attention.bias and
-                             *.attention.masked_bias (old causal-mask buffers) */
+                             *.attention.masked_bias (old causal-mask buffers). Under
+                             model.mtp (cfg.mtp) the MTP names the inventory lacks are
+                             RF_UNKNOWN_ERROR instead */
     RF_UNKNOWN_CUT,       /* layer >= L or expert >= E after overrides */
     RF_UNKNOWN_TIED,      /* lm_head.weight when tied: skipped only if it equals the embedding */
 } rf_unknown_t;

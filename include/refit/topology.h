@@ -102,6 +102,9 @@ typedef struct rf_topology {
     int64_t ov_num_hidden_layers; /* overrides; -1 = not set */
     int64_t ov_num_experts;
     int64_t ov_vocab_size;
+    bool mtp;                    /* model.mtp (default false): the multi-token-prediction
+                                    layers are engine modules too (vLLM's draft model:
+                                    DeepSeekMTP, Qwen3NextMTP); false skips them */
     /* trainer */
     int t_tp, t_cp, t_pp, t_dp, t_etp, t_ep; /* etp defaults to tp */
     char t_order[32];            /* "tp-cp-ep-dp-pp" only */

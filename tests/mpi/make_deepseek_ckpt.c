@@ -3,7 +3,8 @@
  * config.json, tensors.reference.json of every tensor written), for the tests of the shapes
  * DeepSeek's checkpoints come in (DESIGN.md section 4, docs/design.md "DeepSeek-V3"):
  *   make_deepseek_ckpt fp8 SRC-DIR OUT-DIR    every linear of the decoder layers (not the router
- *                       mlp.gate, not embed_tokens / lm_head) quantized fp8-block with the
+ *                       mlp.gate, not embed_tokens / lm_head; also Qwen3-Next's, not its
+ *                       in_proj_ba / shared_expert_gate) quantized fp8-block with the
  *                       library's quantizer (e4m3 weight + F32 weight_scale_inv, 128 x 128; each
  *                       block first scaled by a power of two, so the scales differ), and
  *                       e_score_correction_bias stored F32: DeepSeek-V3's published layout.
@@ -63,6 +64,14 @@ static void add(const char *name, rf_dtype_t dt, int nd, uint64_t s0, uint64_t s
     data[nt++] = b;
 }
 
+/* A tensor of any rank (Qwen3-Next's conv1d is [C, 1, K]) copied as it is. */
+static void add_any(const rf_st_entry_t *e, void *b)
+{
+    add(e->name, e->dtype, e->ndim, e->shape[0], e->ndim > 1 ? e->shape[1] : 0, b);
+    memcpy(shapes[nt - 1], e->shape, sizeof(shapes[0]));
+    nbytes[nt - 1] = e->nbytes;
+}
+
 /* Deterministic bf16 values, small and mostly distinct (seed picks the sequence). */
 static void *pattern(uint64_t n, unsigned seed)
 {
@@ -72,14 +81,18 @@ static void *pattern(uint64_t n, unsigned seed)
     return p;
 }
 
-/* A decoder linear that DeepSeek-V3's fp8 release quantizes. */
+/* A decoder linear that DeepSeek-V3's fp8 release quantizes, or Qwen3-Next-80B-A3B-FP8's
+ * (k_proj, v_proj, in_proj_qkvz, out_proj besides; not in_proj_ba, the routers or
+ * shared_expert_gate, which its modules_to_not_convert lists). */
 static int quantized(const char *name)
 {
     static const char *const lin[] = {".q_a_proj.weight",  ".kv_a_proj_with_mqa.weight",
                                       ".q_b_proj.weight",  ".q_proj.weight",
                                       ".kv_b_proj.weight", ".o_proj.weight",
                                       ".gate_proj.weight", ".up_proj.weight",
-                                      ".down_proj.weight"};
+                                      ".down_proj.weight", ".k_proj.weight",
+                                      ".v_proj.weight",    ".in_proj_qkvz.weight",
+                                      ".out_proj.weight"};
     if (strncmp(name, "model.layers.", 13) != 0)
         return 0;
     for (size_t i = 0; i < sizeof(lin) / sizeof(lin[0]); i++)
@@ -211,7 +224,7 @@ int main(int argc, char **argv)
             free(b);
             continue;
         }
-        add(e->name, e->dtype, e->ndim, e->shape[0], e->ndim > 1 ? e->shape[1] : 0, b);
+        add_any(e, b);
     }
     if (noq) {
         if (qrows == 0)

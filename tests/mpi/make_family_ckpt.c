@@ -16,6 +16,13 @@
  *                        (no engine module takes it): mtp.fc.weight (BF16 [H, 2H]),
  *                        mtp.norm.weight (BF16 [H]) and mtp.layers.0.self_attn.q_proj.weight
  *                        (BF16 [2 H, H]), H = 64 (qwen3-next-tiny), zeros
+ *     --copy-layer FROM TO  also store every tensor whose name begins with FROM as TO + the
+ *                        rest, BF16 ones with new deterministic values (a whole MTP layer
+ *                        made from a decoder layer: model.layers.3. -> mtp.layers.0.)
+ *     --add NAME ROWS [COLS]  add a BF16 tensor [ROWS] or [ROWS, COLS] of deterministic values
+ *     --reference        also write OUT-DIR/tensors.reference.json (dtype, shape and sha256
+ *                        of every tensor written), for --reference runs
+ * Options that take a name may repeat up to 16 times (--copy-layer, --add).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +30,8 @@
 #include <sys/stat.h>
 
 #include "refit/checkpoint.h"
+#include "refit/dtype.h"
+#include "refit/hashes.h"
 #include "refit/safetensors.h"
 
 #define MAXT 4096
@@ -50,9 +59,55 @@ static int copy_file(const char *from, const char *to)
     return fclose(b) == 0 ? 0 : -1;
 }
 
+/* Deterministic bf16 values, small and mostly distinct (seed picks the sequence). */
+static void *pattern(uint64_t n, unsigned seed)
+{
+    uint16_t *p = malloc(n * 2 + 2);
+    for (uint64_t i = 0; p && i < n; i++)
+        p[i] = rf_f32_to_bf16((float)((int)((i * 2654435761u + seed * 40503u) % 253u) - 126) /
+                              256.0f);
+    return p;
+}
+
+static uint64_t numel_of(int nd, const uint64_t *shape)
+{
+    uint64_t n = 1;
+    for (int k = 0; k < nd; k++)
+        n *= shape[k];
+    return n;
+}
+
+static int write_reference(const char *dir, size_t n, const char *const *names,
+                           const rf_dtype_t *dts, const int *ndims,
+                           uint64_t (*shapes)[RF_ST_MAX_RANK], const void *const *data)
+{
+    char path[4096], hex[RF_SHA256_HEX_CHARS + 1];
+    uint8_t d[RF_SHA256_BYTES];
+    snprintf(path, sizeof(path), "%s/tensors.reference.json", dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return fail(path, "cannot write");
+    fprintf(f, "{\n");
+    for (size_t i = 0; i < n; i++) {
+        if (rf_sha256(data[i], numel_of(ndims[i], shapes[i]) * rf_dtype_size(dts[i]), d) != RF_OK)
+            return fail(names[i], "sha256 failed");
+        rf_sha256_hex(d, hex);
+        fprintf(f, "  \"%s\": {\"dtype\": \"%s\", \"shape\": [", names[i],
+                rf_dtype_torch_name(dts[i]));
+        for (int k = 0; k < ndims[i]; k++)
+            fprintf(f, "%s%llu", k ? ", " : "", (unsigned long long)shapes[i][k]);
+        fprintf(f, "], \"sha256\": \"%s\"}%s\n", hex, i + 1 < n ? "," : "");
+    }
+    fprintf(f, "}\n");
+    return fclose(f) == 0 ? 0 : fail(path, "write failed");
+}
+
 int main(int argc, char **argv)
 {
     const char *from = NULL, *to = NULL, *keep = NULL, *drop = NULL;
+    const char *cfrom[16], *cto[16], *aname[16];
+    uint64_t arows[16], acols[16];
+    int ncopy = 0, nadd = 0, reference = 0;
     int buffers = 0, mtp = 0;
     char path[4096], path2[4096];
     rf_ckpt_t *ck;
@@ -74,6 +129,18 @@ int main(int argc, char **argv)
             mtp = 1;
         } else if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc) {
             keep = argv[++i];
+        } else if (strcmp(argv[i], "--copy-layer") == 0 && i + 2 < argc && ncopy < 16) {
+            cfrom[ncopy] = argv[++i];
+            cto[ncopy++] = argv[++i];
+        } else if (strcmp(argv[i], "--add") == 0 && i + 2 < argc && nadd < 16) {
+            aname[nadd] = argv[++i];
+            arows[nadd] = strtoull(argv[++i], NULL, 10);
+            acols[nadd] = 0;
+            if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9')
+                acols[nadd] = strtoull(argv[++i], NULL, 10);
+            nadd++;
+        } else if (strcmp(argv[i], "--reference") == 0) {
+            reference = 1;
         } else {
             return fail("bad option", argv[i]);
         }
@@ -111,6 +178,19 @@ int main(int argc, char **argv)
             ndims[m] = e->ndim;
             memcpy(shapes[m], e->shape, sizeof(shapes[m]));
             data[m++] = b;
+        }
+        for (int c = 0; c < ncopy && m + 4 < MAXT; c++) {
+            if (strncmp(e->name, cfrom[c], strlen(cfrom[c])) != 0)
+                continue;
+            char *nm = malloc(strlen(cto[c]) + strlen(e->name) + 1);
+            sprintf(nm, "%s%s", cto[c], e->name + strlen(cfrom[c]));
+            names[m] = nm;
+            dts[m] = e->dtype;
+            ndims[m] = e->ndim;
+            memcpy(shapes[m], e->shape, sizeof(shapes[m]));
+            /* new values: a copy mixed up with its source would still pass --reference */
+            data[m] = e->dtype == RF_DTYPE_BF16 ? pattern(e->nbytes / 2, 101u + (unsigned)m) : b;
+            m++;
         }
         int layer = -1, used = 0;
         if (sscanf(e->name, "gpt_neox.layers.%d.%n", &layer, &used) == 1 && used > 0 &&
@@ -157,6 +237,15 @@ int main(int argc, char **argv)
         shapes[m][1] = mtp_shapes[k][1];
         data[m++] = zeros;
     }
+    for (int a = 0; a < nadd && m + 1 < MAXT; a++) {
+        names[m] = aname[a];
+        dts[m] = RF_DTYPE_BF16;
+        ndims[m] = acols[a] > 0 ? 2 : 1;
+        memset(shapes[m], 0, sizeof(shapes[m]));
+        shapes[m][0] = arows[a];
+        shapes[m][1] = acols[a];
+        data[m++] = pattern(arows[a] * (acols[a] > 0 ? acols[a] : 1), 7u + (unsigned)a);
+    }
     snprintf(path, sizeof(path), "%s", argv[2]); /* mkdir -p */
     for (char *q = path + 1; *q; q++)
         if (*q == '/') {
@@ -173,6 +262,8 @@ int main(int argc, char **argv)
     snprintf(path2, sizeof(path2), "%s/config.json", argv[2]);
     if (copy_file(path, path2) != 0)
         return fail(path2, "cannot write");
+    if (reference && write_reference(argv[2], m, names, dts, ndims, shapes, data) != 0)
+        return 1;
     printf("make_family_ckpt: wrote %s (%zu tensors)\n", argv[2], m);
     rf_ckpt_close(ck);
     return 0;

@@ -43,6 +43,97 @@ END_TEST
 START_TEST(test_counts_qwen3_30b_a3b) { check_counts("qwen3-30b-a3b.config.json", 18867, 30532122624ULL); }
 END_TEST
 
+/* model.mtp (cfg.mtp, set by rf_model_check_topology): DeepSeek-V3's model.layers.{61}.* and
+ * Qwen3-Next's mtp.* as engine modules with layer L + 1, vLLM's draft sharding (eh_proj a bf16
+ * full copy also under fp8-block, shared_head.head and embed_tokens vocab parallel, mtp.fc column
+ * parallel), names under them the inventory lacks refused instead of skipped; and fp8-block
+ * Qwen3-Next with the FP8 release's modules_to_not_convert */
+START_TEST(test_mtp_and_fp8_qwen3_next)
+{
+    char path[512];
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_err_clear(&err);
+    snprintf(path, sizeof(path), "%s/models/deepseek-v3.config.json", REFIT_JOBS_DIR);
+    rf_model_config_t c = load_cfg(path);
+    c.orig_num_hidden_layers = 61;
+    c.num_hidden_layers = 4; /* model.overrides: the MTP layer keeps its name, layer 5 */
+    c.mtp = true;
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_FP8_BLOCK, 0, &inv, &err), RF_OK);
+    int eh = rf_inventory_find(&inv, "model.layers.61.eh_proj.weight");
+    int head = rf_inventory_find(&inv, "model.layers.61.shared_head.head.weight");
+    int emb = rf_inventory_find(&inv, "model.layers.61.embed_tokens.weight");
+    int qa = rf_inventory_find(&inv, "model.layers.61.self_attn.q_a_proj.weight");
+    ck_assert(eh >= 0 && head >= 0 && emb >= 0 && qa >= 0);
+    ck_assert(inv.tensors[eh].dtype == RF_DTYPE_BF16 && inv.tensors[eh].layer == 5);
+    ck_assert_int_eq(inv.modules[inv.tensors[eh].module].kind, RF_MOD_REPLICATED);
+    ck_assert_int_eq(inv.modules[inv.tensors[head].module].kind, RF_MOD_VOCAB);
+    ck_assert_int_eq(inv.modules[inv.tensors[emb].module].kind, RF_MOD_VOCAB);
+    ck_assert(inv.tensors[qa].dtype == RF_DTYPE_F8_E4M3);
+    ck_assert_int_ge(rf_inventory_find(&inv, "model.layers.61.mlp.experts.255.down_proj.weight"),
+                     0);
+    ck_assert_int_eq(inv.tensors[inv.ntensors - 1].layer, 5); /* after model.norm / lm_head */
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "model.layers.61.extra.weight"),
+                     RF_UNKNOWN_ERROR);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&c);
+
+    snprintf(path, sizeof(path), "%s/models/qwen3-next-tiny.config.json", REFIT_JOBS_DIR);
+    c = load_cfg(path);
+    ck_assert_int_eq(c.num_nextn_predict_layers, 1); /* vLLM's getattr default */
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "mtp.layers.1.input_layernorm.weight"),
+                     RF_UNKNOWN_SKIP);
+    rf_inventory_free(&inv);
+    c.mtp = true;
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(inv.ntensors, 154 + 41); /* fc, 3 norms, a full-attention MoE layer */
+    int fc = rf_inventory_find(&inv, "mtp.fc.weight");
+    ck_assert_int_ge(fc, 0);
+    const rf_module_t *m = &inv.modules[inv.tensors[fc].module];
+    ck_assert(m->kind == RF_MOD_COLUMN && m->n == 64 && m->k == 128);
+    rf_rollout_coords_t rc = {.tp = 2, .tp_rank = 1, .dp = 1, .ep = 1};
+    rf_slot_shape_t sl[RF_MODULE_MAX_SLOTS];
+    int ns = 0;
+    ck_assert_int_eq(rf_module_slots(&inv, inv.tensors[fc].module, &rc, sl, &ns, &err), RF_OK);
+    ck_assert(ns == 1 && sl[0].shape[0] == 32 && sl[0].shape[1] == 128);
+    ck_assert_int_ge(rf_inventory_find(&inv, "mtp.layers.0.self_attn.q_proj.weight"), 0);
+    ck_assert_int_ge(rf_inventory_find(&inv, "mtp.layers.0.mlp.shared_expert_gate.weight"), 0);
+    ck_assert_int_lt(rf_inventory_find(&inv, "mtp.layers.0.linear_attn.in_proj_ba.weight"), 0);
+    ck_assert_int_eq(rf_inventory_classify_unknown(&inv, "mtp.layers.1.input_layernorm.weight"),
+                     RF_UNKNOWN_ERROR);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&c);
+
+    /* fp8-block: in_proj_ba and the gates bf16 as modules_to_not_convert says, in_proj_qkvz a
+     * column module by key-head groups (its refusal names linear_num_key_heads) */
+    snprintf(path, sizeof(path), "%s/models/qwen3-next-80b-a3b-instruct-fp8.config.json",
+             REFIT_JOBS_DIR);
+    c = load_cfg(path);
+    ck_assert_int_eq(c.n_not_convert, 407);
+    ck_assert_int_eq(rf_inventory_build(&c, RF_QUANT_FP8_BLOCK, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(inv.ntensors, 148383);
+    ck_assert_uint_eq(inv.nparams, 79679212800ULL);
+    int ba = rf_inventory_find(&inv, "model.layers.0.linear_attn.in_proj_ba.weight");
+    int qkvz = rf_inventory_find(&inv, "model.layers.0.linear_attn.in_proj_qkvz.weight");
+    ck_assert(ba >= 0 && qkvz >= 0);
+    ck_assert(inv.tensors[ba].dtype == RF_DTYPE_BF16 &&
+              inv.modules[inv.tensors[ba].module].kind == RF_MOD_SECTIONS);
+    ck_assert(inv.tensors[qkvz].dtype == RF_DTYPE_F8_E4M3 &&
+              inv.modules[inv.tensors[qkvz].module].kind == RF_MOD_COLUMN);
+    ck_assert_int_ge(
+        rf_inventory_find(&inv, "model.layers.0.linear_attn.in_proj_qkvz.weight_scale_inv"), 0);
+    ck_assert_int_lt(
+        rf_inventory_find(&inv, "model.layers.0.mlp.shared_expert_gate.weight_scale_inv"), 0);
+    rc.tp = 32;
+    rc.tp_rank = 0;
+    ck_assert_int_ne(rf_module_slots(&inv, inv.tensors[qkvz].module, &rc, sl, &ns, &err), RF_OK);
+    ck_assert_ptr_nonnull(strstr(err.msg, "linear_num_key_heads 16 is not divisible by 32"));
+    rf_inventory_free(&inv);
+    rf_model_config_free(&c);
+}
+END_TEST
+
 /* rollout.layout hf (model/layout_hf.c): on every family, each dense checkpoint tensor is a
  * slot of its own whose full name is the tensor's name, experts fuse into gate_up_proj /
  * down_proj; Qwen2's biased q / k / v at TP 2 and 4 (kv heads replicated past nkv) and the
@@ -898,6 +989,7 @@ int main(void)
     tcase_add_test(tc, test_opt_inventory);
     tcase_add_test(tc, test_deepseek_v3_inventory);
     tcase_add_test(tc, test_layout_hf);
+    tcase_add_test(tc, test_mtp_and_fp8_qwen3_next);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

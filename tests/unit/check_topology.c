@@ -833,6 +833,21 @@ START_TEST(test_hash)
     free(full);
     ck_assert_uint_ne(hash_of("model: { config: a.json }\n"),
                       hash_of("model: { config: a.json }\nrollout: { layout: hf }\n"));
+    /* model.mtp: spelled out and hashed only when true (every other topology's hash stays) */
+    rf_topology_t mt = parse_ok("model: { config: a.json, mtp: true }\n", "dir/m.yaml");
+    ck_assert(mt.mtp);
+    full = malloc(rf_topology_canonical(&mt, NULL, 0) + 1);
+    rf_topology_canonical(&mt, full, rf_topology_canonical(&mt, NULL, 0) + 1);
+    ck_assert_ptr_nonnull(strstr(full, "model.mtp: true\n"));
+    free(full);
+    full = malloc(rf_topology_canonical(&hf, NULL, 0) + 1);
+    rf_topology_canonical(&hf, full, rf_topology_canonical(&hf, NULL, 0) + 1);
+    ck_assert_ptr_null(strstr(full, "model.mtp"));
+    free(full);
+    ck_assert_uint_eq(hash_of("model: { config: a.json }\n"),
+                      hash_of("model: { config: a.json, mtp: false }\n"));
+    ck_assert_uint_ne(hash_of("model: { config: a.json }\n"),
+                      hash_of("model: { config: a.json, mtp: true }\n"));
 }
 END_TEST
 
