@@ -93,8 +93,10 @@ endforeach()
 # Llama-3.1-8B: 32 x 9 + 3 tensors, each its own module; Qwen3-30B-A3B EP 2: 48 x 10 + 3
 # modules (q / k / v apart, experts fused), 64 of 128 experts' 3 x 48 tensors declined per
 # rank; Pythia-14M as under vllm (query_key_value stays one tensor in transformers too).
+# PowerMoE-3B: 32 x 8 + 2 modules (q / k / v apart; the router and the fused 3-D experts one each,
+# all DIRECT: tests/data/SOURCES.md).
 foreach(case "llama-3.1-8b-hf-tp2;291 +0 +0 +291 +0 +291" "qwen3-30b-a3b-hf-tp2ep2;483 +0 +0 +9651 +9216 +483"
-             "pythia-14m-hf-tp2;39 +0 +0 +76 +0 +39")
+             "pythia-14m-hf-tp2;39 +0 +0 +76 +0 +39" "powermoe-3b-hf-tp2;258 +0 +0 +290 +0 +258")
   list(GET case 0 t)
   list(GET case 1 counts)
   add_test(NAME refit_plan_${t}
@@ -142,7 +144,7 @@ foreach(t "tp1-to-tp1;2;21" "tp2-to-tp2;4;42" "tp2-to-tp2ep2;4;42")
   list(GET t 1 np)
   list(GET t 2 ns)
   refit_run_test(refit_run_hf_granitemoe-tiny_${topo} ${np} ok
-                 "reassembly \\+ sha256 vs --reference: 21 tensors equal;cold load == load then refit: ${ns} slots byte-identical;refit: COMMITTED 2 update\\(s\\), verified 21 tensors"
+                 "DIRECT 19  RUNTIME_VIEW 0  LAYERWISE 0;reassembly \\+ sha256 vs --reference: 21 tensors equal;cold load == load then refit: ${ns} slots byte-identical;refit: COMMITTED 2 update\\(s\\), verified 21 tensors"
                  --topology ${HF_TTOPO}/granitemoe-tiny-hf-${topo}.yaml --checkpoint ${DATA}/granitemoe-tiny
                  --reference ${DATA}/granitemoe-tiny/tensors.reference.json --cold-check --steps 2)
 endforeach()
