@@ -14,6 +14,8 @@
  * wna16-marlin (marlin): every quantized module LAYERWISE with refit's own deterministic tile
  *   repack; runtime shape == model shape (MoE slots stay K-first int32).
  * Unquantized modules (embeddings, norms, router, modules_to_not_convert) are DIRECT on both.
+ * rollout.layout hf (a transformers model, compressed-tensors' CompressedLinear): the runtime is
+ * the model layout, every module DIRECT (wna16_identity).
  *
  * The tile repack (not kernel-compatible with any engine; its only purpose is that no strided
  * view can express it): over the last two dims (R, C) of a weight_packed (int32 words) or
@@ -36,10 +38,12 @@ static bool ends_with(const char *s, const char *suf)
     return n >= k && strcmp(s + n - k, suf) == 0;
 }
 
-/* A param the repack / transpose touches: weight_packed or weight_scale of a wna16 module. */
+/* A param the repack / transpose touches: weight_packed or weight_scale of a wna16 module
+ * (none under rollout.layout hf: the engine keeps them as stored, so both ways copy). */
 static bool wq_param(const rf_inventory_t *inv, int m, const rf_slot_shape_t *s)
 {
-    return inv->modules[m].quant == RF_QUANT_WNA16 && s->ndim >= 2 &&
+    return inv->layout != RF_ROLLOUT_LAYOUT_HF && inv->modules[m].quant == RF_QUANT_WNA16 &&
+           s->ndim >= 2 &&
            (ends_with(s->name, "weight_packed") || ends_with(s->name, "weight_scale"));
 }
 
@@ -110,10 +114,13 @@ static rf_status_t triton_runtime_slots(const rf_format_t *f, const rf_inventory
     return RF_OK;
 }
 
+/* rollout.layout hf: the engine is a transformers model whose compressed-tensors linears keep
+ * weight_packed / weight_scale as stored (no kernel repack), so every module is the identity;
+ * its experts are refused by rf_inventory_apply_layout and marlin by the topology check. */
 static bool wna16_identity(const rf_format_t *f, const rf_inventory_t *inv, int m)
 {
     (void)f;
-    return inv->modules[m].quant != RF_QUANT_WNA16;
+    return inv->layout == RF_ROLLOUT_LAYOUT_HF || inv->modules[m].quant != RF_QUANT_WNA16;
 }
 
 /* ---- RUNTIME_VIEW (triton experts) ------------------------------------------------------ */

@@ -1294,9 +1294,20 @@ static rf_status_t moe_slot(const rf_inventory_t *inv, const rf_module_t *m, con
                             int64_t El, int64_t Ip, rf_slot_shape_t *out, rf_err_t *err)
 {
     int64_t H = inv->cfg.hidden_size, G = inv->group_size;
-    /* rollout.layout hf names them as transformers 5 does: gate_up_proj, down_proj */
-    bool w13 = strncmp(name, "w13_", 4) == 0 || strcmp(name, "gate_up_proj") == 0;
+    /* rollout.layout hf names them as transformers 5 does: gate_up_proj, down_proj (fp8-block:
+     * gate_up_proj_scale_inv, down_proj_scale_inv), GraniteMoE input_linear.weight /
+     * output_linear.weight; the param is what follows "w13_" / "w2_" in vLLM's name */
+    char hp[32];
+    bool w13 = strncmp(name, "w13_", 4) == 0;
     const char *p = name + (w13 ? 4 : 3);
+    if (strncmp(name, "gate_up_proj", 12) == 0 || strncmp(name, "down_proj", 9) == 0) {
+        w13 = name[0] == 'g';
+        snprintf(hp, sizeof(hp), "weight%s", name + (w13 ? 12 : 9));
+        p = hp;
+    } else if (strncmp(name, "input_linear.", 13) == 0 || strncmp(name, "output_linear.", 14) == 0) {
+        w13 = name[0] == 'i';
+        p = strchr(name, '.') + 1;
+    }
     rf_dtype_t dt = inv->cfg.dtype;
     switch (m->quant) {
     case RF_QUANT_NONE:
@@ -1381,6 +1392,8 @@ rf_status_t rf_module_slots(const rf_inventory_t *inv, int mi, const rf_rollout_
             else
                 RF_CHECK(need_div(m, "tensor parallel size (heads replicated)", T, h, err));
             rows = (m->n / h) * (h >= T ? h / T : 1);
+            if (fp8) /* rollout.layout hf's q_proj / k_proj / v_proj: whole scale blocks */
+                RF_CHECK(need_block(m, "output rows per rank", rows, err));
             break;
         }
         RF_CHECK(need_div(m, "output size", m->n, T, err));

@@ -316,24 +316,21 @@ rf_status_t rf_model_check_topology(const rf_topology_t *topo, const rf_model_co
 
     /* rollout: the loader arithmetic, on every rank of one engine (ranks of all engines
      * are alike); the inventory is built unquantized since the divisibility is the same */
-    if (t->r_layout == RF_ROLLOUT_LAYOUT_HF && q != RF_QUANT_NONE) {
-        /* transformers' quantizers keep layouts of their own: refused by
-         * rf_inventory_apply_layout, which names the first quantized module */
-        rf_err_t sub;
-        rf_err_clear(&sub);
-        memset(&inv, 0, sizeof(inv));
-        if (rf_inventory_build(&c, q, G, &inv, &sub) == RF_OK &&
-            rf_inventory_apply_layout(&inv, t->r_layout, &sub) != RF_OK)
-            st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: %s", f, sub.msg);
-        else
-            st = rf_err_set(err, RF_ERR_TOPOLOGY,
-                            "%s: rollout.layout hf with model.quantization %s is not supported "
-                            "(the quantized linears of %s: use rollout.layout vllm)",
-                            f, rf_quant_name(q), c.model_type);
-        rf_inventory_free(&inv);
+    bool hfq = t->r_layout == RF_ROLLOUT_LAYOUT_HF && q != RF_QUANT_NONE;
+    if (hfq && (t->r_backend == RF_BACKEND_ROCM_FNUZ || t->r_backend == RF_BACKEND_MARLIN)) {
+        /* both rewrite the checkpoint's bytes for vLLM's kernels; a transformers model keeps
+         * them as stored */
+        st = rf_err_set(err, RF_ERR_TOPOLOGY,
+                        "%s: rollout.backend %s with rollout.layout hf is not supported (%s: "
+                        "transformers keeps the checkpoint's quantized tensors as stored; use "
+                        "rollout.backend %s)",
+                        f, rf_backend_name(t->r_backend), rf_quant_name(q),
+                        q == RF_QUANT_WNA16 ? "triton" : "triton or cutlass");
         goto fail;
     }
-    st = rf_inventory_build(&c, RF_QUANT_NONE, 0, &inv, err);
+    /* hf with a quantized model: the quantized inventory, so that its refusals (wna16
+     * experts) and the slices of every scale (whole fp8 blocks) are checked per module */
+    st = rf_inventory_build(&c, hfq ? q : RF_QUANT_NONE, hfq ? G : 0, &inv, err);
     if (st != RF_OK)
         goto fail;
     {

@@ -120,11 +120,13 @@ static void to_units(int64_t u, int64_t *lo, int64_t *n, int64_t *off)
     *n = end - *lo;
 }
 
-/* Slot w13 of a FusedMoE module, fed by a fused [E, 2I, H] tensor (GraniteMoE input_linear). */
+/* Slot w13 of a FusedMoE module, fed by a fused [E, 2I, H] tensor (GraniteMoE input_linear;
+ * rollout.layout hf keeps its checkpoint name, input_linear.weight). */
 static bool fused_w13(const rf_module_t *m, const rf_tensor_t *t)
 {
     return rf_tensor_all_experts(t) && t->slot >= 0 &&
-           strncmp(m->slot_names[t->slot], "w13_", 4) == 0;
+           (strncmp(m->slot_names[t->slot], "w13_", 4) == 0 ||
+            strncmp(m->slot_names[t->slot], "input_linear.", 13) == 0);
 }
 
 /* This rank's need of a tensor: source rows [lo, lo + n), columns [c0, c0 + nc) of rows

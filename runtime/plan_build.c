@@ -180,8 +180,11 @@ static rf_status_t plan_layer(rf_plan_t *p, int m, rf_err_t *err)
     bool direct = nreload == L->nmodel && p->fmt->ops->identity(p->fmt, p->inv, m);
     for (int i = 0; direct && i < L->nmodel; i++) {
         const rf_slot_t *s = rt[i];
-        const char *dot = strrchr(s->name, '.');
-        if (s->derived || dot == NULL || strcmp(dot + 1, L->model[i].name) != 0 ||
+        /* the runtime slot is "<module>.<model slot name>"; a model slot name may hold a dot
+         * itself (rollout.layout hf's GraniteMoE "input_linear.weight") */
+        size_t sl = strlen(s->name), ml = strlen(L->model[i].name);
+        if (s->derived || sl <= ml || s->name[sl - ml - 1] != '.' ||
+            strcmp(s->name + sl - ml, L->model[i].name) != 0 ||
             s->sig.dtype != L->model[i].dtype || s->sig.ndim != L->model[i].ndim ||
             !rf_signature_contiguous(&s->sig))
             direct = false;

@@ -336,7 +336,9 @@ static rf_status_t loc_qkv_heads(rf_ref_locator_t *l, const rf_module_t *m, rf_e
     return RF_OK;
 }
 
-/* ColumnParallelLinear (OPT fc1, GPT-NeoX dense_h_to_4h): rows [r N/T_r, +N/T_r). */
+/* ColumnParallelLinear (OPT fc1, GPT-NeoX dense_h_to_4h): rows [r N/T_r, +N/T_r); quantized
+ * under rollout.layout hf (each linear apart): fp8-block scale rows in whole 128-row blocks of
+ * the rank's weight rows, fp8-channel scales like the rows, an fp8-tensor scale whole. */
 static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_t *err)
 {
     char sfx[64];
@@ -349,11 +351,26 @@ static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
     const rf_tensor_t *t = &l->inv->tensors[l->bt[0]];
     if (m->heads > 0) /* DeepSeek's MLA projections: whole heads per rank */
         RF_CHECK(need_div(m, "num_attention_heads", l->inv->cfg.num_attention_heads, l->T, err));
+    if (tensor_scale_slot(l)) { /* one value, on every rank */
+        RF_CHECK(check_rows(t, 1, 1, err));
+        l->R = 1;
+        l->seg[0] = (ref_seg_t){0, 1, 0};
+        l->C = l->W = 1;
+        return RF_OK;
+    }
+    /* rows in the weight's units; a block scale's rows are 128 of them */
+    int64_t u = row_unit(l->param), N = t->shape[0], R = 0, r0 = 0;
+    if (u > 1) {
+        int tw = 0;
+        RF_CHECK(find_tensor(l->inv, m->name, ".weight", &tw, err));
+        N = l->inv->tensors[tw].shape[0];
+        RF_CHECK(check_rows(t, cdiv(N, u), tensor_width(t), err));
+    }
     if (m->col_heads > 0) {
         /* rollout.layout hf's q / k / v (and GPT-NeoX's query_key_value as stored): rank r
          * holds heads [(r / rep) h_p, +h_p); a head is replicated when T_r > heads */
         int64_t h = m->col_heads, hp = 0, rep = 1;
-        RF_CHECK(need_div(m, "output rows (whole heads)", t->shape[0], h, err));
+        RF_CHECK(need_div(m, "output rows (whole heads)", N, h, err));
         if (l->T <= h) {
             RF_CHECK(need_div(m, "heads", h, l->T, err));
             hp = h / l->T;
@@ -362,14 +379,21 @@ static rf_status_t loc_column(rf_ref_locator_t *l, const rf_module_t *m, rf_err_
             hp = 1;
             rep = l->T / h;
         }
-        l->R = hp * (t->shape[0] / h);
-        l->seg[0] = (ref_seg_t){0, l->R, (l->r / rep) * l->R};
-        l->C = l->W = tensor_width(t);
-        return RF_OK;
+        R = hp * (N / h);
+        r0 = (l->r / rep) * R;
+    } else {
+        RF_CHECK(need_div(m, "output rows", N, l->T, err));
+        R = N / l->T;
+        r0 = l->r * R;
     }
-    RF_CHECK(need_div(m, "output rows", t->shape[0], l->T, err));
-    l->R = t->shape[0] / l->T;
-    l->seg[0] = (ref_seg_t){0, l->R, l->r * l->R};
+    if (u > 1 && l->T > 1) {
+        RF_CHECK(in_units(m, "output rows per rank", R, u, &R, err));
+        RF_CHECK(in_units(m, "output row offset", r0, u, &r0, err));
+    } else if (u > 1) {
+        R = cdiv(N, u);
+    }
+    l->R = R;
+    l->seg[0] = (ref_seg_t){0, l->R, r0};
     l->C = l->W = tensor_width(t);
     return RF_OK;
 }
@@ -688,6 +712,15 @@ static rf_status_t loc_moe(rf_ref_locator_t *l, const rf_module_t *m, const rf_r
     if (strip_suffix(m, "experts", fbase, sizeof(fbase), &no) == RF_OK &&
         has_tensor(l->inv, fbase, "input_linear.weight"))
         return loc_moe_fused(l, m, fbase, rc, err);
+    /* rollout.layout hf: GraniteMoE's parameters live on block_sparse_moe itself */
+    size_t ml = strlen(m->name);
+    if (l->inv->layout == RF_ROLLOUT_LAYOUT_HF && ml + 2 <= sizeof(fbase)) {
+        memcpy(fbase, m->name, ml);
+        fbase[ml] = '.';
+        fbase[ml + 1] = '\0';
+        if (has_tensor(l->inv, fbase, "input_linear.weight"))
+            return loc_moe_fused(l, m, fbase, rc, err);
+    }
     char sfx[96], first[RF_NAME_MAX + 16];
     const char *p[2];
     int64_t E = l->inv->cfg.num_experts, I = l->inv->cfg.moe_intermediate_size;
@@ -754,9 +787,15 @@ static void set_shape(rf_ref_locator_t *l)
     const rf_tensor_t *t = &l->inv->tensors[l->kind == RF_MOD_MOE ? l->tdt : l->bt[0]];
     rf_slot_shape_t *s = &l->shape;
     memset(s, 0, sizeof(*s));
-    if (l->kind == RF_MOD_MOE && l->inv->layout == RF_ROLLOUT_LAYOUT_HF)
-        /* transformers 5's fused experts (Qwen3MoeExperts) */
-        snprintf(s->name, sizeof(s->name), "%s", l->nseg == 2 ? "gate_up_proj" : "down_proj");
+    if (l->kind == RF_MOD_MOE && l->inv->layout == RF_ROLLOUT_LAYOUT_HF && l->fx > 0)
+        /* GraniteMoeParallelExperts: the checkpoint's own names */
+        snprintf(s->name, sizeof(s->name), "%s",
+                 l->nseg == 2 ? "input_linear.weight" : "output_linear.weight");
+    else if (l->kind == RF_MOD_MOE && l->inv->layout == RF_ROLLOUT_LAYOUT_HF)
+        /* transformers 5's fused experts (Qwen3MoeExperts; FP8Experts adds
+         * gate_up_proj_scale_inv / down_proj_scale_inv) */
+        snprintf(s->name, sizeof(s->name), "%s%s", l->nseg == 2 ? "gate_up_proj" : "down_proj",
+                 l->param + strlen("weight"));
     else if (l->kind == RF_MOD_MOE)
         snprintf(s->name, sizeof(s->name), "%s%s", l->nseg == 2 ? "w13_" : "w2_", l->param);
     else

@@ -380,20 +380,32 @@ void rf_inventory_free(rf_inventory_t *inv);
  * their shard rule, not per family:
  *   - a fused dense module (RF_MOD_QKV, RF_MOD_MERGED) becomes one RF_MOD_COLUMN module per
  *     linear it fuses, named by the linear's checkpoint prefix ("...self_attn.q_proj"), its
- *     tensors in slots "weight" / "bias": q in whole heads (col_heads nh), k / v in whole
- *     heads replicated when T > nkv (col_heads nkv), gate / up plain column slices;
+ *     tensors in slots named by their checkpoint param ("weight", then a quantized linear's
+ *     "weight_scale_inv" / "weight_scale" or "weight_packed" + "weight_scale", then "bias"):
+ *     q in whole heads (col_heads nh), k / v in whole heads replicated when T > nkv
+ *     (col_heads nkv), gate / up plain column slices; DeepSeek's replicated fused_qkv_a_proj
+ *     becomes q_a_proj and kv_a_proj_with_mqa (RF_MOD_REPLICATED_LINEAR, one linear each);
  *   - GPT-NeoX's query_key_value (RF_MOD_QKV_HEADS) stays one tensor as stored, interleaved
  *     per head: RF_MOD_COLUMN in col_heads nh heads of 3 d rows;
  *   - MoE experts keep the fused 3-D tensors transformers 5 keeps (Qwen3MoeExperts, its
  *     conversion mapping fuses the per-expert checkpoint tensors): slots "gate_up_proj"
  *     (E_l, 2 I_p, H), gate rows before up, and "down_proj" (E_l, H, I_p), (out, in) like
- *     nn.Linear, not transposed;
+ *     nn.Linear, not transposed; fp8-block adds "gate_up_proj_scale_inv" (E_l, 2 I_p / 128,
+ *     ceil(H / 128)) and "down_proj_scale_inv" (E_l, ceil(H / 128), I_p / 128) (transformers
+ *     5's FP8Experts); GraniteMoE's checkpoint experts are fused already and keep their
+ *     names (GraniteMoeParallelExperts): module "...block_sparse_moe", slots
+ *     "input_linear.weight" (E_l, 2 I_p, H) and "output_linear.weight" (E_l, H, I_p), the
+ *     same rank slices as vLLM's w13 / w2; its router module is "...router.layer";
  *   - vocab-parallel modules hold ceil(V / T) rows per rank (no padding to 64: V rows at TP 1,
  *     as nn.Embedding), rows past V zero-filled; row-parallel and replicated modules as vllm.
  * A slot's full name (module name + "." + slot name) is then the checkpoint tensor's name
- * (MoE: the fused parameter's). Errors: RF_ERR_UNSUPPORTED for a quantized module
- * ("rollout.layout hf with model.quantization X is not supported", naming the module),
- * RF_ERR_NOMEM. Not collective; call once, right after rf_inventory_build, on every rank.
+ * (MoE: the fused parameter's); wna16's weight_shape is checked on arrival and never stored.
+ * Quantized slices follow the checkpoint shard arithmetic (rf_module_slots refuses an fp8
+ * block split by a rank boundary, naming the module and the sizes). Errors:
+ * RF_ERR_UNSUPPORTED for wna16 MoE experts ("rollout.layout hf with model.quantization wna16
+ * is not supported for MoE experts", naming the first tensor and the module) and for a
+ * quantized GPT-NeoX / Qwen3-Next sectioned module, RF_ERR_NOMEM. Not collective; call once,
+ * right after rf_inventory_build, on every rank.
  */
 rf_status_t rf_inventory_apply_layout(rf_inventory_t *inv, rf_rollout_layout_t layout,
                                       rf_err_t *err);

@@ -208,14 +208,15 @@ def to_engine(ckpt):
 
 TOKENS = torch.arange(16).remainder(V).view(1, 16) * 37 % V
 
-# hf with a quantized model: create raises on every rank, naming the format and the tensor
+# hf with an fp8 block split by the rank boundary: create raises on every rank, naming the
+# module and the sizes
 try:
-    refit.Session(comm, os.path.join(os.path.dirname(topo_path), "qwen3-fp8-tiny-hf-refused.yaml"))
-    check(False, "hf with fp8-block created a session")
+    refit.Session(comm, os.path.join(os.path.dirname(topo_path), "qwen3-fp8-tiny-hf-tp1-to-tp2.yaml"))
+    check(False, "hf with k_proj's fp8 block split in two created a session")
 except refit.Error as e:
     msg = comm.allgather(str(e))
-    check(all(m == msg[0] for m in msg) and "rollout.layout hf with model.quantization fp8-block "
-          "is not supported" in msg[0] and "model.layers.0.self_attn.k_proj.weight" in msg[0],
+    check(all(m == msg[0] for m in msg) and "model.layers.0.self_attn.k_proj: output rows per "
+          "rank 64 is not a multiple of the 128-row fp8 block" in msg[0],
           "create errors: %r" % msg)
 
 s = refit.Session(comm, topo_path)

@@ -207,6 +207,113 @@ START_TEST(test_layout_hf)
 }
 END_TEST
 
+/* rollout.layout hf beyond per-expert families (model/layout_hf.c): GraniteMoE's fused 3-D
+ * experts and router under their checkpoint names, DeepSeek's fused_qkv_a_proj apart, and the
+ * quantized formats: every stored checkpoint tensor a slot whose full name is its name (fp8
+ * experts: FP8Experts' gate_up_proj(_scale_inv) / down_proj(_scale_inv)), wna16 experts and
+ * GPT-NeoX's quantized query_key_value refused naming the format and module */
+static void hf_names_match(const char *file, rf_quant_t q, int64_t G)
+{
+    char path[512], full[2 * RF_NAME_MAX];
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_err_clear(&err);
+    snprintf(path, sizeof(path), "%s/models/%s", REFIT_JOBS_DIR, file);
+    rf_model_config_t cfg = load_cfg(path);
+    ck_assert_msg(rf_inventory_build(&cfg, q, G, &inv, &err) == RF_OK, "%s: %s", file, err.msg);
+    ck_assert_msg(rf_inventory_apply_layout(&inv, RF_ROLLOUT_LAYOUT_HF, &err) == RF_OK, "%s: %s",
+                  file, err.msg);
+    for (int m = 0; m < inv.nmodules; m++) {
+        const rf_module_t *mod = &inv.modules[m];
+        ck_assert(mod->kind != RF_MOD_QKV && mod->kind != RF_MOD_MERGED);
+        ck_assert(mod->kind != RF_MOD_REPLICATED_LINEAR || mod->nlinears == 1);
+        for (int i = 0; i < mod->ntensors; i++) {
+            const rf_tensor_t *t = &inv.tensors[mod->tensors[i]];
+            if (t->slot < 0) { /* wna16 weight_shape: checked, not stored */
+                ck_assert_int_eq(t->param, RF_PARAM_WEIGHT_SHAPE);
+                continue;
+            }
+            snprintf(full, sizeof(full), "%s.%s", mod->name, mod->slot_names[t->slot]);
+            if (t->expert >= 0) {
+                const char *w = t->split == RF_SPLIT_ROWS ? "gate_up_proj" : "down_proj";
+                snprintf(full, sizeof(full), "%s%s", w,
+                         t->param == RF_PARAM_WEIGHT_SCALE_INV ? "_scale_inv" : "");
+                ck_assert_str_eq(mod->slot_names[t->slot], full);
+            } else {
+                ck_assert_msg(strcmp(full, t->name) == 0, "%s: slot %s for tensor %s", file, full,
+                              t->name);
+            }
+        }
+    }
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+}
+
+START_TEST(test_layout_hf_granite_quant)
+{
+    hf_names_match("granitemoe-tiny.config.json", RF_QUANT_NONE, 0);
+    hf_names_match("powermoe-3b.config.json", RF_QUANT_NONE, 0);
+    hf_names_match("deepseek-v3-tiny-b.config.json", RF_QUANT_NONE, 0);
+    hf_names_match("deepseek-v3-tiny-fp8.config.json", RF_QUANT_FP8_BLOCK, 0);
+    static const rf_quant_t qs[] = {RF_QUANT_FP8_BLOCK, RF_QUANT_WNA16, RF_QUANT_FP8_TENSOR,
+                                    RF_QUANT_FP8_CHANNEL};
+    for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
+        hf_names_match("llama-3.1-8b.config.json", qs[i], qs[i] == RF_QUANT_WNA16 ? 128 : 0);
+    hf_names_match("qwen3-30b-a3b.config.json", RF_QUANT_FP8_BLOCK, 0);
+
+    /* the slices: q_proj's scale rows in whole blocks at TP 2; refused at TP 8 (1024 / 8 q
+     * rows), naming the module and the sizes */
+    char path[512];
+    rf_inventory_t inv;
+    rf_err_t err;
+    rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS];
+    int ns = 0;
+    rf_err_clear(&err);
+    snprintf(path, sizeof(path), "%s/models/llama-3.1-8b.config.json", REFIT_JOBS_DIR);
+    rf_model_config_t cfg = load_cfg(path);
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_FP8_BLOCK, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(rf_inventory_apply_layout(&inv, RF_ROLLOUT_LAYOUT_HF, &err), RF_OK);
+    int k = inv.tensors[rf_inventory_find(&inv, "model.layers.0.self_attn.k_proj.weight_scale_inv")]
+                .module;
+    rf_rollout_coords_t rc = {.tp = 2, .tp_rank = 1, .dp = 1, .ep = 1};
+    ck_assert_int_eq(rf_module_slots(&inv, k, &rc, sh, &ns, &err), RF_OK);
+    ck_assert_int_eq(ns, 2); /* nkv 8, d 128: 4 heads = 512 rows, 4 blocks, 4096 / 128 = 32 */
+    ck_assert_str_eq(sh[1].name, "weight_scale_inv");
+    ck_assert_int_eq(sh[1].shape[0], 4);
+    ck_assert_int_eq(sh[1].shape[1], 32);
+    rc.tp = 16; /* k / v: 128 rows per rank, one block; q: 4096 / 16 = 256; o_proj K 256 */
+    rc.tp_rank = 0;
+    ck_assert_int_eq(rf_inventory_check_rollout(&inv, &rc, &err), RF_OK);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+    /* qwen3-fp8-tiny (nkv 2, d 64): k_proj's 128 rows split in 64 at TP 2, half a block */
+    snprintf(path, sizeof(path), "%s/models/qwen3-fp8-tiny.config.json", REFIT_JOBS_DIR);
+    cfg = load_cfg(path);
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_FP8_BLOCK, 0, &inv, &err), RF_OK);
+    ck_assert_int_eq(rf_inventory_apply_layout(&inv, RF_ROLLOUT_LAYOUT_HF, &err), RF_OK);
+    rc.tp = 2;
+    ck_assert_int_eq(rf_inventory_check_rollout(&inv, &rc, &err), RF_ERR_TOPOLOGY);
+    ck_assert_msg(strstr(err.msg, "model.layers.0.self_attn.k_proj: output rows per rank 64 is "
+                                  "not a multiple of the 128-row fp8 block") != NULL,
+                  "%s", err.msg);
+    rf_inventory_free(&inv);
+
+    rf_err_clear(&err);
+    rf_model_config_free(&cfg);
+    snprintf(path, sizeof(path), "%s/models/qwen3-30b-a3b.config.json", REFIT_JOBS_DIR);
+    cfg = load_cfg(path);
+    ck_assert_int_eq(rf_inventory_build(&cfg, RF_QUANT_WNA16, 128, &inv, &err), RF_OK);
+    ck_assert_int_eq(rf_inventory_apply_layout(&inv, RF_ROLLOUT_LAYOUT_HF, &err),
+                     RF_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "rollout.layout hf with model.quantization wna16 is not "
+                                  "supported for MoE experts (model.layers.0.mlp.experts.0.") !=
+                      NULL,
+                  "%s", err.msg);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+}
+END_TEST
+
 START_TEST(test_qwen2_biases_and_modules)
 {
     char path[512];
@@ -990,6 +1097,7 @@ int main(void)
     tcase_add_test(tc, test_deepseek_v3_inventory);
     tcase_add_test(tc, test_layout_hf);
     tcase_add_test(tc, test_mtp_and_fp8_qwen3_next);
+    tcase_add_test(tc, test_layout_hf_granite_quant);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

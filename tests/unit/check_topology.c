@@ -560,20 +560,29 @@ static const model_case_t k_model_bad[] = {
      "  quantization: wna16\n  group_size: 32\ntrainer: { dp: 2, layout: fsdp }\n",
      3,
      {"trainer.layout: fsdp with model.quantization wna16"}},
-    /* rollout.layout hf: dense and MoE, kv heads replicated past nkv; quantized refused
-     * naming the format and its first tensor; vocab rows need not divide (ceil(V / T)) */
+    /* rollout.layout hf: dense and MoE, kv heads replicated past nkv; quantized linears as
+     * transformers' quantizers keep them (fp8 scales in whole 128-row blocks per rank, named by
+     * module and sizes), wna16 experts and the marlin backend refused naming the format, module
+     * or backend; vocab rows need not divide (ceil(V / T)) */
     {"llama-tiny", "trainer: { tp: 2 }\nrollout: { tp: 2, layout: hf }\n", 4, {NULL}},
     {"qwen3-tiny-tied", "rollout: { tp: 4, layout: hf }\n", 5, {NULL}},
     {"qwen3-moe-tiny", "rollout: { tp: 2, ep: 2, layout: hf }\n", 3, {NULL}},
+    {"qwen3-fp8-tiny", "rollout: { layout: hf }\n", 2, {NULL}},
     {"qwen3-fp8-tiny",
-     "rollout: { layout: hf }\n",
-     2,
-     {"m.yaml: rollout.layout hf with model.quantization fp8-block is not supported",
-      "model.layers.0.self_attn.k_proj.weight"}},
+     "rollout: { tp: 2, layout: hf }\n",
+     3,
+     {"m.yaml: rollout.tp: 2 (tp_rank 0): model.layers.0.self_attn.k_proj: output rows per rank "
+      "64 is not a multiple of the 128-row fp8 block"}},
+    {"llama-tiny", "  quantization: wna16\n  group_size: 32\nrollout: { layout: hf }\n", 2, {NULL}},
     {"llama-tiny",
+     "  quantization: wna16\n  group_size: 32\nrollout: { layout: hf, backend: marlin }\n",
+     2,
+     {"rollout.backend marlin with rollout.layout hf is not supported (wna16"}},
+    {"qwen3-moe-tiny",
      "  quantization: wna16\n  group_size: 32\nrollout: { layout: hf }\n",
      2,
-     {"rollout.layout hf with model.quantization wna16 is not supported"}},
+     {"rollout.layout hf with model.quantization wna16 is not supported for MoE experts",
+      "in module model.layers.0.mlp.experts"}},
     {"llama-tiny", "rollout: { tp: 4, layout: hf }\n", 5,
      {"rollout.tp: 4", "model.layers.0.self_attn.q_proj: heads 6 is not divisible by 4"}},
 };
