@@ -9,7 +9,8 @@
  * The allocation's range, buffer id, IPC capability and memory pool come from the driver's
  * cuPointerGetAttributes. librefit links no libcuda (a build host without a driver must still
  * load it): the entry point is resolved once through the runtime's
- * cudaGetDriverEntryPointByVersion, and a driver without it leaves those fields unknown.
+ * cudaGetDriverEntryPointByVersion, and a driver without it (or a query it refuses) leaves
+ * those fields unknown (base NULL, buffer id 0, not IPC-capable).
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -72,10 +73,8 @@ extern "C" rf_status_t rf_accel_cuda_pointer_info_raw(const void *ptr, rf_accel_
     void *out[] = {&start, &size, &id, &legacy, &pool};
     CUresult r = get_attributes((unsigned)(sizeof(at) / sizeof(at[0])), at, out,
                                 (CUdeviceptr)(uintptr_t)ptr);
-    if (r != CUDA_SUCCESS) {
-        rf_error("cuPointerGetAttributes(%p): CUresult %d", ptr, (int)r);
-        return RF_ERR_CUDA;
-    }
+    if (r != CUDA_SUCCESS) /* the kind and ordinal stand; the allocation stays unknown */
+        return RF_OK;
     info->base = (void *)(uintptr_t)start;
     info->bytes = (uint64_t)size;
     info->buffer_id = (uint64_t)id;
