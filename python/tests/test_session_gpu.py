@@ -20,6 +20,12 @@ import os
 import sys
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+try:
+    # before torch: pyarrow (which transformers' model code imports) loaded after torch crashes
+    # in libstdc++'s locale teardown on the GPU host ("free(): invalid pointer")
+    import pyarrow  # noqa: F401
+except ImportError:
+    pass
 
 from mpi4py import MPI  # noqa: E402
 import torch  # noqa: E402
@@ -50,7 +56,6 @@ def bits(x):
 
 def build(seed, dtype, device):
     cfg = transformers.AutoConfig.from_pretrained(cfg_dir)
-    cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
     m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
     return m.to(dtype=dtype, device=device).eval()
