@@ -7,7 +7,9 @@
  * passes the registered tensors (BORROWED: the trainer's tr.buf[] points at them, as
  * rf_trainer_use_arena borrows an arena; the rollout's runtime storage is rf_storage_register
  * slots over the engine's tensors) where refit-run lets refit allocate. This step's public
- * subset: host memory, the mpi transport (broadcast and p2p), quantization none, trainer
+ * subset: host memory, and on rollout ranks with rollout.gpus the engine's CUDA tensors
+ * (check_device; rf_session_device_storage: the storage's device branches, chunks through
+ * host memory), the mpi transport (broadcast and p2p), quantization none, trainer
  * layout megatron or fsdp (the shards rf_trainer_shard gives either way; F32 masters narrowed
  * by the trainer's pack), rollout layout vllm.
  */
