@@ -14,6 +14,7 @@
 #ifdef REFIT_HAVE_CUDA
 extern const rf_accel_ops_t rf_accel_cuda_ops; /* core/accel_cuda.cu */
 int rf_accel_cuda_device_count_raw(void);      /* 0 when the driver or a device is missing */
+rf_status_t rf_accel_cuda_pointer_info_raw(const void *ptr, rf_accel_ptr_info_t *info);
 #define RF_ACCEL_CUDA_OPS (&rf_accel_cuda_ops)
 static int cuda_devices(void) { return rf_accel_cuda_device_count_raw(); }
 #else
@@ -153,4 +154,29 @@ rf_status_t rf_accel_copy_ceiling(rf_accel_t *accel, size_t bytes, int reps, dou
         o->free(accel, b);
     free(t);
     return st;
+}
+
+rf_status_t rf_accel_pointer_info(const rf_accel_t *accel, const void *ptr,
+                                  rf_accel_ptr_info_t *info)
+{
+    if (accel == NULL || info == NULL)
+        return RF_ERR_INVALID;
+    memset(info, 0, sizeof(*info));
+    info->kind = RF_PTR_HOST;
+    info->device = -1;
+    if (accel->ops == &rf_accel_host_device_ops && ptr != NULL) {
+        /* tests: the host implementation's memory stands for device memory of its device */
+        info->kind = RF_PTR_DEVICE;
+        info->device = accel->device;
+        info->base = (void *)ptr;
+        info->legacy_ipc = true;
+        return RF_OK;
+    }
+    if (strcmp(accel->ops->name, "cuda") != 0)
+        return RF_OK;
+#ifdef REFIT_HAVE_CUDA
+    return rf_accel_cuda_pointer_info_raw(ptr, info);
+#else
+    return RF_ERR_UNSUPPORTED;
+#endif
 }

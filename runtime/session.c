@@ -7,7 +7,9 @@
  * passes the registered tensors (BORROWED: the trainer's tr.buf[] points at them, as
  * rf_trainer_use_arena borrows an arena; the rollout's runtime storage is rf_storage_register
  * slots over the engine's tensors) where refit-run lets refit allocate. This step's public
- * subset: host memory, the mpi transport (broadcast and p2p), quantization none, trainer
+ * subset: host memory, and on rollout ranks with rollout.gpus the engine's CUDA tensors
+ * (check_device; rf_session_device_storage: the storage's device branches, chunks through
+ * host memory), the mpi transport (broadcast and p2p), quantization none, trainer
  * layout megatron or fsdp (the shards rf_trainer_shard gives either way; F32 masters narrowed
  * by the trainer's pack), rollout layout vllm.
  */
@@ -137,6 +139,51 @@ static bool empty_shard(const rf_session_t *s, const rf_tensor_desc_t *d)
     return true;
 }
 
+/* Where this rank's registered tensors live: the GPU of a rollout rank with rollout.gpus
+ * (its runtime storage, DESIGN.md 9; the tests' host-device accelerator: its device 0), else
+ * the host (RF_DEVICE_HOST). */
+static int registered_device(const rf_session_t *s)
+{
+    return rf_session_device_storage(s) ? s->accel->device : RF_DEVICE_HOST;
+}
+
+/* Descriptor d's device: the one this rank's tensors live on (registered_device); a CUDA
+ * tensor's pointer, as cudaPointerGetAttributes sees it, device memory of that ordinal (not
+ * host, pinned or managed memory). Local. */
+static rf_status_t check_device(const rf_session_t *s, const rf_tensor_desc_t *d, rf_err_t *err)
+{
+    const char *role = rf_session_role_name(s);
+    int want = registered_device(s);
+    if (want == RF_DEVICE_HOST && d->device != RF_DEVICE_HOST)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "rank %d (%s): %s: device %d: this rank's "
+                          "tensors are host memory (device -1; %s)", s->rank, role, d->name,
+                          d->device,
+                          is_rollout(s) ? "CUDA tensors need rollout.gpus, the GPU this rank's "
+                                          "runtime storage lives on"
+                                        : "trainer tensors are read on the host over the mpi "
+                                          "transport");
+    if (d->device != want)
+        return rf_err_set(err, RF_ERR_MISMATCH, "rank %d (%s): %s: device %d, expected CUDA "
+                          "device %d (rollout.gpus puts this rank's runtime storage there)",
+                          s->rank, role, d->name, d->device, want);
+    if (want == RF_DEVICE_HOST || d->data == NULL)
+        return RF_OK; /* NULL data: rf_signature_check refuses it where it holds bytes */
+    rf_accel_ptr_info_t pi;
+    rf_status_t st = rf_accel_pointer_info(s->accel, d->data, &pi);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "rank %d (%s): %s: cannot query its pointer %p "
+                          "(cudaPointerGetAttributes)", s->rank, role, d->name, d->data);
+    if (pi.kind != RF_PTR_DEVICE || pi.device != d->device)
+        return rf_err_set(err, RF_ERR_MISMATCH, "rank %d (%s): %s: descriptor says CUDA device "
+                          "%d, but its pointer %p is %s%.0d (cudaPointerGetAttributes)",
+                          s->rank, role, d->name, d->device, d->data,
+                          pi.kind == RF_PTR_HOST      ? "host memory"
+                          : pi.kind == RF_PTR_MANAGED ? "managed memory, not device memory"
+                                                      : "device memory of CUDA device ",
+                          pi.kind == RF_PTR_DEVICE ? pi.device : 0);
+    return RF_OK;
+}
+
 static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int k,
                                 rf_err_t *err)
 {
@@ -176,15 +223,12 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
     if (d->ndim < 0 || d->ndim > RF_SESSION_MAX_DIMS || d->ndim > RF_MAX_DIMS)
         return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): %s: ndim %d out of [0, %d]",
                           s->rank, role, d->name, d->ndim, RF_SESSION_MAX_DIMS);
-    if (d->device != RF_DEVICE_HOST)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "rank %d (%s): %s: device %d: this version "
-                          "takes host tensors only (device -1)", s->rank, role, d->name,
-                          d->device);
+    RF_CHECK(check_device(s, d, err));
     rf_signature_t sig;
     memset(&sig, 0, sizeof(sig));
     sig.ndim = d->ndim;
     sig.dtype = dt;
-    sig.device = RF_DEVICE_HOST;
+    sig.device = d->device;
     for (int x = 0; x < d->ndim; x++) {
         sig.shape[x] = d->shape[x];
         sig.stride[x] = d->strides[x];

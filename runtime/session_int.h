@@ -209,6 +209,14 @@ static inline bool rf_session_is_rollout(const rf_session_t *s)
     return s->me.role == RF_ROLE_ROLLOUT;
 }
 
+/* A rollout rank of the public API whose registered runtime storage is device memory: it has
+ * a device accelerator (rollout.gpus; the tests' host-device). */
+static inline bool rf_session_device_storage(const rf_session_t *s)
+{
+    return !s->so.owned && rf_session_is_rollout(s) && s->accel != NULL &&
+           s->accel->ops->mem_type != RF_MEM_HOST;
+}
+
 /* Every rank learns the lowest failing rank's message (plain collective over comm). */
 rf_status_t rf_session_agree(MPI_Comm comm, rf_status_t st, rf_err_t *err);
 

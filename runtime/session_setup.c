@@ -102,6 +102,8 @@ static rf_status_t build_rollout(rf_session_t *s, rf_err_t *err)
     s->st_ok = true;
     if (s->so.owned)
         RF_CHECK(rf_plan_alloc_storage(&s->inv, &s->me.rc, &s->fmt, &s->st, false, err));
+    if (rf_session_device_storage(s))
+        s->st.accel = s->accel; /* the registered CUDA tensors: the plan's device branches */
     for (int i = 0; i < s->nex && !s->so.owned; i++)
         RF_CHECK(rf_storage_register(&s->st, s->ex[i].index, s->ex[i].name, s->ex[i].derived,
                                      &s->ex[i].sig, err));
@@ -506,10 +508,12 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: transfer.transport: %s: the session API "
                           "runs the mpi transport only in this version", s->topo.file,
                           rf_transport_name(s->topo.transport));
-    if (s->topo.t_ngpus > 0 || s->topo.r_ngpus > 0)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: %s.gpus: the session API takes host "
-                          "tensors only in this version", s->topo.file,
-                          s->topo.t_ngpus > 0 ? "trainer" : "rollout");
+    /* rollout.gpus: the rollout ranks register CUDA tensors as their runtime storage, chunks
+     * through host memory (setup_accel opens each rank's GPU) */
+    if (s->topo.t_ngpus > 0)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: trainer.gpus: the session API's "
+                          "trainers register host tensors on the mpi transport in this version "
+                          "(rollout.gpus: the engine's CUDA tensors)", s->topo.file);
     if (s->topo.quantization != RF_QUANT_NONE)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s: the session API moves "
                           "unquantized models only in this version", s->topo.file,

@@ -189,6 +189,38 @@ void rf_accel_close(rf_accel_t *accel);
  * complete: an event recorded on it, then synchronized (host: nothing to wait for). */
 rf_status_t rf_accel_sync(rf_accel_t *accel);
 
+/* What a pointer a caller hands refit points at (the session API's registration checks,
+ * DESIGN.md 9; torch's reduce_tensor reads the same attributes before it exports a tensor). */
+typedef enum {
+    RF_PTR_HOST = 0,    /* ordinary or pinned host memory, or a pointer CUDA does not know */
+    RF_PTR_DEVICE = 1,  /* device memory (cudaMalloc, a caching allocator's block, VMM) */
+    RF_PTR_MANAGED = 2, /* managed memory (cudaMallocManaged): refused where device is needed */
+} rf_ptr_kind_t;
+
+typedef struct rf_accel_ptr_info {
+    rf_ptr_kind_t kind;
+    int device;         /* RF_PTR_DEVICE / MANAGED: the ordinal it was allocated on, else -1 */
+    void *base;         /* the allocation holding ptr (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR;
+                           a caching allocator's segment, not the tensor) */
+    uint64_t bytes;     /* its size (CU_POINTER_ATTRIBUTE_RANGE_SIZE) */
+    uint64_t buffer_id; /* process-wide unique id of that allocation (BUFFER_ID; 0 unknown) */
+    bool legacy_ipc;    /* cudaIpcGetMemHandle can export it (IS_LEGACY_CUDA_IPC_CAPABLE:
+                           false for cuMemCreate / VMM memory, PyTorch's expandable_segments) */
+    bool mempool;       /* allocated from a memory pool (MEMPOOL_HANDLE set: cudaMallocAsync,
+                           PyTorch's backend:cudaMallocAsync) */
+} rf_accel_ptr_info_t;
+
+/*
+ * What ptr points at, as accel sees it: "cuda" asks cudaPointerGetAttributes and the driver's
+ * pointer attributes (resolved at run time through cudaGetDriverEntryPointByVersion: librefit
+ * links no libcuda); "host-device" (tests) reports every non-NULL pointer as device memory of
+ * accel->device, its own allocation, IPC-capable; "host" reports host memory. RF_ERR_INVALID
+ * for NULL arguments, RF_ERR_UNSUPPORTED when CUDA is compiled out, RF_ERR_CUDA when a query
+ * fails. Local, not collective; makes no device current.
+ */
+rf_status_t rf_accel_pointer_info(const rf_accel_t *accel, const void *ptr,
+                                  rf_accel_ptr_info_t *info);
+
 /*
  * The chunk checksum ("refit-sum64 v1"), defined on bytes so every implementation agrees:
  *   n = bytes; words w_i, i in [0, ceil(n / 8)): little-endian 8-byte words of the buffer, the

@@ -30,8 +30,11 @@
  * MPI_THREAD_MULTIPLE from any thread. rf_session_create refuses anything else with
  * RF_ERR_STATE.
  *
- * What this step covers (docs/api.md, "Not yet"): host memory (device -1), the mpi transport
- * (broadcast and p2p modes), unquantized models (quantization none), the topology's
+ * What this step covers (docs/api.md, "Not yet"): host memory (device -1) and, on rollout
+ * ranks of a topology with rollout.gpus, CUDA tensors of the GPU rf_topology_place gives the
+ * rank (the engine's parameters as its runtime storage, written through the cuda
+ * accelerator as refit-run's GPU storage is, chunks through host memory); the mpi transport
+ * (broadcast and p2p modes; p2p with host storage), unquantized models (quantization none), the topology's
  * trainer.layout: megatron (DESIGN.md section 6: every trainer rank registers its shard of
  * each checkpoint tensor it holds, as refit-run's trainer holds it) or fsdp (torch FSDP2's
  * Shard(0): rank d of a stage's trainer.dp registers torch.chunk(tensor, dp, 0)[d] of each
@@ -81,7 +84,9 @@ typedef struct rf_session_options {
  *   strides  in elements, strides[ndim]; every tensor must be row-major contiguous (a dim of
  *            size 1 may have any stride)
  *   data     first element (may be NULL only when the tensor has no element)
- *   device   -1: host memory (the only kind this step takes; a CUDA ordinal is refused)
+ *   device   -1: host memory; a CUDA ordinal: device memory of that GPU (rollout ranks with
+ *            rollout.gpus only, and there every tensor: the ordinal of this rank's GPU as the
+ *            process numbers its devices, the pointer checked with cudaPointerGetAttributes)
  * Borrowed for the call (name and dtype are copied).
  */
 typedef struct rf_tensor_desc {
@@ -163,7 +168,8 @@ const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype
 /*
  * Local: registers n tensors (descs: n entries, borrowed for the call) on this rank.
  * Each is checked against what this rank holds under the topology: the name must be one of
- * rf_session_expected, with its dtype and shape, contiguous, host memory. Trainer ranks may
+ * rf_session_expected, with its dtype and shape, contiguous, on this rank's device (host
+ * memory; rollout.gpus: device memory of this rank's GPU). Trainer ranks may
  * register an F32 master for a BF16 or F16 tensor (the same shape): refit rounds it to nearest
  * even whenever it packs it (rf_session_plan_info_t.narrowed counts them); any other dtype is
  * RF_ERR_MISMATCH. A trainer tensor of this rank's stage whose shard is empty here (fsdp:
@@ -172,7 +178,9 @@ const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype
  * bad one stops the call: RF_ERR_INVALID (NULL s or descs with n > 0, n < 0, a NULL name or
  * data, an unknown dtype spelling, ndim out of range, non-contiguous strides), RF_ERR_EXTRA (a
  * name this rank does not hold), RF_ERR_MISMATCH (dtype or shape; both named),
- * RF_ERR_UNSUPPORTED (device >= 0), RF_ERR_INVALID too for a name registered twice before
+ * RF_ERR_UNSUPPORTED (device >= 0 where this rank's tensors are host memory), RF_ERR_MISMATCH
+ * (a device other than this rank's GPU, or a pointer that is not device memory of the
+ * descriptor's ordinal: host, pinned or managed memory, another GPU), RF_ERR_INVALID too for a name registered twice before
  * rf_session_plan; the message names the tensor and this rank. Descriptors before it stay
  * registered; the bad one and those after it are not.
  *

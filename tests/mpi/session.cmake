@@ -135,3 +135,23 @@ add_test(NAME python_session_mpmd_np3
 set_tests_properties(python_session_mpmd_np3 PROPERTIES LABELS "mpi;python;hdf5" TIMEOUT 300
                      FIXTURES_REQUIRED h5_llama-tiny
                      ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+
+# CUDA tensors as the rollout's runtime storage, on the CPU (label device-emu: the host-device
+# accelerator stands for each rollout rank's GPU; tests/mpi/check_session_device.c)
+add_executable(check_session_device ${CMAKE_CURRENT_SOURCE_DIR}/check_session_device.c)
+target_link_libraries(check_session_device PRIVATE refit PkgConfig::CHECK)
+target_include_directories(check_session_device PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
+foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1.yaml"
+             "tp2_np4;4;session-llama-tiny-tp2-to-tp2.yaml")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME emu_check_session_device_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_device>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emu_check_session_device_${name} PROPERTIES LABELS "mpi;device-emu"
+                       TIMEOUT 300 ENVIRONMENT
+                       "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()

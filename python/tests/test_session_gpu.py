@@ -1,0 +1,157 @@
+"""GPU session test (label gpu; the GPU host: PyTorch with CUDA, transformers 5, mpi4py): a
+transformers.AutoModelForCausalLM.from_config model on the host is the trainer (world rank 0,
+float32, AdamW on random tokens between updates; it registers its parameters once under the
+checkpoint's names, float32 masters of the bfloat16 model; Qwen3-MoE experts as views of
+transformers 5's fused gate_up_proj / down_proj, gate rows first), and a differently
+initialised bfloat16 model of the same class on cuda:0 is the engine (world rank 1,
+rollout.layout hf with rollout.gpus [0]: it registers its own CUDA parameters, refit writes
+into them through the cuda accelerator, chunks over MPI through host memory).
+
+After every update the engine's parameters equal the trainer's rounded to bfloat16 bit for
+bit, its logits equal those of the trainer's weights on the same GPU exactly
+(torch.use_deterministic_algorithms(True), eager attention), and no registered data_ptr
+changed. Refused at register, naming the tensor: a CPU tensor on the engine (its storage is
+the GPU's), a CUDA tensor on the trainer (host tensors on the mpi transport); plan() then
+fails on both ranks carrying rank 0's text, and a clean registration plans.
+
+    mpiexec -np 2 python3 python/tests/test_session_gpu.py TOPOLOGY CONFIG_DIR
+"""
+import os
+import sys
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+try:
+    # before torch: pyarrow (which transformers' model code imports) loaded after torch crashes
+    # in libstdc++'s locale teardown on the GPU host ("free(): invalid pointer")
+    import pyarrow  # noqa: F401
+except ImportError:
+    pass
+
+from mpi4py import MPI  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import refit  # noqa: E402
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+topo_path, cfg_dir = sys.argv[1], sys.argv[2]
+UPDATES = 3
+failures = []
+# warn_only: an op without a deterministic kernel warns; the exact comparisons below catch
+# any result that is not reproducible
+torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("rank %d: FAIL: %s" % (rank, what), flush=True)
+
+
+def bits(x):
+    return x.detach().contiguous().view(torch.int16)
+
+
+def build(seed, dtype, device):
+    cfg = transformers.AutoConfig.from_pretrained(cfg_dir)
+    torch.manual_seed(seed)
+    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    return m.to(dtype=dtype, device=device).eval()
+
+
+def expert_view(params, name):
+    """A checkpoint name of one expert's linear as a view of the fused 3-D parameter."""
+    pre, rest = name.split(".mlp.experts.")
+    e, proj = rest.split(".")[0:2]
+    e = int(e)
+    if proj == "down_proj":
+        return params[pre + ".mlp.experts.down_proj"][e]
+    gu = params[pre + ".mlp.experts.gate_up_proj"]
+    half = gu.shape[1] // 2
+    return gu[e, :half] if proj == "gate_proj" else gu[e, half:]
+
+
+def tensors_for(s, params):
+    out = {}
+    for name, _, shape in s.expected():
+        t = params.get(name)
+        if t is None and ".mlp.experts." in name:
+            t = expert_view(params, name)
+        check(t is not None, "no parameter for %s" % name)
+        if t is not None:
+            check(tuple(t.shape) == tuple(shape), "%s: shape %s, expected %s" %
+                  (name, tuple(t.shape), tuple(shape)))
+            out[name] = t.detach()
+    return out
+
+
+def main():
+    trainer = rank == 0
+    model = build(1, torch.float32, "cpu") if trainer else build(2, torch.bfloat16, "cuda:0")
+    params = dict(model.named_parameters(remove_duplicate=False))
+    s = refit.Session(comm, topo_path)
+    check(s.role == ("trainer" if trainer else "rollout"), "role %s" % s.role)
+    reg = tensors_for(s, params)
+    first = next(iter(reg))
+    # refused, naming the tensor: the wrong kind of memory for this rank
+    bad = reg[first].cpu() if not trainer else reg[first].to("cuda:0")
+    try:
+        s.register({first: bad})
+        check(False, "%s on %s registered" % (first, bad.device))
+    except refit.Error as e:
+        check(first in str(e), "refusal does not name %s: %s" % (first, e))
+    s.register(reg)
+    want = comm.bcast(first if rank == 0 else None, root=0)
+    try:
+        s.plan()
+        check(False, "plan after a refused registration succeeded")
+    except refit.Error as e:
+        check(want in str(e), "plan's error does not carry rank 0's text: %s" % e)
+    plan = s.plan()
+    check(sum(plan.counts.values()) > 0, "plan counts %s" % plan.counts)
+    ptrs = {n: t.data_ptr() for n, t in reg.items()}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2) if trainer else None
+    gen = torch.Generator().manual_seed(7)
+    ref = build(3, torch.bfloat16, "cuda:0") if trainer else None
+    for v in range(1, UPDATES + 1):
+        if trainer and v > 1:
+            tok = torch.randint(0, model.config.vocab_size, (2, 12), generator=gen)
+            loss = model(input_ids=tok, labels=tok).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        r = s.update(v)
+        check(r.committed, "update %d: %s" % (v, r.reason))
+        check(r.version == v, "update %d: version %d" % (v, r.version))
+        tokens = comm.bcast(torch.randint(0, model.config.vocab_size, (2, 16), generator=gen)
+                            if trainer else None, root=0)
+        if trainer:
+            with torch.no_grad():
+                sd = {n: p.detach().to(torch.bfloat16) for n, p in params.items()}
+                ref.load_state_dict(sd, strict=False)
+                logits = ref(input_ids=tokens.to("cuda:0")).logits.cpu()
+            comm.send((sd, logits), dest=1, tag=v)
+        else:
+            sd, logits = comm.recv(source=0, tag=v)
+            for n, p in params.items():
+                check(n in sd and torch.equal(bits(p.cpu()), bits(sd[n])),
+                      "update %d: %s differs from the trainer's" % (v, n))
+            with torch.no_grad():
+                mine = model(input_ids=tokens.to("cuda:0")).logits.cpu()
+            check(torch.equal(mine, logits), "update %d: logits differ (max %g)" %
+                  (v, (mine.float() - logits.float()).abs().max().item()))
+        for n, t in reg.items():
+            check(t.data_ptr() == ptrs[n], "%s moved" % n)
+    s.close()
+    nfail = comm.allreduce(len(failures), op=MPI.SUM)
+    if rank == 0:
+        print("test_session_gpu %s: %s (%d updates)" % (os.path.basename(topo_path),
+                                                        "ok" if nfail == 0 else "FAILED",
+                                                        UPDATES), flush=True)
+    return 0 if nfail == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
