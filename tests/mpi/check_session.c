@@ -600,6 +600,46 @@ START_TEST(test_fp32_masters)
 }
 END_TEST
 
+/* A rank that leaves through rf_session_destroy_local (a failure path: no collective call)
+ * fails every other rank's next update at its join, at once, naming it and its reason; their
+ * session is lost: later calls are refused saying so, and rf_session_destroy is local. (The
+ * topologies' join_timeout_s of 60 s bounds a wait here that should not happen.) */
+START_TEST(test_destroy_local)
+{
+    sess_t x;
+    rf_session_result_t r;
+    sess_open(&x);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 1);
+    all_ok(rf_session_register(x.s, x.descs, x.n) == RF_OK, "rf_session_register");
+    all_ok(rf_session_plan(x.s, NULL) == RF_OK, "rf_session_plan");
+    all_ok(rf_session_update(x.s, 0, &r) == RF_OK && r.committed, "update 1");
+    int leaver = size - 1; /* the last rollout rank */
+    if (rank == leaver) {
+        rf_session_destroy_local(x.s, "the test leaves");
+        x.s = NULL;
+    } else {
+        double t0 = MPI_Wtime();
+        rf_status_t st = rf_session_update(x.s, 0, &r);
+        double took = MPI_Wtime() - t0;
+        char want[128];
+        snprintf(want, sizeof(want), "rank %d left the session (rf_session_destroy_local: the "
+                 "test leaves)", leaver);
+        ck_assert_msg(st == RF_ERR_PEER && strstr(rf_session_last_error(x.s), want) != NULL,
+                      "rank %d: %s: %s", rank, rf_session_status_name(st),
+                      rf_session_last_error(x.s));
+        ck_assert(!r.committed);
+        ck_assert_msg(took < 10.0, "rank %d: the update failed after %.1f s", rank, took);
+        ck_assert_uint_eq(rf_session_version(x.s), 1);
+        ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "the session is lost"));
+        ck_assert_int_eq(rf_session_begin(x.s, 0), RF_ERR_STATE);
+    }
+    sess_close(&x); /* local on the lost session, a no-op on the leaver */
+    rf_session_destroy_local(NULL, NULL);
+}
+END_TEST
+
 /* Creation errors: the same status and text on every rank, no session. */
 START_TEST(test_create_errors)
 {
@@ -646,6 +686,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_begin_finish);
     tcase_add_test(tc, test_fp32_masters);
     tcase_add_test(tc, test_create_errors);
+    tcase_add_test(tc, test_destroy_local);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* fork breaks MPI */
