@@ -134,20 +134,40 @@ static rf_status_t sess_join(rf_session_t *s, MPI_Request *req, const char *what
     }
 }
 
-/* rf_session_agree for the first agreement of a call: every rank joined first (sess_join). */
-static rf_status_t agree_joined(rf_session_t *s, rf_status_t st, const char *what, rf_err_t *err)
+/* One uint64 allreduce (op) that opens a call, waited for by sess_join: *v in, the result
+ * out. The buffers are the heap's, and leaked when the join fails: the collective stays posted
+ * (it cannot be cancelled) and MPI writes them when a late rank completes it. On failure err
+ * is reset to the join's error. */
+static rf_status_t join_allreduce(rf_session_t *s, uint64_t *v, MPI_Op op, const char *what,
+                                  rf_err_t *err)
 {
-    int mine = st == RF_OK ? s->size : s->rank, first = s->size;
+    uint64_t *buf = malloc(2 * sizeof(uint64_t));
+    if (buf == NULL) /* this rank cannot join: lost, and the others told */
+        return lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory", s->rank,
+                                    what), err);
+    buf[0] = *v;
     MPI_Request req;
-    if (MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, s->comm, &req) != MPI_SUCCESS)
+    if (MPI_Iallreduce(&buf[0], &buf[1], 1, MPI_UINT64_T, op, s->comm, &req) != MPI_SUCCESS) {
+        free(buf);
         return lose(s, rf_err_reset(err, RF_ERR_MPI, "rank %d: %s: MPI_Iallreduce failed",
                                     s->rank, what), err);
+    }
     rf_err_t jerr;
     rf_err_clear(&jerr);
     if (sess_join(s, &req, what, &jerr) != RF_OK)
-        return rf_err_reset(err, jerr.status, "%s", jerr.msg);
+        return rf_err_reset(err, jerr.status, "%s", jerr.msg); /* buf leaked: see above */
+    *v = buf[1];
+    free(buf);
+    return RF_OK;
+}
+
+/* rf_session_agree for the first agreement of a call: every rank joined first (sess_join). */
+static rf_status_t agree_joined(rf_session_t *s, rf_status_t st, const char *what, rf_err_t *err)
+{
+    uint64_t first = (uint64_t)(st == RF_OK ? s->size : s->rank);
+    RF_CHECK(join_allreduce(s, &first, MPI_MIN, what, err));
     /* everyone is here: the plain agreement carries the failing rank's text */
-    return first == s->size ? RF_OK : rf_session_agree(s->comm, st, err);
+    return first == (uint64_t)s->size ? RF_OK : rf_session_agree(s->comm, st, err);
 }
 
 /* ---- create ------------------------------------------------------------------------------- */
@@ -728,14 +748,10 @@ rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
     /* the version: trainer rank 0's (world rank 0 is always a trainer; its value is >= 1, the
      * others give 0), agreed as every rank joins the update (an allreduce completes on no rank
      * before all came; a broadcast would let rank 0 run ahead into the begin agreement) */
-    uint64_t mine = s->rank == 0 ? (version != 0 ? version : s->version + 1) : 0, agreed = 0;
-    MPI_Request req;
+    uint64_t agreed = s->rank == 0 ? (version != 0 ? version : s->version + 1) : 0;
     char what[64];
     snprintf(what, sizeof(what), "rf_session_begin of update %u", s->seq + 1);
-    if (MPI_Iallreduce(&mine, &agreed, 1, MPI_UINT64_T, MPI_MAX, s->comm, &req) != MPI_SUCCESS)
-        return lose(s, rf_err_set(&s->last, RF_ERR_MPI, "rank %d: %s: MPI_Iallreduce of the "
-                                  "version failed", s->rank, what), &s->last);
-    RF_CHECK(sess_join(s, &req, what, &s->last));
+    RF_CHECK(join_allreduce(s, &agreed, MPI_MAX, what, &s->last));
     s->pub_agreed = agreed;
     s->pub_hooked = rf_session_ckpt_hooks(s, &s->pub_hooks) != NULL;
     rf_err_clear(&s->pub_err);
@@ -751,17 +767,11 @@ rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
  * RF_ERR_PEER naming it on the others, so the gate names that rank. */
 static rf_status_t finish_moved(rf_session_t *s, rf_status_t st, rf_err_t *err)
 {
-    int mine = s->moved_err.status != RF_OK ? s->rank : s->size, first = s->size;
-    MPI_Request req;
+    uint64_t v = (uint64_t)(s->moved_err.status != RF_OK ? s->rank : s->size);
     char what[64];
     snprintf(what, sizeof(what), "rf_session_finish of update %u", s->seq);
-    if (MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, s->comm, &req) != MPI_SUCCESS)
-        return lose(s, rf_err_reset(err, RF_ERR_MPI, "rank %d: %s: agreeing on moved tensors "
-                                    "failed", s->rank, what), err);
-    rf_err_t jerr;
-    rf_err_clear(&jerr);
-    if (sess_join(s, &req, what, &jerr) != RF_OK)
-        return rf_err_reset(err, jerr.status, "%s", jerr.msg);
+    RF_CHECK(join_allreduce(s, &v, MPI_MIN, what, err));
+    int first = (int)v;
     if (first == s->size || st != RF_OK)
         return st;
     if (first == s->rank)
