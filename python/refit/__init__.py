@@ -18,10 +18,11 @@ tree (<repo>/build). Its ABI version is checked at import. Errors raise refit.Er
 the library's message; register raises on the calling rank only, plan on every rank or none;
 update returns a FAILED result (committed False) rather than raising.
 
-A rank that raises between calls leaves the others waiting in their next collective call:
-close() at exit after an uncaught exception (and Session.__exit__ with one) is local
+A rank that raises between calls would leave the others waiting in their next collective
+call, so close() at exit after an uncaught exception (and Session.__exit__ with one) is local
 (rf_session_destroy_local), and the others' next call raises refit.Error within milliseconds,
-"rank R left the session (...: the exception)". Launching with `python -m mpi4py script.py`
+"rank R left the session (...: the exception)"; no call waits longer than the topology's
+transfer.join_timeout_s for the other ranks to come. Launching with `python -m mpi4py script.py`
 makes an uncaught exception abort the whole MPI job instead (mpi4py's MPI_Abort).
 """
 import atexit
