@@ -70,6 +70,13 @@ static int fail(const char *msg)
     return 1;
 }
 
+/* A bad option value, quoted as given (the style of refit-convert's and refit-info's). */
+static int bad_value(const char *flag, const char *v, const char *why)
+{
+    fprintf(stderr, "refit-plan: %s '%s': %s\n", flag, v, why);
+    return 1;
+}
+
 
 static double gb(uint64_t b)
 {
@@ -217,7 +224,7 @@ static int parse_rate_flag(const char *flag, const char *v, double *out)
         return 0;
     }
     if (rf_topology_parse_rate(v, out) != RF_OK || !(*out > 0)) {
-        fprintf(stderr, "refit-plan: %s: %s is not a rate (for example 50GB/s)\n", flag, v);
+        bad_value(flag, v, "not a rate (for example 50GB/s)");
         return -1;
     }
     return 0;
@@ -248,7 +255,7 @@ int main(int argc, char **argv)
     int c;
     rf_err_clear(&err);
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 't':
             topo_path = optarg;
@@ -265,7 +272,7 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "layerwise") == 0)
                 policy = RF_POLICY_LAYERWISE;
             else
-                return fail("--reload-policy must be auto or layerwise");
+                return bad_value("--reload-policy", optarg, "must be auto or layerwise");
             break;
         case 'S':
             sim = 1;
@@ -299,11 +306,15 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "both") == 0)
                 modes = 3;
             else
-                return fail("--mode must be broadcast, p2p or both");
+                return bad_value("--mode", optarg, "must be broadcast, p2p or both");
             break;
         case 'h':
             usage(stdout);
             return 0;
+        case '?':
+        case ':': /* opterr = 0 and ":h": getopt_long left the message to us */
+            cli_bad_option("refit-plan", c, argv);
+            return 2;
         default:
             usage(stderr);
             return 2;
@@ -318,7 +329,7 @@ int main(int argc, char **argv)
     if (machine_path != NULL) {
         char *mt = cli_file_read(machine_path, 0, &len);
         if (mt == NULL) {
-            fprintf(stderr, "refit-plan: %s: cannot read\n", machine_path);
+            fprintf(stderr, "refit-plan: %s: cannot read: %s\n", machine_path, cli_file_error());
             return 1;
         }
         rf_status_t mst = rf_machine_parse(mt, len, machine_path, &mach, &err);
@@ -328,25 +339,27 @@ int main(int argc, char **argv)
     }
     {
         char *end;
-        if (mf[0] != NULL && ((mach.gpus_per_node = (int)strtol(mf[0], &end, 10)) < 1 || *end))
-            return fail("--gpus-per-node must be an integer >= 1");
-        if (mf[1] != NULL && ((mach.nodes = (int)strtol(mf[1], &end, 10)) < 0 || *end))
-            return fail("--nodes must be an integer >= 0");
+        if (mf[0] != NULL &&
+            ((mach.gpus_per_node = (int)strtol(mf[0], &end, 10)) < 1 || *end || end == mf[0]))
+            return bad_value("--gpus-per-node", mf[0], "must be an integer >= 1");
+        if (mf[1] != NULL && ((mach.nodes = (int)strtol(mf[1], &end, 10)) < 0 || *end ||
+                              end == mf[1]))
+            return bad_value("--nodes", mf[1], "must be an integer >= 0");
         if ((mf[2] && parse_rate_flag("--nvlink-bw", mf[2], &mach.nvlink_Bps)) ||
             (mf[3] && parse_rate_flag("--nic-bw", mf[3], &mach.nic_Bps)) ||
             (mf[4] && parse_rate_flag("--node-bw", mf[4], &mach.node_Bps)))
             return 1;
         if (mf[5] != NULL) {
             double us = strtod(mf[5], &end);
-            if (*end || !(us >= 0))
-                return fail("--chunk-latency-us must be a number >= 0");
+            if (*end || end == mf[5] || !(us >= 0))
+                return bad_value("--chunk-latency-us", mf[5], "must be a number >= 0");
             mach.chunk_latency_s = us * 1e-6;
         }
     }
     /* MPI only so that the library's MPI-typed pieces are initialized; one process */
     MPI_Init(&argc, &argv);
     if ((yaml = cli_file_read(topo_path, 0, &len)) == NULL) {
-        fprintf(stderr, "refit-plan: %s: cannot read\n", topo_path);
+        fprintf(stderr, "refit-plan: %s: cannot read: %s\n", topo_path, cli_file_error());
         MPI_Finalize();
         return 1;
     }

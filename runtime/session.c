@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "refit/hashes.h"
 #include "refit/log.h"
@@ -31,6 +32,145 @@ const char *rf_session_status_name(int status) { return rf_status_name((rf_statu
 const char *rf_session_status_string(int status) { return rf_status_string((rf_status_t)status); }
 
 static bool is_rollout(const rf_session_t *s) { return rf_session_is_rollout(s); }
+
+/* ---- joining: every rank reaches a call, or the call fails naming why ------------------- */
+
+/* The notice rf_session_destroy_local leaves for every other rank, on s->comm (no other
+ * message of refit's uses this tag there: setup's are 0x1f1, the control channel and the
+ * transports have communicators of their own). */
+#define SESS_TAG_GONE 0x7e5
+
+typedef struct sess_gone_msg {
+    int rank;
+    char reason[RF_ERR_MSG_MAX];
+} sess_gone_msg_t;
+
+/* A call refused because an earlier join failed (local). */
+static rf_status_t check_lost(rf_session_t *s, const char *call)
+{
+    if (!s->lost)
+        return RF_OK;
+    return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: %s: the session is lost (%s); only "
+                      "rf_session_destroy (local now) may follow", s->rank, call,
+                      s->lost_err.msg);
+}
+
+/* Tells every other rank of s->comm that this one left the session (what: why), for their
+ * next join (sess_join). Small and sent eagerly; each request is freed and the buffer leaked
+ * on purpose (MPI may still read it after this returns, and nothing here may wait). Local. */
+static void notify_gone(rf_session_t *s, const char *what)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (!init || fin || s->comm == MPI_COMM_NULL || s->gone_sent)
+        return;
+    s->gone_sent = true;
+    sess_gone_msg_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return;
+    m->rank = s->rank;
+    snprintf(m->reason, sizeof(m->reason), "%s", what);
+    for (int r = 0; r < s->size; r++) {
+        MPI_Request req;
+        if (r != s->rank && MPI_Isend(m, (int)sizeof(*m), MPI_BYTE, r, SESS_TAG_GONE, s->comm,
+                                      &req) == MPI_SUCCESS)
+            MPI_Request_free(&req);
+    }
+}
+
+/* The session is lost on this rank (a failed join): later calls refused, destroy local, and
+ * the other ranks told, so that one arriving late fails its join at once instead of running on
+ * into the update with ranks that gave up. */
+static rf_status_t lose(rf_session_t *s, rf_status_t st, rf_err_t *err)
+{
+    s->lost = true;
+    rf_err_set(&s->lost_err, st, "%s", err->msg);
+    char why[RF_ERR_MSG_MAX + 16];
+    snprintf(why, sizeof(why), "it gave up: %s", err->msg);
+    notify_gone(s, why);
+    return st;
+}
+
+/*
+ * Waits for req, a nonblocking collective on s->comm that opens a public call, where every
+ * rank arrives from its caller's own work (a training step, generation), so no update deadline
+ * applies: until it completes; or a rank left the session (its rf_session_destroy_local
+ * notice: RF_ERR_PEER naming it, within milliseconds); or transfer.join_timeout_s passed
+ * (RF_ERR_TIMEOUT). Either failure loses the session (s->lost): the collective cannot be
+ * cancelled, so s->comm is out of step for good.
+ */
+static rf_status_t sess_join(rf_session_t *s, MPI_Request *req, const char *what, rf_err_t *err)
+{
+    double deadline = rf_time_now() + s->topo.join_timeout_s;
+    long sleep_ns = 1000;
+    for (;;) {
+        int done = 0, gone = 0;
+        MPI_Status mst;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return lose(s, rf_err_set(err, RF_ERR_MPI, "rank %d: %s: MPI_Test failed", s->rank,
+                                      what), err);
+        /* a notice first, even when the collective completed: the ranks that gave up on it
+         * left their part posted, so a late rank's completes, and they are gone all the same */
+        if (MPI_Iprobe(MPI_ANY_SOURCE, SESS_TAG_GONE, s->comm, &gone, &mst) == MPI_SUCCESS &&
+            gone) {
+            sess_gone_msg_t m;
+            memset(&m, 0, sizeof(m));
+            MPI_Recv(&m, (int)sizeof(m), MPI_BYTE, mst.MPI_SOURCE, SESS_TAG_GONE, s->comm,
+                     MPI_STATUS_IGNORE);
+            m.reason[sizeof(m.reason) - 1] = '\0';
+            s->gone_sent = true; /* every rank heard from the leaver itself */
+            return lose(s, rf_err_set(err, RF_ERR_PEER, "rank %d: %s: rank %d left the session "
+                                      "(%s)", s->rank, what, mst.MPI_SOURCE, m.reason), err);
+        }
+        if (done)
+            return RF_OK;
+        if (rf_time_now() >= deadline)
+            return lose(s, rf_err_set(err, RF_ERR_TIMEOUT, "rank %d: %s: not every rank came "
+                                      "within transfer.join_timeout_s %g s (a rank stopped "
+                                      "calling the session: it raised, exited or hangs)",
+                                      s->rank, what, s->topo.join_timeout_s), err);
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        sleep_ns = sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2;
+    }
+}
+
+/* One uint64 allreduce (op) that opens a call, waited for by sess_join: *v in, the result
+ * out. The buffers are the heap's, and leaked when the join fails: the collective stays posted
+ * (it cannot be cancelled) and MPI writes them when a late rank completes it. On failure err
+ * is reset to the join's error. */
+static rf_status_t join_allreduce(rf_session_t *s, uint64_t *v, MPI_Op op, const char *what,
+                                  rf_err_t *err)
+{
+    uint64_t *buf = malloc(2 * sizeof(uint64_t));
+    if (buf == NULL) /* this rank cannot join: lost, and the others told */
+        return lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory", s->rank,
+                                    what), err);
+    buf[0] = *v;
+    MPI_Request req;
+    if (MPI_Iallreduce(&buf[0], &buf[1], 1, MPI_UINT64_T, op, s->comm, &req) != MPI_SUCCESS) {
+        free(buf);
+        return lose(s, rf_err_reset(err, RF_ERR_MPI, "rank %d: %s: MPI_Iallreduce failed",
+                                    s->rank, what), err);
+    }
+    rf_err_t jerr;
+    rf_err_clear(&jerr);
+    if (sess_join(s, &req, what, &jerr) != RF_OK)
+        return rf_err_reset(err, jerr.status, "%s", jerr.msg); /* buf leaked: see above */
+    *v = buf[1];
+    free(buf);
+    return RF_OK;
+}
+
+/* rf_session_agree for the first agreement of a call: every rank joined first (sess_join). */
+static rf_status_t agree_joined(rf_session_t *s, rf_status_t st, const char *what, rf_err_t *err)
+{
+    uint64_t first = (uint64_t)(st == RF_OK ? s->size : s->rank);
+    RF_CHECK(join_allreduce(s, &first, MPI_MIN, what, err));
+    /* everyone is here: the plain agreement carries the failing rank's text */
+    return first == (uint64_t)s->size ? RF_OK : rf_session_agree(s->comm, st, err);
+}
 
 /* ---- create ------------------------------------------------------------------------------- */
 
@@ -373,9 +513,10 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info)
         return rf_err_set(err, RF_ERR_STATE, "rank %d: rf_session_plan: %s", s->rank,
                           s->planned ? "the session is planned already (once per session)"
                                      : "an earlier plan failed past the registration check");
+    RF_CHECK(check_lost(s, "rf_session_plan"));
     rf_status_t st = check_registered(s, err);
     rf_err_clear(&s->reg_err); /* reported now, on every rank */
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(agree_joined(s, st, "rf_session_plan", err));
     RF_CHECK(rf_session_ckpt_agree(s, err));
     /* past this point a failure is the topology's or the library's: not recoverable */
     s->broken = true;
@@ -630,6 +771,7 @@ rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
     if (s == NULL)
         return RF_ERR_INVALID;
     rf_err_clear(&s->last);
+    RF_CHECK(check_lost(s, "rf_session_begin"));
     if (!s->planned)
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_begin before a "
                           "successful rf_session_plan", s->rank);
@@ -637,11 +779,13 @@ rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_begin: update %u began "
                           "already (rf_session_finish first)", s->rank, s->seq);
     s->pub_t0 = rf_time_now();
-    /* the version: trainer rank 0's (world rank 0 is always a trainer) */
-    uint64_t agreed = version != 0 ? version : s->version + 1;
-    if (MPI_Bcast(&agreed, 1, MPI_UINT64_T, 0, s->comm) != MPI_SUCCESS)
-        return rf_err_set(&s->last, RF_ERR_MPI, "rank %d: MPI_Bcast of the version failed",
-                          s->rank);
+    /* the version: trainer rank 0's (world rank 0 is always a trainer; its value is >= 1, the
+     * others give 0), agreed as every rank joins the update (an allreduce completes on no rank
+     * before all came; a broadcast would let rank 0 run ahead into the begin agreement) */
+    uint64_t agreed = s->rank == 0 ? (version != 0 ? version : s->version + 1) : 0;
+    char what[64];
+    snprintf(what, sizeof(what), "rf_session_begin of update %u", s->seq + 1);
+    RF_CHECK(join_allreduce(s, &agreed, MPI_MAX, what, &s->last));
     s->pub_agreed = agreed;
     s->pub_hooked = rf_session_ckpt_hooks(s, &s->pub_hooks) != NULL;
     rf_err_clear(&s->pub_err);
@@ -657,11 +801,11 @@ rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
  * RF_ERR_PEER naming it on the others, so the gate names that rank. */
 static rf_status_t finish_moved(rf_session_t *s, rf_status_t st, rf_err_t *err)
 {
-    int mine = s->moved_err.status != RF_OK ? s->rank : s->size, first = s->size;
-    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, s->comm) != MPI_SUCCESS)
-        return st != RF_OK ? st
-                           : rf_err_set(err, RF_ERR_MPI, "rank %d: update %u: agreeing on "
-                                        "moved tensors failed", s->rank, s->seq);
+    uint64_t v = (uint64_t)(s->moved_err.status != RF_OK ? s->rank : s->size);
+    char what[64];
+    snprintf(what, sizeof(what), "rf_session_finish of update %u", s->seq);
+    RF_CHECK(join_allreduce(s, &v, MPI_MIN, what, err));
+    int first = (int)v;
     if (first == s->size || st != RF_OK)
         return st;
     if (first == s->rank)
@@ -681,12 +825,17 @@ rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result)
                           s->rank);
     memset(result, 0, sizeof(*result));
     result->failed_rank = -1;
+    RF_CHECK(check_lost(s, "rf_session_finish"));
     if (!s->in_update)
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_finish without "
                           "rf_session_begin", s->rank);
     rf_err_t *err = &s->pub_err;
     rf_status_t st = finish_moved(s, s->pub_st, err);
     rf_err_clear(&s->moved_err);
+    if (s->lost) { /* a rank is gone: no verdict can come; nothing moved */
+        s->in_update = false;
+        return rf_err_set(&s->last, s->lost_err.status, "%s", s->lost_err.msg);
+    }
     /* the transfer's deadline from now: the engine may have paused for a while */
     s->deadline = rf_deadline_for_update(s->topo.timeout_s, s->topo.slack_s,
                                          s->man.payload_bytes, s->topo.min_bandwidth);
@@ -727,6 +876,7 @@ rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_resu
                           s->rank);
     memset(result, 0, sizeof(*result));
     result->failed_rank = -1;
+    RF_CHECK(check_lost(s, "rf_session_update"));
     if (!s->planned) {
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_update before a "
                           "successful rf_session_plan", s->rank);
@@ -753,5 +903,22 @@ void rf_session_destroy(rf_session_t *s)
         return;
     int fin = 0;
     MPI_Finalized(&fin);
-    rf_session_release(s, !fin);
+    /* a lost session's communicators are out of step: their collective teardown could wait
+     * for a rank that left */
+    rf_session_release(s, !fin && !s->lost);
+}
+
+void rf_session_destroy_local(rf_session_t *s, const char *reason)
+{
+    if (s == NULL)
+        return;
+    /* every other rank's next join (sess_join) sees it: they fail within milliseconds naming
+     * this rank instead of waiting out join_timeout_s */
+    char why[RF_ERR_MSG_MAX];
+    snprintf(why, sizeof(why), "rf_session_destroy_local: %s",
+             reason && *reason ? reason : "(no reason given)");
+    notify_gone(s, why);
+    /* memory only: refit's communicators and transport state stay with MPI until
+     * MPI_Finalize (freeing them is collective) */
+    rf_session_release(s, false);
 }

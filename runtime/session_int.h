@@ -144,6 +144,12 @@ struct rf_session {
     rf_err_t last;      /* the last failing call's text */
     /* plan */
     bool planned, broken;
+    /* a call's join (runtime/session.c, sess_join) failed: a rank left the session or did not
+     * come by transfer.join_timeout_s; s->comm is out of step (a nonblocking collective that
+     * cannot be cancelled), so every later call is refused with lost.msg and destroy is local */
+    bool lost;
+    rf_err_t lost_err;
+    bool gone_sent; /* this rank's leave notice went out (once) */
     rf_manifest_t man;
     rf_chunk_item_t *items;
     rf_chunk_plan_t *cplan;

@@ -639,6 +639,12 @@ static rf_status_t on_transfer(parse_ctx_t *cx, const char *key, const char *nam
     }
     if (strcmp(name, "slack_s") == 0)
         return get_double(cx, v, key, 0.0, &t->slack_s);
+    if (strcmp(name, "join_timeout_s") == 0) {
+        RF_CHECK(get_double(cx, v, key, 0.0, &t->join_timeout_s));
+        if (t->join_timeout_s <= 0.0)
+            return perr(cx, key, "%s must be positive", shown);
+        return RF_OK;
+    }
     return unknown(cx, key, v);
 }
 
@@ -755,6 +761,9 @@ static void set_defaults(rf_topology_t *t)
      * checksum, so a corrupted byte fails the update instead of committing */
     t->integrity = true;
     t->slack_s = 10.0;
+    /* a session call's wait for the other ranks to arrive spans the callers' own work between
+     * calls (a training step, a stretch of generation): long, but not forever */
+    t->join_timeout_s = 1800.0;
 }
 
 /* The (quantization, backend) table of DESIGN.md section 3. */

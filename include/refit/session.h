@@ -15,12 +15,25 @@
  *   rf_session_finish    collective  ... the rest (tensors registered again in between: FAILED)
  *   rf_session_abort     local       this rank's next update fails (every rank's, then)
  *   rf_session_destroy   collective
+ *   rf_session_destroy_local  local  a failure path's teardown (the others fail, naming it)
  *
  * Collective calls are made by every rank of the communicator, in the same order, from one
  * thread per process. A collective call returns the same status on every rank (an error on
  * one rank is carried to all with its text); a local call's error is this rank's alone.
  * Nothing here prints, exits or aborts MPI: errors come back as rf_status_t with their text in
  * rf_session_last_error.
+ *
+ * Waits. Every wait of a collective call is bounded. Each call that follows the caller's own
+ * work (rf_session_plan, rf_session_begin / rf_session_update, rf_session_finish) first
+ * joins: it waits for every rank to reach it for at most the topology's
+ * transfer.join_timeout_s (default 1800 s: a training step or a stretch of generation lies
+ * in between), and fails at once, naming the rank, when a rank left the session through
+ * rf_session_destroy_local. A failed join (RF_ERR_PEER: "rank R left the session",
+ * RF_ERR_TIMEOUT: "not every rank came within transfer.join_timeout_s") loses the session on
+ * that rank: every later call is refused (RF_ERR_STATE) and rf_session_destroy is local. Past
+ * the join an update runs under its update deadline (transfer.timeout_s, docs/topology.md).
+ * rf_session_create's collectives have no deadline of their own: every rank calls it at the
+ * start of the job.
  *
  * MPI: MPI_Init(_thread) before rf_session_create, MPI_Finalize after rf_session_destroy.
  * refit makes its MPI calls from the thread that calls rf_session_*, inside those calls
@@ -147,9 +160,24 @@ rf_status_t rf_session_create(MPI_Comm comm, const char *topology,
 
 /*
  * Collective. Frees everything refit allocated; the registered tensors stay the caller's,
- * untouched. NULL is a no-op (on every rank alike). Call before MPI_Finalize.
+ * untouched. NULL is a no-op (on every rank alike). Call before MPI_Finalize. Local on a
+ * session lost by a failed join (see "Waits" above) and after MPI_Finalize (memory only).
  */
 void rf_session_destroy(rf_session_t *s);
+
+/*
+ * Local: the teardown of a rank that cannot go on with the job (an exception between calls,
+ * the Python binding's close() after an uncaught one). Makes no collective call: sends every
+ * other rank of the session a notice with reason (NULL: "(no reason given)"; nonblocking,
+ * never waited for), then frees refit's memory as rf_session_destroy does; refit's
+ * communicators and transport state are left to MPI_Finalize or the process's exit (freeing
+ * them is collective). The other ranks' next join (rf_session_plan, rf_session_begin /
+ * update, rf_session_finish) fails within milliseconds, RF_ERR_PEER: "rank R left the session
+ * (rf_session_destroy_local: reason)", and loses their session (destroy it, then exit non-zero
+ * or start a new job). A rank already inside an update with the leaver fails it by the update
+ * deadline. NULL is a no-op.
+ */
+void rf_session_destroy_local(rf_session_t *s, const char *reason);
 
 /* This rank's role. Local. */
 rf_session_role_t rf_session_role(const rf_session_t *s);

@@ -130,6 +130,9 @@ typedef struct rf_topology {
     bool integrity;              /* default true (checksum trailer per chunk) */
     double min_bandwidth;        /* bytes/s; default 100 MB/s (mpi), 10 GB/s (nccl, ipc) */
     double slack_s;              /* default 10 */
+    double join_timeout_s;       /* default 1800: how long a session call waits for every
+                                    rank to reach it (include/refit/session.h); not hashed:
+                                    it changes no plan */
     /* added by the topology module */
     char file[RF_PATH_MAX];      /* path given to rf_topology_parse, for messages (not hashed);
                                     "default.yaml" for the compiled-in copy */

@@ -10,17 +10,26 @@ A ctypes binding of librefit's session API (include/refit/session.h; docs/api.md
     plan = s.plan()                             # plan.counts, plan.hash, plan.narrowed
     r = s.update(version=None)                  # r.committed, r.reason, r.version, r.stats
     s.begin(); ...; r = s.finish()              # the same update in two halves (engine paused)
-    s.close()                                   # collective
+    s.close()                                   # collective (local after an uncaught
+                                                # exception: the other ranks fail naming it)
 
 librefit.so is found through $REFIT_LIB (a file), else beside this package, else the build
 tree (<repo>/build). Its ABI version is checked at import. Errors raise refit.Error carrying
 the library's message; register raises on the calling rank only, plan on every rank or none;
 update returns a FAILED result (committed False) rather than raising.
+
+A rank that raises between calls would leave the others waiting in their next collective
+call, so close() at exit after an uncaught exception (and Session.__exit__ with one) is local
+(rf_session_destroy_local), and the others' next call raises refit.Error within milliseconds,
+"rank R left the session (...: the exception)"; no call waits longer than the topology's
+transfer.join_timeout_s for the other ranks to come. Launching with `python -m mpi4py script.py`
+makes an uncaught exception abort the whole MPI job instead (mpi4py's MPI_Abort).
 """
 import atexit
 import ctypes
 import glob
 import os
+import sys
 import weakref
 
 ABI_VERSION = 2  # RF_SESSION_ABI_VERSION this binding speaks
@@ -102,6 +111,8 @@ _lib.rf_session_create.argtypes = [_comm_type(), ctypes.c_char_p, ctypes.POINTER
 _lib.rf_session_create.restype = ctypes.c_int
 _lib.rf_session_destroy.argtypes = [_P]
 _lib.rf_session_destroy.restype = None
+_lib.rf_session_destroy_local.argtypes = [_P, ctypes.c_char_p]
+_lib.rf_session_destroy_local.restype = None
 _lib.rf_session_role.argtypes = [_P]
 _lib.rf_session_role.restype = ctypes.c_int
 _lib.rf_session_version.argtypes = [_P]
@@ -179,12 +190,22 @@ def _sig(t):
 _live = weakref.WeakSet()
 
 
+def _uncaught():
+    """The exception that ends the program, when an uncaught one does (Python sets
+    sys.last_value, and in 3.12 sys.last_exc, before the atexit handlers run; sys.exit does
+    not), else None."""
+    e = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return None if e is None or isinstance(e, SystemExit) else e
+
+
 @atexit.register
 def _close_all():
     # before mpi4py finalizes MPI (atexit runs in reverse order: refit was imported after
-    # mpi4py), so that no session calls MPI after MPI_Finalize
+    # mpi4py), so that no session calls MPI after MPI_Finalize. After an uncaught exception
+    # the other ranks are not coming to a collective destroy: leave locally, telling them
+    e = _uncaught()
     for s in list(_live):
-        s.close()
+        s.close(_failure=None if e is None else "%s: %s" % (type(e).__name__, e))
 
 
 class Session:
@@ -314,19 +335,26 @@ class Session:
         """Local: this rank's next update fails (on every rank) with the reason."""
         self._check(_lib.rf_session_abort(self._handle(), reason.encode() if reason else None))
 
-    def close(self):
-        """Collective: frees the session (the tensors stay yours). Idempotent."""
+    def close(self, _failure=None):
+        """Collective: frees the session (the tensors stay yours). Idempotent. At exit after
+        an uncaught exception, and from __exit__ with one, it is local instead
+        (rf_session_destroy_local: the other ranks' next call raises refit.Error naming this
+        rank and the exception)."""
         if getattr(self, "_s", None) is None:
             return
         s, self._s = self._s, None
         _live.discard(self)
         if self._MPI.Is_finalized():
             return  # no MPI call after MPI_Finalize: the memory goes with the process
-        _lib.rf_session_destroy(s)
+        if _failure is not None:
+            _lib.rf_session_destroy_local(s, ("python: %s" % _failure).encode(errors="replace"))
+        else:
+            _lib.rf_session_destroy(s)
         self._tensors.clear()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, typ, val, tb):
+        self.close(_failure=None if typ is None or issubclass(typ, SystemExit)
+                   else "%s: %s" % (typ.__name__, val))

@@ -219,16 +219,28 @@ static void same_int_everywhere(int v)
     ck_assert_msg(lo == hi, "rank %d: %d differs across ranks (%d .. %d)", rank, v, lo, hi);
 }
 
+/* A check every rank makes together (collective: every rank calls it at the same point): a
+ * check that fails on one rank fails on all. Under CK_NOFORK a failed ck_assert leaves the test
+ * function on that rank only, and the others would run on into the session's next collective
+ * and wait for it there (to the ctest timeout, not a failed assert). */
+static void all_ok(int ok, const char *what)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    ck_assert_msg(all, "rank %d: %s: %s", rank, what, ok ? "failed on another rank" : "failed");
+}
+
 static void check_committed(sess_t *x, const rf_session_result_t *r, uint64_t version)
 {
-    char bad[256];
-    ck_assert_msg(r->committed, "rank %d: update FAILED: %s", rank, r->reason);
-    ck_assert_uint_eq(r->version, version);
-    ck_assert_uint_eq(rf_session_version(x->s), version);
+    char bad[256], what[RF_ERR_MSG_MAX + 300];
+    snprintf(what, sizeof(what), "update %llu FAILED: %s", (unsigned long long)version, r->reason);
+    all_ok(r->committed, what);
+    all_ok(r->version == version && rf_session_version(x->s) == version, "the version");
     uint64_t nbad = me.role == RF_ROLE_ROLLOUT ? rollout_mismatches(x, version, bad, sizeof(bad))
                                                : 0;
-    ck_assert_msg(nbad == 0, "rank %d: %llu elements wrong after update %llu; first: %s", rank,
-                  (unsigned long long)nbad, (unsigned long long)version, bad);
+    snprintf(what, sizeof(what), "%llu elements wrong after update %llu; first: %s",
+             (unsigned long long)nbad, (unsigned long long)version, nbad ? bad : "");
+    all_ok(nbad == 0, what);
 }
 
 /* Two updates move exactly the trainer's bytes into the engine's tensors; the plan's counts
@@ -494,7 +506,9 @@ START_TEST(test_begin_finish)
                                                                                : -1) {
         if (me.role == RF_ROLE_TRAINER)
             trainer_fill(&x, 2);
-        ck_assert_int_eq(rf_session_begin(x.s, 0), RF_OK);
+        /* every check in here is made on every rank together (all_ok): one rank failing alone
+         * would leave the others waiting in rf_session_finish's collectives */
+        all_ok(rf_session_begin(x.s, 0) == RF_OK, "rf_session_begin");
         int k = x.n / 2;
         char vname[RF_NAME_MAX + 32];
         snprintf(vname, sizeof(vname), "%s", x.descs[k].name);
@@ -506,32 +520,34 @@ START_TEST(test_begin_finish)
             old = x.buf[k];
             x.buf[k] = nb;
             x.descs[k].data = nb;
-            ck_assert_int_eq(rf_session_register(x.s, &x.descs[k], 1), RF_OK);
         }
-        ck_assert_int_eq(rf_session_finish(x.s, &r), RF_OK);
-        ck_assert(!r.committed);
+        all_ok(rank != mover || rf_session_register(x.s, &x.descs[k], 1) == RF_OK,
+               "registering the moved tensor");
+        all_ok(rf_session_finish(x.s, &r) == RF_OK, "rf_session_finish");
+        all_ok(!r.committed, "an update with a tensor moved during it committed");
         same_int_everywhere(r.committed);
         same_int_everywhere(r.status);
         ck_assert_int_eq(r.status, RF_ERR_MOVED);
         same_int_everywhere(r.failed_rank);
         ck_assert_int_eq(r.failed_rank, mover);
         same_text_everywhere(r.reason, vname);
-        ck_assert_uint_eq(rollout_hash(&x), h1); /* the new memory (a copy) untouched too */
-        ck_assert_uint_eq(rf_session_version(x.s), 1);
+        /* the new memory (a copy) untouched too */
+        all_ok(rollout_hash(&x) == h1, "the engine's tensors changed");
+        all_ok(rf_session_version(x.s) == 1, "the version");
         /* the engine's move made the begin after it rebuild its plan (the update failed for
          * the trainer's move, after that) */
-        if (rank == first_rollout)
-            ck_assert_uint_eq(r.rebuilds, mover == last_trainer ? 1 : 0);
+        all_ok(rank != first_rollout || r.rebuilds == (mover == last_trainer ? 1u : 0u),
+               "the rollout's rebuilds");
         free(old);
     }
     /* the next update commits into the new memory */
     if (me.role == RF_ROLE_TRAINER)
         trainer_fill(&x, 2);
-    ck_assert_int_eq(rf_session_begin(x.s, 0), RF_OK);
-    ck_assert_int_eq(rf_session_finish(x.s, &r), RF_OK);
+    all_ok(rf_session_begin(x.s, 0) == RF_OK, "rf_session_begin");
+    all_ok(rf_session_finish(x.s, &r) == RF_OK, "rf_session_finish");
     check_committed(&x, &r, 2);
-    if (me.role == RF_ROLE_ROLLOUT)
-        ck_assert_msg(rollout_mismatches(&x, 2, bad, sizeof(bad)) == 0, "%s", bad);
+    all_ok(me.role != RF_ROLE_ROLLOUT || rollout_mismatches(&x, 2, bad, sizeof(bad)) == 0,
+           "the engine's tensors after the update into the new memory");
     sess_close(&x);
 }
 END_TEST
@@ -584,6 +600,46 @@ START_TEST(test_fp32_masters)
 }
 END_TEST
 
+/* A rank that leaves through rf_session_destroy_local (a failure path: no collective call)
+ * fails every other rank's next update at its join, at once, naming it and its reason; their
+ * session is lost: later calls are refused saying so, and rf_session_destroy is local. (The
+ * topologies' join_timeout_s of 60 s bounds a wait here that should not happen.) */
+START_TEST(test_destroy_local)
+{
+    sess_t x;
+    rf_session_result_t r;
+    sess_open(&x);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 1);
+    all_ok(rf_session_register(x.s, x.descs, x.n) == RF_OK, "rf_session_register");
+    all_ok(rf_session_plan(x.s, NULL) == RF_OK, "rf_session_plan");
+    all_ok(rf_session_update(x.s, 0, &r) == RF_OK && r.committed, "update 1");
+    int leaver = size - 1; /* the last rollout rank */
+    if (rank == leaver) {
+        rf_session_destroy_local(x.s, "the test leaves");
+        x.s = NULL;
+    } else {
+        double t0 = MPI_Wtime();
+        rf_status_t st = rf_session_update(x.s, 0, &r);
+        double took = MPI_Wtime() - t0;
+        char want[128];
+        snprintf(want, sizeof(want), "rank %d left the session (rf_session_destroy_local: the "
+                 "test leaves)", leaver);
+        ck_assert_msg(st == RF_ERR_PEER && strstr(rf_session_last_error(x.s), want) != NULL,
+                      "rank %d: %s: %s", rank, rf_session_status_name(st),
+                      rf_session_last_error(x.s));
+        ck_assert(!r.committed);
+        ck_assert_msg(took < 10.0, "rank %d: the update failed after %.1f s", rank, took);
+        ck_assert_uint_eq(rf_session_version(x.s), 1);
+        ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "the session is lost"));
+        ck_assert_int_eq(rf_session_begin(x.s, 0), RF_ERR_STATE);
+    }
+    sess_close(&x); /* local on the lost session, a no-op on the leaver */
+    rf_session_destroy_local(NULL, NULL);
+}
+END_TEST
+
 /* Creation errors: the same status and text on every rank, no session. */
 START_TEST(test_create_errors)
 {
@@ -630,6 +686,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_begin_finish);
     tcase_add_test(tc, test_fp32_masters);
     tcase_add_test(tc, test_create_errors);
+    tcase_add_test(tc, test_destroy_local);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* fork breaks MPI */

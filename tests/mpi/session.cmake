@@ -78,6 +78,58 @@ foreach(case "llama_hf_np2;2;session-llama-tiny-hf-tp1-to-tp1.yaml;llama-tiny;"
   set_tests_properties(python_session_${name} PROPERTIES LABELS "mpi;python" TIMEOUT 300
                        ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
 endforeach()
+# trainer TP 2, trainer.layout megatron (python/tests/test_session_tp.py: each trainer rank
+# registers its Megatron shards, python/tests/megatron.py; AdamW between updates): dense
+# llama-tiny and qwen3-moe-tiny (experts over trainer EP 2, or split by etp 2), rollout
+# layouts vllm and hf, broadcast and p2p, and float32 masters; 2 trainers + 1 engine
+foreach(case "llama_np3;session-llama-tiny-tp2-to-tp1.yaml;llama-tiny;--tp;2"
+             "llama_masters_np3;session-llama-tiny-tp2-to-tp1.yaml;llama-tiny;--tp;2;--masters"
+             "llama_hf_p2p_np3;session-llama-tiny-hf-tp2-to-tp1-p2p.yaml;llama-tiny;--tp;2"
+             "moe_ep2_np3;session-qwen3-moe-tiny-tp2ep2-to-tp1.yaml;qwen3-moe-tiny;--tp;2;--ep;2;--etp;1"
+             "moe_hf_p2p_np3;session-qwen3-moe-tiny-hf-tp2-to-tp1-p2p.yaml;qwen3-moe-tiny;--tp;2")
+  list(GET case 0 name)
+  list(GET case 1 topo)
+  list(GET case 2 data)
+  list(SUBLIST case 3 -1 flags)
+  add_test(NAME python_session_tp2_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -x REFIT_LIB -np 3 /usr/bin/python3
+                   ${CMAKE_SOURCE_DIR}/python/tests/test_session_tp.py
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo}
+                   ${REFIT_TEST_DATA}/${data}/config.json ${flags}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(python_session_tp2_${name} PROPERTIES LABELS "mpi;python" TIMEOUT 300
+                       ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+endforeach()
+# no hangs (include/refit/session.h "Waits", python/tests/test_session_leave.py): a rank that
+# raises between updates leaves locally at exit (rf_session_destroy_local) and the others'
+# next update raises within seconds naming it (the job ends non-zero: the raiser's exit 1); a
+# rank asleep past transfer.join_timeout_s (3 s here) fails the others' update by it, and its
+# own at once
+set(LEAVE_TOPO ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-tiny-tp2-to-tp1-join3.yaml)
+foreach(case "raise_trainer_np3;fail;raise;1;0;2" "raise_engine_np3;fail;raise;2;0;1"
+             "sleep_engine_np3;ok;sleep;2;0;1")
+  list(GET case 0 name)
+  list(GET case 1 want)
+  list(GET case 2 mode)
+  list(GET case 3 who)
+  list(GET case 4 a)
+  list(GET case 5 b)
+  if(mode STREQUAL "raise")
+    set(re "^rank ${a}: refit.Error RF_ERR_PEER after [0-9.]+ s: rank ${a}: rf_session_begin of update 2: rank ${who} left the session \\(rf_session_destroy_local: python: RuntimeError: injected between updates by rank ${who}\\)$")
+  else()
+    set(re "^rank ${who}: refit.Error RF_ERR_PEER after [0-9.]+ s: .*left the session \\(it gave up: .*transfer.join_timeout_s 3 s")
+  endif()
+  add_test(NAME python_session_leave_${name}
+           COMMAND ${EXPECT} ${want} "${re}" "^rank ${a}: test_session_leave: ok$"
+                   "^rank ${b}: test_session_leave: ok$"
+                   -- ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -x REFIT_LIB -x OMP_NUM_THREADS -np 3 /usr/bin/python3
+                   ${CMAKE_SOURCE_DIR}/python/tests/test_session_leave.py ${LEAVE_TOPO} ${mode} ${who}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(python_session_leave_${name} PROPERTIES LABELS "mpi;python" TIMEOUT 120
+                       ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+endforeach()
 
 # rf_session_register_checkpoint: trainer ranks' shards read from the llama-tiny safetensors
 # fixture and from its HDF5 copy (refit-convert writes it: the h5_llama-tiny fixture of

@@ -44,6 +44,29 @@ add_test(NAME simulate_refused_key
          COMMAND ${EXPECT} fail "machine-bad-key.yaml: machine.nic_bw: unknown key"
                  -- ${SIM_PLAN} --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml --machine ${SIM_MACH}/machine-bad-key.yaml
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+# refit-plan's own argument errors (cli/cli_common.h, as refit-info's and refit-convert's):
+# the option named, a bad value quoted, an unreadable file with its strerror
+set(PLAN_TOPO ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml)
+foreach(case "unknown_option;^refit-plan: unknown option '--bogus' \\(see --help\\)$;--bogus"
+             "option_needs_value;^refit-plan: option '--json' needs a value \\(see --help\\)$;--json"
+             "bad_policy;^refit-plan: --reload-policy 'fast': must be auto or layerwise$;--reload-policy;fast"
+             "bad_mode;^refit-plan: --mode 'all': must be broadcast, p2p or both$;--simulate;--mode;all"
+             "bad_gpus;^refit-plan: --gpus-per-node '8x': must be an integer >= 1$;--simulate;--gpus-per-node;8x"
+             "bad_rate;^refit-plan: --nic-bw '50GBps': not a rate \\(for example 50GB/s\\)$;--simulate;--nic-bw;50GBps"
+             "unreadable_machine;^refit-plan: .*/no-such-machine.yaml: cannot read: No such file or directory$;--simulate;--machine;${SIM_MACH}/no-such-machine.yaml")
+  list(GET case 0 name)
+  list(GET case 1 re)
+  list(SUBLIST case 2 -1 args)
+  add_test(NAME cli_plan_${name}
+           COMMAND ${EXPECT} fail "${re}" -- $<TARGET_FILE:refit-plan> --topology ${PLAN_TOPO} ${args}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(cli_plan_${name} PROPERTIES LABELS "unit;plan" TIMEOUT 60)
+endforeach()
+add_test(NAME cli_plan_unreadable_topology
+         COMMAND ${EXPECT} fail "^refit-plan: .*/no-such-topology.yaml: cannot read: No such file or directory$"
+                 -- $<TARGET_FILE:refit-plan> --topology ${TOPO}/no-such-topology.yaml
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli_plan_unreadable_topology PROPERTIES LABELS "unit;plan" TIMEOUT 60)
 # the columns, and a fit: 2 nodes of 2 GPUs place the 4 ranks, every byte between nodes
 add_test(NAME simulate_columns
          COMMAND ${EXPECT} ok

@@ -245,6 +245,7 @@ START_TEST(test_defaults)
     ck_assert(t.integrity); /* on by default (issue 13) */
     ck_assert_double_eq(t.min_bandwidth, 1e8);
     ck_assert_double_eq(t.slack_s, 10.0);
+    ck_assert_double_eq(t.join_timeout_s, 1800.0);
 
     /* etp follows tp; min_bandwidth follows the transport; a file without a folder */
     t = parse_ok("model: { config: x.json }\ntrainer: { tp: 4 }\ntransfer: { transport: nccl }\n",
@@ -270,7 +271,7 @@ START_TEST(test_defaults)
                  "colocated: false\n"
                  "transfer:\n  transport: nccl\n  mode: p2p\n  chunk_bytes: 512MiB\n"
                  "  buffers: 3\n  timeout_s: 12.5\n  integrity: true\n"
-                 "  min_bandwidth: 2.5GB/s\n  slack_s: 0\n",
+                 "  min_bandwidth: 2.5GB/s\n  slack_s: 0\n  join_timeout_s: 90\n",
                  "d/full.yaml");
     ck_assert_str_eq(t.name, "full");
     ck_assert_int_eq(t.quantization, RF_QUANT_WNA16);
@@ -301,6 +302,7 @@ START_TEST(test_defaults)
     ck_assert(t.integrity);
     ck_assert_double_eq(t.min_bandwidth, 2.5e9);
     ck_assert_double_eq(t.slack_s, 0.0);
+    ck_assert_double_eq(t.join_timeout_s, 90.0);
     int64_t first, count;
     rf_topology_stage_layers(&t, 1, &first, &count);
     ck_assert_int_eq(first, 3);
@@ -423,6 +425,7 @@ static const bad_case_t k_bad[] = {
     {M "transfer: { min_bandwidth: 100MB }\n", {"transfer.min_bandwidth: 100MB is not a rate"}},
     {M "transfer: { timeout_s: 0 }\n", {"transfer.timeout_s: 0 must be positive"}},
     {M "transfer: { slack_s: -1 }\n", {"transfer.slack_s: -1 is out of range"}},
+    {M "transfer: { join_timeout_s: 0 }\n", {"transfer.join_timeout_s: 0 must be positive"}},
     {M "transfer: { buffers: 0 }\n", {"transfer.buffers: 0 is out of range"}},
     {M "colocated: true\ntransfer: { transport: nccl }\n",
      {"colocated: true requires transfer.transport ipc", "got transport nccl without gpus"}},
