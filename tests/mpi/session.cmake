@@ -165,3 +165,14 @@ add_test(NAME check_session_quant_fp8_channel_tp2_refused_np3
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(check_session_quant_fp8_channel_tp2_refused_np3 PROPERTIES LABELS mpi
                      TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+# ... and from Python: a bf16 torch trainer and an fp8-block engine registering torch.uint8
+# tensors as F8_E4M3 (torch 1.13 has no float8), checked against a pure-torch quantizer
+add_test(NAME python_session_quant_fp8_block_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -x REFIT_LIB -np 2 /usr/bin/python3
+                 ${CMAKE_SOURCE_DIR}/python/tests/test_session_quant.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-fp8-block-tp1-to-tp1.yaml
+                 ${REFIT_TEST_DATA}/llama-q128/config.json
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(python_session_quant_fp8_block_np2 PROPERTIES LABELS "mpi;python" TIMEOUT 300
+                     ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
