@@ -400,7 +400,7 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
         st = rf_storage_rebind(&s->st, e->name, &sig, &e2);
         if (st != RF_OK)
             return rf_err_set(err, st, "rank %d (%s): %s", s->rank, role, e2.msg);
-    } else {
+    } else if (!e->logical) { /* a quantized linear's weight: read at the next production */
         s->tr.buf[e->entry] = d->data;
     }
     e->sig = sig;
@@ -787,7 +787,8 @@ rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
     snprintf(what, sizeof(what), "rf_session_begin of update %u", s->seq + 1);
     RF_CHECK(join_allreduce(s, &agreed, MPI_MAX, what, &s->last));
     s->pub_agreed = agreed;
-    s->pub_hooked = rf_session_ckpt_hooks(s, &s->pub_hooks) != NULL;
+    s->pub_hooked = rf_session_ckpt_hooks(s, &s->pub_hooks) != NULL ||
+                    rf_session_quant_hooks(s, &s->pub_hooks) != NULL;
     rf_err_clear(&s->pub_err);
     rf_err_clear(&s->moved_err);
     s->pub_st = run_begin(s, version, agreed, s->pub_hooked ? &s->pub_hooks : &no_hooks,

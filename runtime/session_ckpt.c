@@ -121,6 +121,13 @@ static rf_status_t register_checkpoint(rf_session_t *s, const char *path, rf_err
         return rf_err_set(err, RF_ERR_STATE, "trainer rank %d: rf_session_register_checkpoint"
                           "(%s) after rf_session_plan (the checkpoint is registered before the "
                           "plan, and read again at every update)", s->rank, path);
+    if (s->topo.quantization != RF_QUANT_NONE) /* runtime/session_quant.c: registered only */
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "trainer rank %d: rf_session_register_"
+                          "checkpoint(%s): quantization %s: a checkpoint source of a quantized "
+                          "model is not supported by the session API in this version (register "
+                          "the unquantized shards, which refit quantizes; refit-run reads "
+                          "quantized checkpoints)", s->rank, path,
+                          rf_quant_name(s->topo.quantization));
     if (s->ck_path != NULL || s->nreg > 0)
         return rf_err_set(err, RF_ERR_INVALID, "trainer rank %d: rf_session_register_checkpoint"
                           "(%s): %s registered on this rank already", s->rank, path,

@@ -55,6 +55,9 @@ typedef struct sess_tensor {
     rf_slot_shape_t want; /* dtype, ndim, shape */
     int index;            /* trainer: inventory tensor; rollout: inventory module */
     bool derived;         /* rollout: a weight-derived slot (format owners with one) */
+    bool logical;         /* trainer, quantized model: the unquantized weight of a quantized
+                             linear, which refit quantizes (runtime/session_quant.c); entry
+                             is the linear's primary (fp8 weight / wna16 weight_packed) */
     int entry;            /* trainer, once planned: its manifest entry */
     bool registered;
     rf_signature_t sig;   /* the registered tensor (borrowed memory) */
@@ -193,6 +196,10 @@ struct rf_session {
     char *ck_path;    /* owned copy of the caller's path; NULL: registered tensors */
     rf_ckpt_t *src_ck; /* opened at the registration, again at each update's begin */
     char *ck_arena;   /* the shard buffers (owned) */
+    /* trainer, quantized model (runtime/session_quant.c): the buffers of every entry of a
+     * quantized linear on this rank (fp8 weight and scales, wna16 weight_packed, weight_scale,
+     * weight_shape), written by the trainer-side quantizer at each update */
+    char *q_arena;
     /* updates */
     uint32_t seq;     /* the update counter of the control channel and the chunks */
     uint64_t version; /* of the last COMMITTED update */
@@ -256,6 +263,25 @@ rf_status_t rf_session_ckpt_agree(rf_session_t *s, rf_err_t *err);
 const rf_session_hooks_t *rf_session_ckpt_hooks(rf_session_t *s, rf_session_hooks_t *h);
 /* Frees what the registration allocated (rf_session_release). */
 void rf_session_ckpt_free(rf_session_t *s);
+
+/* ---- session_quant.c: quantized models ----------------------------------------------- */
+
+/* Inventory tensor t belongs to a quantized linear (its quantized weight, scales or wna16
+ * weight_shape): refit owns its trainer buffer and the trainer-side quantizer fills it. */
+bool rf_session_quant_refit_owns(const rf_session_t *s, const rf_tensor_t *t);
+/* Trainer: what this rank registers for the primary t (fp8 weight / wna16 weight_packed) of a
+ * quantized linear, its shard reg: the unquantized `<prefix>.weight` slice in the model
+ * dtype, name in name[cap]. RF_ERR_UNSUPPORTED naming it when its scales need more (fp8-tensor
+ * / fp8-channel beyond the shard). Local. */
+rf_status_t rf_session_quant_expect(const rf_session_t *s, const rf_tensor_t *t,
+                                    const rf_region_t *reg, char *name, size_t cap,
+                                    rf_slot_shape_t *w, rf_err_t *err);
+/* Trainer, at the plan: q_arena allocated and tr.buf[] of every entry refit owns set. */
+rf_status_t rf_session_quant_borrow(rf_session_t *s, rf_err_t *err);
+/* The hooks of an update of a quantized session whose trainers registered tensors (h filled
+ * and returned), or NULL. */
+const rf_session_hooks_t *rf_session_quant_hooks(rf_session_t *s, rf_session_hooks_t *h);
+void rf_session_quant_free(rf_session_t *s);
 
 /*
  * Collective: one update, numbered ++s->seq (the control channel's and the chunks' number):

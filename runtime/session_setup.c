@@ -472,6 +472,18 @@ static rf_status_t build_expected(rf_session_t *s, rf_err_t *err)
             s->ex_of_tensor[i] = -1;
             if (!rf_trainer_shard(&s->topo, &s->inv, t, &s->me, &reg))
                 continue;
+            if (rf_session_quant_refit_owns(s, t)) {
+                /* a quantized linear: its unquantized weight, once (runtime/session_quant.c);
+                 * the scales and weight_shape are refit's */
+                if (t->param != RF_PARAM_WEIGHT && t->param != RF_PARAM_WEIGHT_PACKED)
+                    continue;
+                char name[RF_NAME_MAX + 8];
+                RF_CHECK(rf_session_quant_expect(s, t, &reg, name, sizeof(name), &w, err));
+                s->ex_of_tensor[i] = s->nex;
+                RF_CHECK(ex_add(s, name, &w, i, false, &cap, err));
+                s->ex[s->nex - 1].logical = true;
+                continue;
+            }
             RF_CHECK(trainer_want(s, t, &reg, &w, err));
             s->ex_of_tensor[i] = s->nex;
             RF_CHECK(ex_add(s, t->name, &w, i, false, &cap, err));
@@ -514,10 +526,39 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: trainer.gpus: the session API's "
                           "trainers register host tensors on the mpi transport in this version "
                           "(rollout.gpus: the engine's CUDA tensors)", s->topo.file);
-    if (s->topo.quantization != RF_QUANT_NONE)
+    /* quantized models (runtime/session_quant.c): the formats and engines tested through
+     * the session API; the others stay refused, named */
+    rf_quant_t q = s->topo.quantization;
+    if (q != RF_QUANT_NONE && s->topo.r_ngpus > 0)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with rollout.gpus: the "
+                          "session API moves quantized models into host tensors only in this "
+                          "version (refit-run's GPU storage takes them)", s->topo.file,
+                          rf_quant_name(q));
+    if (q != RF_QUANT_NONE && s->topo.r_layout == RF_ROLLOUT_LAYOUT_HF)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with rollout.layout hf: "
+                          "the session API moves quantized models into the vllm layout only in "
+                          "this version (refit-run takes hf with them)", s->topo.file,
+                          rf_quant_name(q));
+    if (q != RF_QUANT_NONE && q != RF_QUANT_FP8_BLOCK && q != RF_QUANT_WNA16 &&
+        q != RF_QUANT_FP8_CHANNEL)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s: the session API moves "
-                          "unquantized models only in this version", s->topo.file,
-                          rf_quant_name(s->topo.quantization));
+                          "none, fp8-block, fp8-channel and wna16 models only in this version%s",
+                          s->topo.file, rf_quant_name(q),
+                          q == RF_QUANT_FP8_TENSOR
+                              ? " (fp8-tensor's fused modules requantize to one max scale in "
+                                "the engine, which no session test checks yet)"
+                              : "");
+    if (q != RF_QUANT_NONE && s->topo.r_backend != RF_BACKEND_TRITON)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s on rollout.backend %s: "
+                          "the session API moves quantized models into the triton engine "
+                          "layout only in this version (the %s runtime layout is refit-run's "
+                          "alone)", s->topo.file, rf_quant_name(q),
+                          rf_backend_name(s->topo.r_backend), rf_backend_name(s->topo.r_backend));
+    if (q != RF_QUANT_NONE && s->cfg.num_experts > 0)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s of a mixture-of-experts "
+                          "model (%s, %lld experts): the session API moves quantized dense "
+                          "models only in this version", s->topo.file, rf_quant_name(q),
+                          s->cfg.model_type, (long long)s->cfg.num_experts);
     return RF_OK;
 }
 
@@ -547,9 +588,15 @@ static rf_status_t borrow_trainer(rf_session_t *s, rf_err_t *err)
         offs[i] = UINT64_MAX;
     rf_trainer_use_arena(&s->tr, &none, offs); /* frees its own buffers; buf[] all NULL */
     free(offs);
+    RF_CHECK(rf_session_quant_borrow(s, err)); /* quantized linears: refit's buffers */
     for (int i = 0; i < s->man.n; i++) {
         int t = s->man.entries[i].tensor;
         int k = s->ex_of_tensor[t];
+        if (rf_session_quant_refit_owns(s, &s->inv.tensors[t])) {
+            if (k >= 0) /* the unquantized weight the quantizer reads for this entry */
+                s->ex[k].entry = i;
+            continue;
+        }
         if (s->tr.has[i] != (k >= 0))
             return rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: %s: shard disagreement",
                               s->rank, s->man.entries[i].name);
@@ -933,6 +980,7 @@ void rf_session_release(rf_session_t *s, bool mpi)
     if (s->ck)
         rf_ckpt_close(s->ck);
     rf_session_ckpt_free(s); /* after the trainer, which pointed into its buffers */
+    rf_session_quant_free(s);
     rf_chunk_plan_destroy(s->cplan);
     rf_p2p_schedule_free(&s->p2p_s);
     rf_nccl_layout_free(&s->nccl_layout);

@@ -440,6 +440,47 @@ static const rf_st_entry_t *ckpt_source(const rf_trainer_t *tr, int i, rf_ckpt_t
     return rf_ckpt_find(ck, name);
 }
 
+/* A caller's unquantized shard of a quantized linear (rf_trainer_produce_given): rows x cols
+ * contiguous in src's dtype, the model dtype or an F32 master of it. */
+typedef struct rf_given {
+    const void *data;
+    rf_dtype_t dtype;
+} rf_given_t;
+
+/* n elements of g into dst in the model dtype dt: a copy, or each F32 master value rounded to
+ * nearest even first (rf_f32_to_bf16 / rf_f32_to_f16, torch's casts), so the quantizer sees
+ * exactly the checkpoint tensor the master rounds to. */
+static void given_narrow(void *dst, rf_dtype_t dt, const rf_given_t *g, uint64_t n)
+{
+    if (g->dtype == dt) {
+        memcpy(dst, g->data, (size_t)n * rf_dtype_size(dt));
+        return;
+    }
+    const float *f = g->data;
+    uint16_t *h = dst;
+    for (uint64_t k = 0; k < n; k++)
+        h[k] = dt == RF_DTYPE_BF16 ? rf_f32_to_bf16(f[k]) : rf_f32_to_f16(f[k]);
+}
+
+/* wna16 weight_shape entry i: the logical (N, K) of its linear, in the entry's integer dtype. */
+static void put_weight_shape(rf_trainer_t *tr, int i)
+{
+    const rf_manifest_entry_t *e = &tr->man->entries[i];
+    const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
+    char prefix[RF_NAME_MAX - 16];
+    const char *dot = strrchr(t->name, '.');
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+    int pi = entry_of(tr, prefix, "weight_packed");
+    const rf_tensor_t *pt = pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
+    int64_t nk[2] = {pt->shape[0], pt->shape[1] * 8};
+    if (e->dtype == RF_DTYPE_I32) {
+        int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
+        memcpy(tr->buf[i], v, sizeof(v));
+    } else {
+        memcpy(tr->buf[i], nk, sizeof(nk));
+    }
+}
+
 /*
  * The rows of the logical (unquantized) weight `prefix`.weight that decide the fp8-tensor /
  * fp8-channel scales of this rank's slice r of it: the whole tensor (per tensor), or the
@@ -457,7 +498,7 @@ static void fp8_rows_extent(const rf_tensor_t *t, const rf_region_t *r, bool per
 
 /* fp8-tensor / fp8-channel: this rank's slice of weight entry ei and its weight_scale entry. */
 static rf_status_t produce_fp8_rows(rf_trainer_t *tr, int ei, uint64_t step, ck_reads_t *cr,
-                                    rf_err_t *err)
+                                    const rf_given_t *given, rf_err_t *err)
 {
     const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
     const rf_region_t *r = &tr->reg[ei];
@@ -471,7 +512,17 @@ static rf_status_t produce_fp8_rows(rf_trainer_t *tr, int ei, uint64_t step, ck_
     rf_status_t st = RF_OK;
     if (ext == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
-    if (cr == NULL) {
+    if (given != NULL) {
+        /* a caller's shard: only one that holds every row and column its scales read */
+        if (r->r0 != er0 || r->r1 != er1 || r->c0 != 0 || r->c1 != K)
+            st = rf_err_set(err, RF_ERR_UNSUPPORTED,
+                            "trainer rank %d: %s: its %s scales need rows [%lld, %lld) of all "
+                            "%lld columns, beyond this rank's shard",
+                            tr->me.world_rank, t->name, per_row ? "per-channel" : "per-tensor",
+                            (long long)er0, (long long)er1, (long long)K);
+        else
+            given_narrow(ext, dt, given, n);
+    } else if (cr == NULL) {
         rf_tensor_t lt = *t;
         lt.dtype = dt;
         lt.nbytes = lt.numel * es;
@@ -530,14 +581,14 @@ static rf_status_t produce_fp8_rows(rf_trainer_t *tr, int ei, uint64_t step, ck_
  * weight_packed + weight_scale). ei is the primary entry (fp8 weight / wna16 weight_packed).
  */
 static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, ck_reads_t *cr,
-                                     rf_err_t *err)
+                                     const rf_given_t *given, rf_err_t *err)
 {
     const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
     const rf_module_t *mod = &tr->inv->modules[t->module];
     const rf_region_t *r = &tr->reg[ei];
     bool wna16 = mod->quant == RF_QUANT_WNA16;
     if (mod->quant == RF_QUANT_FP8_TENSOR || mod->quant == RF_QUANT_FP8_CHANNEL)
-        return produce_fp8_rows(tr, ei, step, cr, err);
+        return produce_fp8_rows(tr, ei, step, cr, given, err);
     rf_dtype_t dt = tr->inv->cfg.dtype;
     char prefix[RF_NAME_MAX - 16];
     const char *dot = strrchr(t->name, '.');
@@ -550,7 +601,9 @@ static rf_status_t produce_quantized(rf_trainer_t *tr, int ei, uint64_t step, ck
     rf_status_t st = RF_OK;
     if (logical == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "trainer: out of memory");
-    if (cr == NULL) {
+    if (given != NULL) {
+        given_narrow(logical, dt, given, (uint64_t)rows * (uint64_t)cols);
+    } else if (cr == NULL) {
         rf_tensor_t lt = *t;
         snprintf(lt.name, sizeof(lt.name), "%s.weight", prefix);
         lt.dtype = dt;
@@ -677,22 +730,10 @@ static rf_status_t produce_entry(rf_trainer_t *tr, int i, uint64_t step, ck_read
     size_t es = entry_es(tr, i);
     size_t pitch = (size_t)(r->c1 - r->c0) * es;
     if (rf_manifest_trainer_quantizes(tr->inv, t, ck)) {
-        if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
-            RF_CHECK(produce_quantized(tr, i, step, cr, err));
-        } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
-            char prefix[RF_NAME_MAX - 16];
-            const char *dot = strrchr(t->name, '.');
-            snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
-            int pi = entry_of(tr, prefix, "weight_packed");
-            const rf_tensor_t *pt = pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
-            int64_t nk[2] = {pt->shape[0], pt->shape[1] * 8};
-            if (e->dtype == RF_DTYPE_I32) {
-                int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
-                memcpy(tr->buf[i], v, sizeof(v));
-            } else {
-                memcpy(tr->buf[i], nk, sizeof(nk));
-            }
-        }
+        if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED)
+            RF_CHECK(produce_quantized(tr, i, step, cr, NULL, err));
+        else if (t->param == RF_PARAM_WEIGHT_SHAPE)
+            put_weight_shape(tr, i);
         /* scales are written by their weight's quantization */
         return RF_OK;
     }
@@ -805,6 +846,34 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
         tr->stats.header_bytes_read = rf_ckpt_header_bytes_read(ck) - hdr0;
     } else {
         tr->stats.bytes_read = 0;
+    }
+    produce_done(tr, t0);
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_produce_given(rf_trainer_t *tr, const void *const *logical,
+                                     const rf_dtype_t *dtypes, rf_err_t *err)
+{
+    double t0 = rf_time_now();
+    tr->stats.bytes_produced = 0;
+    tr->stats.bytes_read = 0;
+    for (int i = 0; i < tr->man->n; i++) {
+        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+        if (!tr->has[i] || !rf_manifest_trainer_quantizes(tr->inv, t, NULL))
+            continue; /* the caller's own bytes, read in place by the pack */
+        const rf_region_t *r = &tr->reg[i];
+        tr->stats.bytes_produced +=
+            (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0) * entry_es(tr, i);
+        if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
+            if (logical[i] == NULL)
+                return rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: %s: no unquantized "
+                                  "shard given to quantize", tr->me.world_rank, t->name);
+            rf_given_t g = {logical[i], dtypes[i]};
+            RF_CHECK(produce_quantized(tr, i, 0, NULL, &g, err));
+        } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
+            put_weight_shape(tr, i);
+        }
+        /* scales are written by their weight's quantization */
     }
     produce_done(tr, t0);
     return RF_OK;

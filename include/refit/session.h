@@ -47,7 +47,8 @@
  * ranks of a topology with rollout.gpus, CUDA tensors of the GPU rf_topology_place gives the
  * rank (the engine's parameters as its runtime storage, written through the cuda
  * accelerator as refit-run's GPU storage is, chunks through host memory); the mpi transport
- * (broadcast and p2p modes; p2p with host storage), unquantized models (quantization none), the topology's
+ * (broadcast and p2p modes; p2p with host storage), unquantized models and dense fp8-block,
+ * fp8-channel and wna16 ones on rollout.backend triton into host tensors (below), the topology's
  * trainer.layout: megatron (DESIGN.md section 6: every trainer rank registers its shard of
  * each checkpoint tensor it holds, as refit-run's trainer holds it) or fsdp (torch FSDP2's
  * Shard(0): rank d of a stage's trainer.dp registers torch.chunk(tensor, dp, 0)[d] of each
@@ -55,6 +56,24 @@
  * an F32 master of a BF16 / F16 tensor (rounded to nearest even when packed), and rollout
  * layout vllm (the fused engine modules: qkv_proj, gate_up_proj, ..., per rollout rank, as
  * runtime/storage.c lays them out).
+ *
+ * Quantized models (model.quantization fp8-block, fp8-channel or wna16; runtime/session_quant.c):
+ * trainer ranks register the UNQUANTIZED checkpoint, as refit-run's trainer holds it: of every
+ * quantized linear its `<prefix>.weight` shard in the model dtype (or an F32 master), never the
+ * quantized tensors or scales, which refit computes at each update with its host quantizers
+ * (fp8-block: vLLM / DeepSeek 128 x 128 blocks, scale = max(amax, 1e-12) / 448 in fp32, weight /
+ * scale rounded to nearest even to e4m3fn, satfinite; wna16: compressed-tensors int4 symmetric
+ * groups; formats/quant.c). An F32 master is first rounded to nearest even into the model
+ * dtype, then quantized: the engine's bytes are exactly quantize(checkpoint tensor), what
+ * refit-run sends for that checkpoint. Rollout ranks register the format owner's runtime
+ * tensors as rf_session_expected lists them (fp8: `...qkv_proj.weight` F8_E4M3 and
+ * `...weight_scale_inv` / `...weight_scale` F32; wna16: `...weight_packed` I32 in refit's tile
+ * layout and `...weight_scale` in the model dtype). A trainer shard must start on a 128 x 128
+ * block / wna16 group (trainer.tp with block-aligned shards, refused at the plan otherwise);
+ * fp8-channel needs whole rows on each trainer rank (trainer.tp 1 for row-parallel linears,
+ * refused at create naming the tensor). Refused at create, naming the reason: fp8-tensor,
+ * other backends, mixture-of-experts models; at register: a checkpoint source
+ * (rf_session_register_checkpoint) of a quantized model.
  */
 #ifndef REFIT_SESSION_H
 #define REFIT_SESSION_H
@@ -152,8 +171,8 @@ typedef struct rf_session_result {
  * text in rf_session_last_error(NULL). Errors: RF_ERR_STATE (MPI not initialized, finalized,
  * or a thread level this thread may not call MPI at), RF_ERR_INVALID (NULL s_p, comm
  * MPI_COMM_NULL), RF_ERR_IO / RF_ERR_TOPOLOGY / RF_ERR_CONFIG (the files, the sizes),
- * RF_ERR_UNSUPPORTED (what this step does not run: GPUs, transports other than mpi,
- * quantized models), RF_ERR_MPI, RF_ERR_NOMEM.
+ * RF_ERR_UNSUPPORTED (what this step does not run: GPUs, transports other than mpi, the
+ * quantized models the header comment lists), RF_ERR_MPI, RF_ERR_NOMEM.
  */
 rf_status_t rf_session_create(MPI_Comm comm, const char *topology,
                               const rf_session_options_t *options, rf_session_t **s_p);

@@ -69,7 +69,7 @@ typedef enum { RF_TRAINER_LAYOUT_MEGATRON = 0, RF_TRAINER_LAYOUT_FSDP } rf_train
 #define RF_FSDP_MAX_DP 64
 /* rollout.layout: the engine's tensors. vllm (default): the fused engine modules (qkv_proj,
  * gate_up_proj, experts w13 / w2); hf: a transformers 5 model's named_parameters(), per rank
- * (rf_inventory_apply_layout in include/refit/model.h; quantized models refused). */
+ * (rf_inventory_apply_layout in include/refit/model.h; docs/topology.md lists the formats). */
 typedef enum { RF_ROLLOUT_LAYOUT_VLLM = 0, RF_ROLLOUT_LAYOUT_HF } rf_rollout_layout_t;
 
 const char *rf_trainer_layout_name(rf_trainer_layout_t l);

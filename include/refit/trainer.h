@@ -184,6 +184,23 @@ rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *e
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err);
 
 /*
+ * rf_trainer_produce for a caller's unquantized shards (the session API's trainer of a quantized
+ * model, runtime/session_quant.c): for every entry of a quantized linear this rank holds, the
+ * entry's bytes quantized on the host from logical[primary], this rank's slice of the linear's
+ * unquantized weight (the fp8 weight's / the wna16 weight_packed's entry index; rows x columns
+ * of the logical (N, K) weight as rf_trainer_shard cuts the primary, columns x 8 for wna16,
+ * contiguous) in dtypes[primary]: the model dtype, or an F32 master, first rounded to nearest
+ * even into the model dtype (the checkpoint tensor it stands for), then quantized, so the
+ * engine gets quantize(checkpoint tensor) exactly, the bytes refit-run's trainer produces from
+ * that tensor. Scales and wna16 weight_shape are written alongside; other entries are the
+ * caller's and untouched. fp8-tensor / fp8-channel scales read the whole tensor / whole rows:
+ * a shard without them is refused (RF_ERR_UNSUPPORTED naming the tensor). A non-finite weight
+ * is refused naming its element (RF_ERR_INVALID). Not collective.
+ */
+rf_status_t rf_trainer_produce_given(rf_trainer_t *tr, const void *const *logical,
+                                     const rf_dtype_t *dtypes, rf_err_t *err);
+
+/*
  * rf_trainer_produce from the generator, on a device: the same bytes, written by the
  * generator's device fill (rf_gen_ops_for) and the format kernels' fp8 / wna16 quantizers
  * (rf_quant_ops_for) for quantized linears into device memory. The shard buffers given to

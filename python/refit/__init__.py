@@ -183,6 +183,11 @@ class Result:
                                                                 self.reason)
 
 
+# refit's dtype names (refit/dtype.h) a (tensor, dtype) registration may give, by element size
+_DTYPE_BYTES = {"F8_E4M3": 1, "F8_E5M2": 1, "U8": 1, "I8": 1, "BOOL": 1, "BF16": 2, "F16": 2,
+                "I16": 2, "F32": 4, "I32": 4, "F64": 8, "I64": 8}
+
+
 def _sig(t):
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device))
 
@@ -259,20 +264,31 @@ class Session:
         Trainer ranks: their shards under the topology's trainer.layout (fsdp: rank d's
         tensor.chunk(dp, 0)[d]; an empty one may be passed and is ignored), in the model's
         dtype or as float32 masters of bfloat16 / float16 tensors (rounded to nearest even
-        when packed). Raises refit.Error naming the first bad tensor (those before it stay
-        registered)."""
+        when packed); of a quantized model, the unquantized weight of every quantized linear
+        (refit quantizes it at each update; an F32 master is rounded first). A value may be
+        (tensor, "REFIT_DTYPE"): the tensor's bytes under refit's dtype of the same element
+        size, for dtypes torch lacks (torch 1.13 has no float8: an engine's F8_E4M3 weight
+        registered as a torch.uint8 tensor, s.register({name: (t, "F8_E4M3")})). Raises
+        refit.Error naming the first bad tensor (those before it stay registered)."""
         s = self._handle()
-        for name, t in tensors.items():
+        for name, v in tensors.items():
+            t, dtype = v if isinstance(v, tuple) else (v, None)
             if t.dim() > MAX_DIMS:
                 raise Error("RF_ERR_INVALID", "refit: %s: %d dims" % (name, t.dim()))
+            if dtype is not None and _DTYPE_BYTES.get(dtype) != t.element_size():
+                raise Error("RF_ERR_MISMATCH", "refit: %s: dtype %s for a %s tensor (%d-byte "
+                            "elements; %s)" % (name, dtype, t.dtype, t.element_size(),
+                                               "unknown dtype" if dtype not in _DTYPE_BYTES
+                                               else "%d-byte" % _DTYPE_BYTES[dtype]))
             d = _Desc()
-            d.name, d.dtype, d.ndim = name.encode(), str(t.dtype).encode(), t.dim()
+            d.name, d.ndim = name.encode(), t.dim()
+            d.dtype = (dtype if dtype is not None else str(t.dtype)).encode()
             for k in range(t.dim()):
                 d.shape[k], d.strides[k] = t.shape[k], t.stride(k)
             d.data = t.data_ptr() or None
             d.device = t.device.index if t.device.type == "cuda" else -1
             self._check(_lib.rf_session_register(s, ctypes.byref(d), 1))
-            self._tensors[name] = t
+            self._tensors[name] = v
             self._sigs[name] = _sig(t)
 
     def register_checkpoint(self, path):
@@ -305,7 +321,8 @@ class Session:
         return Result(r)
 
     def _reregister_moved(self):
-        moved = {n: t for n, t in self._tensors.items() if _sig(t) != self._sigs[n]}
+        moved = {n: v for n, v in self._tensors.items()
+                 if _sig(v[0] if isinstance(v, tuple) else v) != self._sigs[n]}
         if moved:
             try:
                 self.register(moved)

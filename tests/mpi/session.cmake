@@ -207,3 +207,43 @@ foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1.yaml"
                        TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
 endforeach()
+# Quantized models (runtime/session_quant.c): trainers register bf16 shards (or F32 masters)
+# of the unquantized checkpoint, refit quantizes them; engines register the format owner's
+# runtime tensors, checked after every update by refit-run's oracle (check_session_quant.c)
+add_executable(check_session_quant ${CMAKE_CURRENT_SOURCE_DIR}/check_session_quant.c)
+target_link_libraries(check_session_quant PRIVATE refit PkgConfig::CHECK)
+foreach(case "fp8_block_tp1_np2;2;fp8-block-tp1-to-tp1" "fp8_block_tp2_np4;4;fp8-block-tp2-to-tp2"
+             "fp8_block_tp2_p2p_np4;4;fp8-block-tp2-to-tp2-p2p" "wna16_tp1_np2;2;wna16-tp1-to-tp1"
+             "wna16_tp2_np4;4;wna16-tp2-to-tp2" "wna16_tp2_p2p_np4;4;wna16-tp2-to-tp2-p2p"
+             "fp8_channel_tp1_to_tp2_p2p_np3;3;fp8-channel-tp1-to-tp2-p2p")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME check_session_quant_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-${topo}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+endforeach()
+# ... and what stays refused at create, named: fp8-channel scales beyond a trainer TP 2 shard
+add_test(NAME check_session_quant_fp8_channel_tp2_refused_np3
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -np 3 $<TARGET_FILE:check_session_quant>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-fp8-channel-tp2-to-tp1.yaml
+                 --refused "lacks the whole rows its scale is computed over"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(check_session_quant_fp8_channel_tp2_refused_np3 PROPERTIES LABELS mpi
+                     TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+# ... and from Python: a bf16 torch trainer and an fp8-block engine registering torch.uint8
+# tensors as F8_E4M3 (torch 1.13 has no float8), checked against a pure-torch quantizer
+add_test(NAME python_session_quant_fp8_block_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -x REFIT_LIB -np 2 /usr/bin/python3
+                 ${CMAKE_SOURCE_DIR}/python/tests/test_session_quant.py
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-fp8-block-tp1-to-tp1.yaml
+                 ${REFIT_TEST_DATA}/llama-q128/config.json
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(python_session_quant_fp8_block_np2 PROPERTIES LABELS "mpi;python" TIMEOUT 300
+                     ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")

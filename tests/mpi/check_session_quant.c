@@ -1,0 +1,589 @@
+/* MPI test: quantized models through the session API (include/refit/session.h,
+ * runtime/session_quant.c) under the topology given as argv[1] (tests/data/llama-q128, fp8-block /
+ * wna16 / fp8-channel, rollout.layout vllm, rollout TP 1 and 2, broadcast and p2p). Trainer
+ * ranks register their shards of the UNQUANTIZED checkpoint (bf16 from the generator at update
+ * v's step, or F32 masters that round to those values); rollout ranks register the format
+ * owner's runtime tensors (F8_E4M3 weights + F32 scales, I32 weight_packed + BF16 scales). After
+ * every COMMITTED update each registered engine tensor must pass refit-run's oracle: the scalar
+ * locator against the reference quantizer applied to the whole logical weight
+ * (rf_verify_slot_ex, as runtime/job_oracle.c runs it), and the dequantization check of every
+ * quantized module (rf_verify_dequant_module). Wrong quantized registrations are refused naming
+ * the tensor; a non-finite trainer weight fails the update on every rank naming it, with the
+ * engine's bytes unchanged. With argv[2] "--refused TEXT": rf_session_create must fail on
+ * every rank with TEXT in its message. CK_FORK=no. */
+#include <check.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/format.h"
+#include "refit/formats.h"
+#include "refit/generator.h"
+#include "refit/hashes.h"
+#include "refit/model.h"
+#include "refit/quant.h"
+#include "refit/refit.h"
+#include "refit/topology.h"
+#include "refit/trainer.h"
+#include "refit/verify.h"
+
+#define SENTINEL 0xa5
+
+static const char *topo_path, *refused;
+static int rank, size;
+static rf_topology_t topo;
+static rf_model_config_t cfg;
+static rf_inventory_t inv;
+static rf_rank_info_t me;
+
+typedef struct sess {
+    rf_session_t *s;
+    int n;
+    void **buf;
+    size_t *bytes;
+    rf_tensor_desc_t *descs;
+} sess_t;
+
+static void sess_open_as(sess_t *x, bool masters)
+{
+    memset(x, 0, sizeof(*x));
+    rf_status_t st = rf_session_create(MPI_COMM_WORLD, topo_path, NULL, &x->s);
+    ck_assert_msg(st == RF_OK, "rf_session_create: %s", rf_session_last_error(NULL));
+    x->n = rf_session_expected_count(x->s);
+    ck_assert_int_gt(x->n, 0);
+    x->buf = calloc((size_t)x->n, sizeof(void *));
+    x->bytes = calloc((size_t)x->n, sizeof(size_t));
+    x->descs = calloc((size_t)x->n, sizeof(rf_tensor_desc_t));
+    for (int i = 0; i < x->n; i++) {
+        rf_tensor_desc_t *d = &x->descs[i];
+        d->name = rf_session_expected(x->s, i, &d->dtype, &d->ndim, d->shape);
+        ck_assert_ptr_nonnull(d->name);
+        uint64_t numel = 1;
+        for (int k = d->ndim - 1; k >= 0; k--) {
+            d->strides[k] = (int64_t)numel;
+            numel *= (uint64_t)d->shape[k];
+        }
+        if (masters && me.role == RF_ROLE_TRAINER)
+            d->dtype = "F32";
+        x->bytes[i] = numel * rf_dtype_size(rf_dtype_parse(d->dtype));
+        x->buf[i] = malloc(x->bytes[i] + 1);
+        memset(x->buf[i], SENTINEL, x->bytes[i]);
+        d->data = x->buf[i];
+        d->device = -1;
+    }
+}
+
+static void sess_close(sess_t *x)
+{
+    rf_session_destroy(x->s);
+    for (int i = 0; i < x->n; i++)
+        free(x->buf[i]);
+    free(x->buf);
+    free(x->bytes);
+    free(x->descs);
+}
+
+/* The quantized linear `prefix` (fp8 weight or wna16 weight_packed) holding the name, or -1. */
+static int primary_of(const char *name, char *prefix, size_t cap)
+{
+    const char *dot = strrchr(name, '.');
+    snprintf(prefix, cap, "%.*s", (int)(dot - name), name);
+    char q[RF_NAME_MAX + 16];
+    snprintf(q, sizeof(q), "%s.weight_packed", prefix);
+    int qi = rf_inventory_find(&inv, q);
+    if (qi < 0)
+        qi = rf_inventory_find(&inv, name);
+    return qi >= 0 && inv.modules[inv.tensors[qi].module].quant != RF_QUANT_NONE &&
+                   inv.tensors[qi].dtype != inv.cfg.dtype
+               ? qi
+               : -1;
+}
+
+/* The logical (unquantized, checkpoint) tensor named like registered tensor `name`: the
+ * inventory's own, or the (N, K) model-dtype weight of a quantized linear. On a trainer (reg
+ * not NULL), its shard here in *reg (columns in logical elements). */
+static rf_tensor_t logical_of(const char *name, rf_region_t *reg)
+{
+    char prefix[RF_NAME_MAX];
+    int qi = primary_of(name, prefix, sizeof(prefix));
+    if (qi < 0) {
+        int ti = rf_inventory_find(&inv, name);
+        ck_assert_msg(ti >= 0, "%s", name);
+        ck_assert(reg == NULL || rf_trainer_shard(&topo, &inv, &inv.tensors[ti], &me, reg));
+        return inv.tensors[ti];
+    }
+    const rf_tensor_t *qt = &inv.tensors[qi];
+    bool wna16 = inv.modules[qt->module].quant == RF_QUANT_WNA16;
+    ck_assert(reg == NULL || rf_trainer_shard(&topo, &inv, qt, &me, reg));
+    rf_tensor_t lt = *qt;
+    snprintf(lt.name, sizeof(lt.name), "%.150s.weight", prefix);
+    lt.dtype = inv.cfg.dtype;
+    lt.shape[1] = qt->shape[1] * (wna16 ? 8 : 1);
+    lt.numel = (uint64_t)lt.shape[0] * (uint64_t)lt.shape[1];
+    lt.nbytes = lt.numel * rf_dtype_size(lt.dtype);
+    if (wna16 && reg != NULL) {
+        reg->c0 *= 8;
+        reg->c1 *= 8;
+    }
+    return lt;
+}
+
+/* An F32 whose nearest-even BF16 is b (k picks exact, below half, a tie from above, above half
+ * from b - 1: truncation or ties-away would give another bf16, so another quantization). */
+static uint32_t master_of(uint16_t b, uint64_t k)
+{
+    uint32_t u = (uint32_t)b << 16;
+    bool zero = (b & 0x7fffu) == 0;
+    switch (k % 4) {
+    case 1:
+        return u | 0x7fffu;
+    case 2:
+        return u | ((b & 1u) ? 0x4000u : 0x8000u);
+    case 3:
+        return zero ? u : (((uint32_t)b - 1u) << 16) | 0x8001u;
+    }
+    return u;
+}
+
+/* Trainer: every registered shard from the generator at `step` (the logical tensor's values). */
+static void trainer_fill(sess_t *x, uint64_t step)
+{
+    for (int i = 0; i < x->n && me.role == RF_ROLE_TRAINER; i++) {
+        rf_region_t reg;
+        rf_tensor_t t = logical_of(x->descs[i].name, &reg);
+        uint64_t cols = t.numel / rf_tensor_rows(&t), h = rf_gen_name_hash(t.name);
+        bool master = rf_dtype_parse(x->descs[i].dtype) == RF_DTYPE_F32;
+        uint16_t *b = x->descs[i].data;
+        uint32_t *f = x->descs[i].data;
+        int64_t w = reg.c1 - reg.c0;
+        ck_assert_int_eq(x->descs[i].shape[0], reg.r1 - reg.r0);
+        for (int64_t r = 0; r < reg.r1 - reg.r0; r++)
+            for (int64_t c = 0; c < w; c++) {
+                uint64_t k = (uint64_t)(reg.r0 + r) * cols + (uint64_t)(reg.c0 + c);
+                uint16_t v = (uint16_t)rf_gen_value_bits(h, k, step, RF_DTYPE_BF16);
+                if (master)
+                    f[r * w + c] = master_of(v, k);
+                else
+                    b[r * w + c] = v;
+            }
+    }
+}
+
+/* ---- the oracle's expected checkpoint tensors (runtime/job_oracle.c's, generator case) ---- */
+
+typedef struct expect {
+    uint64_t step;
+    char **buf;      /* per inventory tensor */
+    void **slots;    /* the module's registered engine tensors */
+} expect_t;
+
+/* The reference quantizer over the whole logical weight of the linear holding tensor t. */
+static void expect_quantized(expect_t *c, const rf_tensor_t *t)
+{
+    char prefix[RF_NAME_MAX], name[RF_NAME_MAX + 32];
+    int qi = primary_of(t->name, prefix, sizeof(prefix));
+    ck_assert_int_ge(qi, 0);
+    rf_quant_t q = inv.modules[t->module].quant;
+    bool wna16 = q == RF_QUANT_WNA16, rowq = q == RF_QUANT_FP8_CHANNEL;
+    snprintf(name, sizeof(name), "%s.%s", prefix,
+             wna16 || rowq ? "weight_scale" : "weight_scale_inv");
+    int si = rf_inventory_find(&inv, name);
+    ck_assert_int_ge(si, 0);
+    const rf_tensor_t *qt = &inv.tensors[qi], *sc = &inv.tensors[si];
+    rf_tensor_t lt = logical_of(qt->name, NULL);
+    int64_t N = lt.shape[0], K = lt.shape[1];
+    size_t es = rf_dtype_size(lt.dtype);
+    char *logical = malloc((size_t)N * (size_t)K * es);
+    char *qb = malloc(qt->nbytes + 1), *sb = malloc(sc->nbytes + 1);
+    ck_assert(logical && qb && sb);
+    ck_assert_int_eq(rf_gen_fill(&lt, c->step, 0, (uint64_t)N, 0, (uint64_t)K, logical,
+                                 (size_t)K * es),
+                     RF_OK);
+    rf_status_t st;
+    if (rowq)
+        st = rf_fp8_quantize_rows(logical, lt.dtype, N, K, K, true, (uint8_t *)qb, K,
+                                  (float *)(void *)sb);
+    else if (wna16)
+        st = rf_wna16_quantize(logical, lt.dtype, N, K, K, inv.group_size, (uint32_t *)qb, K / 8,
+                               sb, sc->dtype, K / inv.group_size);
+    else
+        st = rf_fp8_quantize(logical, lt.dtype, N, K, K, (uint8_t *)qb, K, sb, sc->dtype,
+                             sc->shape[1], RF_FP8_PLAIN);
+    ck_assert_int_eq(st, RF_OK);
+    free(logical);
+    c->buf[qi] = qb;
+    c->buf[si] = sb;
+}
+
+static const void *expect_bytes(void *ctx, int tensor)
+{
+    expect_t *c = ctx;
+    const rf_tensor_t *t = &inv.tensors[tensor];
+    if (c->buf[tensor] != NULL)
+        return c->buf[tensor];
+    if (t->param == RF_PARAM_WEIGHT_SHAPE)
+        return NULL;
+    if (inv.modules[t->module].quant != RF_QUANT_NONE && t->param != RF_PARAM_BIAS) {
+        expect_quantized(c, t);
+        return c->buf[tensor];
+    }
+    char *b = malloc(t->nbytes + 1);
+    uint64_t rows = rf_tensor_rows(t);
+    ck_assert_int_eq(rf_gen_fill(t, c->step, 0, rows, 0, t->numel / rows, b,
+                                 rf_tensor_row_bytes(t)),
+                     RF_OK);
+    c->buf[tensor] = b;
+    return b;
+}
+
+static const void *expect_slot(void *ctx, int module, int slot)
+{
+    (void)module;
+    return ((expect_t *)ctx)->slots[slot];
+}
+
+/* Rollout: module m's model-layout params from its registered runtime tensors descs[i0 ..]
+ * (ns of them), through the format owner's inverse as the oracle reads them (rf_plan_read_model:
+ * a copy where the owner's post-processing is the identity, runtime_to_model otherwise, e.g.
+ * wna16's tile repack of dense linears). out[k] allocated. */
+static void runtime_to_model(sess_t *x, int i0, int m, const rf_slot_shape_t *sh, int ns,
+                             void **out)
+{
+    rf_format_t f = {.ops = rf_format_for(topo.quantization, (int)topo.r_backend),
+                     .quant = topo.quantization,
+                     .backend = (int)topo.r_backend};
+    rf_slot_t rt[RF_MODULE_MAX_SLOTS];
+    rf_slot_t *rtp[RF_MODULE_MAX_SLOTS];
+    ck_assert_ptr_nonnull(f.ops);
+    for (int k = 0; k < ns; k++) {
+        const rf_tensor_desc_t *d = &x->descs[i0 + k];
+        out[k] = malloc(rf_slot_shape_bytes(&sh[k]) + 1);
+        memset(&rt[k], 0, sizeof(rt[k]));
+        snprintf(rt[k].name, sizeof(rt[k].name), "%s", d->name);
+        rt[k].module = m;
+        rt[k].index = k;
+        rt[k].sig.ndim = d->ndim;
+        rt[k].sig.dtype = rf_dtype_parse(d->dtype);
+        rt[k].sig.device = -1;
+        for (int a = 0; a < d->ndim; a++) {
+            rt[k].sig.shape[a] = d->shape[a];
+            rt[k].sig.stride[a] = d->strides[a];
+        }
+        rt[k].sig.data = d->data;
+        rt[k].sig.storage_base = d->data;
+        rt[k].sig.storage_bytes = x->bytes[i0 + k];
+        rtp[k] = &rt[k];
+    }
+    if (f.ops->identity != NULL && f.ops->identity(&f, &inv, m)) {
+        for (int k = 0; k < ns; k++)
+            memcpy(out[k], x->descs[i0 + k].data, x->bytes[i0 + k]);
+        return;
+    }
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_ptr_nonnull(f.ops->runtime_to_model);
+    ck_assert_msg(f.ops->runtime_to_model(&f, &inv, m, sh, out, ns, rtp, ns, &err) == RF_OK, "%s",
+                  err.msg);
+}
+
+/* Rollout: the oracle over every registered engine tensor read back in model layout; the
+ * mismatches' count, the first error's text in bad. */
+static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t cap)
+{
+    expect_t c = {.step = step};
+    uint64_t nbad = 0;
+    int i = 0, dequant = 0;
+    bad[0] = '\0';
+    c.buf = calloc((size_t)inv.ntensors + 1, sizeof(char *));
+    for (int m = 0; m < inv.nmodules; m++) {
+        rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS];
+        void *slots[RF_MODULE_MAX_SLOTS];
+        int ns;
+        rf_err_t err;
+        rf_err_clear(&err);
+        ck_assert_msg(rf_module_slots(&inv, m, &me.rc, sh, &ns, &err) == RF_OK, "%s", err.msg);
+        for (int k = 0; k < ns; k++, i++) {
+            char name[RF_NAME_MAX + 40];
+            snprintf(name, sizeof(name), "%.159s.%.31s", inv.modules[m].name, sh[k].name);
+            ck_assert_int_lt(i, x->n);
+            ck_assert_str_eq(name, x->descs[i].name); /* one runtime tensor per param here */
+            ck_assert_uint_eq(x->bytes[i], rf_slot_shape_bytes(&sh[k]));
+        }
+        runtime_to_model(x, i - ns, m, sh, ns, slots);
+        for (int k = 0; k < ns; k++) {
+            uint64_t mism = 0;
+            rf_err_clear(&err);
+            rf_status_t st = rf_verify_slot_ex(&inv, m, k, &me.rc, slots[k],
+                                               rf_slot_shape_bytes(&sh[k]), expect_bytes, &c,
+                                               NULL, &mism, &err);
+            if (st != RF_OK && nbad == 0)
+                snprintf(bad, cap, "%s", err.msg);
+            nbad += st != RF_OK ? (mism ? mism : 1) : 0;
+        }
+        if (inv.modules[m].quant != RF_QUANT_NONE) {
+            uint64_t mism = 0;
+            rf_err_t err2;
+            rf_err_clear(&err2);
+            c.slots = slots;
+            rf_status_t st = rf_verify_dequant_module(&inv, m, &me.rc, expect_slot, expect_bytes,
+                                                      &c, NULL, &mism, &err2);
+            if (st != RF_OK && nbad == 0)
+                snprintf(bad, cap, "%s", err2.msg);
+            nbad += st != RF_OK ? (mism ? mism : 1) : 0;
+            dequant++;
+        }
+        for (int t = 0; t < inv.ntensors; t++) {
+            free(c.buf[t]);
+            c.buf[t] = NULL;
+        }
+        for (int k = 0; k < ns; k++)
+            free(slots[k]);
+    }
+    free(c.buf);
+    ck_assert_int_eq(i, x->n);
+    ck_assert_int_gt(dequant, 0);
+    return nbad;
+}
+
+static uint64_t rollout_hash(const sess_t *x)
+{
+    uint64_t h = 0;
+    for (int i = 0; me.role == RF_ROLE_ROLLOUT && i < x->n; i++)
+        h ^= rf_hash64(x->buf[i], x->bytes[i]) + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    return h;
+}
+
+static void same_text_everywhere(const char *text, const char *needle)
+{
+    uint64_t h = rf_hash64_str(text), lo, hi;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    ck_assert_msg(lo == hi, "rank %d: the ranks' texts differ; mine: %s", rank, text);
+    ck_assert_msg(strstr(text, needle) != NULL, "'%s' does not name '%s'", text, needle);
+}
+
+static void check_committed(sess_t *x, const rf_session_result_t *r, uint64_t version)
+{
+    char bad[512];
+    if (!r->committed) /* now: check's own report waits for the suite's end */
+        fprintf(stderr, "rank %d: update %llu FAILED: %s\n", rank, (unsigned long long)version,
+                r->reason);
+    ck_assert_msg(r->committed, "rank %d: update FAILED: %s", rank, r->reason);
+    ck_assert_uint_eq(r->version, version);
+    uint64_t nbad = me.role == RF_ROLE_ROLLOUT ? rollout_mismatches(x, version, bad, sizeof(bad))
+                                               : 0;
+    if (nbad != 0)
+        fprintf(stderr, "rank %d: %llu elements wrong after update %llu; first: %s\n", rank,
+                (unsigned long long)nbad, (unsigned long long)version, bad);
+    ck_assert_msg(nbad == 0, "rank %d: %llu elements wrong after update %llu; first: %s", rank,
+                  (unsigned long long)nbad, (unsigned long long)version, bad);
+}
+
+/* What each rank is asked for: trainers the unquantized weights (no scale), rollout ranks the
+ * quantized runtime tensors. */
+static void check_expected(const sess_t *x)
+{
+    int quantized = 0;
+    for (int i = 0; i < x->n; i++) {
+        const rf_tensor_desc_t *d = &x->descs[i];
+        rf_dtype_t dt = rf_dtype_parse(d->dtype);
+        if (me.role == RF_ROLE_TRAINER) {
+            ck_assert_msg(dt == inv.cfg.dtype, "%s: %s", d->name, d->dtype);
+            ck_assert_ptr_null(strstr(d->name, "scale"));
+            ck_assert_ptr_null(strstr(d->name, "weight_packed"));
+            quantized += primary_of(d->name, (char[RF_NAME_MAX]){0}, RF_NAME_MAX) >= 0;
+        } else {
+            quantized += dt == RF_DTYPE_F8_E4M3 || dt == RF_DTYPE_I32;
+        }
+    }
+    ck_assert_int_gt(quantized, 0);
+}
+
+/* Updates at two steps: the engine's bytes are the oracle's every time. */
+START_TEST(test_quant_updates)
+{
+    sess_t x;
+    rf_session_result_t r;
+    rf_session_plan_info_t pi;
+    sess_open_as(&x, false);
+    check_expected(&x);
+    trainer_fill(&x, 1);
+    ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
+                  rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_plan(x.s, &pi) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(pi.tensors, inv.ntensors);
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    check_committed(&x, &r, 1);
+    trainer_fill(&x, 7);
+    ck_assert_int_eq(rf_session_update(x.s, 7, &r), RF_OK);
+    check_committed(&x, &r, 7);
+    /* a non-finite weight: FAILED on every rank naming it, the engine's bytes unchanged */
+    uint64_t h7 = rollout_hash(&x);
+    const char *nan_name = NULL;
+    for (int i = 0; i < x.n && nan_name == NULL; i++)
+        if (primary_of(x.descs[i].name, (char[RF_NAME_MAX]){0}, RF_NAME_MAX) >= 0)
+            nan_name = x.descs[i].name;
+    if (me.role == RF_ROLE_TRAINER && rank == 0) {
+        ck_assert_ptr_nonnull(nan_name);
+        trainer_fill(&x, 8);
+        for (int i = 0; i < x.n; i++)
+            if (x.descs[i].name == nan_name)
+                ((uint16_t *)x.buf[i])[3] = 0x7fc0; /* bf16 NaN */
+    } else {
+        trainer_fill(&x, 8);
+    }
+    ck_assert_int_eq(rf_session_update(x.s, 8, &r), RF_OK);
+    ck_assert(!r.committed);
+    same_text_everywhere(r.reason, "must be finite");
+    ck_assert_uint_eq(rollout_hash(&x), h7);
+    /* and the next one commits */
+    trainer_fill(&x, 9);
+    ck_assert_int_eq(rf_session_update(x.s, 9, &r), RF_OK);
+    check_committed(&x, &r, 9);
+    sess_close(&x);
+}
+END_TEST
+
+/* F32 masters: rounded to nearest even to the bf16 checkpoint tensor, then quantized. */
+START_TEST(test_quant_masters)
+{
+    sess_t x;
+    rf_session_result_t r;
+    sess_open_as(&x, true);
+    trainer_fill(&x, 3);
+    ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
+                  rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_plan(x.s, NULL) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(rf_session_update(x.s, 3, &r), RF_OK);
+    check_committed(&x, &r, 3);
+    sess_close(&x);
+}
+END_TEST
+
+/* Wrong quantized registrations are refused at register, naming the tensor; the plan then
+ * carries rank 0's refusal everywhere; nothing reaches the engine's tensors. */
+START_TEST(test_quant_bad)
+{
+    sess_t x;
+    rf_tensor_desc_t d;
+    sess_open_as(&x, false);
+    uint64_t h0 = rollout_hash(&x);
+    for (int i = 0; i < x.n; i++) {
+        rf_dtype_t dt = rf_dtype_parse(x.descs[i].dtype);
+        const char *nm = x.descs[i].name;
+        if (me.role == RF_ROLE_ROLLOUT && (dt == RF_DTYPE_F8_E4M3 || dt == RF_DTYPE_I32)) {
+            /* the engine's quantized weight in the model dtype: refused naming it */
+            d = x.descs[i];
+            d.dtype = "BF16";
+            ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), nm));
+            d = x.descs[i];
+            d.dtype = dt == RF_DTYPE_I32 ? "U8" : "I32";
+            ck_assert_int_ne(rf_session_register(x.s, &d, 1), RF_OK);
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), nm));
+        }
+        if (me.role == RF_ROLE_ROLLOUT && strstr(nm, "scale") != NULL) {
+            d = x.descs[i];
+            d.shape[d.ndim - 1] += 1; /* a scale of another shape */
+            ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), nm));
+        }
+        char prefix[RF_NAME_MAX];
+        int qi = me.role == RF_ROLE_TRAINER ? primary_of(nm, prefix, sizeof(prefix)) : -1;
+        if (qi >= 0) {
+            /* the quantized tensor itself, where the unquantized weight is expected */
+            const rf_tensor_t *qt = &inv.tensors[qi];
+            d = x.descs[i];
+            d.name = qt->name;
+            d.dtype = rf_dtype_name(qt->dtype);
+            if (inv.modules[qt->module].quant == RF_QUANT_WNA16)
+                d.shape[1] /= 8; /* packed int32 words of 8 int4 */
+            ck_assert_int_ne(rf_session_register(x.s, &d, 1), RF_OK);
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), qt->name));
+            /* a scale: refit makes it */
+            char sname[RF_NAME_MAX + 32];
+            snprintf(sname, sizeof(sname), "%s.weight_scale%s", prefix,
+                     inv.modules[qt->module].quant == RF_QUANT_FP8_BLOCK ? "_inv" : "");
+            d = x.descs[i];
+            d.name = sname;
+            ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_EXTRA);
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), sname));
+            /* an F16 master of a BF16 weight */
+            d = x.descs[i];
+            d.dtype = "F16";
+            ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
+            ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), nm));
+        }
+    }
+    /* a checkpoint source of a quantized model: refused, named (registered tensors only) */
+    if (me.role == RF_ROLE_TRAINER) {
+        ck_assert_int_eq(rf_session_register_checkpoint(x.s, "tests/data/llama-q128"),
+                         RF_ERR_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "tests/data/llama-q128"));
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), rf_quant_name(topo.quantization)));
+    }
+    /* everything else right: the plan fails everywhere with rank 0's first refusal */
+    ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n), RF_OK);
+    ck_assert_int_ne(rf_session_plan(x.s, NULL), RF_OK);
+    same_text_everywhere(rf_session_last_error(x.s), "rank 0 (trainer)");
+    ck_assert_uint_eq(rollout_hash(&x), h0);
+    sess_close(&x);
+}
+END_TEST
+
+/* A topology the session API refuses: the same text on every rank, naming why. */
+START_TEST(test_quant_refused)
+{
+    rf_session_t *s = NULL;
+    ck_assert_int_eq(rf_session_create(MPI_COMM_WORLD, topo_path, NULL, &s), RF_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(s);
+    same_text_everywhere(rf_session_last_error(NULL), refused);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    rf_err_t err;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc < 2 || (argc > 2 && (argc != 4 || strcmp(argv[2], "--refused") != 0))) {
+        if (rank == 0)
+            fprintf(stderr, "usage: check_session_quant TOPOLOGY.yaml [--refused TEXT]\n");
+        MPI_Finalize();
+        return EXIT_FAILURE;
+    }
+    topo_path = argv[1];
+    refused = argc == 4 ? argv[3] : NULL;
+    rf_err_clear(&err);
+    if (rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err) != RF_OK ||
+        rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) != RF_OK ||
+        rf_inventory_apply_layout(&inv, topo.r_layout, &err) != RF_OK ||
+        rf_topology_rank_info(&topo, rank, &me) != RF_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+        MPI_Finalize();
+        return EXIT_FAILURE;
+    }
+    Suite *s = suite_create("session_quant");
+    TCase *tc = tcase_create("session_quant");
+    tcase_set_timeout(tc, 120);
+    if (refused != NULL) {
+        tcase_add_test(tc, test_quant_refused);
+    } else {
+        tcase_add_test(tc, test_quant_updates);
+        tcase_add_test(tc, test_quant_masters);
+        tcase_add_test(tc, test_quant_bad);
+    }
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr), any;
+    srunner_free(sr);
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    rf_inventory_free(&inv);
+    rf_model_config_free(&cfg);
+    MPI_Finalize();
+    return any == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
