@@ -58,6 +58,8 @@ ROWS=(
     "llama-3.1-8b-fp8-channel|llama-3.1-8b.config.json|fp8-channel|num_hidden_layers: 1, vocab_size: 16384|-"
     "moonlight-16b-a3b|moonlight-16b-a3b-instruct.config.json|none|num_hidden_layers: 2, vocab_size: 16384|num_hidden_layers: 12"
     "qwen3-next-80b-a3b|qwen3-next-80b-a3b-instruct.config.json|none|num_hidden_layers: 4, num_experts: 32, vocab_size: 16384|num_hidden_layers: 8"
+    "moonlight-16b-a3b-fp8|moonlight-16b-a3b-instruct.config.json|fp8-block|num_hidden_layers: 2, vocab_size: 16384|num_hidden_layers: 12"
+    "qwen3-next-80b-a3b-fp8|qwen3-next-80b-a3b-instruct-fp8.config.json|fp8-block|num_hidden_layers: 4, num_experts: 32, vocab_size: 16384|num_hidden_layers: 8"
 )
 
 # Writes the row's topology to stdout. $1 name, $2 config, $3 quantization, $4 overrides.
