@@ -195,6 +195,20 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
     for (size_t i = 0; i < n; i++)
         ps.next[i] = p2p_own_chunk(&ps, i, 0);
     for (;;) {
+        /* a pair leaves the window when its last chunk completed (so the window bounds the
+         * receivers with chunks in flight, as the scale model has it) */
+        int q = 0;
+        for (int t = 0; t < nact; t++) {
+            const size_t a = active[t];
+            if (ps.next[a] >= pairs[a].cfg->plan->n_chunks && ps.out[a] == 0) {
+                rr -= t < rr;
+                continue;
+            }
+            active[q++] = a;
+        }
+        nact = q;
+        if (rr >= nact)
+            rr = 0;
         /* fill the window in the pairs' order (pairs with nothing for this rank never join) */
         while (nact < inflight && joined < n) {
             if (ps.next[joined] < pairs[joined].cfg->plan->n_chunks)
@@ -207,11 +221,14 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
         for (int q = 0; q < S && b < 0; q++)
             if (!x->slot_busy[q])
                 b = q;
-        for (int t = 0; t < nact && p < 0; t++)
-            if (ps.out[active[(rr + t) % nact]] < cap)
+        for (int t = 0; t < nact && p < 0; t++) {
+            const size_t a = active[(rr + t) % nact];
+            if (ps.next[a] < pairs[a].cfg->plan->n_chunks && ps.out[a] < cap)
                 p = (rr + t) % nact;
+        }
         if (b < 0 || p < 0) {
-            /* every slot or every pair in the window waits on the wire: the first to complete */
+            /* every slot, or every pair in the window with chunks left, waits on the wire: the
+             * first to complete */
             double t0 = rf_time_now();
             peer = -1;
             st = rf_ctl_wait_some(x->ctl, x->sreqs, S * per, cfg->deadline, 0, p2p_sent, &ps, &e);
@@ -270,15 +287,7 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
         switches += last_peer >= 0 && peer != last_peer;
         last_peer = peer;
         ps.next[a] = p2p_own_chunk(&ps, a, ps.next[a] + 1);
-        if (ps.next[a] >= plan->n_chunks) {
-            /* its last chunk is posted: the next pair takes its place in the window */
-            for (int t = p; t + 1 < nact; t++)
-                active[t] = active[t + 1];
-            nact--;
-            rr = nact > 0 ? p % nact : 0;
-        } else {
-            rr = (p + 1) % nact;
-        }
+        rr = (p + 1) % nact;
     }
     peer = -1;
     for (int b = 0; b < S; b++)

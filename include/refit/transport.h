@@ -504,7 +504,7 @@ typedef struct rf_xfer_pair {
  * p2p sender side: sends every pair's chunks (each pairs[i].cfg as rf_xfer_send would, with
  * the same update, deadline, integrity and fault), keeping chunks to up to `inflight`
  * receivers in flight at once. Pairs join in array order: the first `inflight` at once, the
- * next when one has posted its last chunk. Each pair's chunks go in their seq order; across
+ * next when one's last chunk completed. Each pair's chunks go in their seq order; across
  * the pairs in flight the sender takes them round-robin, one chunk per pair per turn,
  * skipping a pair whose previous chunks are still on the wire (at most max(1, S / inflight)
  * each), so a slow receiver holds only its own share of the slots and never stalls the
