@@ -131,7 +131,6 @@ typedef struct p2p_send {
     int *out;      /* [n] its chunks posted and not yet complete */
     int *owner;    /* [S] pair whose chunk slot b holds */
     int *pending;  /* [S] slot b's requests not yet complete */
-    unsigned char *began; /* [n] its first chunk was posted */
     int busy_pairs, max_busy_pairs;
 } p2p_send_t;
 
@@ -180,10 +179,9 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
     ps.out = calloc(n, sizeof(int));
     ps.owner = calloc((size_t)S, sizeof(int));
     ps.pending = calloc((size_t)S, sizeof(int));
-    ps.began = calloc(n, 1);
     size_t *active = calloc((size_t)inflight, sizeof(size_t)); /* the window, in join order */
     if (ps.next == NULL || ps.out == NULL || ps.owner == NULL || ps.pending == NULL ||
-        ps.began == NULL || active == NULL) {
+        active == NULL) {
         st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory for %zu p2p pairs", n);
         goto fail;
     }
@@ -211,16 +209,22 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
             rr = 0;
         /* fill the window in the pairs' order (pairs with nothing for this rank never join) */
         while (nact < inflight && joined < n) {
-            if (ps.next[joined] < pairs[joined].cfg->plan->n_chunks)
+            if (ps.next[joined] < pairs[joined].cfg->plan->n_chunks) {
                 active[nact++] = joined;
+                /* the order the pairs joined in (tests read it) */
+                started++;
+                if (olen < sizeof(order) - 16)
+                    olen += (size_t)snprintf(order + olen, sizeof(order) - olen, "%s%d",
+                                             olen ? "," : "", pairs[joined].cfg->receivers[0]);
+            }
             joined++;
         }
         if (nact == 0)
             break;
         int b = -1, p = -1;
-        for (int q = 0; q < S && b < 0; q++)
-            if (!x->slot_busy[q])
-                b = q;
+        for (int k = 0; k < S && b < 0; k++)
+            if (!x->slot_busy[k])
+                b = k;
         for (int t = 0; t < nact && p < 0; t++) {
             const size_t a = active[(rr + t) % nact];
             if (ps.next[a] < pairs[a].cfg->plan->n_chunks && ps.out[a] < cap)
@@ -276,14 +280,6 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
                 ps.max_busy_pairs = ps.busy_pairs;
             rf_xfer_slot_sent(x, b);
         }
-        if (!ps.began[a]) {
-            ps.began[a] = 1;
-            /* the pair's first chunk: the order the pairs started in (tests read it) */
-            started++;
-            if (olen < sizeof(order) - 16)
-                olen += (size_t)snprintf(order + olen, sizeof(order) - olen, "%s%d",
-                                         olen ? "," : "", peer);
-        }
         switches += last_peer >= 0 && peer != last_peer;
         last_peer = peer;
         ps.next[a] = p2p_own_chunk(&ps, a, ps.next[a] + 1);
@@ -296,14 +292,13 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
      * receiver changed between consecutive chunks (one pair at a time: pairs - 1) */
     RF_LOG(RF_LOG_INFO, "update %u: rank %d sent %zu pairs, up to %d receivers in flight at "
            "once (window %d, %d slots, %d a pair); the receiver changed %d times between "
-           "consecutive chunks; first chunks to ranks %s%s", cfg->update, x->rank, started,
+           "consecutive chunks; pairs joined in the order of ranks %s%s", cfg->update, x->rank, started,
            ps.max_busy_pairs, inflight, S, cap, switches, order,
            olen >= sizeof(order) - 16 ? ",..." : "");
     free(ps.next);
     free(ps.out);
     free(ps.owner);
     free(ps.pending);
-    free(ps.began);
     free(active);
     return RF_OK;
 
@@ -312,7 +307,6 @@ fail:
     free(ps.out);
     free(ps.owner);
     free(ps.pending);
-    free(ps.began);
     free(active);
     {
         char where[160];

@@ -8,10 +8,11 @@ REFIT_LOG_LEVEL=info) and refit-plan --simulate --json on the same p2p topology.
 sender logs, per update (rf_xfer_send_p2p on mpi, transport_mpi_chunks.c):
 
     update U: rank S sent N pairs, up to M receivers in flight at once (window K, ...); the
-    receiver changed C times between consecutive chunks; first chunks to ranks a,b,...
+    receiver changed C times between consecutive chunks; pairs joined in the order of ranks
+    a,b,...
 
 and the simulation gives each pair its place in its sender's order ("order") and the window
-("p2p_inflight"). Requires, in every update, for every sender: its pairs' first chunks went in
+("p2p_inflight"). Requires, in every update, for every sender: its pairs joined its window in
 the simulation's order (the model takes the transport's order); and the window the model
 assumed: with p2p_inflight 1, one receiver at a time (M == 1 and C == N - 1); with more, at
 least min(2, N) receivers in flight and, where the pairs have more chunks than there are
@@ -28,7 +29,7 @@ import tempfile
 
 LINE = re.compile(r"update (\d+): rank (\d+) sent (\d+) pairs, up to (\d+) receivers in flight "
                   r"at once \(window (\d+),.*?the receiver changed (\d+) times between "
-                  r"consecutive chunks; first chunks to ranks ([0-9,]*)")
+                  r"consecutive chunks; pairs joined in the order of ranks ([0-9,]*)")
 
 
 def main():
@@ -69,7 +70,7 @@ def main():
         chunks = sum(c for _, _, c in w)
         why = []
         if first != order:
-            why.append("first chunks to %s, the simulation's order %s" % (first, order))
+            why.append("pairs joined in the order %s, the simulation's %s" % (first, order))
         if window != K:
             why.append("window %d, the simulation's %d" % (window, K))
         if K == 1 and (busy != 1 or changes != n - 1):
@@ -79,7 +80,7 @@ def main():
         if K > 1 and n >= 2 and chunks > n and changes < n:
             why.append("the receiver changed %d times over %d pairs of %d chunks: one receiver "
                        "after another" % (changes, n, chunks))
-        print("update %d rank %d: pairs %d, in flight %d, changes %d, first %s%s" %
+        print("update %d rank %d: pairs %d, in flight %d, changes %d, joined %s%s" %
               (u, rank, n, busy, changes, first, ": " + "; ".join(why) if why else ""))
         bad += bool(why)
     for u in (1, 2):
