@@ -202,6 +202,9 @@ rf_status_t rf_xfer_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_t n
     }
     if (inflight < 1)
         inflight = 1;
+    /* never a window (nor buffers for it) wider than this sender's pairs */
+    if ((size_t)inflight > n)
+        inflight = n > 0 ? (int)n : 1;
     /* without a path of its own (ipc, nccl) or at one receiver at a time: pair after pair,
      * which is exactly what send does for one */
     if (x->ops->send_p2p == NULL || inflight == 1 || n <= 1) {

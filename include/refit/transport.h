@@ -508,8 +508,9 @@ typedef struct rf_xfer_pair {
  * the pairs in flight the sender takes them round-robin, one chunk per pair per turn,
  * skipping a pair whose previous chunks are still on the wire (at most max(1, S / inflight)
  * each), so a slow receiver holds only its own share of the slots and never stalls the
- * others. S = max(buffers, inflight) chunk buffers: a sender's send memory is bounded by S x
- * chunk_bytes (grown from `buffers` on the first such call and kept). Where the transport
+ * others. inflight is at most n (a wider window has no pair to fill it). S = max(buffers,
+ * inflight) chunk buffers: a sender's send memory is bounded by S x chunk_bytes (grown from
+ * `buffers` on the first such call and kept). Where the transport
  * has no such path (ipc, nccl: their receivers take senders in plan order) the pairs go one
  * after another, rf_xfer_send each, and inflight is 1. inflight 1 is the one-receiver-at-a-
  * time order. Requires the receivers to take chunks in any order (RF_XFER_CAP_ANY_ORDER,
