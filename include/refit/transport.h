@@ -133,7 +133,8 @@ int rf_xfer_p2p_first_receiver(int sender, int n_senders, int n_receivers);
 size_t rf_xfer_p2p_start(const int *dst, size_t n, int first_rank);
 
 /* Receivers a p2p sender keeps chunks in flight to at once by default (topology
- * transfer.p2p_inflight 0), so also its chunk buffers (8 x chunk_bytes: 512 MiB at 64 MiB).
+ * transfer.p2p_inflight 0), so also its chunk buffers (at most 8 x chunk_bytes: 512 MiB at
+ * 64 MiB).
  * The scale model's choice (docs/simulate.md, "the anchors"): the 256-GPU anchors are 1.12x
  * and 1.04x the wire floor with it, 2.66x and 2.34x with 1, 1.22x and 1.07x with 4; 16 gains
  * under 0.1x more for twice the memory. */
