@@ -3,8 +3,11 @@
 
     /usr/bin/python3 bench/simulate_fanout.py SIM.json [K,K,...]
 
-The receivers take any ready sender, as refit's mpi path does now. Each sender keeps chunks
-to K of its receivers in flight at once (refit: K = 1), taking them in the order refit uses:
+Written before refit's senders kept several receivers in flight; refit now does
+(rf_xfer_send_p2p, transfer.p2p_inflight, default 8) and runtime/simulate.c models it
+(ordered_s), with max-min fair link shares where this script takes the smaller plain share.
+The receivers take any ready sender, as refit's mpi path does. Each sender keeps chunks
+to K of its receivers in flight at once, taking them in the order refit uses:
 its own first receiver (rf_xfer_p2p_first_receiver: index sender x R / T), then index order,
 wrapping. The model is fluid, as runtime/simulate.c's ordered_s: every active pair moves at its
 link's bandwidth (NVLink in a node, NIC between nodes) times min(1 / active pairs on the

@@ -55,8 +55,9 @@ static void usage(FILE *f)
                "between nodes, node: one shared fabric per node when --node-bw is set), the busiest\n"
                "link, predicted time = busiest link bytes / bandwidth + its chunks x latency + one\n"
                "chunk of fill, and the wire floor (busiest NIC / NIC bandwidth); ordered_s: the\n"
-               "same bytes in refit's send order (p2p: receivers one at a time per sender, each\n"
-               "sender from its own first receiver, receivers taking any ready sender;\n"
+               "same bytes in refit's send order (p2p: transfer.p2p_inflight receivers in\n"
+               "flight per sender, each sender from its own first receiver, receivers taking any\n"
+               "ready sender; --json's ordered_one_s: one receiver at a time;\n"
                "broadcast: stage after stage); ordered_rank_s: p2p's earlier order (senders in\n"
                "order per receiver). Machine: a YAML\n"
                "file (gpus_per_node, nodes, nvlink_bandwidth, nic_bandwidth, node_bandwidth,\n"
@@ -95,17 +96,18 @@ static json_t *sim_json(const rf_sim_t *s)
                                       (json_int_t)l->total, "seconds", l->seconds));
     }
     for (size_t i = 0; i < s->npairs; i++)
-        json_array_append_new(pairs, json_pack("{s:i, s:i, s:I, s:I, s:I}", "src",
+        json_array_append_new(pairs, json_pack("{s:i, s:i, s:I, s:I, s:I, s:i}", "src",
                                                s->pairs[i].src, "dst", s->pairs[i].dst, "bytes",
                                                (json_int_t)s->pairs[i].bytes, "payload",
                                                (json_int_t)s->pairs[i].payload, "chunks",
-                                               (json_int_t)s->pairs[i].chunks));
+                                               (json_int_t)s->pairs[i].chunks, "order",
+                                               s->pairs[i].order));
     for (size_t i = 0; i < s->ngather; i++)
         json_array_append_new(gather, json_pack("{s:i, s:i, s:I}", "src", s->gather[i].src,
                                                 "dst", s->gather[i].dst, "bytes",
                                                 (json_int_t)s->gather[i].bytes));
     return json_pack("{s:s, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:I, s:i, s:I, s:i, s:s, "
-                     "s:f, s:f, s:f, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:o, s:o, s:o}",
+                     "s:f, s:f, s:f, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:o}",
                      "mode", rf_mode_name(s->mode), "trainer_ranks", s->T, "rollout_ranks",
                      s->R, "nodes", s->nodes, "payload_bytes", (json_int_t)s->payload_bytes,
                      "wire_bytes", (json_int_t)s->wire_bytes, "gather_bytes",
@@ -119,6 +121,7 @@ static json_t *sim_json(const rf_sim_t *s)
                      "floor_s", s->floor_s, "floor_link", rf_link_class_name(s->floor_class),
                      "bound_s", s->bound_s, "ordered_s", s->ordered_s,
                      "ordered_rank_s", s->ordered_rank_s, "ordered_asc_s", s->ordered_asc_s,
+                     "ordered_one_s", s->ordered_one_s, "p2p_inflight", s->p2p_inflight,
                      "links", links, "pairs", pairs, "gather", gather);
 }
 

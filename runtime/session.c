@@ -543,6 +543,81 @@ static rf_status_t begin_local(rf_session_t *s, uint64_t version, uint64_t agree
     return RF_OK;
 }
 
+/* One p2p pair's pack: the trainer's source with that receiver's rectangles (one source for
+ * every pair: the sender packs one chunk at a time). */
+typedef struct p2p_pack {
+    rf_trainer_source_t *src;
+    const rf_p2p_rect_t *rects;
+} p2p_pack_t;
+
+static rf_status_t p2p_pack_fn(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
+                               void *payload, rf_err_t *err)
+{
+    p2p_pack_t *pp = ctx;
+    pp->src->rects = pp->rects;
+    return rf_trainer_source_pack(pp->src, chunk, pieces, payload, err);
+}
+
+/*
+ * The p2p sender: one pair per receiver this rank sends to, in the order rf_xfer_p2p_start
+ * gives (the scale model takes the same order, runtime/simulate.c). Where receivers take any
+ * ready sender (mpi), each sender starts at its own first receiver and keeps chunks to
+ * transfer.p2p_inflight receivers in flight (rf_xfer_send_p2p); else receivers in world-rank
+ * order, one at a time, on every sender, and senders in order on every receiver (the plan's
+ * stages): no cycle of waits.
+ */
+static rf_status_t send_p2p(rf_session_t *s, const rf_xfer_config_t *base, rf_err_t *err)
+{
+    const size_t nr = s->p2p_s.nrecv;
+    const int any = (rf_xfer_caps(s->xfer) & RF_XFER_CAP_ANY_ORDER) != 0;
+    rf_xfer_config_t *cfgs = calloc(nr + 1, sizeof(*cfgs));
+    p2p_pack_t *packs = calloc(nr + 1, sizeof(*packs));
+    rf_xfer_pair_t *pairs = calloc(nr + 1, sizeof(*pairs));
+    int *dst = calloc(nr + 1, sizeof(int));
+    size_t *idx = calloc(nr + 1, sizeof(size_t));
+    rf_status_t st = RF_OK;
+    if (cfgs == NULL || packs == NULL || pairs == NULL || dst == NULL || idx == NULL) {
+        st = rf_err_set(err, RF_ERR_NOMEM, "p2p sender rank %d: out of memory for %zu pairs",
+                        s->rank, nr);
+        rf_ctl_abort(s->ctl, st, err->msg);
+        goto out;
+    }
+    /* this rank's pairs: the receivers it has chunks for, world order */
+    size_t n = 0;
+    for (size_t r = 0; r < nr; r++) {
+        const rf_p2p_recv_t *rv = &s->p2p_s.recv[r];
+        int k = rf_p2p_recv_stage(rv, s->rank);
+        if (k < 0 || rv->plan->stages[k].chunk_count == 0)
+            continue;
+        dst[n] = rv->rank;
+        idx[n++] = r;
+    }
+    const size_t q0 = rf_xfer_p2p_start(
+        dst, n, s->T + (any ? rf_xfer_p2p_first_receiver(s->rank, s->T, s->R) : 0));
+    for (size_t q = 0; q < n; q++) {
+        const rf_p2p_recv_t *rv = &s->p2p_s.recv[idx[(q0 + q) % n]];
+        cfgs[q] = *base;
+        cfgs[q].stage_senders = rv->senders;
+        cfgs[q].plan = rv->plan;
+        cfgs[q].items = rv->items;
+        cfgs[q].receivers = &rv->rank;
+        cfgs[q].n_receivers = 1;
+        packs[q] = (p2p_pack_t){.src = &s->src, .rects = rv->rects};
+        pairs[q] = (rf_xfer_pair_t){.cfg = &cfgs[q], .ctx = &packs[q]};
+    }
+    int inflight = !any                   ? 1
+                   : s->topo.p2p_inflight ? s->topo.p2p_inflight
+                                          : RF_XFER_P2P_INFLIGHT_DEFAULT;
+    st = rf_xfer_send_p2p(s->xfer, pairs, n, inflight, p2p_pack_fn, err);
+out:
+    free(cfgs);
+    free(packs);
+    free(pairs);
+    free(dst);
+    free(idx);
+    return st;
+}
+
 /* The transfer of one update on this rank: the trainer's source and the rollout's sink take
  * each chunk straight from the transport; the client's hooks only where it has them. */
 static rf_status_t transfer(rf_session_t *s, const rf_session_hooks_t *h, rf_session_times_t *tm,
@@ -598,34 +673,10 @@ static rf_status_t transfer(rf_session_t *s, const rf_session_hooks_t *h, rf_ses
                 rf_ctl_abort(s->ctl, st, err->msg);
         }
     } else if (s->p2p) {
-        /* receivers in world-rank order on every sender, senders in order on every receiver
-         * (the plan's stages): no cycle of waits. Where receivers take any ready sender (mpi),
-         * each sender starts at its own first receiver instead (the first of its part of the
-         * schedule at or after it; docs/simulate.md) */
+        /* the pairs' order and window: send_p2p */
         if (h->point != NULL)
             h->point(h->ctx, "p2p sender, before its first send");
-        size_t nr = s->p2p_s.nrecv, q0 = 0;
-        if (rf_xfer_caps(s->xfer) & RF_XFER_CAP_ANY_ORDER) {
-            int r0 = s->T + rf_xfer_p2p_first_receiver(s->rank, s->T, s->R);
-            while (q0 < nr && s->p2p_s.recv[q0].rank < r0)
-                q0++;
-            if (q0 == nr)
-                q0 = 0;
-        }
-        for (size_t q = 0; q < nr && st == RF_OK; q++) {
-            const size_t r = (q0 + q) % nr;
-            const rf_p2p_recv_t *rv = &s->p2p_s.recv[r];
-            int k = rf_p2p_recv_stage(rv, s->rank);
-            if (k < 0 || rv->plan->stages[k].chunk_count == 0)
-                continue;
-            cfg.stage_senders = rv->senders;
-            cfg.plan = rv->plan;
-            cfg.items = rv->items;
-            cfg.receivers = &rv->rank;
-            cfg.n_receivers = 1;
-            s->src.rects = rv->rects;
-            st = rf_xfer_send(s->xfer, &cfg, rf_trainer_source_pack, &s->src, err);
-        }
+        st = send_p2p(s, &cfg, err);
     } else if (s->tr.sender) {
         /* chunks read in place are never packed, so the pack hooks may not fire */
         if ((rf_xfer_caps(s->xfer) & RF_XFER_CAP_IN_PLACE) && h->point != NULL)

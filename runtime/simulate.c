@@ -230,7 +230,7 @@ static rf_status_t sim_pair(sim_ctx_t *cx, int src, int dst, uint64_t payload, u
                             rf_err_t *err)
 {
     uint64_t per = RF_CHUNK_HEADER_BYTES + (cx->topo->integrity ? RF_CHUNK_TRAILER_BYTES : 0);
-    rf_sim_pair_t x = {src, dst, payload + chunks * per, payload, chunks};
+    rf_sim_pair_t x = {src, dst, payload + chunks * per, payload, chunks, -1};
     if (chunks == 0)
         return RF_OK;
     RF_CHECK(sim_push(&cx->s->pairs, &cx->s->npairs, &cx->cap_pairs, x, err));
@@ -288,7 +288,7 @@ static rf_status_t sim_broadcast(sim_ctx_t *cx, const rf_inventory_t *inv,
         for (int w = 0; w < s->T && st == RF_OK; w++) {
             if (g[w] == 0)
                 continue;
-            rf_sim_pair_t x = {w, sender, g[w], g[w], 0};
+            rf_sim_pair_t x = {w, sender, g[w], g[w], 0, -1};
             st = sim_push(&s->gather, &s->ngather, &cx->cap_gather, x, err);
             s->gather_bytes += g[w];
             /* the gather shares the trainers' links with the broadcast */
@@ -434,32 +434,103 @@ static int pair_cmp_src(const void *a, const void *b)
 }
 
 /*
- * p2p in refit's order (ordered_s): every sender serves its receivers one at a time, in world
- * order from its first receiver (rotate: rf_xfer_p2p_first_receiver, as job.c; 0: from the
- * lowest), and every receiver takes chunks from
- * whichever of its senders is sending (the mpi receiver's any-order receives), so the pairs
- * into one receiver run at once and share its incoming link equally (and, inside a node with
- * node_bandwidth set, the node's fabric). A fluid model, one event per finished pair: each
- * active pair moves at its link bandwidth times its share; a pair's work is its bytes at full
- * rate plus its chunks' latency. Returns the time the last pair ends (*t_p), or RF_ERR_NOMEM.
+ * The fluid rates of the active pairs: max-min fair shares of their links (progressive
+ * filling). Pair f uses links lk[f * 3 + 0..2] (-1: none): its sender's outgoing and its
+ * receiver's incoming link of its class, and inside a node with node_bandwidth set the node's
+ * fabric; a link's capacity is 1 (its class's bandwidth, a pair's full rate) except the node
+ * fabric's, node_Bps / nvlink_Bps. Each round, the links whose remaining capacity per unfixed
+ * pair is the smallest fix their pairs at that share; a pair never exceeds 1. A pair on no
+ * link (one GPU) moves at 1. This is what a fair fabric gives messages that are all posted
+ * at once: a sender's other pairs take what a pair limited at its receiver leaves.
  */
-static rf_status_t sim_any_order(sim_ctx_t *cx, int rotate, double *t_p, rf_err_t *err)
+static void sim_rates(const int *lk, size_t nf, double *cap, int *cnt, size_t nlinks,
+                      double node_cap, int nodes_from, double *rate, unsigned char *fixed)
+{
+    for (size_t l = 0; l < nlinks; l++) {
+        cap[l] = (int)l >= nodes_from ? node_cap : 1.0;
+        cnt[l] = 0;
+    }
+    size_t left = 0;
+    for (size_t f = 0; f < nf; f++) {
+        fixed[f] = 0;
+        rate[f] = 1.0;
+        for (int q = 0; q < 3; q++)
+            if (lk[f * 3 + q] >= 0)
+                cnt[lk[f * 3 + q]]++;
+        if (lk[f * 3] < 0)
+            fixed[f] = 1;
+        else
+            left++;
+    }
+    while (left > 0) {
+        double best = 1.0;
+        for (size_t l = 0; l < nlinks; l++)
+            if (cnt[l] > 0 && cap[l] / cnt[l] < best)
+                best = cap[l] / cnt[l];
+        const double lim = best * (1 + 1e-12);
+        for (size_t f = 0; f < nf; f++) {
+            if (fixed[f])
+                continue;
+            int hit = best >= 1.0;
+            for (int q = 0; q < 3 && !hit; q++) {
+                int l = lk[f * 3 + q];
+                hit = l >= 0 && cap[l] / cnt[l] <= lim;
+            }
+            if (!hit)
+                continue;
+            fixed[f] = 1;
+            left--;
+            rate[f] = best;
+        }
+        /* charge the newly fixed pairs to their links after the round, so that every link
+         * at the round's share is found in it */
+        for (size_t f = 0; f < nf; f++) {
+            if (fixed[f] != 1 || lk[f * 3] < 0)
+                continue;
+            fixed[f] = 2;
+            for (int q = 0; q < 3; q++) {
+                int l = lk[f * 3 + q];
+                if (l >= 0) {
+                    cap[l] -= rate[f];
+                    cnt[l]--;
+                }
+            }
+        }
+    }
+}
+
+/*
+ * p2p in refit's send order (ordered_s; rf_xfer_send_p2p, the mpi path): every sender takes
+ * its pairs in the order rf_xfer_p2p_start gives (rotate: from its own first receiver,
+ * rf_xfer_p2p_first_receiver, as runtime/session.c; 0: from the lowest) and keeps up to K of
+ * them in flight at once, the next joining when one ends; every receiver takes chunks from
+ * whichever of its senders is sending (the mpi receiver's any-order receives). A fluid model,
+ * one event per finished pair: the active pairs move at their max-min fair shares of their
+ * links (sim_rates); a pair's work is its bytes at full rate plus its chunks' latency.
+ * Returns the time the last pair ends (*t_p), or RF_ERR_NOMEM.
+ */
+static rf_status_t sim_fanout(sim_ctx_t *cx, int rotate, int K, double *t_p, rf_err_t *err)
 {
     rf_sim_t *s = cx->s;
-    const int W = s->T + s->R, gpn = cx->m->gpus_per_node;
-    size_t np = s->npairs;
+    const int W = s->T + s->R, gpn = cx->m->gpus_per_node, G = cx->ngpus;
+    const int nodes = s->nodes > 0 ? s->nodes : 1;
+    const size_t np = s->npairs, nlinks = (size_t)G * 4 + (size_t)nodes;
     rf_sim_pair_t *v = malloc((np + 1) * sizeof(*v));
-    size_t *first = calloc((size_t)W + 2, sizeof(size_t));   /* sender w: v[first[w]..] */
-    size_t *cur = calloc((size_t)W + 1, sizeof(size_t));     /* its active pair's index */
-    size_t *done = calloc((size_t)W + 1, sizeof(size_t));    /* pairs it finished */
+    size_t *first = calloc((size_t)W + 2, sizeof(size_t)); /* sender w: v[first[w]..] */
+    size_t *start = calloc((size_t)W + 1, sizeof(size_t)); /* its first pair's position */
+    size_t *joined = calloc((size_t)W + 1, sizeof(size_t)); /* pairs that joined its window */
+    int *dst = calloc(np + 1, sizeof(int));
     double *left = calloc(np + 1, sizeof(double));           /* work left, s at full rate */
-    double *rate = calloc((size_t)W + 1, sizeof(double));
-    int *kin = calloc((size_t)W * 2 + 1, sizeof(int));       /* active pairs per (dst, class) */
-    int *knode = calloc((size_t)(s->nodes > 0 ? s->nodes : 1) + W, sizeof(int));
-    size_t *start = calloc((size_t)W + 1, sizeof(size_t));
+    unsigned char *done = calloc(np + 1, 1);
+    size_t *act = calloc(np + 1, sizeof(size_t));            /* active pairs (v index) */
+    int *lk = malloc((np + 1) * 3 * sizeof(int));
+    double *rate = calloc(np + 1, sizeof(double)), *cap = calloc(nlinks, sizeof(double));
+    int *cnt = calloc(nlinks, sizeof(int));
+    unsigned char *fixed = calloc(np + 1, 1);
     rf_status_t st = RF_OK;
-    if (start == NULL || v == NULL || first == NULL || cur == NULL || done == NULL || left == NULL ||
-        rate == NULL || kin == NULL || knode == NULL) {
+    if (v == NULL || first == NULL || start == NULL || joined == NULL || dst == NULL ||
+        left == NULL || done == NULL || act == NULL || lk == NULL || rate == NULL ||
+        cap == NULL || cnt == NULL || fixed == NULL) {
         st = rf_err_set(err, RF_ERR_NOMEM, "simulate: out of memory");
         goto out;
     }
@@ -468,72 +539,75 @@ static rf_status_t sim_any_order(sim_ctx_t *cx, int rotate, double *t_p, rf_err_
     for (size_t i = 0; i < np; i++) {
         first[v[i].src + 1] = i + 1;
         left[i] = pair_s(cx, &v[i]);
+        dst[i] = v[i].dst;
     }
     for (int w = 1; w <= W; w++)
         if (first[w] < first[w - 1])
             first[w] = first[w - 1];
-    /* first[w] .. first[w + 1]: sender w's pairs, receivers ascending */
-    double t = 0;
-    size_t finished = 0;
-    /* start[w]: the position of sender w's first receiver (rf_xfer_p2p_first_receiver, as
-     * job.c's loop) in its ascending list */
+    /* first[w] .. first[w + 1]: sender w's pairs, receivers ascending; start[w]: where its
+     * sends start (rf_xfer_p2p_start, the rule runtime/session.c applies) */
     for (int w = 0; w < W; w++) {
         int r0 = rotate ? rf_xfer_p2p_first_receiver(w, s->T, s->R) : 0;
-        size_t k = first[w];
-        while (k < first[w + 1] && v[k].dst - s->T < r0)
-            k++;
-        start[w] = k < first[w + 1] ? k - first[w] : 0;
+        start[w] = rf_xfer_p2p_start(&dst[first[w]], first[w + 1] - first[w], s->T + r0);
     }
+    /* refit's order (rotate): each pair's place in it, for the tests (s->pairs[].order) */
+    for (size_t i = 0; rotate && i < np; i++) {
+        const int w = s->pairs[i].src;
+        const size_t n = first[w + 1] - first[w];
+        size_t k = first[w];
+        while (k < first[w + 1] && v[k].dst != s->pairs[i].dst)
+            k++;
+        s->pairs[i].order = (int)((k - first[w] + n - start[w]) % n);
+    }
+    double t = 0;
+    size_t finished = 0;
+    const double node_cap = cx->m->node_Bps > 0 ? cx->m->node_Bps / cx->m->nvlink_Bps : 0;
     while (finished < np) {
-        memset(kin, 0, (size_t)W * 2 * sizeof(int));
-        memset(knode, 0, ((size_t)(s->nodes > 0 ? s->nodes : 1) + W) * sizeof(int));
+        /* the windows: each sender's first K unfinished pairs of those that joined */
+        size_t na = 0;
         for (int w = 0; w < W; w++) {
-            size_t n = first[w + 1] - first[w];
-            if (n == 0 || done[w] == n)
-                continue;
-            size_t k = (start[w] + done[w]) % n;
-            cur[w] = first[w] + k;
-            const rf_sim_pair_t *p = &v[cur[w]];
+            const size_t n = first[w + 1] - first[w];
+            if (joined[w] < (size_t)K && joined[w] < n)
+                joined[w] = (size_t)K < n ? (size_t)K : n;
+            for (size_t j = 0; j < joined[w]; j++) {
+                size_t i = first[w] + (start[w] + j) % n;
+                if (!done[i])
+                    act[na++] = i;
+            }
+        }
+        for (size_t f = 0; f < na; f++) {
+            const rf_sim_pair_t *p = &v[act[f]];
             int gs = sim_gpu(cx, p->src), gd = sim_gpu(cx, p->dst);
+            int *l = &lk[f * 3];
+            l[0] = l[1] = l[2] = -1;
             if (gs == gd)
                 continue;
             int intra = gs / gpn == gd / gpn;
-            kin[p->dst * 2 + intra]++;
-            if (intra && cx->m->node_Bps > 0)
-                knode[gs / gpn]++;
+            l[0] = gs * 2 + intra;
+            l[1] = G * 2 + gd * 2 + intra;
+            if (intra && node_cap > 0)
+                l[2] = G * 4 + gs / gpn;
         }
+        sim_rates(lk, na, cap, cnt, nlinks, node_cap, G * 4, rate, fixed);
         double dt = -1;
-        for (int w = 0; w < W; w++) {
-            size_t n = first[w + 1] - first[w];
-            if (n == 0 || done[w] == n)
-                continue;
-            const rf_sim_pair_t *p = &v[cur[w]];
-            int gs = sim_gpu(cx, p->src), gd = sim_gpu(cx, p->dst);
-            double r = 1;
-            if (gs != gd) {
-                int intra = gs / gpn == gd / gpn;
-                r = 1.0 / kin[p->dst * 2 + intra];
-                if (intra && cx->m->node_Bps > 0) {
-                    double nr = cx->m->node_Bps / cx->m->nvlink_Bps / knode[gs / gpn];
-                    r = nr < r ? nr : r;
-                }
-            }
-            rate[w] = r;
-            double d = left[cur[w]] / r;
+        for (size_t f = 0; f < na; f++) {
+            double d = left[act[f]] / rate[f];
             if (dt < 0 || d < dt)
                 dt = d;
         }
         if (dt < 0)
             break;
         t += dt;
-        for (int w = 0; w < W; w++) {
-            size_t n = first[w + 1] - first[w];
-            if (n == 0 || done[w] == n)
-                continue;
-            left[cur[w]] -= rate[w] * dt;
-            if (left[cur[w]] <= 1e-12 * (1 + t)) {
-                done[w]++;
+        for (size_t f = 0; f < na; f++) {
+            size_t i = act[f];
+            left[i] -= rate[f] * dt;
+            if (left[i] <= 1e-12 * (1 + t)) {
+                done[i] = 1;
                 finished++;
+                /* the sender's next pair joins its window */
+                const int w = v[i].src;
+                if (joined[w] < first[w + 1] - first[w])
+                    joined[w]++;
             }
         }
     }
@@ -541,13 +615,17 @@ static rf_status_t sim_any_order(sim_ctx_t *cx, int rotate, double *t_p, rf_err_
 out:
     free(v);
     free(first);
-    free(cur);
-    free(done);
-    free(left);
-    free(rate);
-    free(kin);
-    free(knode);
     free(start);
+    free(joined);
+    free(dst);
+    free(left);
+    free(done);
+    free(act);
+    free(lk);
+    free(rate);
+    free(cap);
+    free(cnt);
+    free(fixed);
     return st;
 }
 
@@ -555,10 +633,11 @@ out:
 static rf_status_t sim_ordered(sim_ctx_t *cx, rf_err_t *err)
 {
     rf_sim_t *s = cx->s;
-    double dag = 0, any = 0, any_rot = 0;
+    double dag = 0, any = 0, any_rot = 0, one = 0;
     if (s->mode == RF_MODE_P2P) {
-        RF_CHECK(sim_any_order(cx, 0, &any, err));
-        RF_CHECK(sim_any_order(cx, 1, &any_rot, err));
+        RF_CHECK(sim_fanout(cx, 0, 1, &any, err));
+        RF_CHECK(sim_fanout(cx, 1, 1, &one, err));
+        RF_CHECK(sim_fanout(cx, 1, s->p2p_inflight, &any_rot, err));
         rf_sim_pair_t *v = malloc((s->npairs + 1) * sizeof(*v));
         double *fin = calloc((size_t)(s->T + s->R) + 1, sizeof(double));
         if (v == NULL || fin == NULL) {
@@ -597,9 +676,10 @@ static rf_status_t sim_ordered(sim_ctx_t *cx, rf_err_t *err)
         /* the old order: receivers also take their senders in world order */
         s->ordered_rank_s = (dag > lo ? dag : lo) + s->fill_s;
         s->ordered_asc_s = (any > lo ? any : lo) + s->fill_s;
+        s->ordered_one_s = (one > lo ? one : lo) + s->fill_s;
         dag = any_rot;
     } else {
-        s->ordered_rank_s = s->ordered_asc_s = (dag > lo ? dag : lo) + s->fill_s;
+        s->ordered_rank_s = s->ordered_asc_s = s->ordered_one_s = (dag > lo ? dag : lo) + s->fill_s;
     }
     s->ordered_s = (dag > lo ? dag : lo) + s->fill_s;
     return RF_OK;
@@ -621,6 +701,8 @@ rf_status_t rf_sim_run(const rf_topology_t *topo, const rf_inventory_t *inv,
     s->R = rf_topology_rollout_size(topo);
     s->chunk_bytes = topo->chunk_bytes;
     s->quant_rank = -1;
+    /* the window the p2p senders keep (runtime/session.c send_p2p, on mpi) */
+    s->p2p_inflight = topo->p2p_inflight ? topo->p2p_inflight : RF_XFER_P2P_INFLIGHT_DEFAULT;
     sim_ctx_t cx = {.topo = topo, .m = m, .s = s};
     cx.ngpus = topo->colocated ? (s->T > s->R ? s->T : s->R) : s->T + s->R;
     s->nodes = (cx.ngpus + m->gpus_per_node - 1) / m->gpus_per_node;

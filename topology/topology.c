@@ -620,6 +620,11 @@ static rf_status_t on_transfer(parse_ctx_t *cx, const char *key, const char *nam
         t->buffers = (int)b;
         return RF_OK;
     }
+    if (strcmp(name, "p2p_inflight") == 0) {
+        RF_CHECK(get_int(cx, v, key, 1, 64, &b));
+        t->p2p_inflight = (int)b;
+        return RF_OK;
+    }
     if (strcmp(name, "timeout_s") == 0) {
         RF_CHECK(get_double(cx, v, key, 0.0, &t->timeout_s));
         if (t->timeout_s <= 0.0)
@@ -1071,6 +1076,10 @@ size_t rf_topology_canonical(const rf_topology_t *t, char *buf, size_t cap)
     CANON("transfer.transport: %s\ntransfer.mode: %s\n", rf_transport_name(t->transport),
           rf_mode_name(t->mode));
     CANON("transfer.chunk_bytes: %" PRIu64 "\ntransfer.buffers: %d\n", t->chunk_bytes, t->buffers);
+    /* only when set: the hash of every topology that leaves it at the default stays what it
+     * was (a sender-side window; the bytes and the plans do not depend on it) */
+    if (t->p2p_inflight != 0)
+        CANON("transfer.p2p_inflight: %d\n", t->p2p_inflight);
     /* %a: exact, locale-free */
     CANON("transfer.timeout_s: %a\ntransfer.integrity: %s\n", t->timeout_s,
           t->integrity ? "true" : "false");

@@ -5,7 +5,10 @@
  *
  * Sender: slot b = j mod buffers for its j-th chunk; before packing into a slot it waits until
  * every send from that slot completed, so chunk k+1 is packed while chunk k is on the wire;
- * the chunk codec seals the message in integrity mode. Receiver: `buffers` receives posted
+ * the chunk codec seals the message in integrity mode. A p2p sender (mpi_send_p2p) keeps
+ * chunks to several receivers in flight instead: a window of pairs served round-robin, each
+ * chunk into whichever slot is free, so one slow receiver does not hold up the others (the
+ * receivers take any sender's chunk, mpi_recv_any). Receiver: `buffers` receives posted
  * ahead in the global sequence, consumed in order; or, with cfg->any_order (p2p), posted from
  * any sender and taken as the senders' messages arrive (mpi_recv_any). Each header is checked
  * against the next expected (update, seq) of its stage, and the trailer by the codec, before
@@ -98,6 +101,213 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
     return RF_OK;
 
 fail:
+    {
+        char where[160];
+        if (peer >= 0)
+            snprintf(where, sizeof(where), "update %u: sending chunk seq %u (stage %d) to rank %d",
+                     cfg->update, seq, stage, peer);
+        else if (stage >= 0)
+            snprintf(where, sizeof(where), "update %u: sending chunk seq %u (stage %d)",
+                     cfg->update, seq, stage);
+        else
+            snprintf(where, sizeof(where), "update %u: sending", cfg->update);
+        rf_xfer_wrap(err, st, &e, where);
+    }
+    if (st != RF_ERR_PEER)
+        rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
+    return st;
+}
+
+/*
+ * The p2p sender over several pairs (rf_xfer_send_p2p's contract): a window of up to
+ * `inflight` pairs, chunks taken round-robin across it, at most `cap` posted and not complete
+ * per pair, S slots in all. Each pair is one receiver's plan (cfg->receivers[0]); its chunks
+ * are those of the stages this rank sends, in seq order, as mpi_send takes them.
+ */
+typedef struct p2p_send {
+    rf_xfer_t *x;
+    const rf_xfer_pair_t *pairs;
+    size_t *next;  /* [n] pair's next chunk index in its plan (plan->n_chunks: none left) */
+    int *out;      /* [n] its chunks posted and not yet complete */
+    int *owner;    /* [S] pair whose chunk slot b holds */
+    int *pending;  /* [S] slot b's requests not yet complete */
+    int busy_pairs, max_busy_pairs;
+} p2p_send_t;
+
+/* Pair i's first chunk at or after k that this rank sends. */
+static size_t p2p_own_chunk(const p2p_send_t *ps, size_t i, size_t k)
+{
+    const rf_xfer_config_t *cfg = ps->pairs[i].cfg;
+    while (k < cfg->plan->n_chunks && cfg->stage_senders[cfg->plan->chunks[k].stage] != ps->x->rank)
+        k++;
+    return k;
+}
+
+/* A send request completed: its slot is free once all of the slot's are. */
+static rf_status_t p2p_sent(void *ctx, int index, const MPI_Status *status, rf_err_t *err)
+{
+    (void)status;
+    (void)err;
+    p2p_send_t *ps = ctx;
+    const int b = index / (2 * ps->x->nranks);
+    if (--ps->pending[b] == 0) {
+        ps->x->slot_busy[b] = 0;
+        if (--ps->out[ps->owner[b]] == 0)
+            ps->busy_pairs--;
+    }
+    return RF_OK;
+}
+
+static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_t n,
+                                int inflight, rf_xfer_pack_fn pack, rf_err_t *err)
+{
+    const int per = 2 * x->nranks;
+    const int S = x->buffers > inflight ? x->buffers : inflight;
+    const int cap = S / inflight > 1 ? S / inflight : 1;
+    const rf_xfer_config_t *cfg = pairs[0].cfg; /* update, deadline: the same in every pair */
+    rf_err_t e;
+    rf_err_clear(&e);
+    rf_status_t st = RF_OK;
+    uint32_t seq = 0;
+    int stage = -1, peer = -1, nact = 0, rr = 0, switches = 0, last_peer = -1;
+    size_t joined = 0, started = 0;
+    char order[256];
+    size_t olen = 0;
+    order[0] = '\0';
+    p2p_send_t ps = {.x = x, .pairs = pairs};
+    ps.next = calloc(n, sizeof(size_t));
+    ps.out = calloc(n, sizeof(int));
+    ps.owner = calloc((size_t)S, sizeof(int));
+    ps.pending = calloc((size_t)S, sizeof(int));
+    size_t *active = calloc((size_t)inflight, sizeof(size_t)); /* the window, in join order */
+    if (ps.next == NULL || ps.out == NULL || ps.owner == NULL || ps.pending == NULL ||
+        active == NULL) {
+        st = rf_err_set(&e, RF_ERR_NOMEM, "out of memory for %zu p2p pairs", n);
+        goto fail;
+    }
+    RF_CHECK_GOTO(rf_xfer_grow_slots(x, S, &e), st, fail);
+    /* sends of an earlier update never drained: complete them first */
+    for (int b = 0; b < x->slots; b++)
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+
+    for (size_t i = 0; i < n; i++)
+        ps.next[i] = p2p_own_chunk(&ps, i, 0);
+    for (;;) {
+        /* a pair leaves the window when its last chunk completed (so the window bounds the
+         * receivers with chunks in flight, as the scale model has it) */
+        int q = 0;
+        for (int t = 0; t < nact; t++) {
+            const size_t a = active[t];
+            if (ps.next[a] >= pairs[a].cfg->plan->n_chunks && ps.out[a] == 0) {
+                rr -= t < rr;
+                continue;
+            }
+            active[q++] = a;
+        }
+        nact = q;
+        if (rr >= nact)
+            rr = 0;
+        /* fill the window in the pairs' order (pairs with nothing for this rank never join) */
+        while (nact < inflight && joined < n) {
+            if (ps.next[joined] < pairs[joined].cfg->plan->n_chunks) {
+                active[nact++] = joined;
+                /* the order the pairs joined in (tests read it) */
+                started++;
+                if (olen < sizeof(order) - 16)
+                    olen += (size_t)snprintf(order + olen, sizeof(order) - olen, "%s%d",
+                                             olen ? "," : "", pairs[joined].cfg->receivers[0]);
+            }
+            joined++;
+        }
+        if (nact == 0)
+            break;
+        int b = -1, p = -1;
+        for (int k = 0; k < S && b < 0; k++)
+            if (!x->slot_busy[k])
+                b = k;
+        for (int t = 0; t < nact && p < 0; t++) {
+            const size_t a = active[(rr + t) % nact];
+            if (ps.next[a] < pairs[a].cfg->plan->n_chunks && ps.out[a] < cap)
+                p = (rr + t) % nact;
+        }
+        if (b < 0 || p < 0) {
+            /* every slot, or every pair in the window with chunks left, waits on the wire: the
+             * first to complete */
+            double t0 = rf_time_now();
+            peer = -1;
+            st = rf_ctl_wait_some(x->ctl, x->sreqs, S * per, cfg->deadline, 0, p2p_sent, &ps, &e);
+            x->stats.wire_s += rf_time_now() - t0;
+            if (st != RF_OK)
+                goto fail;
+            continue;
+        }
+        const size_t a = active[p];
+        const rf_xfer_config_t *pc = pairs[a].cfg;
+        const rf_chunk_plan_t *plan = pc->plan;
+        const rf_chunk_t *c = &plan->chunks[ps.next[a]];
+        const rf_xfer_fault_t *f = &pc->fault;
+        seq = c->seq;
+        stage = c->stage;
+        peer = pc->receivers[0];
+        RF_CHECK_GOTO(rf_ctl_poll(x->ctl, &e), st, fail); /* eager sends never wait */
+        unsigned char *buf = x->bufs[b];
+        rf_chunk_header_write(buf, pc->update, c->seq, c->payload_bytes);
+        double t0 = rf_time_now();
+        st = pack(pairs[a].ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);
+        x->stats.pack_s += rf_time_now() - t0;
+        if (st != RF_OK)
+            goto fail;
+        size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
+        if (pc->integrity) {
+            RF_CHECK_GOTO(rf_chunk_seal(buf + bytes, buf, bytes, NULL, 0, &e), st, fail);
+            bytes += RF_CHUNK_TRAILER_BYTES;
+        }
+        if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
+            buf[RF_CHUNK_HEADER_BYTES + c->payload_bytes / 2] ^= 0x10; /* after the checksum */
+            rf_warn("fault: rank %d flipped a payload byte of chunk %u to rank %d (update %u)",
+                    x->rank, c->seq, peer, pc->update);
+        }
+        int nreq = 0;
+        if (peer != x->rank)
+            RF_CHECK_GOTO(rf_xfer_send_copies(x, f, c->seq, buf, bytes, peer,
+                                              RF_XFER_TAG(pc->update, c->stage),
+                                              &x->sreqs[b * per], &nreq, &e),
+                          st, fail);
+        if (nreq > 0) {
+            ps.pending[b] = nreq;
+            ps.owner[b] = (int)a;
+            if (ps.out[a]++ == 0 && ++ps.busy_pairs > ps.max_busy_pairs)
+                ps.max_busy_pairs = ps.busy_pairs;
+            rf_xfer_slot_sent(x, b);
+        }
+        switches += last_peer >= 0 && peer != last_peer;
+        last_peer = peer;
+        ps.next[a] = p2p_own_chunk(&ps, a, ps.next[a] + 1);
+        rr = (p + 1) % nact;
+    }
+    peer = -1;
+    for (int b = 0; b < S; b++)
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+    /* the sender's order: which receiver came first, how many at once, how often the
+     * receiver changed between consecutive chunks (one pair at a time: pairs - 1) */
+    RF_LOG(RF_LOG_INFO, "update %u: rank %d sent %zu pairs, up to %d receivers in flight at "
+           "once (window %d, %d slots, %d a pair); the receiver changed %d times between "
+           "consecutive chunks; pairs joined in the order of ranks %s%s", cfg->update, x->rank, started,
+           ps.max_busy_pairs, inflight, S, cap, switches, order,
+           olen >= sizeof(order) - 16 ? ",..." : "");
+    free(ps.next);
+    free(ps.out);
+    free(ps.owner);
+    free(ps.pending);
+    free(active);
+    return RF_OK;
+
+fail:
+    free(ps.next);
+    free(ps.out);
+    free(ps.owner);
+    free(ps.pending);
+    free(active);
     {
         char where[160];
         if (peer >= 0)
@@ -338,6 +548,7 @@ static const rf_xfer_ops_t mpi_xfer_ops = {
     .wire = "mpi",
     .send = mpi_send,
     .recv = mpi_recv,
+    .send_p2p = mpi_send_p2p,
     .drain = rf_xfer_drain_messages,
 };
 

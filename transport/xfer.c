@@ -34,6 +34,7 @@ rf_status_t rf_xfer_create(rf_ctl_t *ctl, const char *transport, uint64_t chunk_
     x->ctl = ctl;
     x->chunk_bytes = chunk_bytes;
     x->buffers = buffers ? buffers : 2;
+    x->slots = x->buffers;
     x->rank = rf_ctl_rank(ctl);
     x->nranks = rf_ctl_size(ctl);
     /* the chunk transport's table; an unknown name is the message transports' refusal */
@@ -103,7 +104,7 @@ void rf_xfer_destroy(rf_xfer_t *x)
         x->ops->close(x);
     rf_transport_destroy(x->tp);
     if (x->bufs != NULL)
-        for (int b = 0; b < x->buffers; b++)
+        for (int b = 0; b < x->slots; b++)
             rf_chunk_buffer_free(x->bufs[b]);
     free(x->bufs);
     free(x->sreqs);
@@ -184,6 +185,44 @@ rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack
 {
     RF_CHECK(check_config(x, cfg, err));
     return x->ops->send(x, cfg, pack, ctx, err);
+}
+
+rf_status_t rf_xfer_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_t n, int inflight,
+                             rf_xfer_pack_fn pack, rf_err_t *err)
+{
+    if (n > 0 && pairs == NULL)
+        return rf_err_set(err, RF_ERR_INVALID, "xfer: %zu p2p pairs without their array", n);
+    for (size_t i = 0; i < n; i++) {
+        RF_CHECK(check_config(x, pairs[i].cfg, err));
+        if (pairs[i].cfg->n_receivers != 1 || pairs[i].cfg->update != pairs[0].cfg->update)
+            return rf_err_set(err, RF_ERR_INVALID,
+                              "xfer: p2p pair %zu of rank %d: %d receivers in its config (one "
+                              "per pair) or another update",
+                              i, x->rank, pairs[i].cfg->n_receivers);
+    }
+    if (inflight < 1)
+        inflight = 1;
+    /* never a window (nor buffers for it) wider than this sender's pairs */
+    if ((size_t)inflight > n)
+        inflight = n > 0 ? (int)n : 1;
+    /* without a path of its own (ipc, nccl) or at one receiver at a time: pair after pair,
+     * which is exactly what send does for one */
+    if (x->ops->send_p2p == NULL || inflight == 1 || n <= 1) {
+        if (x->ops->send_p2p != NULL && n > 0)
+            return x->ops->send_p2p(x, pairs, n, 1, pack, err);
+        for (size_t i = 0; i < n; i++)
+            RF_CHECK(x->ops->send(x, pairs[i].cfg, pack, pairs[i].ctx, err));
+        return RF_OK;
+    }
+    return x->ops->send_p2p(x, pairs, n, inflight, pack, err);
+}
+
+size_t rf_xfer_p2p_start(const int *dst, size_t n, int first_rank)
+{
+    size_t k = 0;
+    while (k < n && dst[k] < first_rank)
+        k++;
+    return k < n ? k : 0;
 }
 
 rf_status_t rf_xfer_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,

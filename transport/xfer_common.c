@@ -138,7 +138,7 @@ rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, do
             x->stats.peers[s].chunks_recv++;
         }
     }
-    for (int b = 0; b < x->buffers; b++)
+    for (int b = 0; b < x->slots; b++)
         x->slot_busy[b] = 0;
     sends_ctx_t sc = {x};
     rf_status_t st = rf_ctl_wait_fn(x->ctl, sends_test, &sc, deadline, RF_CTL_WAIT_NO_ABORT, &e);
@@ -196,11 +196,50 @@ rf_status_t rf_xfer_send_copies(rf_xfer_t *x, const rf_xfer_fault_t *f, uint32_t
     return RF_OK;
 }
 
+rf_status_t rf_xfer_grow_slots(rf_xfer_t *x, int n, rf_err_t *err)
+{
+    if (n <= x->slots)
+        return RF_OK;
+    const size_t per = 2 * (size_t)x->nranks;
+    const size_t old_req = (size_t)rf_xfer_sreq_count(x), new_req = (size_t)n * per + 1;
+    void **bufs = realloc(x->bufs, (size_t)n * sizeof(void *));
+    if (bufs != NULL)
+        x->bufs = bufs;
+    int *busy = bufs != NULL ? realloc(x->slot_busy, (size_t)n * sizeof(int)) : NULL;
+    if (busy != NULL)
+        x->slot_busy = busy;
+    MPI_Request *reqs = busy != NULL ? realloc(x->sreqs, new_req * sizeof(MPI_Request)) : NULL;
+    if (reqs == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "xfer: rank %d: out of memory for %d send slots",
+                          x->rank, n);
+    x->sreqs = reqs;
+    /* the transport's own request was the last one: it moves to the new end (the arrays are
+     * larger now; slots grows only once every buffer is there) */
+    reqs[new_req - 1] = reqs[old_req - 1];
+    for (size_t i = old_req - 1; i < new_req - 1; i++)
+        reqs[i] = MPI_REQUEST_NULL;
+    for (int b = x->slots; b < n; b++) {
+        x->bufs[b] = rf_chunk_buffer_alloc(x->buf_bytes);
+        x->slot_busy[b] = 0;
+        if (x->bufs[b] == NULL) {
+            for (int q = x->slots; q < b; q++)
+                rf_chunk_buffer_free(x->bufs[q]);
+            reqs[old_req - 1] = reqs[new_req - 1];
+            return rf_err_set(err, RF_ERR_NOMEM,
+                              "xfer: rank %d: out of memory for send slot %d of %" PRIu64
+                              " bytes (%d slots)",
+                              x->rank, b, x->buf_bytes, n);
+        }
+    }
+    x->slots = n;
+    return RF_OK;
+}
+
 void rf_xfer_slot_sent(rf_xfer_t *x, int b)
 {
     x->slot_busy[b] = 1;
     int inflight = 0;
-    for (int i = 0; i < x->buffers; i++)
+    for (int i = 0; i < x->slots; i++)
         inflight += x->slot_busy[i];
     rf_xfer_update_inflight(x, inflight);
 }

@@ -27,13 +27,16 @@ struct rf_xfer {
     uint64_t chunk_bytes;
     uint64_t buf_bytes; /* bytes of each bufs[] entry (ops->buf_bytes; chunk_bytes) */
     int buffers;
+    int slots;          /* sender slots: bufs, slot_busy, sreqs' groups (>= buffers; a p2p
+                           sender grows them for its window, rf_xfer_grow_slots) */
     int rank;
     int nranks;
-    void **bufs;        /* [buffers] chunk (mpi) or message (ipc, nccl) buffers, owned */
-    MPI_Request *sreqs; /* [buffers * 2 * nranks + 1] sends per slot (2: duplicate fault);
+    void **bufs;        /* [slots] chunk (mpi) or message (ipc, nccl) buffers, owned; the
+                           receivers use the first `buffers` */
+    MPI_Request *sreqs; /* [slots * 2 * nranks + 1] sends per slot (2: duplicate fault);
                            the last one: a transport's own (ipc READY) */
     MPI_Request *rreqs; /* [buffers + 1] receives (the last one: a transport's own, ipc READY) */
-    int *slot_busy;     /* [buffers] sender: posted, completion not yet seen */
+    int *slot_busy;     /* [slots] sender: posted, completion not yet seen */
     rf_xfer_segment_t *segs; /* receiver: one chunk's segments (rf_xfer_segments), owned */
     size_t segcap;
     rf_xfer_stats_t stats;
@@ -41,7 +44,7 @@ struct rf_xfer {
 
 static inline int rf_xfer_sreq_count(const rf_xfer_t *x)
 {
-    return x->buffers * 2 * x->nranks + 1;
+    return x->slots * 2 * x->nranks + 1;
 }
 
 /*
@@ -75,6 +78,10 @@ struct rf_xfer_ops {
                         void *ctx, rf_err_t *err);
     rf_status_t (*recv)(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
                         void *ctx, rf_err_t *err);
+    /* rf_xfer_send_p2p after the configs' check, with its contract (inflight >= 1). NULL:
+     * the core sends the pairs one after another through send. */
+    rf_status_t (*send_p2p)(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_t n, int inflight,
+                            rf_xfer_pack_fn pack, rf_err_t *err);
     /* rf_xfer_drain, after the posted receives were cancelled: what the peers still owe this
      * rank, then this rank's outstanding sends. NULL: nothing travels that could be owed. */
     rf_status_t (*drain)(rf_xfer_t *x, const uint64_t *posted_from, double deadline,
@@ -142,6 +149,10 @@ rf_status_t rf_xfer_drain_messages(rf_xfer_t *x, const uint64_t *posted_from, do
 rf_status_t rf_xfer_send_copies(rf_xfer_t *x, const rf_xfer_fault_t *f, uint32_t seq,
                                 const void *buf, size_t bytes, int peer, int tag,
                                 MPI_Request *reqs, int *nreq, rf_err_t *err);
+/* Sender: at least n slots (buffers, busy flags, send requests), the new ones idle; a
+ * transport calls it between updates' sends, never with sends of the old arrays' slots
+ * pending on another thread (there is none). RF_ERR_NOMEM naming the bytes. */
+rf_status_t rf_xfer_grow_slots(rf_xfer_t *x, int n, rf_err_t *err);
 /* Sender: slot b's sends are posted; marks it busy and updates the in-flight maximum. */
 void rf_xfer_slot_sent(rf_xfer_t *x, int b);
 /* Receiver: waits (ABORT + deadline, counted as wire time) for the one request *req; its status

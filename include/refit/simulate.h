@@ -82,6 +82,9 @@ typedef struct rf_sim_pair {
     uint64_t bytes;   /* wire bytes: payload + chunks x (header + trailer) */
     uint64_t payload; /* payload bytes */
     uint64_t chunks;
+    int order;        /* p2p: the pair's place in its sender's send order (0: its first; the
+                         order rf_xfer_send_p2p takes the pairs in, runtime/session.c); -1 in
+                         broadcast and in the gather */
 } rf_sim_pair_t;
 
 /* One link class's busiest link. */
@@ -116,17 +119,23 @@ typedef struct rf_sim {
     double bound_s;             /* what no schedule of these receivers' bytes beats: the busiest
                                    receiver's bytes, or the senders' mean share, over the floor
                                    class's bandwidth (the balance a schedule could reach) */
-    double ordered_s;           /* the same bytes in refit's send order (mpi): p2p senders serve
-                                   receivers one at a time in world-rank order, each from its
-                                   own first receiver (rf_xfer_p2p_first_receiver), and
-                                   receivers take chunks from whichever sender is sending (mpi
-                                   any_order), the pairs into
-                                   one receiver sharing its link (an event model);
+    double ordered_s;           /* the same bytes in refit's send order (mpi): p2p senders take
+                                   their receivers in world-rank order from their own first
+                                   receiver (rf_xfer_p2p_first_receiver), p2p_inflight of them
+                                   in flight at once (rf_xfer_send_p2p), and receivers take
+                                   chunks from whichever sender is sending (mpi any_order), the
+                                   active pairs sharing their links max-min fairly (an event
+                                   model);
                                    broadcast stages one after another (receivers consume them
                                    stage-major), each stage sender fanning out to all receivers;
                                    never below the busiest link's wire + latency; + fill */
     double ordered_rank_s;      /* p2p: ordered_s before receivers took any ready sender */
-    double ordered_asc_s;       /* p2p: ordered_s with every sender starting at receiver 0 */
+    double ordered_asc_s;       /* p2p: ordered_s with every sender starting at receiver 0,
+                                   one receiver at a time */
+    double ordered_one_s;       /* p2p: ordered_s with one receiver at a time per sender (the
+                                   order before rf_xfer_send_p2p's window) */
+    int p2p_inflight;           /* p2p: the senders' window (transfer.p2p_inflight, or
+                                   RF_XFER_P2P_INFLIGHT_DEFAULT) ordered_s was computed with */
 } rf_sim_t;
 
 /*

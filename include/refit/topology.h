@@ -126,6 +126,9 @@ typedef struct rf_topology {
     rf_mode_t mode;
     uint64_t chunk_bytes;        /* default 64 MiB; mpi: at most 2^31 - 256 */
     int buffers;                 /* default 2 */
+    int p2p_inflight;            /* p2p senders on mpi: receivers with chunks in flight at once
+                                    (transport.h rf_xfer_send_p2p); 0: the default,
+                                    RF_XFER_P2P_INFLIGHT_DEFAULT */
     double timeout_s;            /* default 300 */
     bool integrity;              /* default true (checksum trailer per chunk) */
     double min_bandwidth;        /* bytes/s; default 100 MB/s (mpi), 10 GB/s (nccl, ipc) */

@@ -122,6 +122,24 @@ typedef rf_status_t (*rf_xfer_pack_fn)(void *ctx, const rf_chunk_t *chunk,
  */
 int rf_xfer_p2p_first_receiver(int sender, int n_senders, int n_receivers);
 
+/*
+ * p2p sender's order of its pairs, the one rule the transport (rf_xfer_send_p2p's caller,
+ * runtime/session.c) and the scale model (runtime/simulate.c) share: given this sender's
+ * receivers' world ranks ascending (dst[0..n)), the position its sends start at: the first at
+ * or after world rank first_rank (n_senders + rf_xfer_p2p_first_receiver(...) with the
+ * capability; n_senders without), or 0 when none is; it then takes them in that order,
+ * wrapping. Pure.
+ */
+size_t rf_xfer_p2p_start(const int *dst, size_t n, int first_rank);
+
+/* Receivers a p2p sender keeps chunks in flight to at once by default (topology
+ * transfer.p2p_inflight 0), so also its chunk buffers (at most 8 x chunk_bytes: 512 MiB at
+ * 64 MiB).
+ * The scale model's choice (docs/simulate.md, "the anchors"): the 256-GPU anchors are 1.12x
+ * and 1.04x the wire floor with it, 2.66x and 2.34x with 1, 1.22x and 1.07x with 4; 16 gains
+ * under 0.1x more for twice the memory. */
+#define RF_XFER_P2P_INFLIGHT_DEFAULT 8
+
 /* Where a segment's bytes are. */
 typedef enum {
     RF_XFER_MEM_HOST = 0,   /* ordinary host memory (the CPU may read it) */
@@ -475,6 +493,36 @@ const rf_xfer_stats_t *rf_xfer_stats(const rf_xfer_t *x);
  */
 rf_status_t rf_xfer_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_pack_fn pack,
                          void *ctx, rf_err_t *err);
+
+/* One pair of a p2p sender (rf_xfer_send_p2p): the pair's config (its receiver's plan, one
+ * receiver) and the pack callback's ctx for it. Borrowed for the call. */
+typedef struct rf_xfer_pair {
+    const rf_xfer_config_t *cfg;
+    void *ctx;
+} rf_xfer_pair_t;
+
+/*
+ * p2p sender side: sends every pair's chunks (each pairs[i].cfg as rf_xfer_send would, with
+ * the same update, deadline, integrity and fault), keeping chunks to up to `inflight`
+ * receivers in flight at once. Pairs join in array order: the first `inflight` at once, the
+ * next when one's last chunk completed. Each pair's chunks go in their seq order; across
+ * the pairs in flight the sender takes them round-robin, one chunk per pair per turn,
+ * skipping a pair whose previous chunks are still on the wire (at most max(1, S / inflight)
+ * each), so a slow receiver holds only its own share of the slots and never stalls the
+ * others. inflight is at most n (a wider window has no pair to fill it). S = max(buffers,
+ * inflight) chunk buffers: a sender's send memory is bounded by S x chunk_bytes (grown from
+ * `buffers` on the first such call and kept). Where the transport
+ * has no such path (ipc, nccl: their receivers take senders in plan order) the pairs go one
+ * after another, rf_xfer_send each, and inflight is 1. inflight 1 is the one-receiver-at-a-
+ * time order. Requires the receivers to take chunks in any order (RF_XFER_CAP_ANY_ORDER,
+ * cfg.any_order on their side) for inflight > 1, or two senders could each wait on a receiver
+ * that waits on the other. Local; errors as rf_xfer_send, naming the chunk, stage and
+ * receiver; RF_ERR_INVALID for a pair whose config is not one receiver's; RF_ERR_NOMEM for
+ * the buffers. The transport logs (REFIT_LOG_LEVEL=info) the order in which the pairs' first
+ * chunks went and the most receivers that had chunks posted at once (tests read it).
+ */
+rf_status_t rf_xfer_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_t n, int inflight,
+                             rf_xfer_pack_fn pack, rf_err_t *err);
 
 /*
  * Receiver side: receives every chunk of the plan, in sequence order (cfg->any_order on mpi:

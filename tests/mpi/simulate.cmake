@@ -2,6 +2,7 @@
 # sim_pairs_*: refit-run (mpi, 4-8 ranks) and the simulation of the same topology and model
 # agree on every (sender, receiver) pair's bytes in both updates, and in broadcast on the
 # bytes each stage sender gathers (tests/mpi/sim_pairs.py reads the profile's sent_to).
+# sim_order_*: the p2p senders' order and window in refit-run are the simulation's.
 # simulate_*: refused machines name the key; the table's columns; the small anchors.
 # Included from tests/mpi/CMakeLists.txt after fsdp.cmake (REFIT_RUN, EXPECT, TOPO, TTOPO,
 # DATA, FSDP_TOPO).
@@ -27,6 +28,20 @@ foreach(case "llama-tiny-tp2pp2-to-tp2;${TOPO}/llama-tiny-tp2pp2-to-tp2.yaml;6;-
                    ${REFIT_RUN} -np ${np} $<TARGET_FILE:refit-run> ${args}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(sim_pairs_${name} PROPERTIES LABELS "mpi;python" TIMEOUT 300)
+endforeach()
+
+# sim_order_*: the p2p senders' order and window in refit-run (their info line,
+# rf_xfer_send_p2p) are the simulation's (each pair's "order", "p2p_inflight"): 8 ranks, each
+# trainer sending to 4 receivers in several chunks; the default window (several receivers in
+# flight, the receiver changing more often than once per pair) and transfer.p2p_inflight 1
+# (one receiver after another) (tests/mpi/sim_order.py)
+foreach(w fanout one)
+  add_test(NAME sim_order_${w}
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/sim_order.py
+                   $<TARGET_FILE:refit-plan> ${TTOPO}/llama-tiny-tp2pp2-to-2xtp2-p2p-${w}.yaml --
+                   ${REFIT_RUN} -np 8 $<TARGET_FILE:refit-run>
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(sim_order_${w} PROPERTIES LABELS "mpi;python" TIMEOUT 300)
 endforeach()
 
 set(SIM_PLAN $<TARGET_FILE:refit-plan> --simulate)

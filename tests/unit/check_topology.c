@@ -427,6 +427,8 @@ static const bad_case_t k_bad[] = {
     {M "transfer: { slack_s: -1 }\n", {"transfer.slack_s: -1 is out of range"}},
     {M "transfer: { join_timeout_s: 0 }\n", {"transfer.join_timeout_s: 0 must be positive"}},
     {M "transfer: { buffers: 0 }\n", {"transfer.buffers: 0 is out of range"}},
+    {M "transfer: { p2p_inflight: 0 }\n", {"transfer.p2p_inflight: 0 is out of range"}},
+    {M "transfer: { p2p_inflight: 65 }\n", {"transfer.p2p_inflight: 65 is out of range"}},
     {M "colocated: true\ntransfer: { transport: nccl }\n",
      {"colocated: true requires transfer.transport ipc", "got transport nccl without gpus"}},
     {M "colocated: true\ntrainer: { gpus: [0] }\nrollout: { gpus: [0] }\n",
@@ -728,6 +730,7 @@ START_TEST(test_hash)
         "transfer: { mode: p2p }\n",
         "transfer: { chunk_bytes: 2MiB }\n",
         "transfer: { buffers: 3 }\n",
+        "transfer: { p2p_inflight: 2 }\n",
         "transfer: { timeout_s: 301 }\n",
         "transfer: { integrity: false }\n",
         "transfer: { min_bandwidth: 1GB/s }\n",
@@ -820,6 +823,8 @@ START_TEST(test_hash)
     ck_assert_ptr_null(strstr(full, "dir/"));
     ck_assert_ptr_nonnull(strstr(full, "trainer.layout: megatron\n"));
     ck_assert_ptr_nonnull(strstr(full, "rollout.layout: vllm\n"));
+    /* transfer.p2p_inflight only when set: the hashes of topologies without it stay */
+    ck_assert_ptr_null(strstr(full, "p2p_inflight"));
     free(full);
 
     /* the layouts: hashed, spelled out (the defaults and their explicit form agree) */
