@@ -115,14 +115,16 @@ foreach(case "raise_trainer_np3;fail;raise;1;0;2" "raise_engine_np3;fail;raise;2
   list(GET case 3 who)
   list(GET case 4 a)
   list(GET case 5 b)
+  # no ^ / $ anchors: mpirun may forward two ranks' lines joined (one line's text, then the
+  # other's, then both newlines)
   if(mode STREQUAL "raise")
-    set(re "^rank ${a}: refit.Error RF_ERR_PEER after [0-9.]+ s: rank ${a}: rf_session_begin of update 2: rank ${who} left the session \\(rf_session_destroy_local: python: RuntimeError: injected between updates by rank ${who}\\)$")
+    set(re "rank ${a}: refit.Error RF_ERR_PEER after [0-9.]+ s: rank ${a}: rf_session_begin of update 2: rank ${who} left the session \\(rf_session_destroy_local: python: RuntimeError: injected between updates by rank ${who}\\)")
   else()
-    set(re "^rank ${who}: refit.Error RF_ERR_PEER after [0-9.]+ s: .*left the session \\(it gave up: .*transfer.join_timeout_s 3 s")
+    set(re "rank ${who}: refit.Error RF_ERR_PEER after [0-9.]+ s: .*left the session \\(it gave up: .*transfer.join_timeout_s 3 s")
   endif()
   add_test(NAME python_session_leave_${name}
-           COMMAND ${EXPECT} ${want} "${re}" "^rank ${a}: test_session_leave: ok$"
-                   "^rank ${b}: test_session_leave: ok$"
+           COMMAND ${EXPECT} ${want} "${re}" "rank ${a}: test_session_leave: ok"
+                   "rank ${b}: test_session_leave: ok"
                    -- ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
                    -x REFIT_LIB -x OMP_NUM_THREADS -np 3 /usr/bin/python3
                    ${CMAKE_SOURCE_DIR}/python/tests/test_session_leave.py ${LEAVE_TOPO} ${mode} ${who}
