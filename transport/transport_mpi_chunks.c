@@ -27,6 +27,26 @@
 #include "refit/transport.h"
 #include "xfer_int.h"
 
+/* A sender's failure: the error wrapped with where it happened (the chunk and its receiver
+ * when known), then ABORT to every rank unless a peer is already gone. Returns st. */
+static rf_status_t send_failed(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_status_t st,
+                               rf_err_t *e, uint32_t seq, int stage, int peer, rf_err_t *err)
+{
+    char where[160];
+    if (peer >= 0)
+        snprintf(where, sizeof(where), "update %u: sending chunk seq %u (stage %d) to rank %d",
+                 cfg->update, seq, stage, peer);
+    else if (stage >= 0)
+        snprintf(where, sizeof(where), "update %u: sending chunk seq %u (stage %d)", cfg->update,
+                 seq, stage);
+    else
+        snprintf(where, sizeof(where), "update %u: sending", cfg->update);
+    rf_xfer_wrap(err, st, e, where);
+    if (st != RF_ERR_PEER)
+        rf_ctl_abort(x->ctl, st, err ? err->msg : e->msg);
+    return st;
+}
+
 /* Waits (ABORT + deadline) until every send from slot b completed. */
 static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, rf_err_t *err)
 {
@@ -101,21 +121,7 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
     return RF_OK;
 
 fail:
-    {
-        char where[160];
-        if (peer >= 0)
-            snprintf(where, sizeof(where), "update %u: sending chunk seq %u (stage %d) to rank %d",
-                     cfg->update, seq, stage, peer);
-        else if (stage >= 0)
-            snprintf(where, sizeof(where), "update %u: sending chunk seq %u (stage %d)",
-                     cfg->update, seq, stage);
-        else
-            snprintf(where, sizeof(where), "update %u: sending", cfg->update);
-        rf_xfer_wrap(err, st, &e, where);
-    }
-    if (st != RF_ERR_PEER)
-        rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
-    return st;
+    return send_failed(x, cfg, st, &e, seq, stage, peer, err);
 }
 
 /*
@@ -308,21 +314,7 @@ fail:
     free(ps.owner);
     free(ps.pending);
     free(active);
-    {
-        char where[160];
-        if (peer >= 0)
-            snprintf(where, sizeof(where), "update %u: sending chunk seq %u (stage %d) to rank %d",
-                     cfg->update, seq, stage, peer);
-        else if (stage >= 0)
-            snprintf(where, sizeof(where), "update %u: sending chunk seq %u (stage %d)",
-                     cfg->update, seq, stage);
-        else
-            snprintf(where, sizeof(where), "update %u: sending", cfg->update);
-        rf_xfer_wrap(err, st, &e, where);
-    }
-    if (st != RF_ERR_PEER)
-        rf_ctl_abort(x->ctl, st, err ? err->msg : e.msg);
-    return st;
+    return send_failed(x, cfg, st, &e, seq, stage, peer, err);
 }
 
 /* Receiver: chunk c arrived in buf (got bytes): checks its header (update, seq, payload size)
