@@ -222,6 +222,27 @@ rf_status_t rf_accel_pointer_info(const rf_accel_t *accel, const void *ptr,
                                   rf_accel_ptr_info_t *info);
 
 /*
+ * Tests only: POSIX shared memory segments that the "host-device" accelerator reports as
+ * device allocations, so the CPU suite runs colocated CUDA IPC with tensors carved out of a
+ * few segments, as PyTorch's caching allocator carves parameters out of its segments.
+ * Declare: [base, base + bytes) is one allocation, the shm object `shm_name` (the host ipc
+ * backend's share_arena exports it under that name); rf_accel_pointer_info then reports for a
+ * pointer inside it that base, size and a buffer id of its own, legacy_ipc unless flags has
+ * RF_ACCEL_DECL_VMM (stands for expandable_segments' cuMemCreate memory) and mempool when it
+ * has RF_ACCEL_DECL_POOL (cudaMallocAsync). A pointer in no declared segment keeps the plain
+ * answer (base = the pointer, bytes 0: no allocation known). Forget: removes the segment
+ * declared at base. Process-wide, thread-safe; RF_ERR_INVALID for a bad argument,
+ * RF_ERR_NOMEM past 16 segments.
+ */
+#define RF_ACCEL_DECL_VMM 1u
+#define RF_ACCEL_DECL_POOL 2u
+rf_status_t rf_accel_host_device_declare(void *base, uint64_t bytes, const char *shm_name,
+                                         unsigned flags);
+void rf_accel_host_device_forget(void *base);
+/* The declared segment starting at base: 1 and its name (into name[cap]), else 0. */
+int rf_accel_host_device_segment(const void *base, uint64_t *bytes_p, char *name, size_t cap);
+
+/*
  * The chunk checksum ("refit-sum64 v1"), defined on bytes so every implementation agrees:
  *   n = bytes; words w_i, i in [0, ceil(n / 8)): little-endian 8-byte words of the buffer, the
  *   last one zero-padded;
