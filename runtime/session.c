@@ -9,7 +9,9 @@
  * slots over the engine's tensors) where refit-run lets refit allocate. This step's public
  * subset: host memory, and on rollout ranks with rollout.gpus the engine's CUDA tensors
  * (check_device; rf_session_device_storage: the storage's device branches, chunks through
- * host memory), the mpi transport (broadcast and p2p), quantization none, trainer
+ * host memory), the mpi transport (broadcast and p2p), colocated ipc with the trainer's CUDA
+ * tensors (rf_session_ipc_trainer; check_ipc_export refuses what legacy CUDA IPC cannot
+ * export; session_setup.c shares each allocation once), quantization none, trainer
  * layout megatron or fsdp (the shards rf_trainer_shard gives either way; F32 masters narrowed
  * by the trainer's pack), rollout layout vllm.
  */

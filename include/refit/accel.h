@@ -214,7 +214,9 @@ typedef struct rf_accel_ptr_info {
  * What ptr points at, as accel sees it: "cuda" asks cudaPointerGetAttributes and the driver's
  * pointer attributes (resolved at run time through cudaGetDriverEntryPointByVersion: librefit
  * links no libcuda); "host-device" (tests) reports every non-NULL pointer as device memory of
- * accel->device, its own allocation, IPC-capable; "host" reports host memory. RF_ERR_INVALID
+ * accel->device, IPC-capable, its allocation that of the declared segment holding it
+ * (rf_accel_host_device_declare, below), else unknown (base = ptr, bytes 0); "host" reports
+ * host memory. RF_ERR_INVALID
  * for NULL arguments, RF_ERR_UNSUPPORTED when CUDA is compiled out, RF_ERR_CUDA when a query
  * fails. Local, not collective; makes no device current.
  */

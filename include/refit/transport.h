@@ -198,8 +198,10 @@ static inline uint64_t rf_xfer_plan_bytes(uint64_t chunk_bytes, int integrity)
 /* ---- the ipc transport (colocated; DESIGN.md section 9) ---------------------------------- */
 
 /*
- * Arenas. A trainer rank places its shard buffers in one weights arena and, when it is a
- * stage sender whose stage has chunks to stage, `buffers` staging slots in a staging arena.
+ * Arenas. A trainer rank's shard buffers are its weights: refit-run places them in one weights
+ * arena (allocation 0); the session API's trainer shares the n allocations its registered
+ * CUDA tensors live in (rf_xfer_ipc_share, below). A stage sender whose stage has chunks to
+ * stage also exports `buffers` staging slots in a staging arena.
  * The exporter describes an arena by a handle (fixed size, sent over MPI as bytes); the
  * paired rollout rank imports the weights arena of its pair and every stage sender's staging
  * arena once, at setup, and keeps them mapped for the whole job. Backends are an ops table:
