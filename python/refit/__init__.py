@@ -238,8 +238,12 @@ class Session:
         Trainer ranks: their shards under the topology's trainer.layout (fsdp: rank d's
         tensor.chunk(dp, 0)[d]; an empty one may be passed and is ignored), in the model's
         dtype or as float32 masters of bfloat16 / float16 tensors (rounded to nearest even
-        when packed). Raises refit.Error naming the first bad tensor (those before it stay
-        registered)."""
+        when packed). On colocated ipc (trainer.gpus == rollout.gpus) trainer ranks register
+        CUDA tensors of their GPU in the model's dtype, which the engine on that GPU reads in
+        place through CUDA IPC: keep them alive where they are until close(), finish their
+        writes before update() (torch.cuda.synchronize()); expandable_segments and
+        cudaMallocAsync memory is refused. Raises refit.Error naming the first bad tensor
+        (those before it stay registered)."""
         s = self._handle()
         for name, t in tensors.items():
             if t.dim() > MAX_DIMS:
