@@ -4,6 +4,8 @@
  * (REFIT_HAVE_CUDA, set by CMake when nvcc and the toolkit are found); without it "cuda"
  * resolves to a stub whose every entry point says "cuda unavailable".
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,6 +158,83 @@ rf_status_t rf_accel_copy_ceiling(rf_accel_t *accel, size_t bytes, int reps, dou
     return st;
 }
 
+/* ---- tests: declared host-device segments (include/refit/accel.h) ------------------------ */
+
+#define DECL_MAX 16
+
+typedef struct decl_seg {
+    char *base;
+    uint64_t bytes;
+    uint64_t id;
+    unsigned flags;
+    char name[64];
+} decl_seg_t;
+
+static decl_seg_t decl[DECL_MAX];
+static uint64_t decl_next_id = 1;
+static pthread_mutex_t decl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+rf_status_t rf_accel_host_device_declare(void *base, uint64_t bytes, const char *shm_name,
+                                         unsigned flags)
+{
+    if (base == NULL || bytes == 0 || shm_name == NULL || strlen(shm_name) >= sizeof(decl[0].name))
+        return RF_ERR_INVALID;
+    rf_status_t st = RF_ERR_NOMEM;
+    pthread_mutex_lock(&decl_lock);
+    for (int i = 0; i < DECL_MAX; i++)
+        if (decl[i].base == NULL) {
+            decl[i] = (decl_seg_t){.base = base, .bytes = bytes, .id = decl_next_id++,
+                                   .flags = flags};
+            snprintf(decl[i].name, sizeof(decl[i].name), "%s", shm_name);
+            st = RF_OK;
+            break;
+        }
+    pthread_mutex_unlock(&decl_lock);
+    return st;
+}
+
+void rf_accel_host_device_forget(void *base)
+{
+    pthread_mutex_lock(&decl_lock);
+    for (int i = 0; i < DECL_MAX; i++)
+        if (decl[i].base != NULL && decl[i].base == (char *)base)
+            memset(&decl[i], 0, sizeof(decl[i]));
+    pthread_mutex_unlock(&decl_lock);
+}
+
+int rf_accel_host_device_segment(const void *base, uint64_t *bytes_p, char *name, size_t cap)
+{
+    int found = 0;
+    pthread_mutex_lock(&decl_lock);
+    for (int i = 0; i < DECL_MAX && !found; i++)
+        if (decl[i].base != NULL && decl[i].base == (const char *)base) {
+            found = 1;
+            if (bytes_p != NULL)
+                *bytes_p = decl[i].bytes;
+            if (name != NULL && cap > 0)
+                snprintf(name, cap, "%s", decl[i].name);
+        }
+    pthread_mutex_unlock(&decl_lock);
+    return found;
+}
+
+/* A pointer inside a declared segment: that segment's allocation attributes. */
+static void decl_find(const void *ptr, rf_accel_ptr_info_t *info)
+{
+    const char *p = ptr;
+    pthread_mutex_lock(&decl_lock);
+    for (int i = 0; i < DECL_MAX; i++)
+        if (decl[i].base != NULL && p >= decl[i].base && p < decl[i].base + decl[i].bytes) {
+            info->base = decl[i].base;
+            info->bytes = decl[i].bytes;
+            info->buffer_id = decl[i].id;
+            info->legacy_ipc = (decl[i].flags & RF_ACCEL_DECL_VMM) == 0;
+            info->mempool = (decl[i].flags & RF_ACCEL_DECL_POOL) != 0;
+            break;
+        }
+    pthread_mutex_unlock(&decl_lock);
+}
+
 rf_status_t rf_accel_pointer_info(const rf_accel_t *accel, const void *ptr,
                                   rf_accel_ptr_info_t *info)
 {
@@ -170,6 +249,7 @@ rf_status_t rf_accel_pointer_info(const rf_accel_t *accel, const void *ptr,
         info->device = accel->device;
         info->base = (void *)ptr;
         info->legacy_ipc = true;
+        decl_find(ptr, info);
         return RF_OK;
     }
     if (strcmp(accel->ops->name, "cuda") != 0)

@@ -9,7 +9,9 @@
  * slots over the engine's tensors) where refit-run lets refit allocate. This step's public
  * subset: host memory, and on rollout ranks with rollout.gpus the engine's CUDA tensors
  * (check_device; rf_session_device_storage: the storage's device branches, chunks through
- * host memory), the mpi transport (broadcast and p2p), quantization none, trainer
+ * host memory), the mpi transport (broadcast and p2p), colocated ipc with the trainer's CUDA
+ * tensors (rf_session_ipc_trainer; check_ipc_export refuses what legacy CUDA IPC cannot
+ * export; session_setup.c shares each allocation once), quantization none, trainer
  * layout megatron or fsdp (the shards rf_trainer_shard gives either way; F32 masters narrowed
  * by the trainer's pack), rollout layout vllm.
  */
@@ -284,7 +286,43 @@ static bool empty_shard(const rf_session_t *s, const rf_tensor_desc_t *d)
  * the host (RF_DEVICE_HOST). */
 static int registered_device(const rf_session_t *s)
 {
-    return rf_session_device_storage(s) ? s->accel->device : RF_DEVICE_HOST;
+    return rf_session_device_storage(s) || rf_session_ipc_trainer(s) ? s->accel->device
+                                                                      : RF_DEVICE_HOST;
+}
+
+/*
+ * A trainer tensor on colocated ipc: its pair opens the allocation holding it through legacy
+ * CUDA IPC (cudaIpcGetMemHandle / cudaIpcOpenMemHandle, as torch's reduce_tensor shares a
+ * caching-allocator segment). Refused, naming the tensor and the allocator setting that made
+ * it: pool memory (cudaMallocAsync; PyTorch's backend:cudaMallocAsync) and memory that is not
+ * legacy-IPC capable (cuMemCreate / VMM; PyTorch's expandable_segments:True); a pointer whose
+ * allocation the driver does not report, or the tensor running past its end. Local.
+ */
+static rf_status_t check_ipc_export(const rf_session_t *s, const rf_tensor_desc_t *d,
+                                    const rf_accel_ptr_info_t *pi, uint64_t bytes,
+                                    rf_err_t *err)
+{
+    const char *p = d->data;
+    if (pi->mempool)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "rank %d (trainer): %s: its memory comes from "
+                          "a CUDA memory pool (cudaMallocAsync; PyTorch: PYTORCH_CUDA_ALLOC_CONF="
+                          "backend:cudaMallocAsync), which colocated ipc cannot export with "
+                          "cudaIpcGetMemHandle: run the trainer with PyTorch's native caching "
+                          "allocator (backend:native)", s->rank, d->name);
+    if (!pi->legacy_ipc)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "rank %d (trainer): %s: its allocation is not "
+                          "legacy-IPC capable (cuMemCreate / VMM memory; PyTorch: "
+                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which colocated "
+                          "ipc cannot export with cudaIpcGetMemHandle: run the trainer with "
+                          "expandable_segments:False", s->rank, d->name);
+    if (pi->base == NULL || pi->bytes == 0 || p < (const char *)pi->base ||
+        (uint64_t)(p - (const char *)pi->base) + bytes > pi->bytes)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "rank %d (trainer): %s: the allocation holding "
+                          "its %" PRIu64 " bytes at %p is unknown or too short (base %p, %" PRIu64
+                          " bytes; CU_POINTER_ATTRIBUTE_RANGE_START_ADDR / RANGE_SIZE): colocated "
+                          "ipc cannot export it", s->rank, d->name, bytes, d->data, pi->base,
+                          pi->bytes);
+    return RF_OK;
 }
 
 /* Descriptor d's device: the one this rank's tensors live on (registered_device); a CUDA
@@ -301,11 +339,13 @@ static rf_status_t check_device(const rf_session_t *s, const rf_tensor_desc_t *d
                           is_rollout(s) ? "CUDA tensors need rollout.gpus, the GPU this rank's "
                                           "runtime storage lives on"
                                         : "trainer tensors are read on the host over the mpi "
-                                          "transport");
+                                          "transport; CUDA trainer tensors need colocated ipc "
+                                          "with trainer.gpus == rollout.gpus");
     if (d->device != want)
         return rf_err_set(err, RF_ERR_MISMATCH, "rank %d (%s): %s: device %d, expected CUDA "
-                          "device %d (rollout.gpus puts this rank's runtime storage there)",
-                          s->rank, role, d->name, d->device, want);
+                          "device %d (%s.gpus puts this rank's %s there)",
+                          s->rank, role, d->name, d->device, want, role,
+                          is_rollout(s) ? "runtime storage" : "tensors");
     if (want == RF_DEVICE_HOST || d->data == NULL)
         return RF_OK; /* NULL data: rf_signature_check refuses it where it holds bytes */
     rf_accel_ptr_info_t pi;
@@ -321,6 +361,13 @@ static rf_status_t check_device(const rf_session_t *s, const rf_tensor_desc_t *d
                           : pi.kind == RF_PTR_MANAGED ? "managed memory, not device memory"
                                                       : "device memory of CUDA device ",
                           pi.kind == RF_PTR_DEVICE ? pi.device : 0);
+    if (rf_session_ipc_trainer(s)) {
+        uint64_t bytes = 0, el = d->dtype ? rf_dtype_size(rf_dtype_parse(d->dtype)) : 0;
+        for (int x = 0; x < d->ndim && x < RF_SESSION_MAX_DIMS; x++)
+            bytes = x == 0 ? (uint64_t)(d->shape[0] > 0 ? d->shape[0] : 0)
+                           : bytes * (uint64_t)(d->shape[x] > 0 ? d->shape[x] : 0);
+        return check_ipc_export(s, d, &pi, d->ndim > 0 ? bytes * el : el, err);
+    }
     return RF_OK;
 }
 
@@ -400,6 +447,13 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
         st = rf_storage_rebind(&s->st, e->name, &sig, &e2);
         if (st != RF_OK)
             return rf_err_set(err, st, "rank %d (%s): %s", s->rank, role, e2.msg);
+    } else if (s->ipc && d->data != e->sig.data) {
+        /* colocated ipc: the plan shared the allocation the tensor was in, and the pair reads
+         * it at that offset */
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "rank %d (%s): %s moved after the plan (%p, "
+                          "planned at %p): on colocated ipc the pair reads each trainer tensor "
+                          "where it was at rf_session_plan; keep its memory for the session",
+                          s->rank, role, d->name, d->data, e->sig.data);
     } else if (!e->logical) { /* a quantized linear's weight: read at the next production */
         s->tr.buf[e->entry] = d->data;
     }

@@ -180,6 +180,14 @@ struct rf_session {
     void *ipc_wdev;        /* trainer, ipc_dev: its weights arena (device) */
     void *ipc_mirror;      /* trainer, ipc_dev: pinned host mirror the trainer produces into */
     uint64_t ipc_wbytes;   /* trainer, ipc_dev: bytes of both */
+    /* ipc, the public API (session_setup.c ipc_share_table): the trainer's registered tensors
+     * grouped by the allocation holding each (rf_accel_pointer_info: a caching allocator's
+     * segments), each allocation shared once */
+    void **ipc_abase;      /* trainer: [ipc_nalloc] allocation bases, in first-use order */
+    uint64_t *ipc_abytes;  /* trainer: [ipc_nalloc] their sizes */
+    uint32_t ipc_nalloc;
+    uint64_t *ipc_table;   /* every rank: [size][man.n][2] per trainer rank and manifest entry:
+                              offset in its allocation, allocation | RF_SESSION_IPC_* flags */
     /* nccl transport: device chunk buffers on every rank's GPU (transport/transport_nccl.c) */
     bool nccl;
     rf_nccl_layout_t nccl_layout;
@@ -229,6 +237,19 @@ static inline bool rf_session_device_storage(const rf_session_t *s)
     return !s->so.owned && rf_session_is_rollout(s) && s->accel != NULL &&
            s->accel->ops->mem_type != RF_MEM_HOST;
 }
+
+/* A trainer rank of the public API on colocated ipc with a device accelerator
+ * (trainer.gpus == rollout.gpus; the tests' host-device): it registers CUDA tensors, whose
+ * allocations its pair opens through CUDA IPC. */
+static inline bool rf_session_ipc_trainer(const rf_session_t *s)
+{
+    return !s->so.owned && !rf_session_is_rollout(s) && s->ipc && s->accel != NULL &&
+           s->accel->ops->mem_type != RF_MEM_HOST;
+}
+
+/* ipc_table flags (high bits of an entry's second word; the low 32 bits: its allocation) */
+#define RF_SESSION_IPC_HELD (1ull << 32)    /* the trainer rank registered this entry */
+#define RF_SESSION_IPC_SAME_DT (1ull << 33) /* registered in the manifest's dtype (no master) */
 
 /* Every rank learns the lowest failing rank's message (plain collective over comm). */
 rf_status_t rf_session_agree(MPI_Comm comm, rf_status_t st, rf_err_t *err);

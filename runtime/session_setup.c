@@ -144,6 +144,63 @@ static void ipc_rows_read(const rf_session_t *s, const rf_rollout_coords_t *rc, 
 }
 
 /*
+ * The public API's trainer on ipc: groups this rank's registered tensors by the allocation
+ * holding each (rf_accel_pointer_info; PyTorch's caching allocator carves many parameters out
+ * of one segment), each distinct allocation once in first-use order, and every rank learns
+ * every trainer rank's [entry] -> (allocation, offset, flags) table (collective: the piece
+ * placement is the same on every rank). The registration checked each pointer (device
+ * memory of this rank's GPU, legacy-IPC capable, not pool memory, inside its allocation).
+ */
+static rf_status_t ipc_share_table(rf_session_t *s, rf_err_t *err)
+{
+    const size_t n2 = (size_t)s->man.n * 2;
+    uint64_t *mine = calloc(n2 + 1, sizeof(uint64_t));
+    s->ipc_table = calloc(n2 * (size_t)s->size + 1, sizeof(uint64_t));
+    s->ipc_abase = calloc((size_t)s->man.n + 1, sizeof(void *));
+    s->ipc_abytes = calloc((size_t)s->man.n + 1, sizeof(uint64_t));
+    rf_status_t st = RF_OK;
+    if (mine == NULL || s->ipc_table == NULL || s->ipc_abase == NULL || s->ipc_abytes == NULL)
+        st = rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
+    for (int i = 0; i < s->man.n && st == RF_OK && rf_session_ipc_trainer(s); i++) {
+        int k = s->ex_of_tensor[s->man.entries[i].tensor];
+        if (k < 0 || !s->ex[k].registered || rf_signature_bytes(&s->ex[k].sig) == 0)
+            continue;
+        rf_accel_ptr_info_t pi;
+        const char *data = s->ex[k].sig.data;
+        rf_status_t ps = rf_accel_pointer_info(s->accel, data, &pi);
+        if (ps != RF_OK || pi.base == NULL || pi.bytes == 0) {
+            st = rf_err_set(err, ps != RF_OK ? ps : RF_ERR_INTERNAL, "rank %d (trainer): %s: no "
+                            "allocation found for its pointer %p", s->rank, s->ex[k].name,
+                            (const void *)data);
+            break;
+        }
+        uint32_t a = 0;
+        while (a < s->ipc_nalloc && s->ipc_abase[a] != pi.base)
+            a++;
+        if (a == s->ipc_nalloc) {
+            s->ipc_abase[a] = pi.base;
+            s->ipc_abytes[a] = pi.bytes;
+            s->ipc_nalloc++;
+        }
+        mine[2 * i] = (uint64_t)(data - (const char *)pi.base);
+        mine[2 * i + 1] = a | RF_SESSION_IPC_HELD |
+                          (s->ex[k].sig.dtype == s->man.entries[i].dtype ? RF_SESSION_IPC_SAME_DT
+                                                                         : 0);
+    }
+    rf_status_t ag = rf_session_agree(s->comm, st, err);
+    if (ag == RF_OK &&
+        MPI_Allgather(mine, (int)n2, MPI_UINT64_T, s->ipc_table, (int)n2, MPI_UINT64_T,
+                      s->comm) != MPI_SUCCESS)
+        ag = rf_err_set(err, RF_ERR_MPI, "rank %d: ipc allocation table: MPI_Allgather failed",
+                        s->rank);
+    free(mine);
+    if (ag == RF_OK && rf_session_ipc_trainer(s))
+        rf_info("ipc: trainer rank %d shares %u allocation(s) holding its registered tensors",
+                s->rank, s->ipc_nalloc);
+    return ag;
+}
+
+/*
  * Where every rollout rank reads every piece: in place from its pair's weights arena when the
  * pair's shard of the tensor is full-width and holds every row that rank's loaders read of
  * the piece, staged otherwise. A chunk is staged when any rollout rank needs it staged. Pure
@@ -153,15 +210,20 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
 {
     const rf_chunk_plan_t *cp = s->cplan;
     uint64_t *offs = calloc((size_t)s->man.n + 1, sizeof(uint64_t));
+    uint32_t *arena = calloc((size_t)s->man.n + 1, sizeof(uint32_t));
     rf_ipc_piece_t *mine = calloc(cp->n_pieces + 1, sizeof(rf_ipc_piece_t));
     s->ipc_staged = calloc(cp->n_chunks + 1, 1);
     s->ipc_piece_staged = calloc(cp->n_pieces + 1, 1);
-    if (offs == NULL || mine == NULL || s->ipc_staged == NULL || s->ipc_piece_staged == NULL) {
+    if (offs == NULL || arena == NULL || mine == NULL || s->ipc_staged == NULL ||
+        s->ipc_piece_staged == NULL) {
         free(offs);
+        free(arena);
         free(mine);
         return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
     }
     uint64_t inplace = 0, staged = 0;
+    int64_t first_staged = -1; /* the public API: its first staged piece, and who stages it */
+    int first_w = -1;
     for (int r = 0; r < s->R; r++) {
         rf_rank_info_t ri, pi;
         int w = s->receivers[r];
@@ -169,12 +231,23 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
             rf_topology_rank_info(&s->topo, s->pair_of[w], &pi) != RF_OK ||
             pi.role != RF_ROLE_TRAINER) {
             free(offs);
+            free(arena);
             free(mine);
             return rf_err_set(err, RF_ERR_TOPOLOGY, "%s: transport ipc: rollout rank %d pairs "
                               "with rank %d, not a trainer rank",
                               s->topo.file, w, s->pair_of[w]);
         }
-        rf_trainer_arena_layout(&s->topo, &s->inv, &s->man, &pi, offs);
+        if (s->ipc_table == NULL) { /* refit-run: the pair's one arena, by the topology */
+            rf_trainer_arena_layout(&s->topo, &s->inv, &s->man, &pi, offs);
+        } else { /* the public API: where the pair's registered tensors are (ipc_share_table) */
+            const uint64_t *tb = &s->ipc_table[(size_t)s->pair_of[w] * (size_t)s->man.n * 2];
+            for (int i = 0; i < s->man.n; i++) {
+                uint64_t f = tb[2 * i + 1];
+                bool ok = (f & RF_SESSION_IPC_HELD) && (f & RF_SESSION_IPC_SAME_DT);
+                offs[i] = ok ? tb[2 * i] : UINT64_MAX;
+                arena[i] = (uint32_t)(f & 0xffffffffu);
+            }
+        }
         for (size_t c = 0; c < cp->n_chunks; c++) {
             const rf_chunk_t *ch = &cp->chunks[c];
             for (size_t k = 0; k < ch->piece_count; k++) {
@@ -189,7 +262,7 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
                 lo = lo < pc->row_begin ? pc->row_begin : lo;
                 hi = hi > pc->row_end ? pc->row_end : hi;
                 if (hi <= lo) {
-                    ip = (rf_ipc_piece_t){0, pc->row_begin, pc->row_begin, 0};
+                    ip = (rf_ipc_piece_t){0, pc->row_begin, pc->row_begin, 0, 0};
                 } else if (rf_trainer_shard(&s->topo, &s->inv, t, &pi, &reg) && reg.c0 == 0 &&
                            (uint64_t)reg.c1 * (uint64_t)rf_dtype_size(s->man.entries[pc->item]
                                                                           .dtype) ==
@@ -198,10 +271,15 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
                            offs[pc->item] != UINT64_MAX) {
                     ip = (rf_ipc_piece_t){0, lo, hi,
                                           offs[pc->item] + (lo - (uint64_t)reg.r0) *
-                                                               s->items[pc->item].row_bytes};
+                                                               s->items[pc->item].row_bytes,
+                                          arena[pc->item]};
                 }
                 if (ip.staged)
                     s->ipc_staged[c] = s->ipc_piece_staged[gi] = 1;
+                if (ip.staged && first_staged < 0) {
+                    first_staged = (int64_t)gi;
+                    first_w = w;
+                }
                 if (w == s->rank) {
                     mine[gi] = ip;
                     inplace += !ip.staged;
@@ -211,6 +289,30 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
         }
     }
     free(offs);
+    free(arena);
+    if (s->ipc_table != NULL && first_staged >= 0) {
+        /* the public API reads every piece in place: its trainer tensors are the caller's
+         * device memory, which the host cannot gather and pack into a staging slot */
+        free(mine);
+        const rf_chunk_piece_t *pc = &cp->pieces[first_staged];
+        int pw = s->pair_of[first_w];
+        const uint64_t *tb = &s->ipc_table[(size_t)pw * (size_t)s->man.n * 2];
+        bool held = (tb[2 * pc->item + 1] & RF_SESSION_IPC_HELD) != 0;
+        bool same = (tb[2 * pc->item + 1] & RF_SESSION_IPC_SAME_DT) != 0;
+        return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                          "%s: transfer.transport: ipc: %s (rows %" PRIu64 "-%" PRIu64 ") cannot "
+                          "be read in place by rollout rank %d from its pair, trainer rank %d: %s; "
+                          "the session API's colocated ipc reads every trainer tensor in place "
+                          "in this version",
+                          s->topo.file, s->man.entries[pc->item].name, pc->row_begin, pc->row_end,
+                          first_w, pw,
+                          !held  ? "that rank does not hold it"
+                          : !same ? "it was registered in another dtype than the checkpoint's "
+                                    "(an F32 master: register the model-dtype tensor)"
+                                  : "its shard there does not hold, full width, the rows that "
+                                    "rank loads (trainer and rollout sharding differ: use equal "
+                                    "tp, or the mpi transport)");
+    }
     if (rf_session_is_rollout(s)) {
         s->ipc_pieces = mine;
         rf_info("ipc: rank %d reads %" PRIu64 " pieces in place from rank %d, %" PRIu64
@@ -220,6 +322,53 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
         free(mine);
     }
     return RF_OK;
+}
+
+/*
+ * The public API's trainer: shares each allocation of ipc_share_table (rf_xfer_ipc_share,
+ * in that order, so allocation a is handle a) and sends its pair the count and the handles;
+ * the pair opens each (rf_xfer_ipc_import_weights: once per distinct allocation). Local to
+ * each pair (point to point); the caller agrees.
+ */
+static rf_status_t share_allocations(rf_session_t *s, const char *id, rf_err_t *err)
+{
+    rf_status_t st = RF_OK;
+    uint32_t n = 0;
+    rf_ipc_handle_t *hs = NULL;
+    if (!rf_session_is_rollout(s)) {
+        n = s->ipc_nalloc;
+        hs = calloc((size_t)n + 1, sizeof(*hs));
+        if (hs == NULL)
+            st = rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
+        for (uint32_t a = 0; a < n && st == RF_OK; a++) {
+            char name[RF_IPC_NAME_MAX];
+            uint32_t idx = 0;
+            snprintf(name, sizeof(name), "refit-%s-%d-a%u", id, s->rank, a);
+            st = rf_xfer_ipc_share(s->xfer, name, s->ipc_abase[a], s->ipc_abytes[a], &idx,
+                                   &hs[a], err);
+            if (st == RF_OK && idx != a)
+                st = rf_err_set(err, RF_ERR_INTERNAL, "rank %d: allocation %u shared as %u",
+                                s->rank, a, idx);
+        }
+        uint32_t sent = st == RF_OK ? n : 0; /* 0: the pair opens nothing, the agree fails */
+        MPI_Send(&sent, 1, MPI_UINT32_T, s->pair_of[s->rank], 0x1f2, s->comm);
+        if (sent > 0)
+            MPI_Send(hs, (int)(sent * sizeof(*hs)), MPI_BYTE, s->pair_of[s->rank], 0x1f3,
+                     s->comm);
+        free(hs);
+        return st;
+    }
+    int pair = s->pair_of[s->rank];
+    MPI_Recv(&n, 1, MPI_UINT32_T, pair, 0x1f2, s->comm, MPI_STATUS_IGNORE);
+    hs = calloc((size_t)n + 1, sizeof(*hs));
+    if (hs == NULL) /* still receive the handles: the trainer's send must complete */
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
+    if (n > 0)
+        MPI_Recv(hs, (int)(n * sizeof(*hs)), MPI_BYTE, pair, 0x1f3, s->comm, MPI_STATUS_IGNORE);
+    for (uint32_t a = 0; a < n && st == RF_OK; a++)
+        st = rf_xfer_ipc_import_weights(s->xfer, pair, a, &hs[a], err);
+    free(hs);
+    return st;
 }
 
 /*
@@ -242,7 +391,9 @@ static rf_status_t setup_ipc(rf_session_t *s, rf_err_t *err)
                  (unsigned long)(rf_time_now() * 1e6) & 0xffffffu);
     }
     MPI_Bcast(id, (int)sizeof(id), MPI_CHAR, 0, s->comm);
-    if (!rf_session_is_rollout(s)) {
+    if (!rf_session_is_rollout(s) && !s->so.owned)
+        s->tr.gathered = s->ipc_piece_staged; /* none: ipc_plan refused a staged piece */
+    if (!rf_session_is_rollout(s) && s->so.owned) {
         uint64_t *offs = calloc((size_t)s->man.n + 1, sizeof(uint64_t));
         void *base = NULL;
         if (offs == NULL)
@@ -298,14 +449,17 @@ static rf_status_t setup_ipc(rf_session_t *s, rf_err_t *err)
                                     &base, &sh, err);
     }
     RF_CHECK(rf_session_agree(s->comm, st, err));
-    /* weights handles: trainer -> its pair */
-    if (!rf_session_is_rollout(s))
+    if (!s->so.owned) {
+        /* the public API: the allocations holding the trainer's registered tensors, each
+         * shared once, their handles to the pair, which opens each once */
+        RF_CHECK(rf_session_agree(s->comm, share_allocations(s, id, err), err));
+    } else if (!rf_session_is_rollout(s)) { /* weights handles: trainer -> its pair */
         MPI_Send(&wh, (int)sizeof(wh), MPI_BYTE, s->pair_of[s->rank], 0x1f1, s->comm);
-    else
+    } else {
         MPI_Recv(&wh, (int)sizeof(wh), MPI_BYTE, s->pair_of[s->rank], 0x1f1, s->comm,
                  MPI_STATUS_IGNORE);
-    if (rf_session_is_rollout(s))
         st = rf_xfer_ipc_import(s->xfer, s->pair_of[s->rank], RF_IPC_WEIGHTS, &wh, err);
+    }
     /* staging handles: each stage sender to everyone */
     for (int p = 0; p < s->cplan->n_stages; p++) {
         rf_ipc_handle_t h = sh;
@@ -516,24 +670,39 @@ static rf_status_t build_expected(rf_session_t *s, rf_err_t *err)
 /* What this step runs (the same topology everywhere: the same answer on every rank). */
 static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
 {
-    if (s->topo.transport != RF_TRANSPORT_MPI)
+    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
+    bool same_gpus = s->topo.t_ngpus > 0 && s->topo.t_ngpus == s->topo.r_ngpus &&
+                     memcmp(s->topo.t_gpus, s->topo.r_gpus,
+                            sizeof(int) * (size_t)s->topo.t_ngpus) == 0;
+    /* colocated ipc: each trainer rank's CUDA tensors, opened by its pair on the same GPU
+     * through CUDA IPC (on the CPU the tests' host-device accelerator stands for the GPUs) */
+    bool emu_ipc = emu != NULL && strcmp(emu, "host-device") == 0 && s->topo.t_ngpus == 0 &&
+                   s->topo.r_ngpus == 0;
+    if (s->topo.transport == RF_TRANSPORT_IPC && (!s->ipc || !(same_gpus || emu_ipc)))
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: transfer.transport: ipc: the session "
+                          "API shares the trainer's CUDA tensors with the engine on the same GPU: "
+                          "it needs colocated: true and trainer.gpus == rollout.gpus (%s)",
+                          s->topo.file, !s->ipc ? "not colocated" : "the gpus differ or are "
+                          "missing; host tensors: use the mpi transport");
+    if (s->topo.transport != RF_TRANSPORT_MPI && !s->ipc)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: transfer.transport: %s: the session API "
-                          "runs the mpi transport only in this version", s->topo.file,
-                          rf_transport_name(s->topo.transport));
+                          "runs the mpi transport and colocated ipc only in this version",
+                          s->topo.file, rf_transport_name(s->topo.transport));
     /* rollout.gpus: the rollout ranks register CUDA tensors as their runtime storage, chunks
-     * through host memory (setup_accel opens each rank's GPU) */
-    if (s->topo.t_ngpus > 0)
+     * through host memory (setup_accel opens each rank's GPU); trainer.gpus only on ipc */
+    if (s->topo.t_ngpus > 0 && !s->ipc)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: trainer.gpus: the session API's "
                           "trainers register host tensors on the mpi transport in this version "
-                          "(rollout.gpus: the engine's CUDA tensors)", s->topo.file);
+                          "(rollout.gpus: the engine's CUDA tensors; CUDA trainer tensors: "
+                          "colocated ipc)", s->topo.file);
     /* quantized models (runtime/session_quant.c): the formats and engines tested through
      * the session API; the others stay refused, named */
     rf_quant_t q = s->topo.quantization;
-    if (q != RF_QUANT_NONE && s->topo.r_ngpus > 0)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with rollout.gpus: the "
-                          "session API moves quantized models into host tensors only in this "
+    if (q != RF_QUANT_NONE && (s->topo.r_ngpus > 0 || s->ipc))
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with %s: the session "
+                          "API moves quantized models into host tensors over mpi only in this "
                           "version (refit-run's GPU storage takes them)", s->topo.file,
-                          rf_quant_name(q));
+                          rf_quant_name(q), s->ipc ? "colocated ipc" : "rollout.gpus");
     if (q != RF_QUANT_NONE && s->topo.r_layout == RF_ROLLOUT_LAYOUT_HF)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with rollout.layout hf: "
                           "the session API moves quantized models into the vllm layout only in "
@@ -801,6 +970,8 @@ static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
                 st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: transport ipc: rank %d has no pair",
                                 s->topo.file, r);
         RF_CHECK(st);
+        if (!s->so.owned) /* the public API: the trainer's registered allocations */
+            RF_CHECK(ipc_share_table(s, err));
         RF_CHECK(rf_session_agree(s->comm, ipc_plan(s, err), err));
     }
     for (int p = 0; p < s->cplan->n_stages && s->ipc; p++) {
@@ -993,6 +1164,9 @@ void rf_session_release(rf_session_t *s, bool mpi)
     free(s->ipc_staged);
     free(s->ipc_piece_staged);
     free(s->ipc_pieces);
+    free(s->ipc_abase);
+    free(s->ipc_abytes);
+    free(s->ipc_table);
     rf_manifest_free(&s->man);
     if (s->exmap_ok)
         rf_map_free(&s->exmap);

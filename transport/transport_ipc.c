@@ -10,6 +10,12 @@
  * chunk) and ACK (rollout rank -> stage sender, per chunk, after the chunk was applied); a
  * staging slot is repacked only after every receiver acked the chunk it held.
  *
+ * A trainer's weights are n allocations: refit-run exports one arena it allocates (allocation
+ * 0); the session API's trainer shares the allocations its registered tensors live in (a
+ * caching allocator's segments), each once, and every in-place piece names its allocation
+ * and offset (rf_ipc_piece_t). The importer opens each distinct allocation once (keyed by the
+ * exporter's handle) and closes it only at teardown.
+ *
  * Arenas come from a backend ops table; this file holds the host one (POSIX shared memory:
  * shm_open / ftruncate / mmap by name, importers map read-only, exporters mprotect their
  * weights arena between production and the next production). The CUDA backend
@@ -81,6 +87,30 @@ static rf_status_t host_export(const char *name, uint64_t bytes, rf_ipc_arena_t 
     return RF_OK;
 }
 
+/* Tests: the caller's shared memory segment declared at base (rf_accel_host_device_declare),
+ * exported under its own name; the caller keeps the mapping and the name. */
+static rf_status_t host_share(const char *name, void *base, uint64_t bytes, rf_ipc_arena_t *a,
+                              rf_err_t *err)
+{
+    char shm[RF_IPC_NAME_MAX];
+    uint64_t have = 0;
+    memset(a, 0, sizeof(*a));
+    if (!rf_accel_host_device_segment(base, &have, shm, sizeof(shm)) || have < bytes)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: %s at %p (%" PRIu64 " bytes) is not "
+                          "a shared memory segment this process declared "
+                          "(rf_accel_host_device_declare): the host backend cannot export it",
+                          name ? name : "allocation", base, bytes);
+    a->base = base;
+    a->bytes = bytes;
+    a->exported = 1;
+    a->borrowed = 1;
+    snprintf(a->handle.backend, sizeof(a->handle.backend), "host");
+    snprintf(a->handle.name, sizeof(a->handle.name), "%s", shm);
+    snprintf(a->handle.device, sizeof(a->handle.device), "host");
+    a->handle.bytes = bytes;
+    return RF_OK;
+}
+
 static rf_status_t host_import(const rf_ipc_handle_t *h, rf_ipc_arena_t *a, rf_err_t *err)
 {
     struct stat sb;
@@ -123,7 +153,7 @@ static rf_status_t host_unlink(rf_ipc_arena_t *a, rf_err_t *err)
 
 static rf_status_t host_protect(rf_ipc_arena_t *a, int readonly, rf_err_t *err)
 {
-    if (a->base == NULL || !a->exported || a->readonly == readonly)
+    if (a->base == NULL || !a->exported || a->borrowed || a->readonly == readonly)
         return RF_OK;
     if (mprotect(a->base, (size_t)a->bytes, readonly ? PROT_READ : PROT_READ | PROT_WRITE) != 0)
         return rf_err_set(err, RF_ERR_IO, "ipc: mprotect %s: %s", a->handle.name, strerror(errno));
@@ -133,6 +163,10 @@ static rf_status_t host_protect(rf_ipc_arena_t *a, int readonly, rf_err_t *err)
 
 static void host_release(rf_ipc_arena_t *a)
 {
+    if (a->borrowed) { /* the caller's mapping and name */
+        memset(a, 0, sizeof(*a));
+        return;
+    }
     if (a->base != NULL)
         munmap(a->base, (size_t)a->bytes);
     if (a->exported && a->linked)
@@ -158,6 +192,7 @@ static const rf_ipc_arena_ops_t host_ops = {
     .device = 0,
     .to_host = host_copy,
     .from_host = host_copy,
+    .share_arena = host_share,
 };
 
 /* tests only: shared memory that the scheduler treats as device memory */
@@ -171,6 +206,7 @@ static const rf_ipc_arena_ops_t host_device_ops = {
     .device = 1,
     .to_host = host_copy,
     .from_host = host_copy,
+    .share_arena = host_share,
 };
 
 const rf_ipc_arena_ops_t *rf_ipc_host_ops(void)
@@ -202,8 +238,18 @@ typedef struct rf_ipc_state rf_ipc_state_t;
 
 struct rf_ipc_state {
     const rf_ipc_arena_ops_t *ops;
-    rf_ipc_arena_t own[RF_IPC_KINDS];
-    rf_ipc_arena_t *imports; /* [RF_IPC_KINDS * nranks] */
+    rf_ipc_arena_t own[RF_IPC_KINDS]; /* [RF_IPC_STAGING]: staging; weights are wown */
+    rf_ipc_arena_t *imports; /* [RF_IPC_KINDS * nranks]: staging arenas (weights: wopen) */
+    /* weights: this rank's allocations ([0]: refit-run's arena), the owner's allocations
+     * opened here (each distinct one once) and, per owner allocation index, its wopen slot */
+    rf_ipc_arena_t *wown;
+    uint32_t n_wown, cap_wown;
+    rf_ipc_arena_t *wopen;
+    uint32_t n_wopen, cap_wopen;
+    int32_t *wslot;
+    uint32_t n_wslot;
+    int wowner; /* -1: no weights imported yet */
+    uint64_t n_exports, n_opens;
     /* sender */
     MPI_Request *areqs;        /* [buffers * nranks] ACK receives per slot and receiver */
     unsigned char *ack_posted; /* [buffers * nranks] */
@@ -258,6 +304,7 @@ static rf_status_t ipc_open(rf_xfer_t *x, rf_err_t *err)
     if (s == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory");
     s->ops = rf_ipc_host_ops(); /* rf_xfer_ipc_set_backend picks another before setup */
+    s->wowner = -1;
     s->imports = calloc((size_t)RF_IPC_KINDS * (size_t)x->nranks, sizeof(rf_ipc_arena_t));
     s->areqs = malloc(nb * sizeof(MPI_Request));
     s->ack_posted = calloc(nb, 1);
@@ -284,11 +331,14 @@ static void ipc_close(rf_xfer_t *x)
     if (s->areqs != NULL)
         rf_ctl_cancel_recvs(s->areqs, x->buffers * x->nranks);
     /* importers unmap first; an exporter's name goes with its release */
-    if (s->imports != NULL)
-        for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
-            s->ops->release(&s->imports[i]);
+    rf_xfer_ipc_close_imports(x);
     for (int k = 0; k < RF_IPC_KINDS; k++)
         s->ops->release(&s->own[k]);
+    for (uint32_t i = 0; i < s->n_wown; i++)
+        s->ops->release(&s->wown[i]);
+    free(s->wown);
+    free(s->wopen);
+    free(s->wslot);
     free(s->imports);
     free(s->areqs);
     free(s->ack_posted);
@@ -310,10 +360,10 @@ rf_status_t rf_xfer_ipc_set_backend(rf_xfer_t *x, const char *name, rf_err_t *er
                           "ipc: arena backend %s is unknown or not compiled in (host, cuda)",
                           name ? name : "(null)");
     for (int k = 0; k < RF_IPC_KINDS; k++)
-        if (ipc_of(x)->own[k].base != NULL)
+        if (ipc_of(x)->own[k].base != NULL || ipc_of(x)->n_wown > 0)
             return rf_err_set(err, RF_ERR_STATE, "ipc: backend changed after an export");
     for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
-        if (ipc_of(x)->imports[i].base != NULL)
+        if (ipc_of(x)->imports[i].base != NULL || ipc_of(x)->n_wopen > 0)
             return rf_err_set(err, RF_ERR_STATE, "ipc: backend changed after an import");
     ipc_of(x)->ops = o;
     return RF_OK;
@@ -326,10 +376,127 @@ const rf_ipc_arena_ops_t *rf_xfer_ipc_backend(const rf_xfer_t *x)
 
 void rf_xfer_ipc_close_imports(rf_xfer_t *x)
 {
-    if (x == NULL || ipc_of(x) == NULL || ipc_of(x)->imports == NULL)
+    rf_ipc_state_t *s = ipc_of(x);
+    if (x == NULL || s == NULL)
         return;
-    for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
-        ipc_of(x)->ops->release(&ipc_of(x)->imports[i]);
+    for (uint32_t i = 0; i < s->n_wopen; i++)
+        s->ops->release(&s->wopen[i]);
+    s->n_wopen = 0;
+    for (uint32_t i = 0; i < s->n_wslot; i++)
+        s->wslot[i] = -1;
+    if (s->imports != NULL)
+        for (int i = 0; i < RF_IPC_KINDS * x->nranks; i++)
+            s->ops->release(&s->imports[i]);
+}
+
+/* Room for one more arena in *a (cap *cap); RF_ERR_NOMEM. */
+static rf_status_t arena_grow(rf_ipc_arena_t **a, uint32_t n, uint32_t *cap, rf_err_t *err)
+{
+    if (n < *cap)
+        return RF_OK;
+    uint32_t c = *cap ? 2 * *cap : 8;
+    rf_ipc_arena_t *p = realloc(*a, (size_t)c * sizeof(**a));
+    if (p == NULL)
+        return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory (arena table)");
+    memset(p + *cap, 0, (size_t)(c - *cap) * sizeof(*p));
+    *a = p;
+    *cap = c;
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_ipc_share(rf_xfer_t *x, const char *name, void *base, uint64_t bytes,
+                              uint32_t *index_p, rf_ipc_handle_t *h_p, rf_err_t *err)
+{
+    rf_ipc_state_t *s = ipc_of(x);
+    if (s == NULL)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: allocation share on a non-ipc transfer");
+    if (base == NULL || bytes == 0)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc: %s: no allocation (base %p, %" PRIu64
+                          " bytes)", name ? name : "allocation", base, bytes);
+    if (s->ops->share_arena == NULL)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: the %s backend cannot share memory it "
+                          "did not allocate", s->ops->name);
+    for (uint32_t i = 0; i < s->n_wown; i++)
+        if (s->wown[i].base == base) { /* exported already: one handle per allocation */
+            if (s->wown[i].bytes != bytes)
+                return rf_err_set(err, RF_ERR_INTERNAL, "ipc: %s: allocation %p shared as %" PRIu64
+                                  " and %" PRIu64 " bytes", name ? name : "allocation", base,
+                                  s->wown[i].bytes, bytes);
+            *index_p = i;
+            *h_p = s->wown[i].handle;
+            return RF_OK;
+        }
+    RF_CHECK(arena_grow(&s->wown, s->n_wown, &s->cap_wown, err));
+    RF_CHECK(s->ops->share_arena(name, base, bytes, &s->wown[s->n_wown], err));
+    s->n_exports++;
+    *index_p = s->n_wown;
+    *h_p = s->wown[s->n_wown].handle;
+    s->n_wown++;
+    return RF_OK;
+}
+
+/* One exporter's allocation: the same backend, device, name, size and handle bytes. */
+static bool same_allocation(const rf_ipc_handle_t *a, const rf_ipc_handle_t *b)
+{
+    return strcmp(a->backend, b->backend) == 0 && strcmp(a->device, b->device) == 0 &&
+           strcmp(a->name, b->name) == 0 && a->bytes == b->bytes &&
+           memcmp(a->opaque, b->opaque, sizeof(a->opaque)) == 0;
+}
+
+rf_status_t rf_xfer_ipc_import_weights(rf_xfer_t *x, int owner, uint32_t index,
+                                       const rf_ipc_handle_t *h, rf_err_t *err)
+{
+    rf_ipc_state_t *s = ipc_of(x);
+    if (s == NULL || owner < 0 || owner >= x->nranks || h == NULL)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: bad weights import");
+    if (s->wowner >= 0 && s->wowner != owner)
+        return rf_err_set(err, RF_ERR_INTERNAL, "ipc: rank %d imports the weights of rank %d and "
+                          "rank %d (its pair's only)", x->rank, s->wowner, owner);
+    if (h->bytes == 0)
+        return RF_OK; /* nothing exported */
+    if (index >= s->n_wslot) {
+        int32_t *p = realloc(s->wslot, ((size_t)index + 1) * sizeof(int32_t));
+        if (p == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "ipc: out of memory (weights table)");
+        for (uint32_t i = s->n_wslot; i <= index; i++)
+            p[i] = -1;
+        s->wslot = p;
+        s->n_wslot = index + 1;
+    }
+    s->wowner = owner;
+    if (s->wslot[index] >= 0)
+        return RF_OK; /* already mapped (cached for the job) */
+    for (uint32_t i = 0; i < s->n_wopen; i++)
+        if (same_allocation(&s->wopen[i].handle, h)) { /* opened for another index */
+            s->wslot[index] = (int32_t)i;
+            return RF_OK;
+        }
+    RF_CHECK(arena_grow(&s->wopen, s->n_wopen, &s->cap_wopen, err));
+    RF_CHECK(s->ops->import_arena(h, &s->wopen[s->n_wopen], err));
+    s->n_opens++;
+    s->wslot[index] = (int32_t)s->n_wopen++;
+    rf_debug("rank %d: mapped weights allocation %u (%s) of rank %d (%" PRIu64 " bytes)", x->rank,
+             index, h->name, owner, h->bytes);
+    return RF_OK;
+}
+
+const void *rf_xfer_ipc_weights_base(const rf_xfer_t *x, int owner, uint32_t index)
+{
+    const rf_ipc_state_t *s = ipc_of(x);
+    if (s == NULL || owner < 0 || owner >= x->nranks)
+        return NULL;
+    if (owner == x->rank)
+        return index < s->n_wown ? s->wown[index].base : NULL;
+    if (owner != s->wowner || index >= s->n_wslot || s->wslot[index] < 0)
+        return NULL;
+    return s->wopen[s->wslot[index]].base;
+}
+
+void rf_xfer_ipc_counts(const rf_xfer_t *x, uint64_t *exports_p, uint64_t *opens_p)
+{
+    const rf_ipc_state_t *s = ipc_of(x);
+    *exports_p = s ? s->n_exports : 0;
+    *opens_p = s ? s->n_opens : 0;
 }
 
 rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *name, uint64_t bytes,
@@ -338,10 +505,23 @@ rf_status_t rf_xfer_ipc_export(rf_xfer_t *x, rf_ipc_kind_t kind, const char *nam
     if (ipc_of(x) == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: arena export on a non-ipc transfer");
     rf_ipc_state_t *s = ipc_of(x);
+    if (kind == RF_IPC_WEIGHTS) { /* allocation 0 of this rank's weights */
+        if (s->n_wown > 0)
+            return rf_err_set(err, RF_ERR_STATE, "ipc: rank %d exported its weights arena after "
+                              "%u allocations", x->rank, s->n_wown);
+        RF_CHECK(arena_grow(&s->wown, s->n_wown, &s->cap_wown, err));
+        RF_CHECK(s->ops->export_arena(name, bytes, &s->wown[0], err));
+        s->n_wown = 1;
+        s->n_exports++;
+        *base_p = s->wown[0].base;
+        *h_p = s->wown[0].handle;
+        return RF_OK;
+    }
     if (s->own[kind].base != NULL)
         return rf_err_set(err, RF_ERR_STATE, "ipc: rank %d exported arena kind %d twice", x->rank,
                           (int)kind);
     RF_CHECK(s->ops->export_arena(name, bytes, &s->own[kind], err));
+    s->n_exports++;
     *base_p = s->own[kind].base;
     *h_p = s->own[kind].handle;
     return RF_OK;
@@ -353,10 +533,13 @@ rf_status_t rf_xfer_ipc_import(rf_xfer_t *x, int owner, rf_ipc_kind_t kind,
     if (ipc_of(x) == NULL || (int)kind < 0 || kind >= RF_IPC_KINDS || owner < 0 ||
         owner >= x->nranks)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: bad arena import");
+    if (kind == RF_IPC_WEIGHTS)
+        return rf_xfer_ipc_import_weights(x, owner, 0, h, err);
     rf_ipc_arena_t *a = &ipc_of(x)->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner];
     if (h->bytes == 0 || a->base != NULL)
         return RF_OK; /* nothing exported, or already mapped (cached for the job) */
     rf_status_t st = ipc_of(x)->ops->import_arena(h, a, err);
+    ipc_of(x)->n_opens += st == RF_OK;
     if (st == RF_OK)
         rf_debug("rank %d: mapped %s of rank %d (%" PRIu64 " bytes)", x->rank, h->name, owner,
                  h->bytes);
@@ -369,6 +552,9 @@ rf_status_t rf_xfer_ipc_unlink(rf_xfer_t *x, rf_err_t *err)
         return RF_OK;
     for (int k = 0; k < RF_IPC_KINDS; k++)
         RF_CHECK(ipc_of(x)->ops->unlink_arena(&ipc_of(x)->own[k], err));
+    for (uint32_t i = 0; i < ipc_of(x)->n_wown; i++)
+        if (!ipc_of(x)->wown[i].borrowed) /* a shared allocation's name is the caller's */
+            RF_CHECK(ipc_of(x)->ops->unlink_arena(&ipc_of(x)->wown[i], err));
     return RF_OK;
 }
 
@@ -376,7 +562,11 @@ rf_status_t rf_xfer_ipc_protect(rf_xfer_t *x, int readonly, rf_err_t *err)
 {
     if (ipc_of(x) == NULL)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "ipc: protect on a non-ipc transfer");
-    return ipc_of(x)->ops->protect(&ipc_of(x)->own[RF_IPC_WEIGHTS], readonly, err);
+    /* refit's own arena; shared allocations are the caller's (borrowed: left alone) */
+    for (uint32_t i = 0; i < ipc_of(x)->n_wown; i++)
+        if (!ipc_of(x)->wown[i].borrowed)
+            RF_CHECK(ipc_of(x)->ops->protect(&ipc_of(x)->wown[i], readonly, err));
+    return RF_OK;
 }
 
 const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind)
@@ -384,6 +574,8 @@ const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind)
     if (ipc_of(x) == NULL || owner < 0 || owner >= x->nranks || (int)kind < 0 ||
         kind >= RF_IPC_KINDS)
         return NULL;
+    if (kind == RF_IPC_WEIGHTS)
+        return rf_xfer_ipc_weights_base(x, owner, 0);
     if (owner == x->rank)
         return ipc_of(x)->own[kind].base;
     return ipc_of(x)->imports[(size_t)kind * (size_t)x->nranks + (size_t)owner].base;
@@ -599,8 +791,7 @@ fail:
 
 /* The segments of chunk c for this rank (see rf_ipc_piece_t). */
 static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
-                                  const unsigned char *staging, const unsigned char *pair_base,
-                                  size_t *nseg_p, rf_err_t *err)
+                                  const unsigned char *staging, size_t *nseg_p, rf_err_t *err)
 {
     rf_ipc_state_t *s = ipc_of(x);
     const rf_xfer_mem_t mem = s->ops->device ? RF_XFER_MEM_DEVICE : RF_XFER_MEM_HOST;
@@ -619,14 +810,18 @@ static rf_status_t build_segments(rf_xfer_t *x, const rf_xfer_config_t *cfg, con
                                             1, mem};
             continue;
         }
-        if (pair_base == NULL)
-            return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu is in place, no pair arena", gi);
-        const unsigned char *src = pair_base + ip->arena_offset;
+        /* the pair's weights allocation holding the piece (refit-run: its one arena) */
+        const unsigned char *pair_base = rf_xfer_ipc_weights_base(x, s->pair, ip->arena);
         uint64_t lo = ip->row_lo, hi = ip->row_hi;
-        if (lo >= hi) { /* this rank's loaders read none of the piece's rows */
-            segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, pair_base, 0, mem};
+        if (lo >= hi) { /* this rank's loaders read none of the piece's rows (src: unread) */
+            const void *unread = pair_base != NULL ? (const void *)pair_base : (const void *)pc;
+            segs[n++] = (rf_xfer_segment_t){pc, pc->row_begin, pc->row_end, unread, 0, mem};
             continue;
         }
+        if (pair_base == NULL)
+            return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu is in place in allocation %u of "
+                              "rank %d, which is not mapped here", gi, ip->arena, s->pair);
+        const unsigned char *src = pair_base + ip->arena_offset;
         if (lo < pc->row_begin || hi > pc->row_end)
             return rf_err_set(err, RF_ERR_INTERNAL, "piece %zu: in-place rows out of range", gi);
         if (lo > pc->row_begin)
@@ -734,7 +929,6 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
         s->pair >= x->nranks)
         return rf_err_set(err, RF_ERR_INVALID, "ipc: receive without the ipc setup "
                           "(rf_xfer_setup) or the items");
-    const unsigned char *pair_base = rf_xfer_ipc_base(x, s->pair, RF_IPC_WEIGHTS);
 
     /* READY: the pair's shards of this update are produced and write-protected */
     src = s->pair;
@@ -823,7 +1017,7 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
             goto fail;
         }
         size_t nseg = 0;
-        RF_CHECK_GOTO(build_segments(x, cfg, c, staging, pair_base, &nseg, &e), st, fail);
+        RF_CHECK_GOTO(build_segments(x, cfg, c, staging, &nseg, &e), st, fail);
         for (size_t k = 0; k < nseg; k++) {
             const rf_xfer_segment_t *sg = &x->segs[k];
             uint64_t nb = (sg->row_end - sg->row_begin) * cfg->items[sg->piece->item].row_bytes;

@@ -13,11 +13,18 @@
  *             cudaIpcOpenMemHandle(cudaIpcMemLazyEnablePeerAccess) once; the xfer caches
  *             the mapping for the job. The mapping is writable in CUDA's eyes: read-only is the
  *             protocol's promise (the rollout only reads), not enforced by the hardware.
+ *   share   = the session API's trainer tensors (PyTorch's caching allocator: many tensors in
+ *             few cudaMalloc segments): cudaIpcGetMemHandle of the allocation's base, once per
+ *             allocation (the xfer dedups by base), as torch's reduce_tensor exports a storage's
+ *             segment with the storage's offset in it. The caller owns the memory (borrowed:
+ *             never freed here); VMM memory (expandable_segments) and pool memory
+ *             (cudaMallocAsync) were refused at registration, naming the tensor.
  *   unlink  = no-op (a CUDA IPC handle has no name; it dies with the allocation).
  *   protect = no-op on device: there is no mprotect for device memory. The trainer's weights
  *             are not written from READY to the verdict because the trainer produces on the
  *             host and copies into its arena only during production (job.c), never later.
- *   release = importer: cudaIpcCloseMemHandle; exporter: cudaFree. The job orders teardown:
+ *   release = importer: cudaIpcCloseMemHandle; exporter: cudaFree (a shared allocation:
+ *             nothing, the caller frees it after rf_session_destroy). The job orders teardown:
  *             every importer closes (rf_xfer_ipc_close_imports), a barrier, then exporters free.
  *   to_host / from_host = synchronous cudaMemcpy (integrity hashing, packed staging chunks);
  *             from_host then waits for the device (a pageable h2d may return before its DMA).
@@ -128,6 +135,31 @@ static rf_status_t cuda_export(const char *name, uint64_t bytes, rf_ipc_arena_t 
     return RF_OK;
 }
 
+static rf_status_t cuda_share(const char *name, void *base, uint64_t bytes, rf_ipc_arena_t *a,
+                              rf_err_t *err)
+{
+    memset(a, 0, sizeof(*a));
+    if (name == NULL || base == NULL || bytes == 0)
+        return rf_err_set(err, RF_ERR_INVALID, "ipc(cuda): bad allocation to share");
+    int dev = -1;
+    RF_CHECK(current_uuid(a->handle.device, sizeof(a->handle.device), &dev, err));
+    cudaIpcMemHandle_t h;
+    cudaError_t e = cudaIpcGetMemHandle(&h, base);
+    if (e != cudaSuccess)
+        return cuda_fail(err, "cudaIpcGetMemHandle of", name, e);
+    a->base = base;
+    a->bytes = bytes;
+    a->exported = 1;
+    a->borrowed = 1;
+    snprintf(a->handle.backend, sizeof(a->handle.backend), "cuda");
+    snprintf(a->handle.name, sizeof(a->handle.name), "%s", name);
+    a->handle.bytes = bytes;
+    memcpy(a->handle.opaque, &h, sizeof(h));
+    rf_debug("ipc(cuda): shared %s, %llu bytes at %p on device %d (%s)", name,
+             (unsigned long long)bytes, base, dev, a->handle.device);
+    return RF_OK;
+}
+
 static rf_status_t cuda_import(const rf_ipc_handle_t *h, rf_ipc_arena_t *a, rf_err_t *err)
 {
     memset(a, 0, sizeof(*a));
@@ -168,7 +200,7 @@ static rf_status_t cuda_protect(rf_ipc_arena_t *a, int readonly, rf_err_t *err)
 
 static void cuda_release(rf_ipc_arena_t *a)
 {
-    if (a->base != NULL) {
+    if (a->base != NULL && !a->borrowed) {
         cudaError_t e = a->exported ? cudaFree(a->base) : cudaIpcCloseMemHandle(a->base);
         if (e != cudaSuccess)
             rf_warn("ipc(cuda): %s of %s: %s", a->exported ? "cudaFree" : "cudaIpcCloseMemHandle",
@@ -198,8 +230,8 @@ static rf_status_t cuda_from_host(void *dst, const void *src, uint64_t bytes, rf
 }
 
 static const rf_ipc_arena_ops_t cuda_ops = {
-    "cuda", cuda_export, cuda_import, cuda_unlink, cuda_protect, cuda_release,
-    1,      cuda_to_host, cuda_from_host,
+    "cuda", cuda_export, cuda_import,  cuda_unlink,    cuda_protect, cuda_release,
+    1,      cuda_to_host, cuda_from_host, cuda_share,
 };
 
 extern "C" const rf_ipc_arena_ops_t *rf_ipc_cuda_ops_impl(void)

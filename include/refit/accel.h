@@ -214,12 +214,35 @@ typedef struct rf_accel_ptr_info {
  * What ptr points at, as accel sees it: "cuda" asks cudaPointerGetAttributes and the driver's
  * pointer attributes (resolved at run time through cudaGetDriverEntryPointByVersion: librefit
  * links no libcuda); "host-device" (tests) reports every non-NULL pointer as device memory of
- * accel->device, its own allocation, IPC-capable; "host" reports host memory. RF_ERR_INVALID
+ * accel->device, IPC-capable, its allocation that of the declared segment holding it
+ * (rf_accel_host_device_declare, below), else unknown (base = ptr, bytes 0); "host" reports
+ * host memory. RF_ERR_INVALID
  * for NULL arguments, RF_ERR_UNSUPPORTED when CUDA is compiled out, RF_ERR_CUDA when a query
  * fails. Local, not collective; makes no device current.
  */
 rf_status_t rf_accel_pointer_info(const rf_accel_t *accel, const void *ptr,
                                   rf_accel_ptr_info_t *info);
+
+/*
+ * Tests only: POSIX shared memory segments that the "host-device" accelerator reports as
+ * device allocations, so the CPU suite runs colocated CUDA IPC with tensors carved out of a
+ * few segments, as PyTorch's caching allocator carves parameters out of its segments.
+ * Declare: [base, base + bytes) is one allocation, the shm object `shm_name` (the host ipc
+ * backend's share_arena exports it under that name); rf_accel_pointer_info then reports for a
+ * pointer inside it that base, size and a buffer id of its own, legacy_ipc unless flags has
+ * RF_ACCEL_DECL_VMM (stands for expandable_segments' cuMemCreate memory) and mempool when it
+ * has RF_ACCEL_DECL_POOL (cudaMallocAsync). A pointer in no declared segment keeps the plain
+ * answer (base = the pointer, bytes 0: no allocation known). Forget: removes the segment
+ * declared at base. Process-wide, thread-safe; RF_ERR_INVALID for a bad argument,
+ * RF_ERR_NOMEM past 16 segments.
+ */
+#define RF_ACCEL_DECL_VMM 1u
+#define RF_ACCEL_DECL_POOL 2u
+rf_status_t rf_accel_host_device_declare(void *base, uint64_t bytes, const char *shm_name,
+                                         unsigned flags);
+void rf_accel_host_device_forget(void *base);
+/* The declared segment starting at base: 1 and its name (into name[cap]), else 0. */
+int rf_accel_host_device_segment(const void *base, uint64_t *bytes_p, char *name, size_t cap);
 
 /*
  * The chunk checksum ("refit-sum64 v1"), defined on bytes so every implementation agrees:

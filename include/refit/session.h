@@ -47,8 +47,20 @@
  * ranks of a topology with rollout.gpus, CUDA tensors of the GPU rf_topology_place gives the
  * rank (the engine's parameters as its runtime storage, written through the cuda
  * accelerator as refit-run's GPU storage is, chunks through host memory); the mpi transport
- * (broadcast and p2p modes; p2p with host storage), unquantized models and dense fp8-block,
- * fp8-channel and wna16 ones on rollout.backend triton into host tensors (below), the topology's
+ * (broadcast and p2p modes; p2p with host storage); colocated ipc (transfer.transport: ipc,
+ * colocated: true, trainer.gpus == rollout.gpus): trainer ranks register CUDA tensors of
+ * their GPU (PyTorch's caching allocator: many tensors in few cudaMalloc segments), the plan
+ * exports each distinct allocation once (cudaIpcGetMemHandle of its base, the tensors as
+ * (allocation, offset), as torch's reduce_tensor does), the pair on the same GPU opens each
+ * once and reads every piece in place; refused at register naming the tensor and the
+ * allocator setting: memory legacy CUDA IPC cannot export (VMM: PyTorch's
+ * expandable_segments:True; pools: backend:cudaMallocAsync); at plan: a piece the pair cannot
+ * read in place (trainer and rollout sharding differ, F32 masters); after plan: a trainer
+ * tensor at a new address. The trainer's device writes are complete before
+ * rf_session_update (e.g. torch.cuda.synchronize()) and its tensors live, where they are,
+ * until rf_session_destroy (which closes the pair's mappings before it returns).
+ * Unquantized models and, into host tensors over mpi, dense fp8-block, fp8-channel and wna16
+ * ones on rollout.backend triton (below); the topology's
  * trainer.layout: megatron (DESIGN.md section 6: every trainer rank registers its shard of
  * each checkpoint tensor it holds, as refit-run's trainer holds it) or fsdp (torch FSDP2's
  * Shard(0): rank d of a stage's trainer.dp registers torch.chunk(tensor, dp, 0)[d] of each

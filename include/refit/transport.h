@@ -216,8 +216,10 @@ static inline uint64_t rf_xfer_plan_bytes(uint64_t chunk_bytes, int integrity)
 /* ---- the ipc transport (colocated; DESIGN.md section 9) ---------------------------------- */
 
 /*
- * Arenas. A trainer rank places its shard buffers in one weights arena and, when it is a
- * stage sender whose stage has chunks to stage, `buffers` staging slots in a staging arena.
+ * Arenas. A trainer rank's shard buffers are its weights: refit-run places them in one weights
+ * arena (allocation 0); the session API's trainer shares the n allocations its registered
+ * CUDA tensors live in (rf_xfer_ipc_share, below). A stage sender whose stage has chunks to
+ * stage also exports `buffers` staging slots in a staging arena.
  * The exporter describes an arena by a handle (fixed size, sent over MPI as bytes); the
  * paired rollout rank imports the weights arena of its pair and every stage sender's staging
  * arena once, at setup, and keeps them mapped for the whole job. Backends are an ops table:
@@ -254,6 +256,8 @@ typedef struct rf_ipc_arena {
     int exported;   /* 1: created here (release unlinks if still linked) */
     int linked;     /* host: the name still exists */
     int readonly;   /* exporter: currently write-protected */
+    int borrowed;   /* exporter: the caller's memory, shared (share_arena): release and
+                       protect leave it alone (refit never frees, unmaps or protects it) */
     rf_ipc_handle_t handle;
 } rf_ipc_arena_t;
 
@@ -278,6 +282,14 @@ typedef struct rf_ipc_arena_ops {
      * memcpy; cuda: cudaMemcpy). */
     rf_status_t (*to_host)(void *dst, const void *arena_src, uint64_t bytes, rf_err_t *err);
     rf_status_t (*from_host)(void *arena_dst, const void *src, uint64_t bytes, rf_err_t *err);
+    /* Exporter: shares memory the caller owns, the whole allocation [base, base + bytes)
+     * (base: its start, as rf_accel_pointer_info reports it; name: for messages), as
+     * torch's reduce_tensor shares a caching-allocator segment. cuda: cudaIpcGetMemHandle of
+     * base (a cudaMalloc allocation; VMM and pool memory were refused before); host: the POSIX
+     * shared memory segment the tests declared at base (rf_accel_host_device_declare). The
+     * importer opens it with import_arena. Sets a->borrowed. */
+    rf_status_t (*share_arena)(const char *name, void *base, uint64_t bytes, rf_ipc_arena_t *a,
+                               rf_err_t *err);
 } rf_ipc_arena_ops_t;
 
 /* The POSIX shared memory backend (CI's backend for the ipc protocol). */
@@ -300,7 +312,9 @@ const rf_ipc_arena_ops_t *rf_ipc_arena_lookup(const char *name);
 typedef struct rf_ipc_piece {
     int staged;
     uint64_t row_lo, row_hi;
-    uint64_t arena_offset;
+    uint64_t arena_offset; /* from the start of the pair's weights allocation `arena` */
+    uint32_t arena;        /* which of the pair's weights allocations (rf_xfer_ipc_share); 0:
+                              refit-run's one arena (rf_xfer_ipc_export) */
 } rf_ipc_piece_t;
 
 /*
@@ -451,8 +465,34 @@ rf_status_t rf_xfer_ipc_import(rf_xfer_t *x, int owner, rf_ipc_kind_t kind,
                                const rf_ipc_handle_t *h, rf_err_t *err);
 rf_status_t rf_xfer_ipc_unlink(rf_xfer_t *x, rf_err_t *err);
 rf_status_t rf_xfer_ipc_protect(rf_xfer_t *x, int readonly, rf_err_t *err);
-/* Base of this rank's mapping of `owner`'s arena (imported, or its own), NULL if none. */
+/* Base of this rank's mapping of `owner`'s arena (imported, or its own), NULL if none
+ * (weights: allocation 0). */
 const void *rf_xfer_ipc_base(const rf_xfer_t *x, int owner, rf_ipc_kind_t kind);
+
+/*
+ * A trainer's weights may be n allocations rather than one arena: refit-run's is its one
+ * exported arena (allocation 0, rf_xfer_ipc_export RF_IPC_WEIGHTS); the session API's trainer
+ * shares the allocations its registered tensors live in (PyTorch's caching allocator: many
+ * tensors in few segments), each once, and the pair reads every piece at (allocation,
+ * offset). Share: exports the allocation [base, base + bytes) the caller owns (the backend's
+ * share_arena); the same base again returns the index it already has (no second export);
+ * *index_p its index, *h_p its handle. Import weights: maps allocation `index` of `owner`'s
+ * weights from its handle, opening each distinct exported allocation (same backend, device,
+ * name, size and handle bytes) once per process: a second index naming the same allocation
+ * reuses the mapping. Imports of one owner only (a rollout rank reads its pair's). Closed by
+ * rf_xfer_ipc_close_imports / rf_xfer_destroy, never earlier. Local; RF_ERR_UNSUPPORTED when x
+ * is not on ipc, the backend's errors naming the allocation.
+ */
+rf_status_t rf_xfer_ipc_share(rf_xfer_t *x, const char *name, void *base, uint64_t bytes,
+                              uint32_t *index_p, rf_ipc_handle_t *h_p, rf_err_t *err);
+rf_status_t rf_xfer_ipc_import_weights(rf_xfer_t *x, int owner, uint32_t index,
+                                       const rf_ipc_handle_t *h, rf_err_t *err);
+/* Base of this rank's mapping of `owner`'s weights allocation `index` (own or imported);
+ * NULL if none. */
+const void *rf_xfer_ipc_weights_base(const rf_xfer_t *x, int owner, uint32_t index);
+/* Tests: how many allocations this rank's backend exported or shared (*exports_p) and how
+ * many it opened from another process's handle (*opens_p), staging arenas included. */
+void rf_xfer_ipc_counts(const rf_xfer_t *x, uint64_t *exports_p, uint64_t *opens_p);
 /* Chooses the arena backend by name (rf_ipc_arena_lookup) before any export or import
  * ("host" by default). RF_ERR_UNSUPPORTED when unknown / not compiled in, RF_ERR_STATE after
  * an arena exists. Local. */

@@ -14,12 +14,24 @@ changed. Refused at register, naming the tensor: a CPU tensor on the engine (its
 the GPU's), a CUDA tensor on the trainer (host tensors on the mpi transport); plan() then
 fails on both ranks carrying rank 0's text, and a clean registration plans.
 
-    mpiexec -np 2 python3 python/tests/test_session_gpu.py TOPOLOGY CONFIG_DIR
+Mode ipc (a colocated ipc topology: trainer.gpus == rollout.gpus == [0]): the trainer is the
+bfloat16 model on cuda:0 (AdamW in bfloat16) and registers its CUDA parameters, which PyTorch's
+caching allocator carved out of a few segments; refit shares each segment once through CUDA
+IPC and the engine on the same GPU reads every piece in place; the same checks after every
+update (a CPU tensor refused on both ranks). Mode ipc-expandable: the same run with
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (cuMemCreate memory, which legacy CUDA IPC
+cannot export): the trainer's register() raises naming the tensor and the setting, plan() fails
+on both ranks carrying that text.
+
+    mpiexec -np 2 python3 python/tests/test_session_gpu.py TOPOLOGY CONFIG_DIR [ipc|ipc-expandable]
 """
 import os
 import sys
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+MODE = sys.argv[3] if len(sys.argv) > 3 else "mpi"
+if MODE == "ipc-expandable":  # read by PyTorch's caching allocator when CUDA initializes
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 try:
     # before torch: pyarrow (which transformers' model code imports) loaded after torch crashes
     # in libstdc++'s locale teardown on the GPU host ("free(): invalid pointer")
@@ -87,16 +99,44 @@ def tensors_for(s, params):
     return out
 
 
+def expandable_refused(s, trainer, reg, first):
+    """ipc-expandable: the trainer's VMM memory is refused naming the tensor and the setting;
+    plan() fails on both ranks carrying that text."""
+    setting = "expandable_segments:True"
+    if trainer:
+        try:
+            s.register(reg)
+            check(False, "expandable_segments memory registered for colocated ipc")
+        except refit.Error as e:
+            check(first in str(e) and setting in str(e),
+                  "refusal does not name %s and %s: %s" % (first, setting, e))
+    else:
+        s.register(reg)
+    try:
+        s.plan()
+        check(False, "plan after the trainer's refused registration succeeded")
+    except refit.Error as e:
+        check(setting in str(e), "plan's error does not carry the trainer's text: %s" % e)
+    s.close()
+
+
 def main():
     trainer = rank == 0
-    model = build(1, torch.float32, "cpu") if trainer else build(2, torch.bfloat16, "cuda:0")
+    ipc = MODE.startswith("ipc")
+    if ipc:  # colocated on one GPU: the trainer's own CUDA parameters are the source
+        model = build(1 if trainer else 2, torch.bfloat16, "cuda:0")
+    else:
+        model = build(1, torch.float32, "cpu") if trainer else build(2, torch.bfloat16, "cuda:0")
     params = dict(model.named_parameters(remove_duplicate=False))
     s = refit.Session(comm, topo_path)
     check(s.role == ("trainer" if trainer else "rollout"), "role %s" % s.role)
     reg = tensors_for(s, params)
     first = next(iter(reg))
+    if MODE == "ipc-expandable":
+        expandable_refused(s, trainer, reg, first)
+        return finish()
     # refused, naming the tensor: the wrong kind of memory for this rank
-    bad = reg[first].cpu() if not trainer else reg[first].to("cuda:0")
+    bad = reg[first].cpu() if not trainer or ipc else reg[first].to("cuda:0")
     try:
         s.register({first: bad})
         check(False, "%s on %s registered" % (first, bad.device))
@@ -122,6 +162,8 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
+        if ipc and trainer:  # its device writes complete before the pair reads them
+            torch.cuda.synchronize()
         r = s.update(v)
         check(r.committed, "update %d: %s" % (v, r.reason))
         check(r.version == v, "update %d: version %d" % (v, r.version))
@@ -129,7 +171,7 @@ def main():
                             if trainer else None, root=0)
         if trainer:
             with torch.no_grad():
-                sd = {n: p.detach().to(torch.bfloat16) for n, p in params.items()}
+                sd = {n: p.detach().to(torch.bfloat16).cpu() for n, p in params.items()}
                 ref.load_state_dict(sd, strict=False)
                 logits = ref(input_ids=tokens.to("cuda:0")).logits.cpu()
             comm.send((sd, logits), dest=1, tag=v)
@@ -145,11 +187,15 @@ def main():
         for n, t in reg.items():
             check(t.data_ptr() == ptrs[n], "%s moved" % n)
     s.close()
+    return finish()
+
+
+def finish():
     nfail = comm.allreduce(len(failures), op=MPI.SUM)
     if rank == 0:
-        print("test_session_gpu %s: %s (%d updates)" % (os.path.basename(topo_path),
-                                                        "ok" if nfail == 0 else "FAILED",
-                                                        UPDATES), flush=True)
+        print("test_session_gpu %s %s: %s (%d updates)" % (os.path.basename(topo_path), MODE,
+                                                           "ok" if nfail == 0 else "FAILED",
+                                                           UPDATES), flush=True)
     return 0 if nfail == 0 else 1
 
 

@@ -249,3 +249,25 @@ add_test(NAME python_session_quant_fp8_block_np2
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(python_session_quant_fp8_block_np2 PROPERTIES LABELS "mpi;python" TIMEOUT 300
                      ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+
+# colocated ipc through the session API, on the CPU (label device-emu): trainer tensors carved
+# out of 3 shared memory segments that the host-device accelerator reports as CUDA
+# allocations, each exported and opened once; the refusals (tests/mpi/check_session_ipc.c)
+add_executable(check_session_ipc ${CMAKE_CURRENT_SOURCE_DIR}/check_session_ipc.c)
+target_link_libraries(check_session_ipc PRIVATE refit PkgConfig::CHECK)
+target_include_directories(check_session_ipc PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
+foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;ok"
+             "staged_np4;4;session-llama-tiny-tp2-to-2xtp1-colocated-ipc.yaml;staged")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  list(GET case 3 mode)
+  add_test(NAME emu_check_session_ipc_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_ipc>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo} ${mode}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emu_check_session_ipc_${name} PROPERTIES LABELS "mpi;device-emu"
+                       TIMEOUT 300 ENVIRONMENT
+                       "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
