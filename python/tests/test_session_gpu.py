@@ -158,6 +158,7 @@ def main():
     for v in range(1, UPDATES + 1):
         if trainer and v > 1:
             tok = torch.randint(0, model.config.vocab_size, (2, 12), generator=gen)
+            tok = tok.to(next(model.parameters()).device)  # cuda:0 on colocated ipc
             loss = model(input_ids=tok, labels=tok).loss
             opt.zero_grad()
             loss.backward()
