@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli_common.h"
 
@@ -27,6 +28,13 @@ char *cli_file_read(const char *path, long max_bytes, size_t *len_p)
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         snprintf(cli_err, sizeof(cli_err), "%s", strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) { /* fopen opens a directory too */
+        snprintf(cli_err, sizeof(cli_err), "%s", S_ISDIR(sb.st_mode) ? "is a directory"
+                                                                     : "not a regular file");
+        fclose(f);
         return NULL;
     }
     if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && (max_bytes <= 0 || n < max_bytes) &&

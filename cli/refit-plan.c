@@ -17,6 +17,7 @@
  * the busiest link, the wire floor and the predicted update time; --json writes all of it,
  * every pair included.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -208,8 +209,10 @@ static int simulate(const rf_topology_t *topo, const rf_inventory_t *inv,
             m->name, "gpus_per_node", m->gpus_per_node, "nodes", m->nodes, "nvlink_Bps",
             m->nvlink_Bps, "nic_Bps", m->nic_Bps, "node_Bps", m->node_Bps, "chunk_latency_s",
             m->chunk_latency_s, "modes", modes_j);
+        errno = 0;
         if (root == NULL || json_dump_file(root, json_path, JSON_INDENT(1)) != 0) {
-            fprintf(stderr, "refit-plan: %s: cannot write\n", json_path);
+            fprintf(stderr, "refit-plan: --json %s: cannot write: %s\n", json_path,
+                    errno ? strerror(errno) : "no JSON");
             rc = 1;
         }
         json_decref(root);
@@ -445,7 +448,12 @@ int main(int argc, char **argv)
                                  "quantization", rf_quant_name(topo.quantization), "backend",
                                  rf_backend_name(topo.r_backend), "tensors", inv.ntensors,
                                  "ranks", jrows);
-        json_dump_file(root, json_path, JSON_INDENT(1));
+        errno = 0;
+        if (root == NULL || json_dump_file(root, json_path, JSON_INDENT(1)) != 0) {
+            fprintf(stderr, "refit-plan: --json %s: cannot write: %s\n", json_path,
+                    errno ? strerror(errno) : "no JSON");
+            rc = 1;
+        }
         json_decref(root);
     } else {
         json_decref(jrows);

@@ -667,6 +667,12 @@ rf_status_t rf_model_config_load(const char *path, rf_model_config_t *cfg_p, rf_
     rf_status_t st;
     if (f == NULL)
         return rf_err_set(err, RF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) { /* fopen opens a directory too */
+        fclose(f);
+        return rf_err_set(err, RF_ERR_IO, "%s: cannot read: %s (a config.json is a file)", path,
+                          S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
+    }
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return rf_err_set(err, RF_ERR_IO, "%s: cannot read", path);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "refit/checks.h"
 #include "refit/log.h"
@@ -31,6 +32,12 @@ static rf_status_t read_text(const char *path, size_t max, const char *what, cha
     long n;
     if (f == NULL)
         return rf_err_set(err, RF_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) { /* fopen opens a directory too */
+        fclose(f);
+        return rf_err_set(err, RF_ERR_IO, "%s: cannot read %s: %s", path, what,
+                          S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
+    }
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return rf_err_set(err, RF_ERR_IO, "%s: cannot read %s", path, what);

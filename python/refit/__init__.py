@@ -188,6 +188,11 @@ _DTYPE_BYTES = {"F8_E4M3": 1, "F8_E5M2": 1, "U8": 1, "I8": 1, "BOOL": 1, "BF16":
                 "I16": 2, "F32": 4, "I32": 4, "F64": 8, "I64": 8}
 
 
+# refit's names of torch's floating dtypes (by their str(): no torch import here)
+_FLOAT_NAMES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32",
+                "torch.float64": "F64"}
+
+
 def _sig(t):
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device))
 
@@ -284,6 +289,13 @@ class Session:
                             "elements; %s)" % (name, dtype, t.dtype, t.element_size(),
                                                "unknown dtype" if dtype not in _DTYPE_BYTES
                                                else "%d-byte" % _DTYPE_BYTES[dtype]))
+            if dtype is not None and t.is_floating_point() and _FLOAT_NAMES.get(str(t.dtype)) != dtype:
+                # the override gives bytes torch has no dtype for (an F8_E4M3 weight held in a
+                # uint8 tensor); a floating tensor is what its dtype says: never reinterpreted
+                raise Error("RF_ERR_MISMATCH", "refit: %s: dtype %s for a %s tensor: a dtype is "
+                            "given only for bytes torch has no dtype for, held in an integer "
+                            "tensor (e.g. F8_E4M3 in torch.uint8); register %s as it is" %
+                            (name, dtype, t.dtype, name))
             d = _Desc()
             d.name, d.ndim = name.encode(), t.dim()
             d.dtype = (dtype if dtype is not None else str(t.dtype)).encode()

@@ -120,6 +120,11 @@ if s.role == "trainer":
         check(False, "an F8_E4M3 trainer tensor was accepted")
     except refit.Error as e:
         check(n in str(e) and "F8_E4M3" in str(e), "trainer refusal: %s" % e)
+    try:  # a floating tensor is never reinterpreted under another dtype's name
+        s.register({n: (tw[n].to(torch.float16), "BF16")})
+        check(False, "a float16 tensor was accepted as BF16")
+    except refit.Error as e:
+        check(n in str(e) and "torch.float16" in str(e), "reinterpret refusal: %s" % e)
     s.register(tw)
     ptrs = {n: t.data_ptr() for n, t in tw.items()}
 else:

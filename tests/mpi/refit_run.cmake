@@ -38,6 +38,11 @@ refit_run_test(refit_run_llama_tiny_tp4_refused 5 fail "refit: FAILED: .*num_att
                --topology ${TTOPO}/llama-tiny-tp1-to-tp4.yaml --checkpoint ${DATA}/llama-tiny)
 
 # reload policies and format owners: LAYERWISE and the deferred stage, same bytes
+# a directory given as the topology or as model.config: named as such (fopen opens a
+# directory; reading it gave "Cannot allocate memory" / a bogus size before)
+refit_run_test(refit_run_topology_directory_refused 2 fail
+               "refit: FAILED: .*tests/mpi/topologies: cannot read topology file: is a directory"
+               --topology ${CMAKE_CURRENT_SOURCE_DIR}/topologies)
 refit_run_test(refit_run_policy_layerwise 4 ok "DIRECT 0  RUNTIME_VIEW 0  LAYERWISE 21;refit: COMMITTED 2"
                --topology ${TOPO}/llama-tiny-tp2-to-2xtp1.yaml --checkpoint ${DATA}/llama-tiny
                --reference ${DATA}/llama-tiny/tensors.reference.json --reload-policy layerwise)

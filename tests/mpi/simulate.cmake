@@ -68,7 +68,10 @@ foreach(case "unknown_option;^refit-plan: unknown option '--bogus' \\(see --help
              "bad_mode;^refit-plan: --mode 'all': must be broadcast, p2p or both$;--simulate;--mode;all"
              "bad_gpus;^refit-plan: --gpus-per-node '8x': must be an integer >= 1$;--simulate;--gpus-per-node;8x"
              "bad_rate;^refit-plan: --nic-bw '50GBps': not a rate \\(for example 50GB/s\\)$;--simulate;--nic-bw;50GBps"
-             "unreadable_machine;^refit-plan: .*/no-such-machine.yaml: cannot read: No such file or directory$;--simulate;--machine;${SIM_MACH}/no-such-machine.yaml")
+             "unreadable_machine;^refit-plan: .*/no-such-machine.yaml: cannot read: No such file or directory$;--simulate;--machine;${SIM_MACH}/no-such-machine.yaml"
+             "machine_directory;^refit-plan: .*: cannot read: is a directory$;--simulate;--machine;${SIM_MACH}"
+             "unwritable_json;^refit-plan: --json /nonexistent/x.json: cannot write: No such file or directory$;--json;/nonexistent/x.json"
+             "unwritable_simulate_json;^refit-plan: --json /nonexistent/x.json: cannot write: No such file or directory$;--simulate;--json;/nonexistent/x.json")
   list(GET case 0 name)
   list(GET case 1 re)
   list(SUBLIST case 2 -1 args)
