@@ -58,8 +58,8 @@ static rf_status_t check_lost(rf_session_t *s, const char *call)
 }
 
 /* Tells every other rank of s->comm that this one left the session (what: why), for their
- * next join (sess_join). Small and sent eagerly; each request is freed and the buffer leaked
- * on purpose (MPI may still read it after this returns, and nothing here may wait). Local. */
+ * next join (sess_join). Small and sent eagerly; each request is freed and the buffer parked
+ * (rf_session_park: MPI may still read it after this returns, and nothing here may wait). Local. */
 static void notify_gone(rf_session_t *s, const char *what)
 {
     int init = 0, fin = 0;
@@ -79,6 +79,7 @@ static void notify_gone(rf_session_t *s, const char *what)
                                       &req) == MPI_SUCCESS)
             MPI_Request_free(&req);
     }
+    rf_session_park(m); /* MPI may still read it */
 }
 
 /* The session is lost on this rank (a failed join): later calls refused, destroy local, and
@@ -139,7 +140,7 @@ static rf_status_t sess_join(rf_session_t *s, MPI_Request *req, const char *what
 }
 
 /* One uint64 allreduce (op) that opens a call, waited for by sess_join: *v in, the result
- * out. The buffers are the heap's, and leaked when the join fails: the collective stays posted
+ * out. The buffers are the heap's, and parked when the join fails: the collective stays posted
  * (it cannot be cancelled) and MPI writes them when a late rank completes it. On failure err
  * is reset to the join's error. */
 static rf_status_t join_allreduce(rf_session_t *s, uint64_t *v, MPI_Op op, const char *what,
@@ -158,8 +159,10 @@ static rf_status_t join_allreduce(rf_session_t *s, uint64_t *v, MPI_Op op, const
     }
     rf_err_t jerr;
     rf_err_clear(&jerr);
-    if (sess_join(s, &req, what, &jerr) != RF_OK)
-        return rf_err_reset(err, jerr.status, "%s", jerr.msg); /* buf leaked: see above */
+    if (sess_join(s, &req, what, &jerr) != RF_OK) {
+        rf_session_park(buf); /* MPI writes it when a late rank completes the collective */
+        return rf_err_reset(err, jerr.status, "%s", jerr.msg);
+    }
     *v = buf[1];
     free(buf);
     return RF_OK;

@@ -6,6 +6,7 @@
  * instead of into each other.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "session_int.h"
 
@@ -41,4 +42,26 @@ rf_session_role_t rf_session_role(const rf_session_t *s)
 const char *rf_session_role_name(const rf_session_t *s)
 {
     return rf_session_role(s) == RF_SESSION_ROLLOUT ? "rollout" : "trainer";
+}
+
+/* Memory MPI may still use after a local teardown (a lost or locally destroyed session: a
+ * posted collective's buffers, the transfer engine and control channel whose requests and
+ * communicators stay with MPI until MPI_Finalize). Kept reachable here, never freed: the
+ * process owns it until it ends. A block that cannot be recorded stays where it was. */
+static void **parked;
+static size_t nparked, parked_cap;
+
+void rf_session_park(void *p)
+{
+    if (p == NULL)
+        return;
+    if (nparked == parked_cap) {
+        size_t cap = parked_cap ? 2 * parked_cap : 64;
+        void **n = realloc(parked, cap * sizeof(*n));
+        if (n == NULL)
+            return;
+        parked = n;
+        parked_cap = cap;
+    }
+    parked[nparked++] = p;
 }

@@ -253,6 +253,9 @@ static inline bool rf_session_ipc_trainer(const rf_session_t *s)
 
 /* Every rank learns the lowest failing rank's message (plain collective over comm). */
 rf_status_t rf_session_agree(MPI_Comm comm, rf_status_t st, rf_err_t *err);
+/* Keeps p reachable until the process ends (memory MPI may still use after a local teardown:
+ * runtime/session_common.c). Local, never fails. */
+void rf_session_park(void *p);
 
 /* Collective over comm: *s_p on every rank, or NULL and the same error everywhere (setup's
  * partial state freed). */

@@ -1138,6 +1138,10 @@ void rf_session_release(rf_session_t *s, bool mpi)
         rf_xfer_destroy(s->xfer);
     if (mpi && s->ctl)
         rf_ctl_destroy(s->ctl);
+    if (!mpi) { /* their requests and communicators stay with MPI until MPI_Finalize */
+        rf_session_park(s->xfer);
+        rf_session_park(s->ctl);
+    }
     if (s->plan_ok)
         rf_plan_free(&s->plan);
     if (s->st_ok)
