@@ -326,6 +326,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (optind < argc) { /* refit-plan takes options only: a stray word is a typo, not a file */
+        fprintf(stderr, "refit-plan: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
     if (topo_path == NULL) {
         usage(stderr);
         return 2;

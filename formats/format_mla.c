@@ -12,9 +12,11 @@
  * update after every tensor of the layer arrived, whatever the layer's reload mode.
  *
  * An unquantized kv_b_proj gives its own elements (a permutation, bit exact; on a device, row
- * copies there). An fp8-block one
- * gives bf16 / f16 / f32(e4m3(w) x weight_scale_inv[row / 128][col / 128]) rounded to nearest
- * even, in the model's dtype (vLLM's get_and_maybe_dequant_weights). The owners "none" and
+ * copies there). An fp8-block one gives bf16 / f16 / f32(e4m3(w) x weight_scale_inv[row /
+ * 128][col / 128]) rounded to nearest even, in the model's dtype (vLLM's
+ * get_and_maybe_dequant_weights): dequantized where the slots live (rf_quant_ops_t
+ * fp8_block_dequant, one kernel on a device; issue 18: it was a host round trip per layer),
+ * then the same permutation. The owners "none" and
  * "fp8-block" add the slots and run the stage; the planner calls nothing MLA-specific.
  */
 #include <stdio.h>
@@ -23,6 +25,7 @@
 
 #include "refit/format.h"
 #include "refit/quant.h"
+#include "refit/quant_ops.h"
 
 bool rf_mla_is_kv_b(const rf_inventory_t *inv, int m)
 {
@@ -68,38 +71,71 @@ rf_status_t rf_mla_derived_slots(const rf_inventory_t *inv, int m, const rf_slot
     return RF_OK;
 }
 
-/* One element of W (row n, column l) in the model dtype's bits, little endian. */
-static void mla_elem(const unsigned char *w, const float *scale, int64_t scols, int64_t Lkv,
-                     size_t es, rf_dtype_t dt, int64_t n, int64_t l, unsigned char *out)
+/* One element of W (row n, column l), es bytes: the model dtype's bits as they are. */
+static void mla_elem(const unsigned char *w, int64_t Lkv, size_t es, int64_t n, int64_t l,
+                     unsigned char *out)
 {
-    if (scale == NULL) {
-        memcpy(out, w + (size_t)(n * Lkv + l) * es, es);
-        return;
-    }
-    float v = rf_e4m3_to_f32(w[n * Lkv + l]) * scale[(n / 128) * scols + l / 128];
-    if (dt == RF_DTYPE_F32) {
-        memcpy(out, &v, 4);
-    } else {
-        uint16_t h = dt == RF_DTYPE_BF16 ? rf_f32_to_bf16(v) : rf_f32_to_f16(v);
-        memcpy(out, &h, 2);
-    }
+    memcpy(out, w + (size_t)(n * Lkv + l) * es, es);
 }
 
-/* A host copy of a slot's bytes (device storage: d2h), or the slot itself on host. */
-static rf_status_t mla_host(rf_accel_t *dev, const rf_slot_t *s, unsigned char **out,
-                            unsigned char **owned, rf_err_t *err)
+/* The fp8 kv_b_proj weight w (rows x Lkv e4m3, its 128 x 128 block scales sc in f32) as the
+ * model dtype: rf_quant_ops_t.fp8_block_dequant on the accelerator the slots live on (its
+ * rule: formats/quant.c rf_fp8_block_dequant_elem). *out_p: a buffer of that accelerator's
+ * memory (device: its alloc, the caller frees; host: malloc). Synchronized before returning. */
+static rf_status_t mla_dequant_on(rf_accel_t *a, const rf_inventory_t *inv, int m,
+                                  const rf_slot_t *w, const rf_slot_t *sc, void *out,
+                                  rf_err_t *err)
 {
-    uint64_t b = rf_signature_bytes(&s->sig);
-    *owned = NULL;
-    if (dev == NULL) {
-        *out = s->sig.data;
-        return RF_OK;
+    const rf_quant_ops_t *q = rf_quant_ops_for(a);
+    int64_t rows = w->sig.shape[0], Lkv = w->sig.shape[1];
+    if (sc->sig.ndim != 2 || sc->sig.dtype != RF_DTYPE_F32 ||
+        sc->sig.shape[0] != (rows + 127) / 128 || sc->sig.shape[1] != (Lkv + 127) / 128)
+        return rf_err_set(err, RF_ERR_MISMATCH, "mla: %s: weight_scale_inv is not the f32 "
+                          "[%lld, %lld] of its %lld x %lld weight's 128 x 128 blocks",
+                          inv->modules[m].name, (long long)((rows + 127) / 128),
+                          (long long)((Lkv + 127) / 128), (long long)rows, (long long)Lkv);
+    if (q == NULL || q->fp8_block_dequant == NULL)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "mla: %s: no fp8-block dequantization on "
+                          "the %s accelerator", inv->modules[m].name, a->ops->name);
+    rf_status_t st = q->fp8_block_dequant(a, w->sig.data, rows, Lkv, Lkv, sc->sig.data,
+                                          sc->sig.shape[1], out, inv->cfg.dtype, Lkv, NULL);
+    if (st == RF_OK)
+        st = rf_accel_sync(a);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "mla: dequantizing %s on %s device %d failed",
+                          inv->modules[m].name, a->ops->name, a->device);
+    return RF_OK;
+}
+
+static rf_status_t mla_device_dequant(rf_accel_t *dev, const rf_inventory_t *inv, int m,
+                                      const rf_slot_t *w, const rf_slot_t *sc, void **out_p,
+                                      rf_err_t *err)
+{
+    size_t b = (size_t)(w->sig.shape[0] * w->sig.shape[1]) * rf_dtype_size(inv->cfg.dtype);
+    if (dev->ops->alloc(dev, b ? b : 1, out_p) != RF_OK) {
+        *out_p = NULL;
+        return rf_err_set(err, RF_ERR_NOMEM, "mla: %s: %zu bytes of %s device %d memory for "
+                          "the dequantized kv_b_proj", inv->modules[m].name, b, dev->ops->name,
+                          dev->device);
     }
-    *owned = malloc((size_t)b + 1);
-    if (*owned == NULL)
+    return mla_dequant_on(dev, inv, m, w, sc, *out_p, err);
+}
+
+static rf_status_t mla_host_dequant(const rf_inventory_t *inv, int m, const rf_slot_t *w,
+                                    const rf_slot_t *sc, unsigned char **out_p, rf_err_t *err)
+{
+    rf_accel_t *host = NULL;
+    size_t b = (size_t)(w->sig.shape[0] * w->sig.shape[1]) * rf_dtype_size(inv->cfg.dtype);
+    *out_p = malloc(b + 1);
+    if (*out_p == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "mla: out of memory");
-    *out = *owned;
-    return rf_format_dev_copy(dev, *owned, s->sig.data, b, RF_COPY_D2H, s->name, err);
+    rf_status_t st = rf_accel_open("host", 0, &host);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "mla: %s: the host accelerator did not open",
+                          inv->modules[m].name);
+    st = mla_dequant_on(host, inv, m, w, sc, *out_p, err);
+    rf_accel_close(host);
+    return st;
 }
 
 /*
@@ -110,7 +146,7 @@ static rf_status_t mla_host(rf_accel_t *dev, const rf_slot_t *s, unsigned char *
  * Synchronized before returning, as the host path's copies are.
  */
 static rf_status_t mla_device_permute(rf_accel_t *dev, const rf_inventory_t *inv, int m,
-                                      const rf_slot_t *w, rf_slot_t *uk, rf_slot_t *uv,
+                                      const void *wdata, rf_slot_t *uk, rf_slot_t *uv,
                                       int64_t nh_p, rf_err_t *err)
 {
     const rf_model_config_t *c = &inv->cfg;
@@ -125,7 +161,7 @@ static rf_status_t mla_device_permute(rf_accel_t *dev, const rf_inventory_t *inv
     if (r == NULL)
         return rf_err_set(err, RF_ERR_NOMEM, "mla: out of memory");
     for (int64_t h = 0; h < nh_p; h++) {
-        const char *head = (const char *)w->sig.data + (size_t)(h * (P + Dv) * Lkv) * es;
+        const char *head = (const char *)wdata + (size_t)(h * (P + Dv) * Lkv) * es;
         rf_accel_rows_t *k = &r[2 * h], *v = &r[2 * h + 1];
         k->dst.data = uk->sig.data; /* [h][p][l] */
         k->dst.esize = es;
@@ -198,55 +234,47 @@ rf_status_t rf_mla_compute_derived(rf_format_t *f, const rf_inventory_t *inv, in
         return rf_err_set(err, RF_ERR_MISMATCH, "mla: %s is %s, the model dtype %s", w->name,
                           rf_dtype_name(w->sig.dtype), rf_dtype_name(c->dtype));
     rf_accel_t *dev = rf_format_device(f);
-    if (dev != NULL && !fp8) {
-        rf_status_t ds = mla_device_permute(dev, inv, m, w, uk, uv, nh_p, err);
+    if (dev != NULL) { /* on the device: fp8 dequantized there first, then the permutation */
+        void *deq = NULL;
+        rf_status_t ds = fp8 ? mla_device_dequant(dev, inv, m, w, sc, &deq, err) : RF_OK;
+        if (ds == RF_OK)
+            ds = mla_device_permute(dev, inv, m, fp8 ? deq : w->sig.data, uk, uv, nh_p, err);
+        if (deq != NULL)
+            dev->ops->free(dev, deq);
         if (ds == RF_OK)
             f->derived_runs++;
         return ds;
     }
-    unsigned char *wb, *sb = NULL, *wown = NULL, *sown = NULL;
-    rf_status_t st = mla_host(dev, w, &wb, &wown, err);
-    if (st == RF_OK && fp8)
-        st = mla_host(dev, sc, &sb, &sown, err);
+    unsigned char *wb = w->sig.data, *wown = NULL;
+    rf_status_t st = fp8 ? mla_host_dequant(inv, m, w, sc, &wown, err) : RF_OK;
+    if (wown != NULL)
+        wb = wown;
     uint64_t nuk = (uint64_t)nh_p * P * Lkv, nuv = (uint64_t)nh_p * Lkv * Dv;
     unsigned char *out = st == RF_OK ? malloc((size_t)(nuk + nuv) * es + 1) : NULL;
     if (st == RF_OK && out == NULL)
         st = rf_err_set(err, RF_ERR_NOMEM, "mla: out of memory");
     if (st == RF_OK) {
-        const float *scale = fp8 ? (const float *)(void *)sb : NULL;
-        int64_t scols = fp8 ? sc->sig.shape[1] : 0;
         unsigned char *o = out;
         for (int64_t h = 0; h < nh_p; h++) /* W_UK_T [h][p][l] */
             for (int64_t p = 0; p < P; p++)
                 for (int64_t l = 0; l < Lkv; l++, o += es)
-                    mla_elem(wb, scale, scols, Lkv, es, c->dtype, h * (P + Dv) + p, l, o);
+                    mla_elem(wb, Lkv, es, h * (P + Dv) + p, l, o);
         for (int64_t h = 0; h < nh_p; h++) /* W_UV [h][l][j] */
             for (int64_t l = 0; l < Lkv; l++)
                 for (int64_t j = 0; j < Dv; j++, o += es)
-                    mla_elem(wb, scale, scols, Lkv, es, c->dtype, h * (P + Dv) + P + j, l, o);
+                    mla_elem(wb, Lkv, es, h * (P + Dv) + P + j, l, o);
         if (rf_signature_bytes(&uk->sig) != nuk * es || rf_signature_bytes(&uv->sig) != nuv * es)
             st = rf_err_set(err, RF_ERR_MISMATCH,
                             "mla: %s: derived slots are not %llu + %llu "
                             "elements",
                             inv->modules[m].name, (unsigned long long)nuk, (unsigned long long)nuv);
     }
-    if (st == RF_OK && dev != NULL) {
-        st = dev->ops->copy(dev, uk->sig.data, out, (size_t)(nuk * es), RF_COPY_H2D, NULL);
-        if (st == RF_OK)
-            st = dev->ops->copy(dev, uv->sig.data, out + nuk * es, (size_t)(nuv * es), RF_COPY_H2D,
-                                NULL);
-        if (st == RF_OK)
-            st = rf_accel_sync(dev);
-        if (st != RF_OK)
-            rf_err_set(err, st, "mla: writing the derived slots of %s on device %d failed",
-                       inv->modules[m].name, dev->device);
-    } else if (st == RF_OK) {
+    if (st == RF_OK) {
         memcpy(uk->sig.data, out, (size_t)(nuk * es));
         memcpy(uv->sig.data, out + nuk * es, (size_t)(nuv * es));
     }
     free(out);
     free(wown);
-    free(sown);
     if (st == RF_OK)
         f->derived_runs++;
     return st;

@@ -71,6 +71,15 @@ float rf_e4m3_to_f32(uint8_t b)
     return (b & 0x80) ? -v : v;
 }
 
+float rf_fp8_block_dequant_elem(uint8_t b, float scale)
+{
+    if ((b & 0x7f) == 0x7f)
+        return bits_f32(0x7fc00000u);
+    if (isnan(scale))
+        return bits_f32(f32_bits(scale) | 0x00400000u);
+    return rf_e4m3_to_f32(b) * scale;
+}
+
 float rf_e4m3fnuz_to_f32(uint8_t b)
 {
     if (b == 0x80)

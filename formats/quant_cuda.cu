@@ -621,6 +621,49 @@ static rf_status_t cu_fp8_requant(rf_accel_t *a, uint8_t *w, size_t n, float s_f
     return RF_OK;
 }
 
+/* fp8-block dequantization: one thread per output element (grid-stride), the NaN rule of
+ * rf_fp8_block_dequant_elem (formats/quant.c) spelled out, so no NaN payload depends on the
+ * hardware's propagation. */
+__global__ void k_fp8_block_dequant(const uint8_t *w, int64_t rows, int64_t cols, int64_t wp,
+                                    const float *scale, int64_t sp, void *out, int odt, int64_t op)
+{
+    uint64_t n = (uint64_t)rows * (uint64_t)cols, stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < n; t += stride) {
+        int64_t r = (int64_t)(t / (uint64_t)cols), c = (int64_t)(t % (uint64_t)cols);
+        uint8_t b = w[r * wp + c];
+        float y = scale[(r / 128) * sp + c / 128], v;
+        if ((b & 0x7fu) == 0x7fu)
+            v = __uint_as_float(0x7fc00000u);
+        else if (isnan(y))
+            v = __uint_as_float(__float_as_uint(y) | 0x00400000u);
+        else
+            v = __fmul_rn(d_e4m3_to_f32(b), y);
+        int64_t o = r * op + c;
+        if (odt == RF_DTYPE_F32)
+            ((float *)out)[o] = v;
+        else
+            ((uint16_t *)out)[o] = odt == RF_DTYPE_BF16 ? d_f32_to_bf16(v) : d_f32_to_f16(v);
+    }
+}
+
+static rf_status_t cu_fp8_block_dequant(rf_accel_t *a, const uint8_t *w, int64_t rows,
+                                        int64_t cols, int64_t w_pitch, const float *scale,
+                                        int64_t scale_pitch, void *out, rf_dtype_t out_dtype,
+                                        int64_t out_pitch, rf_accel_stream_t *s)
+{
+    if (!a || rows < 0 || cols < 0 || w_pitch < cols || out_pitch < cols ||
+        scale_pitch < (cols + 127) / 128 || (rows && cols && (!w || !scale || !out)) ||
+        (out_dtype != RF_DTYPE_BF16 && out_dtype != RF_DTYPE_F16 && out_dtype != RF_DTYPE_F32))
+        return RF_ERR_INVALID;
+    uint64_t n = (uint64_t)rows * (uint64_t)cols;
+    if (n == 0)
+        return RF_OK;
+    k_fp8_block_dequant<<<rf_cuda_grid_for(n), RF_CUDA_THREADS, 0, cs(a, s)>>>(
+        w, rows, cols, w_pitch, scale, scale_pitch, out, (int)out_dtype, out_pitch);
+    RF_CUDA_LAUNCH_CHECK();
+    return RF_OK;
+}
+
 extern "C" const rf_quant_ops_t rf_quant_cuda_ops = {
     /* .name = */ "cuda",
     /* .fp8_to_fnuz = */ cu_fp8_to_fnuz,
@@ -629,5 +672,6 @@ extern "C" const rf_quant_ops_t rf_quant_cuda_ops = {
     /* .wna16_quantize = */ cu_wna16_quantize,
     /* .fp8_quantize_rows = */ cu_fp8_quantize_rows,
     /* .fp8_requant = */ cu_fp8_requant,
+    /* .fp8_block_dequant = */ cu_fp8_block_dequant,
     /* .check = */ cu_quant_check,
 };

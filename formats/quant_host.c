@@ -134,6 +134,31 @@ static rf_status_t host_fp8_requant(rf_accel_t *accel, uint8_t *w, size_t n, flo
     return RF_OK;
 }
 
+static rf_status_t host_fp8_block_dequant(rf_accel_t *accel, const uint8_t *w, int64_t rows,
+                                          int64_t cols, int64_t w_pitch, const float *scale,
+                                          int64_t scale_pitch, void *out, rf_dtype_t out_dtype,
+                                          int64_t out_pitch, rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if (rows < 0 || cols < 0 || w_pitch < cols || out_pitch < cols ||
+        scale_pitch < (cols + 127) / 128 || (rows && cols && (!w || !scale || !out)) ||
+        (out_dtype != RF_DTYPE_BF16 && out_dtype != RF_DTYPE_F16 && out_dtype != RF_DTYPE_F32))
+        return RF_ERR_INVALID;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float v = rf_fp8_block_dequant_elem(w[r * w_pitch + c],
+                                                scale[(r / 128) * scale_pitch + c / 128]);
+            int64_t o = r * out_pitch + c;
+            if (out_dtype == RF_DTYPE_F32)
+                ((float *)out)[o] = v;
+            else
+                ((uint16_t *)out)[o] =
+                    out_dtype == RF_DTYPE_BF16 ? rf_f32_to_bf16(v) : rf_f32_to_f16(v);
+        }
+    return RF_OK;
+}
+
 /* The host quantizers refuse bad input when called: nothing is ever pending. */
 static rf_status_t host_quant_check(rf_accel_t *accel, rf_accel_stream_t *stream,
                                     int64_t *first_bad, unsigned *why)
@@ -155,6 +180,7 @@ const rf_quant_ops_t rf_quant_host_ops = {
     .wna16_quantize = host_wna16_quantize,
     .fp8_quantize_rows = host_fp8_quantize_rows,
     .fp8_requant = host_fp8_requant,
+    .fp8_block_dequant = host_fp8_block_dequant,
     .check = host_quant_check,
 };
 

@@ -9,6 +9,7 @@ pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin check libsubun
       libyaml-dev libjansson-dev libxxhash-dev libssl-dev
       libhdf5-openmpi-dev python3-h5py  # HDF5 checkpoints; h5py: the cross-check tests
       python3-torch python3-mpi4py      # python3-*: the Python binding's test (python/tests)
+      python3-matplotlib                # bench/plots.py (the bench_plots test)
       python3-pip python3-setuptools python3-wheel)  # pip install ./python (install test)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -306,8 +306,8 @@ static rf_status_t get_bool(parse_ctx_t *cx, const yaml_node_t *n, const char *k
     return perr(cx, key, "%s is not a boolean (true or false, unquoted)", shown);
 }
 
-static rf_status_t get_double(parse_ctx_t *cx, const yaml_node_t *n, const char *key, double lo,
-                              double *out)
+/* A finite number, any value (the callers check its range). */
+static rf_status_t get_number(parse_ctx_t *cx, const yaml_node_t *n, const char *key, double *out)
 {
     char shown[128];
     const char *s;
@@ -324,8 +324,32 @@ static rf_status_t get_double(parse_ctx_t *cx, const yaml_node_t *n, const char 
     v = strtod(s, &end);
     if (*s == '\0' || *end != '\0' || errno != 0 || !isfinite(v))
         return perr(cx, key, "%s is not a number", shown);
+    *out = v;
+    return RF_OK;
+}
+
+static rf_status_t get_double(parse_ctx_t *cx, const yaml_node_t *n, const char *key, double lo,
+                              double *out)
+{
+    char shown[128];
+    double v;
+    show(n, shown, sizeof(shown));
+    RF_CHECK(get_number(cx, n, key, &v));
     if (v < lo || v > 1e9)
         return perr(cx, key, "%s is out of range (%g to 1e9)", shown, lo);
+    *out = v;
+    return RF_OK;
+}
+
+/* A duration in seconds that must be positive: (0, 1e9], one message for both ends. */
+static rf_status_t get_seconds(parse_ctx_t *cx, const yaml_node_t *n, const char *key, double *out)
+{
+    char shown[128];
+    double v;
+    show(n, shown, sizeof(shown));
+    RF_CHECK(get_number(cx, n, key, &v));
+    if (!(v > 0.0) || v > 1e9)
+        return perr(cx, key, "%s is out of range (seconds, more than 0 and at most 1e9)", shown);
     *out = v;
     return RF_OK;
 }
@@ -625,12 +649,8 @@ static rf_status_t on_transfer(parse_ctx_t *cx, const char *key, const char *nam
         t->p2p_inflight = (int)b;
         return RF_OK;
     }
-    if (strcmp(name, "timeout_s") == 0) {
-        RF_CHECK(get_double(cx, v, key, 0.0, &t->timeout_s));
-        if (t->timeout_s <= 0.0)
-            return perr(cx, key, "%s must be positive", shown);
-        return RF_OK;
-    }
+    if (strcmp(name, "timeout_s") == 0)
+        return get_seconds(cx, v, key, &t->timeout_s);
     if (strcmp(name, "integrity") == 0)
         return get_bool(cx, v, key, &t->integrity);
     if (strcmp(name, "min_bandwidth") == 0) {
@@ -644,12 +664,8 @@ static rf_status_t on_transfer(parse_ctx_t *cx, const char *key, const char *nam
     }
     if (strcmp(name, "slack_s") == 0)
         return get_double(cx, v, key, 0.0, &t->slack_s);
-    if (strcmp(name, "join_timeout_s") == 0) {
-        RF_CHECK(get_double(cx, v, key, 0.0, &t->join_timeout_s));
-        if (t->join_timeout_s <= 0.0)
-            return perr(cx, key, "%s must be positive", shown);
-        return RF_OK;
-    }
+    if (strcmp(name, "join_timeout_s") == 0)
+        return get_seconds(cx, v, key, &t->join_timeout_s);
     return unknown(cx, key, v);
 }
 
@@ -1077,8 +1093,9 @@ size_t rf_topology_canonical(const rf_topology_t *t, char *buf, size_t cap)
           rf_mode_name(t->mode));
     CANON("transfer.chunk_bytes: %" PRIu64 "\ntransfer.buffers: %d\n", t->chunk_bytes, t->buffers);
     /* only when set: the hash of every topology that leaves it at the default stays what it
-     * was (a sender-side window; the bytes and the plans do not depend on it) */
-    if (t->p2p_inflight != 0)
+     * was (a sender-side window; the bytes and the plans do not depend on it), and only under
+     * p2p: broadcast has no window, so setting it there leaves the hash alone too */
+    if (t->p2p_inflight != 0 && t->mode == RF_MODE_P2P)
         CANON("transfer.p2p_inflight: %d\n", t->p2p_inflight);
     /* %a: exact, locale-free */
     CANON("transfer.timeout_s: %a\ntransfer.integrity: %s\n", t->timeout_s,

@@ -55,6 +55,10 @@ enum {
 uint8_t rf_f32_to_e4m3(float f);
 /* e4m3fn byte -> f32 (exact); 0x7F / 0xFF are NaN. */
 float rf_e4m3_to_f32(uint8_t b);
+/* One fp8-block weight dequantized: rf_e4m3_to_f32(b) x scale in f32 (one RNE rounding), with
+ * the NaN rule of rf_quant_ops_t.fp8_block_dequant spelled out (no reliance on the CPU's NaN
+ * propagation): a NaN byte gives 0x7fc00000, a NaN scale its own bits, quieted. */
+float rf_fp8_block_dequant_elem(uint8_t b, float scale);
 /* e4m3fn byte -> e4m3fnuz byte encoding the same value with a scale x 2 (value_fnuz(b) =
  * value_fn(b) / 2): identical except 0x80 (-0.0, NaN in fnuz) -> 0x00. Not injective. */
 static inline uint8_t rf_e4m3_to_fnuz(uint8_t b) { return b == 0x80 ? 0x00 : b; }

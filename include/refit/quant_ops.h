@@ -72,6 +72,18 @@ typedef struct rf_quant_ops {
      * s_to) for n bytes (host floats; enqueued, not synchronized). */
     rf_status_t (*fp8_requant)(rf_accel_t *accel, uint8_t *w, size_t n, float s_from, float s_to,
                                rf_accel_stream_t *stream);
+    /* fp8-block dequantization (MLA's absorbed matrices from an fp8 kv_b_proj, as vLLM's
+     * get_and_maybe_dequant_weights): for r < rows, c < cols, out[r out_pitch + c] =
+     * cvt(x y) with x = rf_e4m3_to_f32(w[r w_pitch + c]), y = scale[(r / 128) scale_pitch +
+     * c / 128], the product in f32 (one RNE rounding), cvt to out_dtype (BF16 / F16 RNE, or
+     * F32 as it is). NaN rule, the same on every table: a NaN byte (0x7f, 0xff) gives
+     * 0x7fc00000 before cvt, a finite byte times a NaN scale gives the scale's bits with the
+     * quiet bit set (pitches in elements; enqueued, not synchronized; RF_ERR_INVALID for bad
+     * arguments or an out_dtype other than those three). */
+    rf_status_t (*fp8_block_dequant)(rf_accel_t *accel, const uint8_t *w, int64_t rows,
+                                     int64_t cols, int64_t w_pitch, const float *scale,
+                                     int64_t scale_pitch, void *out, rf_dtype_t out_dtype,
+                                     int64_t out_pitch, rf_accel_stream_t *stream);
     /* The verdict on the quantize calls enqueued on `stream` since its last check:
      * synchronizes the stream once; *first_bad = the 0-based index, in enqueue order, of the
      * first call that met bad data (*why: RF_QUANT_BAD_* bits) or -1 (*why 0) when none; then

@@ -233,6 +233,7 @@ class Session:
         if st != 0:
             raise Error(status_name(st), _lib.rf_session_last_error(None).decode())
         self._s = ptr
+        self._rank = comm.Get_rank()
         self._tensors = {}  # name -> tensor: refit holds the pointers, we hold the tensors
         self._sigs = {}
         self._planned = False
@@ -283,19 +284,20 @@ class Session:
         for name, v in tensors.items():
             t, dtype = v if isinstance(v, tuple) else (v, None)
             if t.dim() > MAX_DIMS:
-                raise Error("RF_ERR_INVALID", "refit: %s: %d dims" % (name, t.dim()))
+                raise Error("RF_ERR_INVALID", "rank %d (%s): %s: %d dims (at most %d)" %
+                            (self._rank, self.role, name, t.dim(), MAX_DIMS))
             if dtype is not None and _DTYPE_BYTES.get(dtype) != t.element_size():
-                raise Error("RF_ERR_MISMATCH", "refit: %s: dtype %s for a %s tensor (%d-byte "
-                            "elements; %s)" % (name, dtype, t.dtype, t.element_size(),
+                raise Error("RF_ERR_MISMATCH", "rank %d (%s): %s: dtype %s for a %s tensor "
+                            "(%d-byte elements; %s)" % (self._rank, self.role, name, dtype, t.dtype, t.element_size(),
                                                "unknown dtype" if dtype not in _DTYPE_BYTES
                                                else "%d-byte" % _DTYPE_BYTES[dtype]))
             if dtype is not None and t.is_floating_point() and _FLOAT_NAMES.get(str(t.dtype)) != dtype:
                 # the override gives bytes torch has no dtype for (an F8_E4M3 weight held in a
                 # uint8 tensor); a floating tensor is what its dtype says: never reinterpreted
-                raise Error("RF_ERR_MISMATCH", "refit: %s: dtype %s for a %s tensor: a dtype is "
-                            "given only for bytes torch has no dtype for, held in an integer "
-                            "tensor (e.g. F8_E4M3 in torch.uint8); register %s as it is" %
-                            (name, dtype, t.dtype, name))
+                raise Error("RF_ERR_MISMATCH", "rank %d (%s): %s: dtype %s for a %s tensor: a "
+                            "dtype is given only for bytes torch has no dtype for, held in an "
+                            "integer tensor (e.g. F8_E4M3 in torch.uint8); register %s as it "
+                            "is" % (self._rank, self.role, name, dtype, t.dtype, name))
             d = _Desc()
             d.name, d.ndim = name.encode(), t.dim()
             d.dtype = (dtype if dtype is not None else str(t.dtype)).encode()

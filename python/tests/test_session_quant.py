@@ -142,7 +142,8 @@ else:
             s.register({n: bad[0] if len(bad) == 1 else bad})
             check(False, "a bad registration of %s was accepted" % n)
         except refit.Error as e:
-            check(n in str(e) and why in str(e), "engine refusal: %s" % e)
+            check(n in str(e) and why in str(e) and ("rank %d (rollout)" % rank) in str(e),
+                  "engine refusal: %s" % e)
     s.register({n: ((t, "F8_E4M3") if expected[n][0] == "F8_E4M3" else t) for n, t in ew.items()})
     ptrs = {n: t.data_ptr() for n, t in ew.items()}
 try:  # the refusals are carried to the plan, on every rank (rank 0's first), then forgotten

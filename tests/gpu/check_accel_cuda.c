@@ -476,6 +476,50 @@ START_TEST(test_fp8_quantize_rows)
 }
 END_TEST
 
+/* fp8-block dequantization, cuda == host byte for byte: random bytes (NaN bytes 0x7f / 0xff
+ * among them), random positive scales with one NaN scale, odd sizes, pitches, each dtype. */
+START_TEST(test_fp8_block_dequant)
+{
+    static const int64_t cases[][3] = {{1, 1, 0}, {130, 257, 3}, {4096, 512, 0}, {16384, 512, 1}};
+    static const rf_dtype_t dts[] = {RF_DTYPE_BF16, RF_DTYPE_F16, RF_DTYPE_F32};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t rows = cases[i][0], cols = cases[i][1], wp = cols + cases[i][2], op = cols + 1;
+        int64_t sr = (rows + 127) / 128, sp = (cols + 127) / 128 + 1;
+        size_t wbytes = (size_t)(rows * wp), sbytes = (size_t)(sr * sp) * 4;
+        uint8_t *w = malloc(wbytes);
+        float *s = malloc(sbytes);
+        fill_random(w, wbytes);
+        for (int64_t k = 0; k < sr * sp; k++)
+            s[k] = 0x1p-12f * (float)(1 + (rnd() >> 44));
+        if (sr * sp > 2) {
+            uint32_t nan = 0x7f800123u;
+            memcpy(&s[1], &nan, 4);
+        }
+        void *dw = dev_upload(w, wbytes), *ds = dev_upload(s, sbytes);
+        for (size_t d = 0; d < 3; d++) {
+            size_t obytes = (size_t)(rows * op) * rf_dtype_size(dts[d]);
+            void *o = malloc(obytes);
+            memset(o, 0, obytes);
+            void *dout = dev_upload(o, obytes);
+            ck_assert_int_eq(rf_quant_ops_for(H)->fp8_block_dequant(H, w, rows, cols, wp, s, sp, o,
+                                                                    dts[d], op, NULL),
+                             RF_OK);
+            ck_assert_int_eq(rf_quant_ops_for(G)->fp8_block_dequant(G, dw, rows, cols, wp, ds, sp,
+                                                                    dout, dts[d], op, NULL),
+                             RF_OK);
+            ck_assert_int_eq(rf_accel_sync(G), RF_OK);
+            expect_same(o, dout, obytes, "fp8 block dequant");
+            G->ops->free(G, dout);
+            free(o);
+        }
+        G->ops->free(G, dw);
+        G->ops->free(G, ds);
+        free(w);
+        free(s);
+    }
+}
+END_TEST
+
 START_TEST(test_wna16_quantize)
 {
     /* rows, K, G, w pitch extra, w dtype, scale dtype */
@@ -685,6 +729,7 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_fp8_quantize);
     tcase_add_test(tc, test_fp8_quantize_rows);
     tcase_add_test(tc, test_wna16_quantize);
+    tcase_add_test(tc, test_fp8_block_dequant);
     tcase_add_test(tc, test_quant_check_batch);
     tcase_add_test(tc, test_checksum);
     suite_add_tcase(s, tc);

@@ -136,6 +136,14 @@ refit_run_test(refit_run_deepseek_v3_tiny_fp8_block 3 ok
                --topology ${MLA_TTOPO}/deepseek-v3-tiny-fp8-tp1-to-tp2-ep2.yaml --checkpoint ${DSCK}/fp8
                --reference ${DSCK}/fp8/tensors.reference.json --cold-check --steps 2)
 set_tests_properties(refit_run_deepseek_v3_tiny_fp8_block PROPERTIES FIXTURES_REQUIRED dsck_fp8)
+# the device branch of the fp8 deferred stage on the CPU (host-device): kv_b_proj dequantized
+# where the slots live (rf_quant_ops_t.fp8_block_dequant), then permuted by row copies there
+refit_run_test(emu_refit_deepseek_v3_tiny_fp8_block 3 ok
+               "derived +absorbed MLA W_UK_T / W_UV: 8 slots == a recomputation from the loaded kv_b_proj; deferred stage 4 runs for 4 layers;refit: COMMITTED 2 update\\(s\\), verified 69 tensors"
+               --topology ${MLA_TTOPO}/deepseek-v3-tiny-fp8-tp1-to-tp2-ep2.yaml --checkpoint ${DSCK}/fp8
+               --reference ${DSCK}/fp8/tensors.reference.json --cold-check --steps 2)
+set_tests_properties(emu_refit_deepseek_v3_tiny_fp8_block PROPERTIES FIXTURES_REQUIRED dsck_fp8
+                     LABELS "mpi;device-emu" ENVIRONMENT "REFIT_TEST_DEVICE_ACCEL=host-device")
 # the same with model.mtp: the generator's weights of the MTP inventory (refit-convert
 # --generate), the MTP layer's decoder linears quantized by make_deepseek_ckpt like the others,
 # eh_proj / embed_tokens / shared_head.head left bf16 (vLLM's nn.Linear and ParallelLMHead)

@@ -71,6 +71,7 @@ foreach(case "unknown_option;^refit-plan: unknown option '--bogus' \\(see --help
              "unreadable_machine;^refit-plan: .*/no-such-machine.yaml: cannot read: No such file or directory$;--simulate;--machine;${SIM_MACH}/no-such-machine.yaml"
              "machine_directory;^refit-plan: .*: cannot read: is a directory$;--simulate;--machine;${SIM_MACH}"
              "unwritable_json;^refit-plan: --json /nonexistent/x.json: cannot write: No such file or directory$;--json;/nonexistent/x.json"
+             "stray_argument;^refit-plan: unexpected argument 'extra.yaml' \\(see --help\\)$;extra.yaml"
              "unwritable_simulate_json;^refit-plan: --json /nonexistent/x.json: cannot write: No such file or directory$;--simulate;--json;/nonexistent/x.json")
   list(GET case 0 name)
   list(GET case 1 re)

@@ -217,6 +217,69 @@ START_TEST(test_fnuz)
 }
 END_TEST
 
+/* fp8-block dequantization: values known by hand (e4m3 0x38 = 1.0, 0x40 = 2.0, 0x01 = 2^-9,
+ * 0xB8 = -1.0), the 128-block scale index, pitches, each output dtype, and the NaN rule
+ * (a NaN byte 0x7fc00000 whatever its sign; a NaN scale keeps its payload, quieted). */
+START_TEST(test_fp8_block_dequant)
+{
+    rf_accel_t *a = open_host();
+    const rf_quant_ops_t *q = rf_quant_ops_for(a);
+    enum { R = 130, C = 129, WP = 131, OP = 133, SP = 3 };
+    static uint8_t w[R * WP];
+    static float sc[2 * SP], out[R * OP];
+    static uint16_t o16[R * OP];
+    for (int i = 0; i < R * WP; i++)
+        w[i] = 0x38; /* 1.0 */
+    w[0] = 0x40;                 /* 2.0 */
+    w[1] = 0x01;                 /* 2^-9 */
+    w[2] = 0xB8;                 /* -1.0 */
+    w[3] = 0x7F;                 /* NaN */
+    w[4] = 0xFF;                 /* NaN, negative sign */
+    w[129 * WP + 128] = 0x40;    /* the last block row and column */
+    sc[0] = 0.5f;
+    sc[1] = 3.0f;
+    sc[SP] = 0.25f;
+    sc[SP + 1] = 1.5f;
+    sc[2] = sc[SP + 2] = -7.0f; /* beyond the 2 block columns: never read */
+    ck_assert_int_eq(q->fp8_block_dequant(a, w, R, C, WP, sc, SP, out, RF_DTYPE_F32, OP, NULL),
+                     RF_OK);
+    ck_assert(out[0] == 1.0f && out[1] == 0x1p-10f && out[2] == -0.5f);
+    uint32_t u3, u4;
+    memcpy(&u3, &out[3], 4);
+    memcpy(&u4, &out[4], 4);
+    ck_assert_uint_eq(u3, 0x7fc00000u);
+    ck_assert_uint_eq(u4, 0x7fc00000u);
+    ck_assert(out[127] == 0.5f && out[128] == 3.0f);         /* row 0: block columns 0, 1 */
+    ck_assert(out[128 * OP + 5] == 0.25f);                   /* block row 1 */
+    ck_assert(out[129 * OP + 128] == 3.0f);                  /* 2.0 x 1.5 */
+    ck_assert_int_eq(q->fp8_block_dequant(a, w, R, C, WP, sc, SP, o16, RF_DTYPE_BF16, OP, NULL),
+                     RF_OK);
+    ck_assert_uint_eq(o16[0], 0x3f80u); /* 1.0 */
+    ck_assert_uint_eq(o16[2], 0xbf00u); /* -0.5 */
+    ck_assert_uint_eq(o16[3], 0x7fc0u);
+    ck_assert_int_eq(q->fp8_block_dequant(a, w, R, C, WP, sc, SP, o16, RF_DTYPE_F16, OP, NULL),
+                     RF_OK);
+    ck_assert_uint_eq(o16[0], 0x3c00u); /* 1.0 */
+    ck_assert_uint_eq(o16[1], 0x1400u); /* 2^-10 */
+    ck_assert_uint_eq(o16[4], 0x7e00u);
+    /* a NaN scale: its payload, quieted (0x7f800001 -> 0x7fc00001) */
+    uint32_t sn = 0x7f800001u, got;
+    memcpy(&sc[0], &sn, 4);
+    ck_assert_int_eq(q->fp8_block_dequant(a, w, R, C, WP, sc, SP, out, RF_DTYPE_F32, OP, NULL),
+                     RF_OK);
+    memcpy(&got, &out[5], 4);
+    ck_assert_uint_eq(got, 0x7fc00001u);
+    /* bad arguments */
+    ck_assert_int_eq(q->fp8_block_dequant(a, w, R, C, WP, sc, SP, out, RF_DTYPE_I32, OP, NULL),
+                     RF_ERR_INVALID);
+    ck_assert_int_eq(q->fp8_block_dequant(a, w, R, C, C - 1, sc, SP, out, RF_DTYPE_F32, OP, NULL),
+                     RF_ERR_INVALID);
+    ck_assert_int_eq(q->fp8_block_dequant(a, w, R, C, WP, sc, 1, out, RF_DTYPE_F32, OP, NULL),
+                     RF_ERR_INVALID);
+    rf_accel_close(a);
+}
+END_TEST
+
 START_TEST(test_repack)
 {
     rf_accel_t *a = open_host();
@@ -366,6 +429,7 @@ static Suite *accel_suite(void)
     tcase_add_test(tc, test_zero_rows);
     tcase_add_test(tc, test_fnuz);
     tcase_add_test(tc, test_repack);
+    tcase_add_test(tc, test_fp8_block_dequant);
     tcase_add_test(tc, test_fp8_quantize);
     tcase_add_test(tc, test_wna16_quantize);
     tcase_add_test(tc, test_checksum);

@@ -423,9 +423,13 @@ static const bad_case_t k_bad[] = {
     {M "transfer: { chunk_bytes: 64mb }\n", {"transfer.chunk_bytes: 64mb is not a size"}},
     {M "transfer: { chunk_bytes: 0 }\n", {"transfer.chunk_bytes: 0 is out of range"}},
     {M "transfer: { min_bandwidth: 100MB }\n", {"transfer.min_bandwidth: 100MB is not a rate"}},
-    {M "transfer: { timeout_s: 0 }\n", {"transfer.timeout_s: 0 must be positive"}},
+    {M "transfer: { timeout_s: 0 }\n", {"transfer.timeout_s: 0 is out of range (seconds, more than 0 and at most 1e9)"}},
     {M "transfer: { slack_s: -1 }\n", {"transfer.slack_s: -1 is out of range"}},
-    {M "transfer: { join_timeout_s: 0 }\n", {"transfer.join_timeout_s: 0 must be positive"}},
+    {M "transfer: { join_timeout_s: -1 }\n",
+     {"transfer.join_timeout_s: -1 is out of range (seconds, more than 0 and at most 1e9)"}},
+    {M "transfer: { timeout_s: 2e9 }\n",
+     {"transfer.timeout_s: 2e9 is out of range (seconds, more than 0 and at most 1e9)"}},
+    {M "transfer: { join_timeout_s: 0 }\n", {"transfer.join_timeout_s: 0 is out of range (seconds, more than 0 and at most 1e9)"}},
     {M "transfer: { buffers: 0 }\n", {"transfer.buffers: 0 is out of range"}},
     {M "transfer: { p2p_inflight: 0 }\n", {"transfer.p2p_inflight: 0 is out of range"}},
     {M "transfer: { p2p_inflight: 65 }\n", {"transfer.p2p_inflight: 65 is out of range"}},
@@ -730,7 +734,6 @@ START_TEST(test_hash)
         "transfer: { mode: p2p }\n",
         "transfer: { chunk_bytes: 2MiB }\n",
         "transfer: { buffers: 3 }\n",
-        "transfer: { p2p_inflight: 2 }\n",
         "transfer: { timeout_s: 301 }\n",
         "transfer: { integrity: false }\n",
         "transfer: { min_bandwidth: 1GB/s }\n",
@@ -826,6 +829,15 @@ START_TEST(test_hash)
     /* transfer.p2p_inflight only when set: the hashes of topologies without it stay */
     ck_assert_ptr_null(strstr(full, "p2p_inflight"));
     free(full);
+    /* and only under p2p: broadcast has no window, so setting it there is no new topology */
+    const char *m0 = "model: { config: a.json }\ntrainer: { dp: 2 }\n";
+    const char *bw = "model: { config: a.json }\ntrainer: { dp: 2 }\ntransfer: { p2p_inflight: 2 }\n";
+    const char *p0 = "model: { config: a.json }\ntrainer: { dp: 2 }\ntransfer: { mode: p2p }\n";
+    const char *pw = "model: { config: a.json }\ntrainer: { dp: 2 }\n"
+                     "transfer: { mode: p2p, p2p_inflight: 2 }\n";
+    ck_assert_uint_eq(hash_of(m0), hash_of(bw));
+    ck_assert_uint_ne(hash_of(p0), hash_of(pw));
+    ck_assert_uint_ne(hash_of(m0), hash_of(p0));
 
     /* the layouts: hashed, spelled out (the defaults and their explicit form agree) */
     const char *dp2 = "model: { config: a.json }\ntrainer: { dp: 2 }\n";
