@@ -4,9 +4,13 @@
 # For each shape (Llama-3.1-8B bf16; Qwen3-30B-A3B with 24 of 48 layers in bf16, wna16 and
 # fp8-block), runs refit-run on its jobs/topologies/gpu/bench/ topology: trainer and rollout
 # ranks share GPU 0 through CUDA IPC, the trainer's weights are resident on the GPU, STEPS
-# updates (the first is the warm-up), the oracle on the last one (--verify last), and the copy
-# ceiling measured after the updates in the same process (best of 5 device-to-device copies of
-# max(payload, 4 GiB)). Then, one after another so memory suffices, the two PyTorch baselines
+# updates (the first is the warm-up), the oracle on the last one (--verify last), and two copy
+# ceilings measured after the updates in the same process (best of 5 device-to-device copies of
+# one buffer of max(payload, 4 GiB): cudaMemcpyAsync, and refit's batch kernel with the copy
+# engines off). Then the third ceiling, torch's dst.copy_(src) of a buffer of the same size
+# (bench/colocated_baselines.py --floor-bytes, one Python process: torch-floor.json); the
+# report measures refit against the fastest of the three. Then, one after another so memory
+# suffices, the two PyTorch baselines
 # (bench/colocated_baselines.py: (a) one CUDA IPC handle per tensor, (b) two reused 1 GiB IPC
 # buffers) on the same shapes, and a combined table (bench/colocated_report.py).
 #
@@ -45,6 +49,32 @@ for s in $shapes; do
         grep -E '^refit update|^  (payload|layers|time|device|gate) '
     [ $rc -eq 0 ] || { echo "refit $s: exit $rc (see $out/refit-$s.log)"; status=1; }
 done
+# the torch ceiling: one buffer of each shape's ceiling size (the refit JSON's copy_ceiling.bytes)
+sizes=$(python3 - "$out" $shapes <<'EOF'
+import json, os, sys
+out, names = sys.argv[1], sys.argv[2:]
+sizes = []
+for s in names:
+    try:
+        sizes.append(str(json.load(open(os.path.join(out, "refit-%s.json" % s)))
+                         ["copy_ceiling"]["bytes"]))
+    except (OSError, ValueError, KeyError):
+        pass
+print(",".join(sizes))
+EOF
+)
+echo "== torch copy ceiling (dst.copy_(src), sizes $sizes)"
+if [ -n "$sizes" ] && python3 -c 'import torch, mpi4py' 2>/dev/null; then
+    timeout 300 python3 bench/colocated_baselines.py --floor-bytes "$sizes" \
+        --json "$out/torch-floor.json" > "$out/torch-floor.log" 2>&1
+    rc=$?
+    cat "$out/torch-floor.log"
+    [ $rc -eq 0 ] || { echo "torch floor: exit $rc (see $out/torch-floor.log)"; status=1; }
+else
+    echo "torch floor: no refit JSON, or python3 with torch and mpi4py not found; skipped" |
+        tee "$out/torch-floor.log"
+    status=1
+fi
 if [ "${BASELINES:-1}" != 0 ]; then
     echo "== PyTorch baselines"
     if python3 -c 'import torch, mpi4py' 2>/dev/null; then

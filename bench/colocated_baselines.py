@@ -23,6 +23,9 @@ torch.cuda.synchronize) to the engine's final answer arriving at the trainer (pe
 After each baseline every engine slice is compared with its trainer tensor (torch.equal,
 through per-tensor IPC, untimed); the engine's parameters are zeroed before each baseline.
 
+--floor-bytes N[,N...] --json F (one process, no MPI peer): only the copy floor of each size,
+the torch ceiling bench/colocated.sh measures for every refit shape in the same script run.
+
 Run (from the repository root, on the GPU host):
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
       python3 bench/colocated_baselines.py --tiny                        # smoke test
@@ -322,7 +325,23 @@ def main():
     ap.add_argument("--layers", type=int, help="MoE layer count (default 24)")
     ap.add_argument("--tiny", action="store_true", help="2 layers, hidden 256, 8 experts")
     ap.add_argument("--buffer-bytes", type=int, help="(b) buffer size (1 GiB; 64 KiB --tiny)")
+    ap.add_argument("--floor-bytes", help="only the copy floor of these sizes (a,b,...); one rank")
     args = ap.parse_args()
+    if args.floor_bytes:
+        torch.cuda.set_device(0)
+        dev = torch.device("cuda", 0)
+        floors = []
+        for n in [int(x) for x in args.floor_bytes.split(",") if x]:
+            best = copy_floor(n, dev)
+            floors.append(dict(bytes=n, best_s=best, GBps=n / best / 1e9, reps=5,
+                               method="dst.copy_(src), uint8, CUDA events"))
+            print(f"torch copy floor {n / 1e9:8.3f} GB: {best * 1e3:9.3f} ms "
+                  f"{n / best / 1e9:8.1f} GB/s", flush=True)
+        out = dict(torch=torch.__version__, device=torch.cuda.get_device_name(0), floors=floors)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        return
     args.shapes = [x for a in (args.shape or ["llama8b,qwen3moe24"]) for x in a.split(",") if x]
     args.baselines = [x for x in args.baselines.split(",") if x]
     assert set(args.baselines) <= {"a", "b"}, args.baselines

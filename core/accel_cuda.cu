@@ -11,6 +11,8 @@
  * with --use_fast_math).
  */
 #include <cuda_runtime.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +26,8 @@
 typedef rf_accel_cuda_stream_t cuda_stream_t;
 
 /* copy_rows_batch: a ring of descriptor buffers (pinned host -> device), each reusable once the
- * event recorded after the kernel that read it has completed. */
+ * event recorded after the kernel that read it has completed. rf_accel_rows_ceiling's warm-up
+ * (core/accel_registry.c) runs one copy per buffer: change both together. */
 #define BATCH_RING 8
 
 typedef struct batch_seg batch_seg_t;
@@ -41,6 +44,8 @@ typedef struct cuda_accel {
     rf_accel_stream_t *dflt;
     batch_buf_t ring[BATCH_RING];
     unsigned next;
+    size_t engine_min;     /* copy_rows_batch: contiguous pieces from this size: cudaMemcpyAsync */
+    size_t engine_default; /* what set_engine_min(0) restores */
 } cuda_accel_t;
 
 extern "C" const rf_accel_ops_t rf_accel_cuda_ops;
@@ -147,6 +152,33 @@ static rf_status_t cu_stream_sync(rf_accel_stream_t *s)
     return RF_OK;
 }
 
+/* REFIT_CUDA_ENGINE_MIN (bytes, a decimal integer) overrides RF_ACCEL_ENGINE_MIN_DEFAULT for
+ * A/B runs (docs/gpu.md); a value that is not one is named in a warning and ignored. */
+static size_t engine_min_env(void)
+{
+    const char *v = getenv("REFIT_CUDA_ENGINE_MIN");
+    if (!v || !*v)
+        return RF_ACCEL_ENGINE_MIN_DEFAULT;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno != 0 || !end || *end != '\0' || x == 0 || v[0] == '-') {
+        rf_warn("REFIT_CUDA_ENGINE_MIN=%s: expected a byte count (a positive decimal integer); "
+                "using the default %zu", v, (size_t)RF_ACCEL_ENGINE_MIN_DEFAULT);
+        return RF_ACCEL_ENGINE_MIN_DEFAULT;
+    }
+    return x > SIZE_MAX ? SIZE_MAX : (size_t)x;
+}
+
+static rf_status_t cu_set_engine_min(rf_accel_t *a, size_t bytes)
+{
+    if (!a || !a->impl)
+        return RF_ERR_INVALID;
+    cuda_accel_t *c = (cuda_accel_t *)a->impl;
+    c->engine_min = bytes ? bytes : c->engine_default;
+    return RF_OK;
+}
+
 static rf_status_t cu_create(int device, rf_accel_t **accel_p)
 {
     int n = rf_accel_cuda_device_count_raw();
@@ -167,6 +199,8 @@ static rf_status_t cu_create(int device, rf_accel_t **accel_p)
     a->ops = &rf_accel_cuda_ops;
     a->device = device;
     a->impl = c;
+    c->engine_default = engine_min_env();
+    c->engine_min = c->engine_default;
     rf_status_t st = cu_stream_create(a, &c->dflt);
     if (st != RF_OK) {
         free(c);
@@ -662,34 +696,67 @@ static uint64_t batch_tiles(const rf_accel_rows_t *r)
 /* Tiles of one launch at most (its map: 4 bytes a tile); a larger batch goes in parts. */
 #define BATCH_MAP_MAX (1ull << 24)
 
+/* A piece for the copy engines: one contiguous run of at least engine_min bytes (its
+ * destination and length into *dst_p, *len_p). */
+static bool batch_engine(const cuda_accel_t *c, const rf_accel_rows_t *r, char **dst_p,
+                         uint64_t *len_p)
+{
+    uint64_t w, h;
+    if (r->rows <= 0 || r->cols <= 0 || !bytes_rows(r, &w, &h) || h != 1 ||
+        w < (uint64_t)c->engine_min)
+        return false;
+    const rf_accel_dst_t *d = &r->dst;
+    *dst_p = (char *)d->data + (size_t)(r->expert * d->expert_stride + r->dst_row * d->row_stride +
+                                        r->dst_col * d->col_stride) * d->esize;
+    *len_p = w;
+    return true;
+}
+
 static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows, size_t n,
                                       rf_accel_stream_t *s)
 {
     if (!a || (n && !rows) || n > UINT32_MAX)
         return RF_ERR_INVALID;
-    /* descriptors: tiled ones first (tile0 in order), tiny ones (<= 16 contiguous bytes) after */
-    size_t m = 0, ntiny = 0;
+    cuda_accel_t *c = (cuda_accel_t *)a->impl;
+    /* descriptors: tiled ones first (tile0 in order), tiny ones (<= 16 contiguous bytes) after;
+     * contiguous pieces of engine_min bytes or more take none (the copy engines, below) */
+    size_t m = 0, ntiny = 0, neng = 0;
     uint64_t tiles = 0;
     for (size_t i = 0; i < n; i++) {
         RF_CHECK(rf_accel_rows_check(&rows[i]));
+        char *ed;
+        uint64_t el;
         if (rows[i].rows <= 0 || rows[i].cols <= 0)
             continue;
+        if (batch_engine(c, &rows[i], &ed, &el)) {
+            neng++;
+            continue;
+        }
         m++;
         if (batch_tiny(&rows[i]))
             ntiny++;
         else
             tiles += batch_tiles(&rows[i]);
     }
-    if (m == 0)
-        return RF_OK;
-    size_t nmain = m - ntiny;
     if (tiles > BATCH_MAP_MAX) { /* 512 GiB of byte tiles: halves, each with its own map */
         if (n == 1)
             return RF_ERR_INVALID;
         RF_CHECK(cu_copy_rows_batch(a, rows, n / 2, s));
         return cu_copy_rows_batch(a, rows + n / 2, n - n / 2, s);
     }
-    cuda_accel_t *c = (cuda_accel_t *)a->impl;
+    cudaStream_t st = cs(a, s);
+    /* the copy engines first, in order, on the same stream (the destinations do not overlap, so
+     * the order against the kernel below does not matter) */
+    for (size_t i = 0; i < n && neng > 0; i++) {
+        char *ed;
+        uint64_t el;
+        if (batch_engine(c, &rows[i], &ed, &el))
+            RF_CUDA_CHECK(cudaMemcpyAsync(ed, rows[i].src, (size_t)el, cudaMemcpyDeviceToDevice,
+                                          st));
+    }
+    if (m == 0)
+        return RF_OK;
+    size_t nmain = m - ntiny;
     batch_buf_t *b = &c->ring[c->next++ % BATCH_RING];
     if (b->used)
         RF_CUDA_CHECK(cudaEventSynchronize(b->done)); /* the kernel that read it is done */
@@ -715,7 +782,9 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
     uint64_t t = 0;
     size_t k = 0, q = nmain;
     for (size_t i = 0; i < n; i++) {
-        if (rows[i].rows <= 0 || rows[i].cols <= 0)
+        char *ed;
+        uint64_t el;
+        if (rows[i].rows <= 0 || rows[i].cols <= 0 || batch_engine(c, &rows[i], &ed, &el))
             continue;
         if (batch_tiny(&rows[i])) {
             batch_describe(&rows[i], &hs[q++], 0);
@@ -729,8 +798,10 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
     }
     if (t != tiles || k != nmain || q != m)
         return RF_ERR_INTERNAL;
-    cudaStream_t st = cs(a, s);
     RF_CUDA_CHECK(cudaMemcpyAsync(b->d, b->h, need, cudaMemcpyHostToDevice, st));
+    /* one block per tile: bench/copy-variants.cu measured this against persistent grids (4-16
+     * blocks per multiprocessor walking the tiles) and streaming cache hints, all 1-10% slower
+     * on the H200 (docs/benchmarks.md) */
     uint64_t all = tiles + (ntiny + RF_CUDA_THREADS - 1) / RF_CUDA_THREADS;
     unsigned grid = all > (1u << 30) ? (1u << 30) : (unsigned)all;
     k_copy_batch<<<grid, RF_CUDA_THREADS, 0, st>>>((const batch_seg_t *)b->d, (unsigned)nmain,
@@ -862,4 +933,5 @@ extern "C" const rf_accel_ops_t rf_accel_cuda_ops = {
     /* .copy_rows_batch = */ cu_copy_rows_batch,
     /* .zero_rows = */ cu_zero_rows,
     /* .checksum = */ cu_checksum,
+    /* .set_engine_min = */ cu_set_engine_min,
 };

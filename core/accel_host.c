@@ -277,6 +277,13 @@ static rf_status_t host_checksum(rf_accel_t *accel, const void *buf, size_t byte
     return RF_OK;
 }
 
+/* No copy engines and no kernel on the host: every piece is already a memcpy. */
+static rf_status_t host_set_engine_min(rf_accel_t *accel, size_t bytes)
+{
+    (void)bytes;
+    return accel ? RF_OK : RF_ERR_INVALID;
+}
+
 /* The entries the host table and the host-device table below share: all but the name, the
  * memory type and create. */
 #define HOST_OPS_SHARED                                                                            \
@@ -289,7 +296,7 @@ static rf_status_t host_checksum(rf_accel_t *accel, const void *buf, size_t byte
     .event_elapsed_ms = host_event_elapsed_ms, .copy = host_copy, .copy_2d = host_copy_2d,         \
     .memset = host_memset, .copy_rows = host_copy_rows,                                            \
     .copy_rows_batch = host_copy_rows_batch, .zero_rows = host_zero_rows,                          \
-    .checksum = host_checksum
+    .checksum = host_checksum, .set_engine_min = host_set_engine_min
 
 const rf_accel_ops_t rf_accel_host_ops = {
     .name = "host",

@@ -167,7 +167,22 @@ struct rf_accel_ops {
     /* rf_accel_checksum() of bytes [0, bytes) of device memory. Synchronizes the stream. */
     rf_status_t (*checksum)(rf_accel_t *accel, const void *buf, size_t bytes, uint64_t *sum_p,
                             rf_accel_stream_t *stream);
+    /* copy_rows_batch's split between the copy engines and the batch kernel (issue #18 item
+     * 2): a piece that is one contiguous run of bytes on both sides (no conversion; rows with
+     * src_pitch == row_stride == cols, col_stride 1) of at least `bytes` bytes is one
+     * cudaMemcpyAsync on the stream, the other pieces go through the kernel. 0: the default,
+     * RF_ACCEL_ENGINE_MIN_DEFAULT, or REFIT_CUDA_ENGINE_MIN read when the accelerator was
+     * created; SIZE_MAX: every piece through the kernel (the kernel's own ceiling). Which path
+     * a piece takes never changes its bytes. Host implementations: accepted, no effect (every
+     * piece is a memcpy). Applies to later calls on this accelerator; not collective. */
+    rf_status_t (*set_engine_min)(rf_accel_t *accel, size_t bytes);
 };
+
+/* copy_rows_batch's default split: every piece through the batch kernel. Measured on one H200
+ * (bench/copy-variants.cu, docs/benchmarks.md): the kernel copies a Llama-3.1-8B chunk list at
+ * 96.7% of one cudaMemcpyAsync of the same bytes, a cudaMemcpyAsync per piece reaches 88.1% on
+ * one stream and 96.2% on two (the gaps between the copies), and 3 MiB experts 24%. */
+#define RF_ACCEL_ENGINE_MIN_DEFAULT SIZE_MAX
 
 /* ---- the registry (core/accel_registry.c) ---------------------------------------------- */
 
@@ -282,6 +297,13 @@ static inline uint64_t rf_accel_sum_final(uint64_t S, uint64_t bytes)
  * RF_ERR_NOMEM when they do not fit. Not collective.
  */
 rf_status_t rf_accel_copy_ceiling(rf_accel_t *accel, size_t bytes, int reps, double *best_s,
+                                  double *median_s);
+/* The same for refit's own batch kernel: one copy_rows_batch of one contiguous row of `bytes`
+ * bytes with the copy engines off (set_engine_min(SIZE_MAX), restored to the default after), so
+ * the descriptors' h2d copy and the tile map are in the time as they are in an update; 8
+ * untimed copies first (the batch ring's buffers are allocated on first use). On the host: the
+ * host copy_rows (a memcpy). Same errors; not collective. */
+rf_status_t rf_accel_rows_ceiling(rf_accel_t *accel, size_t bytes, int reps, double *best_s,
                                   double *median_s);
 
 /* Validates a row-copy descriptor the same way for every implementation: RF_ERR_INVALID for

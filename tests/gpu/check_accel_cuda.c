@@ -173,9 +173,11 @@ START_TEST(test_copy_rows)
 END_TEST
 
 /* copy_rows_batch: every case above plus unaligned and long contiguous byte copies in ONE
- * batch (each into its own buffer), against the host's one-by-one copies. */
-START_TEST(test_copy_rows_batch)
+ * batch (each into its own buffer), against the host's one-by-one copies, with the device's
+ * split between copy engines and kernel set to engine_min (set_engine_min). */
+static void batch_run(size_t engine_min)
 {
+    ck_assert_int_eq(G->ops->set_engine_min(G, engine_min), RF_OK);
     enum { NC = sizeof(rows_cases) / sizeof(rows_cases[0]), NX = 10, N = NC + NX };
     rf_accel_rows_t hr[N], gr[N];
     char *hd[N], *hs[N];
@@ -241,13 +243,96 @@ START_TEST(test_copy_rows_batch)
      * more often than the ring is long, must give the same bytes again */
     for (int rep = 0; rep < 10; rep++)
         ck_assert_int_eq(G->ops->copy_rows_batch(G, gr, N, NULL), RF_OK);
+    char what[96];
     for (int i = 0; i < N; i++) {
-        expect_same(hd[i], dd[i], dbytes[i], i < NC ? rows_cases[i].name : "batch extra");
+        snprintf(what, sizeof(what), "%s (engine_min %zu)",
+                 i < NC ? rows_cases[i].name : "batch extra", engine_min);
+        expect_same(hd[i], dd[i], dbytes[i], what);
         G->ops->free(G, dd[i]);
         G->ops->free(G, ds[i]);
         free(hd[i]);
         free(hs[i]);
     }
+    ck_assert_int_eq(G->ops->set_engine_min(G, 0), RF_OK);
+}
+
+/* the default (the kernel for every piece), a split at 8 MiB (the 48 MiB row through the copy
+ * engines, the rest through the kernel), every contiguous piece through the copy engines (1:
+ * the 17-byte and the tiny ones too), and the kernel only (SIZE_MAX): the same bytes each time */
+START_TEST(test_copy_rows_batch)
+{
+    batch_run(0);
+    batch_run((size_t)8 << 20);
+    batch_run(1);
+    batch_run(SIZE_MAX);
+}
+END_TEST
+
+/* Many contiguous pieces in one batch, as a colocated chunk brings them: 3 MiB experts, 24 MiB
+ * linears and 8 KiB norms interleaved, out of one source arena into one destination arena in
+ * reverse order with gaps; equal to the source byte for byte, gaps untouched, with the split at
+ * 8 MiB (the linears through the copy engines), the kernel only, and the default after the
+ * kernel's own ceiling (rf_accel_rows_ceiling) ran between two batches. */
+START_TEST(test_copy_rows_batch_arena)
+{
+    enum { NP = 96 };
+    static const size_t len[3] = {3u << 20, 24u << 20, 8192};
+    size_t off[NP], doff[NP], total = 0, dtotal = 0;
+    for (int i = 0; i < NP; i++) {
+        off[i] = total;
+        total += (len[i % 3] + 255) & ~(size_t)255;
+    }
+    for (int i = NP - 1; i >= 0; i--) { /* the destination: reverse order, 512-byte gaps */
+        doff[i] = dtotal;
+        dtotal += ((len[i % 3] + 255) & ~(size_t)255) + 512;
+    }
+    char *hs = malloc(total), *back = malloc(dtotal + 4096);
+    ck_assert_ptr_nonnull(hs);
+    ck_assert_ptr_nonnull(back);
+    fill_random(hs, total);
+    void *ds = dev_upload(hs, total), *dd = NULL;
+    ck_assert_int_eq(G->ops->alloc(G, dtotal + 4096, &dd), RF_OK);
+    rf_accel_rows_t r[NP];
+    for (int pass = 0; pass < 3; pass++) {
+        size_t em = pass == 0 ? (size_t)8 << 20 : pass == 1 ? SIZE_MAX : 0;
+        ck_assert_int_eq(G->ops->set_engine_min(G, em), RF_OK);
+        ck_assert_int_eq(G->ops->memset(G, dd, 0xee, dtotal + 4096, NULL), RF_OK);
+        for (int i = 0; i < NP; i++) { /* piece i -> its destination at 4096 + doff[i] */
+            size_t n = len[i % 3] / 2;
+            rf_accel_rows_t x = {
+                .dst = {(char *)dd + 4096 + doff[i], 2, RF_DTYPE_BF16, (int64_t)n, 1, 0},
+                .src = (char *)ds + off[i], .src_dtype = RF_DTYPE_BF16, .src_pitch = (int64_t)n,
+                .rows = 1, .cols = (int64_t)n,
+            };
+            r[i] = x;
+        }
+        ck_assert_int_eq(G->ops->copy_rows_batch(G, r, NP, NULL), RF_OK);
+        ck_assert_int_eq(G->ops->copy(G, back, dd, dtotal + 4096, RF_COPY_D2H, NULL), RF_OK);
+        ck_assert_int_eq(rf_accel_sync(G), RF_OK);
+        for (int i = 0; i < NP; i++) {
+            const char *got = back + 4096 + doff[i];
+            if (memcmp(got, hs + off[i], len[i % 3]) == 0)
+                continue;
+            size_t b = 0;
+            while (got[b] == hs[off[i] + b])
+                b++;
+            ck_abort_msg("pass %d: piece %d (%zu bytes), byte %zu differs", pass, i, len[i % 3],
+                         b);
+        }
+        for (int i = 0; i < NP; i++) /* nothing written into the gaps, nor before the first */
+            for (size_t b = 0; b < 512; b++)
+                ck_assert_int_eq((unsigned char)back[4096 + doff[i] - 512 + b], 0xee);
+        ck_assert_int_eq(G->ops->set_engine_min(G, 0), RF_OK);
+        if (pass == 1) { /* the kernel's ceiling between two batches */
+            double best = -1, med = -1;
+            ck_assert_int_eq(rf_accel_rows_ceiling(G, (size_t)64 << 20, 3, &best, &med), RF_OK);
+            ck_assert(best > 0 && best <= med);
+        }
+    }
+    G->ops->free(G, dd);
+    G->ops->free(G, ds);
+    free(hs);
+    free(back);
 }
 END_TEST
 
@@ -707,6 +792,15 @@ static void bench_d2d(void)
     double gbs = (double)bytes / (best * 1e-3) / 1e9;
     printf("bench: d2d copy %zu MiB, best of 5: %.3f ms, %.1f GB/s payload, %.1f GB/s "
            "memory traffic (read + write)\n", mib, best, gbs, 2.0 * gbs);
+    double kb = 0, km = 0;
+    G->ops->free(G, b);
+    b = NULL;
+    G->ops->free(G, a);
+    a = NULL;
+    if (rf_accel_rows_ceiling(G, bytes, 5, &kb, &km) == RF_OK)
+        printf("bench: the batch kernel's copy of %zu MiB (copy engines off), best of 5: %.3f ms, "
+               "%.1f GB/s payload (%.1f%% of the copy above)\n", mib, kb * 1e3,
+               (double)bytes / kb / 1e9, 100.0 * best * 1e-3 / kb);
     fflush(stdout);
     G->ops->event_destroy(e0);
     G->ops->event_destroy(e1);
@@ -722,6 +816,7 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_copies_events);
     tcase_add_test(tc, test_copy_rows);
     tcase_add_test(tc, test_copy_rows_batch);
+    tcase_add_test(tc, test_copy_rows_batch_arena);
     tcase_add_test(tc, test_gen_fill);
     tcase_add_test(tc, test_zero_rows);
     tcase_add_test(tc, test_fnuz);

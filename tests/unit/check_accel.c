@@ -416,6 +416,58 @@ START_TEST(test_checksum)
 }
 END_TEST
 
+/* The copy-engine split (set_engine_min) is accepted and changes nothing on the host and the
+ * host-device emulation: a batch of contiguous and strided pieces gives the same bytes under
+ * every setting. The two ceilings time a real copy (positive, best <= median) and refuse a
+ * zero size. */
+START_TEST(test_engine_min_and_ceilings)
+{
+    const char *names[2] = {"host", "host-device"};
+    for (int k = 0; k < 2; k++) {
+        rf_accel_t *a = NULL;
+        ck_assert_int_eq(rf_accel_open(names[k], 0, &a), RF_OK);
+        ck_assert_ptr_nonnull(a->ops->set_engine_min);
+        ck_assert_int_eq(a->ops->set_engine_min(NULL, 0), RF_ERR_INVALID);
+        uint16_t src[64 * 40], dst[3][64 * 48];
+        for (size_t i = 0; i < sizeof(src) / 2; i++)
+            src[i] = (uint16_t)(i * 2654435761u >> 7);
+        static const size_t em[3] = {0, 1, SIZE_MAX};
+        for (int m = 0; m < 3; m++) {
+            ck_assert_int_eq(a->ops->set_engine_min(a, em[m]), RF_OK);
+            memset(dst[m], 0xcd, sizeof(dst[m]));
+            rf_accel_rows_t r[2] = {
+                /* contiguous: 16 rows of 64 into rows 0..15 */
+                {.dst = {dst[m], 2, RF_DTYPE_BF16, 64, 1, 0}, .src = src,
+                 .src_dtype = RF_DTYPE_BF16, .src_pitch = 64, .rows = 16, .cols = 64},
+                /* strided: 20 rows of 30 of a pitch-64 source into rows 20.., column 5 */
+                {.dst = {dst[m], 2, RF_DTYPE_BF16, 64, 1, 0}, .dst_row = 20, .dst_col = 5,
+                 .src = src + 16 * 64, .src_dtype = RF_DTYPE_BF16, .src_pitch = 64, .rows = 20,
+                 .cols = 30},
+            };
+            ck_assert_int_eq(a->ops->copy_rows_batch(a, r, 2, NULL), RF_OK);
+            ck_assert_int_eq(memcmp(dst[m], src, 16 * 64 * 2), 0);
+            for (int i = 0; i < 20; i++)
+                ck_assert_int_eq(memcmp(&dst[m][(20 + i) * 64 + 5], &src[(16 + i) * 64], 60), 0);
+            ck_assert_uint_eq(dst[m][16 * 64], 0xcdcd); /* row 16 untouched */
+            ck_assert_uint_eq(dst[m][20 * 64 + 4], 0xcdcd);
+            ck_assert_uint_eq(dst[m][20 * 64 + 35], 0xcdcd);
+        }
+        ck_assert_int_eq(memcmp(dst[0], dst[1], sizeof(dst[0])), 0);
+        ck_assert_int_eq(memcmp(dst[0], dst[2], sizeof(dst[0])), 0);
+        ck_assert_int_eq(a->ops->set_engine_min(a, 0), RF_OK);
+        double b = -1, med = -1;
+        ck_assert_int_eq(rf_accel_rows_ceiling(a, (size_t)8 << 20, 3, &b, &med), RF_OK);
+        ck_assert(b > 0 && b <= med);
+        b = med = -1;
+        ck_assert_int_eq(rf_accel_copy_ceiling(a, (size_t)8 << 20, 3, &b, &med), RF_OK);
+        ck_assert(b > 0 && b <= med);
+        ck_assert_int_eq(rf_accel_rows_ceiling(a, 0, 3, &b, &med), RF_ERR_INVALID);
+        ck_assert_int_eq(rf_accel_rows_ceiling(NULL, 64, 3, &b, &med), RF_ERR_INVALID);
+        rf_accel_close(a);
+    }
+}
+END_TEST
+
 static Suite *accel_suite(void)
 {
     Suite *s = suite_create("accel");
@@ -433,6 +485,7 @@ static Suite *accel_suite(void)
     tcase_add_test(tc, test_fp8_quantize);
     tcase_add_test(tc, test_wna16_quantize);
     tcase_add_test(tc, test_checksum);
+    tcase_add_test(tc, test_engine_min_and_ceilings);
     suite_add_tcase(s, tc);
     return s;
 }
