@@ -475,23 +475,47 @@ static rf_status_t setup_ipc(rf_session_t *s, rf_err_t *err)
 
 /* ---- accelerators and the nccl transport ---------------------------------------------- */
 
+/* REFIT_TEST_DEVICE_ACCEL (tests only): which ranks without a GPU take the host-device
+ * accelerator. "host-device": rollout ranks and colocated ipc's ranks; "host-device-trainer":
+ * the public API's trainer ranks on the mpi transport (rollout ranks stay host);
+ * "host-device-all": both. */
+enum { EMU_ROLLOUT = 1u, EMU_TRAINER = 2u };
+static unsigned emu_ranks(void)
+{
+    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
+    if (emu == NULL)
+        return 0;
+    if (strcmp(emu, "host-device") == 0)
+        return EMU_ROLLOUT;
+    if (strcmp(emu, "host-device-trainer") == 0)
+        return EMU_TRAINER;
+    if (strcmp(emu, "host-device-all") == 0)
+        return EMU_ROLLOUT | EMU_TRAINER;
+    return 0;
+}
+
 /* A rollout rank with a device from rf_topology_place opens the "cuda" accelerator on it
  * (cudaSetDevice); its runtime storage, staging and LAYERWISE scratch then live there. On
- * colocated ipc the trainer rank opens its device too (its weights arena, pinned mirror).
- * REFIT_TEST_DEVICE_ACCEL=host-device (tests only) gives a rank without a GPU the host
+ * colocated ipc the trainer rank opens its device too (its weights arena, pinned mirror); on
+ * the mpi transport a public-API trainer rank with trainer.gpus opens its GPU (its registered
+ * CUDA tensors: pointer checks, device-to-host copies when packed).
+ * REFIT_TEST_DEVICE_ACCEL (emu_ranks; tests only) gives a rank without a GPU the host
  * implementation tagged as device memory, so the CPU suite runs the device branches. */
 static rf_status_t setup_accel(rf_session_t *s, rf_err_t *err)
 {
-    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
-    if ((rf_session_is_rollout(s) || s->ipc) && !s->nccl && s->place.device < 0 && emu != NULL &&
-        strcmp(emu, "host-device") == 0) {
+    unsigned emu = emu_ranks();
+    bool mpi_trainer = !rf_session_is_rollout(s) && !s->ipc && !s->nccl && !s->so.owned;
+    if (!s->nccl && s->place.device < 0 &&
+        (((rf_session_is_rollout(s) || s->ipc) && (emu & EMU_ROLLOUT)) ||
+         (mpi_trainer && (emu & EMU_TRAINER)))) {
         /* tests only: the device branches on host memory (CPU CI covers the GPU data path) */
         rf_status_t as = rf_accel_open("host-device", 0, &s->accel);
         if (as != RF_OK)
             return rf_err_set(err, as, "rank %d: cannot open the host-device accelerator", s->rank);
         return RF_OK;
     }
-    if ((!rf_session_is_rollout(s) && !s->ipc && !s->nccl) || s->place.device < 0)
+    if ((!rf_session_is_rollout(s) && !s->ipc && !s->nccl && !mpi_trainer) ||
+        s->place.device < 0)
         return RF_OK;
     int n = 0;
     const rf_accel_ops_t *cu = rf_accel_lookup("cuda");
@@ -509,7 +533,8 @@ static rf_status_t setup_accel(rf_session_t *s, rf_err_t *err)
     rf_info("rank %d: %s on GPU %d (%s)", s->rank,
             rf_session_is_rollout(s) ? "rollout storage"
             : s->nccl                ? "nccl chunk buffers"
-                                     : "ipc weights arena",
+            : s->ipc                 ? "ipc weights arena"
+                                     : "trainer tensors",
             s->place.device, s->place.device_id);
     return RF_OK;
 }
@@ -689,20 +714,21 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
                           "runs the mpi transport and colocated ipc only in this version",
                           s->topo.file, rf_transport_name(s->topo.transport));
     /* rollout.gpus: the rollout ranks register CUDA tensors as their runtime storage, chunks
-     * through host memory (setup_accel opens each rank's GPU); trainer.gpus only on ipc */
-    if (s->topo.t_ngpus > 0 && !s->ipc)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: trainer.gpus: the session API's "
-                          "trainers register host tensors on the mpi transport in this version "
-                          "(rollout.gpus: the engine's CUDA tensors; CUDA trainer tensors: "
-                          "colocated ipc)", s->topo.file);
+     * through host memory (setup_accel opens each rank's GPU); trainer.gpus: the trainer
+     * ranks register CUDA tensors, read through device-to-host copies into the host chunks
+     * (rf_trainer_use_device) on mpi, in place on colocated ipc */
+    bool dev_trainer = s->topo.t_ngpus > 0 || (emu_ranks() & EMU_TRAINER) != 0;
     /* quantized models (runtime/session_quant.c): the formats and engines tested through
      * the session API; the others stay refused, named */
     rf_quant_t q = s->topo.quantization;
-    if (q != RF_QUANT_NONE && (s->topo.r_ngpus > 0 || s->ipc))
+    if (q != RF_QUANT_NONE && (s->topo.r_ngpus > 0 || s->ipc || dev_trainer))
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with %s: the session "
-                          "API moves quantized models into host tensors over mpi only in this "
-                          "version (refit-run's GPU storage takes them)", s->topo.file,
-                          rf_quant_name(q), s->ipc ? "colocated ipc" : "rollout.gpus");
+                          "API moves quantized models from host trainer tensors into host "
+                          "tensors over mpi only in this version (refit-run's GPU storage "
+                          "takes them)", s->topo.file, rf_quant_name(q),
+                          s->ipc           ? "colocated ipc"
+                          : s->topo.r_ngpus ? "rollout.gpus"
+                                            : "trainer.gpus (the quantizer reads host shards)");
     if (q != RF_QUANT_NONE && s->topo.r_layout == RF_ROLLOUT_LAYOUT_HF)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with rollout.layout hf: "
                           "the session API moves quantized models into the vllm layout only in "
@@ -783,6 +809,8 @@ static rf_status_t borrow_trainer(rf_session_t *s, rf_err_t *err)
         s->tr.buf[i] = s->ex[k].sig.data;
         s->ex[k].entry = i;
     }
+    if (rf_session_mpi_device_trainer(s)) /* CUDA tensors: the packs copy them to the host */
+        rf_trainer_use_device(&s->tr, s->accel);
     return RF_OK;
 }
 
