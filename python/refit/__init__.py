@@ -278,6 +278,9 @@ class Session:
         the model's dtype, which the engine on that GPU reads in place through CUDA IPC: keep
         them alive where they are until close(), finish their writes before update()
         (torch.cuda.synchronize()); expandable_segments and cudaMallocAsync memory is refused.
+        On the mpi transport with trainer.gpus, trainer ranks register CUDA tensors of their
+        GPU (the model's dtype or float32 masters), which refit copies to the host when it
+        packs them: finish their writes before update() as well.
         Raises refit.Error naming the first bad tensor (those before it stay registered)."""
         s = self._handle()
         for name, v in tensors.items():
