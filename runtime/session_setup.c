@@ -205,6 +205,9 @@ static rf_status_t ipc_share_table(rf_session_t *s, rf_err_t *err)
  * pair's shard of the tensor is full-width and holds every row that rank's loaders read of
  * the piece, staged otherwise. A chunk is staged when any rollout rank needs it staged. Pure
  * and the same on every rank; fills s->ipc_staged and, on rollout ranks, s->ipc_pieces.
+ * The public API: a piece is also staged when the pair registered its tensor in another dtype
+ * (an F32 master) or does not hold it; its stage sender gathers and packs the staged pieces
+ * on the host from the registered CUDA tensors (device-to-host copies, rf_trainer_use_device).
  */
 static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
 {
@@ -222,8 +225,6 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
         return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
     }
     uint64_t inplace = 0, staged = 0;
-    int64_t first_staged = -1; /* the public API: its first staged piece, and who stages it */
-    int first_w = -1;
     for (int r = 0; r < s->R; r++) {
         rf_rank_info_t ri, pi;
         int w = s->receivers[r];
@@ -276,10 +277,6 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
                 }
                 if (ip.staged)
                     s->ipc_staged[c] = s->ipc_piece_staged[gi] = 1;
-                if (ip.staged && first_staged < 0) {
-                    first_staged = (int64_t)gi;
-                    first_w = w;
-                }
                 if (w == s->rank) {
                     mine[gi] = ip;
                     inplace += !ip.staged;
@@ -290,29 +287,6 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
     }
     free(offs);
     free(arena);
-    if (s->ipc_table != NULL && first_staged >= 0) {
-        /* the public API reads every piece in place: its trainer tensors are the caller's
-         * device memory, which the host cannot gather and pack into a staging slot */
-        free(mine);
-        const rf_chunk_piece_t *pc = &cp->pieces[first_staged];
-        int pw = s->pair_of[first_w];
-        const uint64_t *tb = &s->ipc_table[(size_t)pw * (size_t)s->man.n * 2];
-        bool held = (tb[2 * pc->item + 1] & RF_SESSION_IPC_HELD) != 0;
-        bool same = (tb[2 * pc->item + 1] & RF_SESSION_IPC_SAME_DT) != 0;
-        return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                          "%s: transfer.transport: ipc: %s (rows %" PRIu64 "-%" PRIu64 ") cannot "
-                          "be read in place by rollout rank %d from its pair, trainer rank %d: %s; "
-                          "the session API's colocated ipc reads every trainer tensor in place "
-                          "in this version",
-                          s->topo.file, s->man.entries[pc->item].name, pc->row_begin, pc->row_end,
-                          first_w, pw,
-                          !held  ? "that rank does not hold it"
-                          : !same ? "it was registered in another dtype than the checkpoint's "
-                                    "(an F32 master: register the model-dtype tensor)"
-                                  : "its shard there does not hold, full width, the rows that "
-                                    "rank loads (trainer and rollout sharding differ: use equal "
-                                    "tp, or the mpi transport)");
-    }
     if (rf_session_is_rollout(s)) {
         s->ipc_pieces = mine;
         rf_info("ipc: rank %d reads %" PRIu64 " pieces in place from rank %d, %" PRIu64
@@ -392,7 +366,7 @@ static rf_status_t setup_ipc(rf_session_t *s, rf_err_t *err)
     }
     MPI_Bcast(id, (int)sizeof(id), MPI_CHAR, 0, s->comm);
     if (!rf_session_is_rollout(s) && !s->so.owned)
-        s->tr.gathered = s->ipc_piece_staged; /* none: ipc_plan refused a staged piece */
+        s->tr.gathered = s->ipc_piece_staged; /* staged pieces: gathered, packed on the host */
     if (!rf_session_is_rollout(s) && s->so.owned) {
         uint64_t *offs = calloc((size_t)s->man.n + 1, sizeof(uint64_t));
         void *base = NULL;
@@ -809,7 +783,8 @@ static rf_status_t borrow_trainer(rf_session_t *s, rf_err_t *err)
         s->tr.buf[i] = s->ex[k].sig.data;
         s->ex[k].entry = i;
     }
-    if (rf_session_mpi_device_trainer(s)) /* CUDA tensors: the packs copy them to the host */
+    /* CUDA tensors: the packs copy them to the host (colocated ipc: the staged pieces only) */
+    if (rf_session_mpi_device_trainer(s) || rf_session_ipc_trainer(s))
         rf_trainer_use_device(&s->tr, s->accel);
     return RF_OK;
 }

@@ -257,7 +257,8 @@ add_executable(check_session_ipc ${CMAKE_CURRENT_SOURCE_DIR}/check_session_ipc.c
 target_link_libraries(check_session_ipc PRIVATE refit PkgConfig::CHECK)
 target_include_directories(check_session_ipc PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
 foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;ok"
-             "staged_np4;4;session-llama-tiny-tp2-to-2xtp1-colocated-ipc.yaml;staged")
+             "staged_np4;4;session-llama-tiny-tp2-to-2xtp1-colocated-ipc.yaml;staged"
+             "f32_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;f32")
   list(GET case 0 name)
   list(GET case 1 np)
   list(GET case 2 topo)
