@@ -9,9 +9,11 @@
  * slots over the engine's tensors) where refit-run lets refit allocate. This step's public
  * subset: host memory, and on rollout ranks with rollout.gpus the engine's CUDA tensors
  * (check_device; rf_session_device_storage: the storage's device branches, chunks through
- * host memory), the mpi transport (broadcast and p2p), colocated ipc with the trainer's CUDA
- * tensors (rf_session_ipc_trainer; check_ipc_export refuses what legacy CUDA IPC cannot
- * export; session_setup.c shares each allocation once), quantization none, trainer
+ * host memory), on trainer ranks with trainer.gpus over mpi the trainer's CUDA tensors
+ * (rf_session_mpi_device_trainer: packed through device-to-host copies into the host chunks,
+ * rf_trainer_use_device), the mpi transport (broadcast and p2p), colocated ipc with the
+ * trainer's CUDA tensors (rf_session_ipc_trainer; check_ipc_export refuses what legacy CUDA
+ * IPC cannot export; session_setup.c shares each allocation once), quantization none, trainer
  * layout megatron or fsdp (the shards rf_trainer_shard gives either way; F32 masters narrowed
  * by the trainer's pack), rollout layout vllm.
  */
@@ -285,12 +287,14 @@ static bool empty_shard(const rf_session_t *s, const rf_tensor_desc_t *d)
 }
 
 /* Where this rank's registered tensors live: the GPU of a rollout rank with rollout.gpus
- * (its runtime storage, DESIGN.md 9; the tests' host-device accelerator: its device 0), else
- * the host (RF_DEVICE_HOST). */
+ * (its runtime storage, DESIGN.md 9), of a trainer rank with trainer.gpus (mpi or colocated
+ * ipc; the tests' host-device accelerator: its device 0), else the host (RF_DEVICE_HOST). */
 static int registered_device(const rf_session_t *s)
 {
-    return rf_session_device_storage(s) || rf_session_ipc_trainer(s) ? s->accel->device
-                                                                      : RF_DEVICE_HOST;
+    return rf_session_device_storage(s) || rf_session_ipc_trainer(s) ||
+                   rf_session_mpi_device_trainer(s)
+               ? s->accel->device
+               : RF_DEVICE_HOST;
 }
 
 /*
@@ -341,9 +345,9 @@ static rf_status_t check_device(const rf_session_t *s, const rf_tensor_desc_t *d
                           d->device,
                           is_rollout(s) ? "CUDA tensors need rollout.gpus, the GPU this rank's "
                                           "runtime storage lives on"
-                                        : "trainer tensors are read on the host over the mpi "
-                                          "transport; CUDA trainer tensors need colocated ipc "
-                                          "with trainer.gpus == rollout.gpus");
+                                        : "CUDA trainer tensors need trainer.gpus, the GPU "
+                                          "this rank's tensors live on (the mpi transport, or "
+                                          "colocated ipc with trainer.gpus == rollout.gpus)");
     if (d->device != want)
         return rf_err_set(err, RF_ERR_MISMATCH, "rank %d (%s): %s: device %d, expected CUDA "
                           "device %d (%s.gpus puts this rank's %s there)",

@@ -128,6 +128,12 @@ static rf_status_t register_checkpoint(rf_session_t *s, const char *path, rf_err
                           "the unquantized shards, which refit quantizes; refit-run reads "
                           "quantized checkpoints)", s->rank, path,
                           rf_quant_name(s->topo.quantization));
+    if (rf_session_mpi_device_trainer(s))
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "trainer rank %d: rf_session_register_"
+                          "checkpoint(%s): trainer.gpus puts this rank's tensors on CUDA device "
+                          "%d, and refit reads a registered checkpoint into host buffers: "
+                          "register the CUDA tensors, or run the trainer without trainer.gpus",
+                          s->rank, path, s->accel->device);
     if (s->ck_path != NULL || s->nreg > 0)
         return rf_err_set(err, RF_ERR_INVALID, "trainer rank %d: rf_session_register_checkpoint"
                           "(%s): %s registered on this rank already", s->rank, path,

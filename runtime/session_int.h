@@ -134,7 +134,8 @@ struct rf_session {
     rf_xfer_t *xfer;
     bool p2p, integrity;
     rf_accel_t *accel; /* rollout with rollout.gpus (its storage), nccl and colocated ipc ranks
-                          with a GPU, the tests' host-device accelerator; NULL: host */
+                          with a GPU, public-API trainers with trainer.gpus on mpi (their
+                          registered tensors), the tests' host-device accelerator; NULL: host */
     rf_ckpt_t *ck;     /* owned sessions with a checkpoint */
     /* what this rank registers (public API) */
     sess_tensor_t *ex;
@@ -245,6 +246,16 @@ static inline bool rf_session_ipc_trainer(const rf_session_t *s)
 {
     return !s->so.owned && !rf_session_is_rollout(s) && s->ipc && s->accel != NULL &&
            s->accel->ops->mem_type != RF_MEM_HOST;
+}
+
+/* A trainer rank of the public API on the mpi transport with a device accelerator
+ * (trainer.gpus; the tests' REFIT_TEST_DEVICE_ACCEL=host-device-trainer / -all): it registers
+ * CUDA tensors of its GPU, which its packs read through device-to-host copies
+ * (rf_trainer_use_device) into the host chunk buffers MPI sends. */
+static inline bool rf_session_mpi_device_trainer(const rf_session_t *s)
+{
+    return !s->so.owned && !rf_session_is_rollout(s) && !s->ipc && !s->nccl &&
+           s->accel != NULL && s->accel->ops->mem_type != RF_MEM_HOST;
 }
 
 /* ipc_table flags (high bits of an entry's second word; the low 32 bits: its allocation) */

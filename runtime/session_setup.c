@@ -205,6 +205,9 @@ static rf_status_t ipc_share_table(rf_session_t *s, rf_err_t *err)
  * pair's shard of the tensor is full-width and holds every row that rank's loaders read of
  * the piece, staged otherwise. A chunk is staged when any rollout rank needs it staged. Pure
  * and the same on every rank; fills s->ipc_staged and, on rollout ranks, s->ipc_pieces.
+ * The public API: a piece is also staged when the pair registered its tensor in another dtype
+ * (an F32 master) or does not hold it; its stage sender gathers and packs the staged pieces
+ * on the host from the registered CUDA tensors (device-to-host copies, rf_trainer_use_device).
  */
 static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
 {
@@ -222,8 +225,6 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
         return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
     }
     uint64_t inplace = 0, staged = 0;
-    int64_t first_staged = -1; /* the public API: its first staged piece, and who stages it */
-    int first_w = -1;
     for (int r = 0; r < s->R; r++) {
         rf_rank_info_t ri, pi;
         int w = s->receivers[r];
@@ -276,10 +277,6 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
                 }
                 if (ip.staged)
                     s->ipc_staged[c] = s->ipc_piece_staged[gi] = 1;
-                if (ip.staged && first_staged < 0) {
-                    first_staged = (int64_t)gi;
-                    first_w = w;
-                }
                 if (w == s->rank) {
                     mine[gi] = ip;
                     inplace += !ip.staged;
@@ -290,29 +287,6 @@ static rf_status_t ipc_plan(rf_session_t *s, rf_err_t *err)
     }
     free(offs);
     free(arena);
-    if (s->ipc_table != NULL && first_staged >= 0) {
-        /* the public API reads every piece in place: its trainer tensors are the caller's
-         * device memory, which the host cannot gather and pack into a staging slot */
-        free(mine);
-        const rf_chunk_piece_t *pc = &cp->pieces[first_staged];
-        int pw = s->pair_of[first_w];
-        const uint64_t *tb = &s->ipc_table[(size_t)pw * (size_t)s->man.n * 2];
-        bool held = (tb[2 * pc->item + 1] & RF_SESSION_IPC_HELD) != 0;
-        bool same = (tb[2 * pc->item + 1] & RF_SESSION_IPC_SAME_DT) != 0;
-        return rf_err_set(err, RF_ERR_UNSUPPORTED,
-                          "%s: transfer.transport: ipc: %s (rows %" PRIu64 "-%" PRIu64 ") cannot "
-                          "be read in place by rollout rank %d from its pair, trainer rank %d: %s; "
-                          "the session API's colocated ipc reads every trainer tensor in place "
-                          "in this version",
-                          s->topo.file, s->man.entries[pc->item].name, pc->row_begin, pc->row_end,
-                          first_w, pw,
-                          !held  ? "that rank does not hold it"
-                          : !same ? "it was registered in another dtype than the checkpoint's "
-                                    "(an F32 master: register the model-dtype tensor)"
-                                  : "its shard there does not hold, full width, the rows that "
-                                    "rank loads (trainer and rollout sharding differ: use equal "
-                                    "tp, or the mpi transport)");
-    }
     if (rf_session_is_rollout(s)) {
         s->ipc_pieces = mine;
         rf_info("ipc: rank %d reads %" PRIu64 " pieces in place from rank %d, %" PRIu64
@@ -392,7 +366,7 @@ static rf_status_t setup_ipc(rf_session_t *s, rf_err_t *err)
     }
     MPI_Bcast(id, (int)sizeof(id), MPI_CHAR, 0, s->comm);
     if (!rf_session_is_rollout(s) && !s->so.owned)
-        s->tr.gathered = s->ipc_piece_staged; /* none: ipc_plan refused a staged piece */
+        s->tr.gathered = s->ipc_piece_staged; /* staged pieces: gathered, packed on the host */
     if (!rf_session_is_rollout(s) && s->so.owned) {
         uint64_t *offs = calloc((size_t)s->man.n + 1, sizeof(uint64_t));
         void *base = NULL;
@@ -475,23 +449,47 @@ static rf_status_t setup_ipc(rf_session_t *s, rf_err_t *err)
 
 /* ---- accelerators and the nccl transport ---------------------------------------------- */
 
+/* REFIT_TEST_DEVICE_ACCEL (tests only): which ranks without a GPU take the host-device
+ * accelerator. "host-device": rollout ranks and colocated ipc's ranks; "host-device-trainer":
+ * the public API's trainer ranks on the mpi transport (rollout ranks stay host);
+ * "host-device-all": both. */
+enum { EMU_ROLLOUT = 1u, EMU_TRAINER = 2u };
+static unsigned emu_ranks(void)
+{
+    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
+    if (emu == NULL)
+        return 0;
+    if (strcmp(emu, "host-device") == 0)
+        return EMU_ROLLOUT;
+    if (strcmp(emu, "host-device-trainer") == 0)
+        return EMU_TRAINER;
+    if (strcmp(emu, "host-device-all") == 0)
+        return EMU_ROLLOUT | EMU_TRAINER;
+    return 0;
+}
+
 /* A rollout rank with a device from rf_topology_place opens the "cuda" accelerator on it
  * (cudaSetDevice); its runtime storage, staging and LAYERWISE scratch then live there. On
- * colocated ipc the trainer rank opens its device too (its weights arena, pinned mirror).
- * REFIT_TEST_DEVICE_ACCEL=host-device (tests only) gives a rank without a GPU the host
+ * colocated ipc the trainer rank opens its device too (its weights arena, pinned mirror); on
+ * the mpi transport a public-API trainer rank with trainer.gpus opens its GPU (its registered
+ * CUDA tensors: pointer checks, device-to-host copies when packed).
+ * REFIT_TEST_DEVICE_ACCEL (emu_ranks; tests only) gives a rank without a GPU the host
  * implementation tagged as device memory, so the CPU suite runs the device branches. */
 static rf_status_t setup_accel(rf_session_t *s, rf_err_t *err)
 {
-    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
-    if ((rf_session_is_rollout(s) || s->ipc) && !s->nccl && s->place.device < 0 && emu != NULL &&
-        strcmp(emu, "host-device") == 0) {
+    unsigned emu = emu_ranks();
+    bool mpi_trainer = !rf_session_is_rollout(s) && !s->ipc && !s->nccl && !s->so.owned;
+    if (!s->nccl && s->place.device < 0 &&
+        (((rf_session_is_rollout(s) || s->ipc) && (emu & EMU_ROLLOUT)) ||
+         (mpi_trainer && (emu & EMU_TRAINER)))) {
         /* tests only: the device branches on host memory (CPU CI covers the GPU data path) */
         rf_status_t as = rf_accel_open("host-device", 0, &s->accel);
         if (as != RF_OK)
             return rf_err_set(err, as, "rank %d: cannot open the host-device accelerator", s->rank);
         return RF_OK;
     }
-    if ((!rf_session_is_rollout(s) && !s->ipc && !s->nccl) || s->place.device < 0)
+    if ((!rf_session_is_rollout(s) && !s->ipc && !s->nccl && !mpi_trainer) ||
+        s->place.device < 0)
         return RF_OK;
     int n = 0;
     const rf_accel_ops_t *cu = rf_accel_lookup("cuda");
@@ -509,7 +507,8 @@ static rf_status_t setup_accel(rf_session_t *s, rf_err_t *err)
     rf_info("rank %d: %s on GPU %d (%s)", s->rank,
             rf_session_is_rollout(s) ? "rollout storage"
             : s->nccl                ? "nccl chunk buffers"
-                                     : "ipc weights arena",
+            : s->ipc                 ? "ipc weights arena"
+                                     : "trainer tensors",
             s->place.device, s->place.device_id);
     return RF_OK;
 }
@@ -689,20 +688,21 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
                           "runs the mpi transport and colocated ipc only in this version",
                           s->topo.file, rf_transport_name(s->topo.transport));
     /* rollout.gpus: the rollout ranks register CUDA tensors as their runtime storage, chunks
-     * through host memory (setup_accel opens each rank's GPU); trainer.gpus only on ipc */
-    if (s->topo.t_ngpus > 0 && !s->ipc)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: trainer.gpus: the session API's "
-                          "trainers register host tensors on the mpi transport in this version "
-                          "(rollout.gpus: the engine's CUDA tensors; CUDA trainer tensors: "
-                          "colocated ipc)", s->topo.file);
+     * through host memory (setup_accel opens each rank's GPU); trainer.gpus: the trainer
+     * ranks register CUDA tensors, read through device-to-host copies into the host chunks
+     * (rf_trainer_use_device) on mpi, in place on colocated ipc */
+    bool dev_trainer = s->topo.t_ngpus > 0 || (emu_ranks() & EMU_TRAINER) != 0;
     /* quantized models (runtime/session_quant.c): the formats and engines tested through
      * the session API; the others stay refused, named */
     rf_quant_t q = s->topo.quantization;
-    if (q != RF_QUANT_NONE && (s->topo.r_ngpus > 0 || s->ipc))
+    if (q != RF_QUANT_NONE && (s->topo.r_ngpus > 0 || s->ipc || dev_trainer))
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with %s: the session "
-                          "API moves quantized models into host tensors over mpi only in this "
-                          "version (refit-run's GPU storage takes them)", s->topo.file,
-                          rf_quant_name(q), s->ipc ? "colocated ipc" : "rollout.gpus");
+                          "API moves quantized models from host trainer tensors into host "
+                          "tensors over mpi only in this version (refit-run's GPU storage "
+                          "takes them)", s->topo.file, rf_quant_name(q),
+                          s->ipc           ? "colocated ipc"
+                          : s->topo.r_ngpus ? "rollout.gpus"
+                                            : "trainer.gpus (the quantizer reads host shards)");
     if (q != RF_QUANT_NONE && s->topo.r_layout == RF_ROLLOUT_LAYOUT_HF)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with rollout.layout hf: "
                           "the session API moves quantized models into the vllm layout only in "
@@ -783,6 +783,9 @@ static rf_status_t borrow_trainer(rf_session_t *s, rf_err_t *err)
         s->tr.buf[i] = s->ex[k].sig.data;
         s->ex[k].entry = i;
     }
+    /* CUDA tensors: the packs copy them to the host (colocated ipc: the staged pieces only) */
+    if (rf_session_mpi_device_trainer(s) || rf_session_ipc_trainer(s))
+        rf_trainer_use_device(&s->tr, s->accel);
     return RF_OK;
 }
 

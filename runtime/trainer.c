@@ -268,6 +268,8 @@ void rf_trainer_use_arena(rf_trainer_t *tr, char *base, const uint64_t *offs)
     tr->buf_borrowed = true;
 }
 
+void rf_trainer_use_device(rf_trainer_t *tr, struct rf_accel *ax) { tr->dev = ax; }
+
 void rf_trainer_free(rf_trainer_t *tr)
 {
     if (tr == NULL)
@@ -280,6 +282,7 @@ void rf_trainer_free(rf_trainer_t *tr)
     free(tr->has);
     free(tr->reg);
     free(tr->gather_buf);
+    free(tr->d2h_buf);
     rf_xfer_gather_destroy(tr->gather);
     if (tr->stage_comm != MPI_COMM_NULL && tr->stage_comm != 0)
         MPI_Comm_free(&tr->stage_comm);

@@ -73,6 +73,55 @@ static void place_part(const rf_trainer_t *tr, char *payload, const rf_chunk_pie
                   src + (size_t)(r - part->r0) * src_pitch, sdt, run);
 }
 
+/* Rows [r0, r1) x columns [c0, c1) (tensor coordinates, inside this rank's shard) of entry
+ * ei's shard buffer, in its dtype: *src_p and its row pitch *pitch_p. Host shards: where they
+ * are. Device shards (rf_trainer_use_device): one device-to-host copy into tr->d2h_buf (whole
+ * rows: one contiguous copy; a column range: a 2D copy), synchronized before the host reads
+ * it; *src_p is valid until the next read. */
+static rf_status_t shard_read(rf_trainer_t *tr, int ei, int64_t r0, int64_t r1, int64_t c0,
+                              int64_t c1, const char **src_p, size_t *pitch_p, rf_err_t *err)
+{
+    const rf_region_t *reg = &tr->reg[ei];
+    size_t es = buf_es(tr, ei);
+    size_t pitch = (size_t)(reg->c1 - reg->c0) * es;
+    const char *src = tr->buf[ei] + (size_t)(r0 - reg->r0) * pitch + (size_t)(c0 - reg->c0) * es;
+    if (tr->dev == NULL) {
+        *src_p = src;
+        *pitch_p = pitch;
+        return RF_OK;
+    }
+    size_t width = (size_t)(c1 - c0) * es, rows = (size_t)(r1 - r0);
+    uint64_t bytes = (uint64_t)width * rows;
+    if (bytes > tr->d2h_cap) {
+        char *b = malloc((size_t)bytes);
+        if (b == NULL)
+            return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: no %" PRIu64 "-byte host "
+                              "staging buffer for %s", tr->me.world_rank, bytes,
+                              tr->man->entries[ei].name);
+        free(tr->d2h_buf);
+        tr->d2h_buf = b;
+        tr->d2h_cap = bytes;
+    }
+    rf_status_t st = RF_OK;
+    if (bytes > 0)
+        st = width == pitch
+                 ? tr->dev->ops->copy(tr->dev, tr->d2h_buf, src, (size_t)bytes, RF_COPY_D2H, NULL)
+                 : tr->dev->ops->copy_2d(tr->dev, tr->d2h_buf, width, src, pitch, width, rows,
+                                         RF_COPY_D2H, NULL);
+    if (st == RF_OK && bytes > 0)
+        st = rf_accel_sync(tr->dev);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "trainer rank %d: %s: copying rows [%lld, %lld) of its shard "
+                          "from CUDA device %d to the host failed", tr->me.world_rank,
+                          tr->man->entries[ei].name, (long long)r0, (long long)r1,
+                          tr->dev->device);
+    tr->stats.bytes_d2h += bytes;
+    tr->stats.d2h_copies += bytes > 0;
+    *src_p = tr->d2h_buf;
+    *pitch_p = width;
+    return RF_OK;
+}
+
 /* Broadcast, host payload: the stage sender's pack of chunk c, its own parts copied while
  * the peers' parts travel through the stage gather. */
 static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk_t *c,
@@ -124,10 +173,10 @@ static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk
         int ei = (int)pc->item;
         rf_region_t part;
         if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part)) {
-            size_t pitch = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0) * buf_es(tr, ei);
-            place_part(tr, payload, pc, &part,
-                       tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch, pitch,
-                       tr->src_dtype[ei]);
+            const char *src;
+            size_t pitch;
+            RF_CHECK(shard_read(tr, ei, part.r0, part.r1, part.c0, part.c1, &src, &pitch, err));
+            place_part(tr, payload, pc, &part, src, pitch, tr->src_dtype[ei]);
         }
     }
     if (npeers > 0) {
@@ -176,6 +225,8 @@ static bool is_contributor(const rf_trainer_t *tr, const rf_rank_info_t *me)
 
 void rf_trainer_begin(rf_trainer_t *tr)
 {
+    tr->stats.bytes_d2h = 0;
+    tr->stats.d2h_copies = 0;
     if (tr->gather != NULL)
         rf_xfer_gather_begin(tr->gather);
 }
@@ -223,9 +274,13 @@ rf_status_t rf_trainer_contribute(rf_trainer_t *tr, uint32_t update, int buffers
                 mine |= own[o].rank == tr->me.world_rank;
             if (!mine || !tr->has[ei] || !piece_part(&tr->reg[ei], pc, &part))
                 continue;
-            size_t row = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0);
-            size_t pitch = row * buf_es(tr, ei);
-            const char *src = tr->buf[ei] + (size_t)(part.r0 - tr->reg[ei].r0) * pitch;
+            size_t row = (size_t)(tr->reg[ei].c1 - tr->reg[ei].c0), pitch;
+            const char *src;
+            st = shard_read(tr, ei, part.r0, part.r1, part.c0, part.c1, &src, &pitch, err);
+            if (st != RF_OK) {
+                free(msg);
+                return st;
+            }
             /* one run: the part is whole rows of the shard */
             put_elems(tr, ei, w, src, tr->src_dtype[ei], (size_t)(part.r1 - part.r0) * row);
             w += (size_t)(part.r1 - part.r0) * row * entry_es(tr, ei);
@@ -295,20 +350,17 @@ static rf_status_t rect_check(const rf_trainer_t *tr, int entry, const rf_region
 }
 
 /* Rectangle `rect` of entry (inside this rank's shard) to host dst, rows packed contiguously. */
-static rf_status_t copy_rect(const rf_trainer_t *tr, int entry, const rf_region_t *rect,
-                             void *dst, rf_err_t *err)
+static rf_status_t copy_rect(rf_trainer_t *tr, int entry, const rf_region_t *rect, void *dst,
+                             rf_err_t *err)
 {
     RF_CHECK(rect_check(tr, entry, rect, err));
-    const rf_region_t *reg = &tr->reg[entry];
-    size_t es = buf_es(tr, entry);
-    size_t pitch = (size_t)(reg->c1 - reg->c0) * es;
     size_t run = (size_t)(rect->c1 - rect->c0);
-    size_t out = run * entry_es(tr, entry);
+    size_t out = run * entry_es(tr, entry), pitch;
+    const char *src;
+    RF_CHECK(shard_read(tr, entry, rect->r0, rect->r1, rect->c0, rect->c1, &src, &pitch, err));
     for (int64_t r = rect->r0; r < rect->r1; r++)
         put_elems(tr, entry, (char *)dst + (size_t)(r - rect->r0) * out,
-                  tr->buf[entry] + (size_t)(r - reg->r0) * pitch +
-                      (size_t)(rect->c0 - reg->c0) * es,
-                  tr->src_dtype[entry], run);
+                  src + (size_t)(r - rect->r0) * pitch, tr->src_dtype[entry], run);
     return RF_OK;
 }
 
@@ -361,7 +413,7 @@ static rf_status_t pack_rows(const rf_trainer_t *tr, const rf_chunk_t *c, void *
 }
 
 /* p2p: each piece's rows of its rectangle (req->rects[piece item]), host or device. */
-static rf_status_t pack_rects(const rf_trainer_t *tr, const rf_pack_req_t *q, rf_err_t *err)
+static rf_status_t pack_rects(rf_trainer_t *tr, const rf_pack_req_t *q, rf_err_t *err)
 {
     bool dev = q->mem == RF_PACK_DEVICE;
     for (size_t k = 0; k < q->chunk->piece_count; k++) {

@@ -91,6 +91,9 @@ typedef struct rf_trainer_stats {
     uint64_t header_bytes_read; /* checkpoint header bytes read */
     uint64_t bytes_gathered;    /* bytes the stage sender received from other trainer ranks */
     uint64_t gather_msgs;
+    uint64_t bytes_d2h;         /* device shards (rf_trainer_use_device): bytes copied to the
+                                   host staging buffer this update (rf_trainer_begin zeroes) */
+    uint64_t d2h_copies;        /* ... in this many copies */
     double produce_s, gather_s, pack_s;
 } rf_trainer_stats_t;
 
@@ -121,6 +124,10 @@ typedef struct rf_trainer {
     const uint8_t *gathered;     /* optional [plan->n_pieces]: 0 = nobody reads this piece
                                     from the packed chunk (ipc: read in place), so it is not
                                     gathered nor packed; borrowed */
+    struct rf_accel *dev;        /* non-NULL: buf[] is device memory of this accelerator
+                                    (rf_trainer_use_device; borrowed, must outlive tr) */
+    char *d2h_buf;               /* dev: host staging of one part's source rows (owned) */
+    uint64_t d2h_cap;
 } rf_trainer_t;
 
 /*
@@ -130,6 +137,18 @@ typedef struct rf_trainer {
  * before the first production). Local.
  */
 void rf_trainer_use_arena(rf_trainer_t *tr, char *base, const uint64_t *offs);
+
+/*
+ * The shard buffers (borrowed: a session trainer's registered CUDA tensors on the mpi
+ * transport, trainer.gpus) are device memory of accelerator ax (borrowed, must outlive tr).
+ * The host packs (broadcast own parts, stage gather contributions, p2p rectangles) then read
+ * each part's source rows with one device-to-host copy (copy or copy_2d, then rf_accel_sync)
+ * into a host staging buffer grown to the largest part, and round / place from there exactly
+ * as from host shards: the same bytes, F32 masters and integrity trailers included (the
+ * trailer hashes the host payload). Counted in stats.bytes_d2h / d2h_copies. The device pack
+ * (RF_PACK_DEVICE) is unchanged. Local.
+ */
+void rf_trainer_use_device(rf_trainer_t *tr, struct rf_accel *ax);
 
 /*
  * The arena layout of trainer rank `me`'s shards: offs[i] (256-aligned) for every manifest

@@ -307,10 +307,14 @@ class Session:
         (tensor, "REFIT_DTYPE"): the tensor's bytes under refit's dtype of the same element
         size, for dtypes torch lacks (torch 1.13 has no float8: an engine's F8_E4M3 weight
         registered as a torch.uint8 tensor, s.register({name: (t, "F8_E4M3")})). On colocated
-        ipc (trainer.gpus == rollout.gpus) trainer ranks register CUDA tensors of their GPU in
-        the model's dtype, which the engine on that GPU reads in place through CUDA IPC: keep
+        ipc (trainer.gpus == rollout.gpus) trainer ranks register CUDA tensors of their GPU
+        (the model's dtype or float32 masters), which the engine on that GPU reads in place
+        through CUDA IPC where it can (other pieces are staged by refit): keep
         them alive where they are until close(), finish their writes before update()
         (torch.cuda.synchronize()); expandable_segments and cudaMallocAsync memory is refused.
+        On the mpi transport with trainer.gpus, trainer ranks register CUDA tensors of their
+        GPU (the model's dtype or float32 masters), which refit copies to the host when it
+        packs them: finish their writes before update() as well.
         Raises refit.Error naming the first bad tensor (those before it stay registered)."""
         s = self._handle()
         for name, v in tensors.items():

@@ -23,7 +23,14 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (cuMemCreate memory, which lega
 cannot export): the trainer's register() raises naming the tensor and the setting, plan() fails
 on both ranks carrying that text.
 
-    mpiexec -np 2 python3 python/tests/test_session_gpu.py TOPOLOGY CONFIG_DIR [ipc|ipc-expandable]
+Mode trainer-gpu (trainer.gpus [0] on the mpi transport, the engine on the host): the trainer
+is the float32 model on cuda:0 (AdamW in float32) and registers its CUDA parameters, float32
+masters of the bfloat16 model, which refit copies device to host part by part and rounds to
+bfloat16 in its pack; the engine is the bfloat16 model on the CPU; the same checks after every
+update, logits compared on the CPU (a CPU tensor refused on the trainer, a CUDA one on the
+engine).
+
+    mpiexec -np 2 python3 python/tests/test_session_gpu.py TOPOLOGY CONFIG_DIR [ipc|ipc-expandable|trainer-gpu]
 """
 import os
 import sys
@@ -123,8 +130,12 @@ def expandable_refused(s, trainer, reg, first):
 def main():
     trainer = rank == 0
     ipc = MODE.startswith("ipc")
+    tgpu = MODE == "trainer-gpu"
+    eng_dev = "cpu" if tgpu else "cuda:0"  # where the engine (and the reference) run
     if ipc:  # colocated on one GPU: the trainer's own CUDA parameters are the source
         model = build(1 if trainer else 2, torch.bfloat16, "cuda:0")
+    elif tgpu:  # float32 masters on cuda:0, read by refit over mpi; the engine on the host
+        model = build(1, torch.float32, "cuda:0") if trainer else build(2, torch.bfloat16, "cpu")
     else:
         model = build(1, torch.float32, "cpu") if trainer else build(2, torch.bfloat16, "cuda:0")
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -136,7 +147,8 @@ def main():
         expandable_refused(s, trainer, reg, first)
         return finish()
     # refused, naming the tensor: the wrong kind of memory for this rank
-    bad = reg[first].cpu() if not trainer or ipc else reg[first].to("cuda:0")
+    bad = reg[first].cpu() if (not trainer and not tgpu) or (trainer and (ipc or tgpu)) \
+        else reg[first].to("cuda:0")
     try:
         s.register({first: bad})
         check(False, "%s on %s registered" % (first, bad.device))
@@ -154,16 +166,16 @@ def main():
     ptrs = {n: t.data_ptr() for n, t in reg.items()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2) if trainer else None
     gen = torch.Generator().manual_seed(7)
-    ref = build(3, torch.bfloat16, "cuda:0") if trainer else None
+    ref = build(3, torch.bfloat16, eng_dev) if trainer else None
     for v in range(1, UPDATES + 1):
         if trainer and v > 1:
             tok = torch.randint(0, model.config.vocab_size, (2, 12), generator=gen)
-            tok = tok.to(next(model.parameters()).device)  # cuda:0 on colocated ipc
+            tok = tok.to(next(model.parameters()).device)  # cuda:0: ipc, trainer-gpu
             loss = model(input_ids=tok, labels=tok).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
-        if ipc and trainer:  # its device writes complete before the pair reads them
+        if (ipc or tgpu) and trainer:  # its device writes complete before refit reads them
             torch.cuda.synchronize()
         r = s.update(v)
         check(r.committed, "update %d: %s" % (v, r.reason))
@@ -174,7 +186,7 @@ def main():
             with torch.no_grad():
                 sd = {n: p.detach().to(torch.bfloat16).cpu() for n, p in params.items()}
                 ref.load_state_dict(sd, strict=False)
-                logits = ref(input_ids=tokens.to("cuda:0")).logits.cpu()
+                logits = ref(input_ids=tokens.to(eng_dev)).logits.cpu()
             comm.send((sd, logits), dest=1, tag=v)
         else:
             sd, logits = comm.recv(source=0, tag=v)
@@ -182,7 +194,7 @@ def main():
                 check(n in sd and torch.equal(bits(p.cpu()), bits(sd[n])),
                       "update %d: %s differs from the trainer's" % (v, n))
             with torch.no_grad():
-                mine = model(input_ids=tokens.to("cuda:0")).logits.cpu()
+                mine = model(input_ids=tokens.to(eng_dev)).logits.cpu()
             check(torch.equal(mine, logits), "update %d: logits differ (max %g)" %
                   (v, (mine.float() - logits.float()).abs().max().item()))
         for n, t in reg.items():

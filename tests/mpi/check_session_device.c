@@ -7,7 +7,13 @@
  * the generator; after each COMMITTED update every engine element must be what the oracle's
  * locator says (runtime/verify.c). Refused: a host tensor (device -1) or another ordinal on a
  * device rollout rank, a device tensor on a host trainer, each naming the tensor; the plan then
- * carries the first refusal to every rank and a clean registration plans. CK_FORK=no. */
+ * carries the first refusal to every rank and a clean registration plans.
+ * REFIT_TEST_DEVICE_ACCEL=host-device-trainer (rollout ranks host) or host-device-all: the
+ * trainer ranks too register "CUDA tensors of device 0" over the mpi transport (trainer.gpus:
+ * rf_trainer_use_device, every part packed through a device-to-host copy; the test checks the
+ * bytes copied against this rank's share of the plan), and a host tensor or another ordinal on
+ * a trainer is refused naming it. Second argument "f32": trainers register F32 masters whose
+ * low mantissa bits the pack's rounding to nearest even must drop. CK_FORK=no. */
 #include <check.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -31,6 +37,7 @@ static rf_topology_t topo;
 static rf_model_config_t cfg;
 static rf_inventory_t inv;
 static rf_rank_info_t me;
+static bool trainer_dev, rollout_dev, f32;
 
 typedef struct sess {
     rf_session_t *s;
@@ -57,11 +64,13 @@ static void sess_open(sess_t *x)
             d->strides[k] = (int64_t)numel;
             numel *= (uint64_t)d->shape[k];
         }
+        if (f32 && me.role == RF_ROLE_TRAINER)
+            d->dtype = "F32"; /* masters of the model's bf16 tensors */
         size_t bytes = numel * rf_dtype_size(rf_dtype_parse(d->dtype));
         x->buf[i] = malloc(bytes + 1);
         memset(x->buf[i], SENTINEL, bytes);
         d->data = x->buf[i];
-        d->device = me.role == RF_ROLE_ROLLOUT ? 0 : -1;
+        d->device = (me.role == RF_ROLE_ROLLOUT ? rollout_dev : trainer_dev) ? 0 : -1;
     }
 }
 
@@ -82,13 +91,53 @@ static void trainer_fill(sess_t *x, uint64_t step)
         ck_assert(rf_trainer_shard(&topo, &inv, t, &me, &reg));
         uint64_t cols = t->numel / rf_tensor_rows(t), h = rf_gen_name_hash(t->name);
         uint16_t *b = x->buf[i];
+        uint32_t *m = x->buf[i];
         int64_t w = reg.c1 - reg.c0;
         for (int64_t r = 0; r < reg.r1 - reg.r0; r++)
-            for (int64_t c = 0; c < w; c++)
-                b[r * w + c] = (uint16_t)rf_gen_value_bits(
+            for (int64_t c = 0; c < w; c++) {
+                uint16_t v = (uint16_t)rf_gen_value_bits(
                     h, (uint64_t)(reg.r0 + r) * cols + (uint64_t)(reg.c0 + c), step,
                     RF_DTYPE_BF16);
+                /* an F32 master: low bits below half an ulp, which rounding to nearest even
+                 * drops (a pack that copied or truncated the wrong half would not) */
+                if (f32)
+                    m[r * w + c] = (uint32_t)v << 16 | (uint32_t)((r * w + c) * 40503 & 0x7fff);
+                else
+                    b[r * w + c] = v;
+            }
     }
+}
+
+/* Trainer with device tensors: the bytes its packs of one update copy to the host. Broadcast:
+ * the stage sender reads its whole shard, a contributor the shards it is a copy of record of
+ * (what it gathers to the sender); p2p: every rectangle it sends to each of its receivers. */
+static uint64_t expected_d2h(sess_t *x)
+{
+    uint64_t want = 0;
+    size_t es = f32 ? 4 : 2;
+    if (x->s->p2p) {
+        for (size_t r = 0; r < x->s->p2p_s.nrecv; r++) {
+            const rf_p2p_recv_t *rv = &x->s->p2p_s.recv[r];
+            for (size_t k = 0; k < rv->n; k++)
+                if (rv->rects[k].sender == rank)
+                    want += (uint64_t)(rv->rects[k].reg.r1 - rv->rects[k].reg.r0) *
+                            (uint64_t)(rv->rects[k].reg.c1 - rv->rects[k].reg.c0) * es;
+        }
+        return want;
+    }
+    for (int i = 0; i < x->n; i++) {
+        const rf_tensor_t *t = &inv.tensors[rf_inventory_find(&inv, x->descs[i].name)];
+        rf_region_t reg;
+        rf_owner_t own[RF_MAX_OWNERS];
+        ck_assert(rf_trainer_shard(&topo, &inv, t, &me, &reg));
+        int n = rf_trainer_owners(&topo, &inv, t, own);
+        bool mine = x->s->tr.sender;
+        for (int o = 0; o < n; o++)
+            mine |= own[o].rank == rank;
+        if (mine)
+            want += (uint64_t)(reg.r1 - reg.r0) * (uint64_t)(reg.c1 - reg.c0) * es;
+    }
+    return want;
 }
 
 /* Rollout: elements that differ from the loaders' result for the generator at `step`. */
@@ -148,8 +197,8 @@ START_TEST(test_device_storage)
     rf_tensor_desc_t d = x.descs[0];
     char first[256];
     snprintf(first, sizeof(first), "%s", d.name);
-    if (me.role == RF_ROLE_ROLLOUT) {
-        d.device = -1; /* a host tensor where the runtime storage is on the GPU */
+    if (me.role == RF_ROLE_ROLLOUT ? rollout_dev : trainer_dev) {
+        d.device = -1; /* a host tensor where the runtime storage / trainer.gpus is the GPU */
         ck_assert_int_eq(rf_session_register(x.s, &d, 1), RF_ERR_MISMATCH);
         ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), first));
         ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "expected CUDA device 0"));
@@ -173,7 +222,11 @@ START_TEST(test_device_storage)
     same_text_everywhere(rf_session_last_error(x.s), first0);
     ck_assert_msg(rf_session_plan(x.s, &pi) == RF_OK, "%s", rf_session_last_error(x.s));
     /* the device kind of storage, not the host's (the plan's device branches) */
-    ck_assert(rf_storage_on_device(&x.s->st) == (me.role == RF_ROLE_ROLLOUT));
+    ck_assert(rf_storage_on_device(&x.s->st) == (me.role == RF_ROLE_ROLLOUT && rollout_dev));
+    /* ... and the device trainer's packs copy from the device (rf_trainer_use_device) */
+    ck_assert(rf_session_mpi_device_trainer(x.s) == (me.role == RF_ROLE_TRAINER && trainer_dev));
+    if (me.role == RF_ROLE_TRAINER)
+        ck_assert((x.s->tr.dev != NULL) == trainer_dev);
     for (uint64_t v = 1; v <= 2; v++) {
         char bad[256];
         if (me.role == RF_ROLE_TRAINER)
@@ -184,6 +237,15 @@ START_TEST(test_device_storage)
                                                    : 0;
         ck_assert_msg(nbad == 0, "rank %d: %llu elements wrong after update %llu; first: %s",
                       rank, (unsigned long long)nbad, (unsigned long long)v, bad);
+        if (me.role == RF_ROLE_TRAINER) {
+            uint64_t want = trainer_dev ? expected_d2h(&x) : 0;
+            ck_assert_msg(x.s->tr.stats.bytes_d2h == want && (!trainer_dev || want > 0),
+                          "rank %d: update %llu: %llu bytes copied device to host in %llu "
+                          "copies, expected %llu", rank, (unsigned long long)v,
+                          (unsigned long long)x.s->tr.stats.bytes_d2h,
+                          (unsigned long long)x.s->tr.stats.d2h_copies,
+                          (unsigned long long)want);
+        }
     }
     sess_close(&x);
 }
@@ -196,10 +258,16 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
-    if (argc < 2 || emu == NULL || strcmp(emu, "host-device") != 0) {
+    if (emu != NULL) {
+        rollout_dev = strcmp(emu, "host-device") == 0 || strcmp(emu, "host-device-all") == 0;
+        trainer_dev = strcmp(emu, "host-device-trainer") == 0 ||
+                      strcmp(emu, "host-device-all") == 0;
+    }
+    f32 = argc > 2 && strcmp(argv[2], "f32") == 0;
+    if (argc < 2 || (!rollout_dev && !trainer_dev) || (argc > 2 && !f32)) {
         if (rank == 0)
-            fprintf(stderr, "usage: REFIT_TEST_DEVICE_ACCEL=host-device check_session_device "
-                            "TOPOLOGY.yaml\n");
+            fprintf(stderr, "usage: REFIT_TEST_DEVICE_ACCEL=host-device|host-device-trainer|"
+                            "host-device-all check_session_device TOPOLOGY.yaml [f32]\n");
         MPI_Finalize();
         return EXIT_FAILURE;
     }

@@ -11,7 +11,12 @@
  * setting: VMM memory (expandable_segments:True), pool memory (backend:cudaMallocAsync), a
  * pointer in no known allocation; the plan carries the first refusal to every rank, then a
  * clean registration plans. After the plan a trainer tensor may not move. Mode "staged"
- * (tp2 -> 2 x tp1): the plan refuses, on every rank, a piece its rollout rank would read staged.
+ * (tp2 -> 2 x tp1: each engine loads whole tensors its pair holds half of) and mode "f32" (tp1,
+ * every other trainer tensor registered as an F32 master, which the engine cannot read in
+ * place): the pieces not read in place are staged, gathered and packed on the host from the
+ * trainer's "CUDA" tensors through device-to-host copies (rf_trainer_use_device); after each of
+ * 2 updates the engine's bytes are the oracle's, some bytes came staged (f32: some in place
+ * too), and each trainer rank copied device to host exactly its share of the staged pieces.
  * CK_FORK=no. */
 #include <check.h>
 #include <fcntl.h>
@@ -36,6 +41,7 @@
 #define ALIGN 512
 
 static const char *topo_path, *mode;
+static bool f32; /* mode f32: the trainer registers even-indexed tensors as F32 masters */
 static int rank, size;
 static rf_topology_t topo;
 static rf_model_config_t cfg;
@@ -98,6 +104,8 @@ static void sess_open(sess_t *x)
             d->strides[k] = (int64_t)numel;
             numel *= (uint64_t)d->shape[k];
         }
+        if (f32 && me.role == RF_ROLE_TRAINER && i % 2 == 0)
+            d->dtype = "F32";
         bytes[i] = numel * rf_dtype_size(rf_dtype_parse(d->dtype));
         used[i % NSEG] += (bytes[i] + ALIGN - 1) / ALIGN * ALIGN;
         d->device = 0;
@@ -143,13 +151,50 @@ static void trainer_fill(sess_t *x, uint64_t step)
         ck_assert(rf_trainer_shard(&topo, &inv, t, &me, &reg));
         uint64_t cols = t->numel / rf_tensor_rows(t), h = rf_gen_name_hash(t->name);
         uint16_t *b = x->buf[i];
+        uint32_t *m = x->buf[i];
+        bool master = strcmp(x->descs[i].dtype, "F32") == 0;
         int64_t w = reg.c1 - reg.c0;
         for (int64_t r = 0; r < reg.r1 - reg.r0; r++)
-            for (int64_t c = 0; c < w; c++)
-                b[r * w + c] = (uint16_t)rf_gen_value_bits(
+            for (int64_t c = 0; c < w; c++) {
+                uint16_t v = (uint16_t)rf_gen_value_bits(
                     h, (uint64_t)(reg.r0 + r) * cols + (uint64_t)(reg.c0 + c), step,
                     RF_DTYPE_BF16);
+                /* an F32 master: low bits below half an ulp, dropped by rounding to nearest */
+                if (master)
+                    m[r * w + c] = (uint32_t)v << 16 | (uint32_t)((r * w + c) * 40503 & 0x7fff);
+                else
+                    b[r * w + c] = v;
+            }
     }
+}
+
+/* Trainer: the bytes its packs of one update copy device to host: of every staged piece, the
+ * rows of its shard it packs (the stage sender: its own part of each; a contributor: the
+ * parts it is a copy of record of), in the registered dtype. */
+static uint64_t expected_d2h(sess_t *x)
+{
+    const rf_chunk_plan_t *cp = x->s->cplan;
+    const rf_trainer_t *tr = &x->s->tr;
+    uint64_t want = 0;
+    for (size_t gi = 0; gi < cp->n_pieces; gi++) {
+        const rf_chunk_piece_t *pc = &cp->pieces[gi];
+        int ei = (int)pc->item;
+        if (!x->s->ipc_piece_staged[gi] || !tr->has[ei])
+            continue;
+        const rf_tensor_t *t = &x->s->inv.tensors[x->s->man.entries[ei].tensor];
+        rf_owner_t own[RF_MAX_OWNERS];
+        int n = rf_trainer_owners(&topo, &x->s->inv, t, own);
+        bool mine = tr->sender;
+        for (int o = 0; o < n; o++)
+            mine |= own[o].rank == rank;
+        const rf_region_t *reg = &tr->reg[ei];
+        int64_t r0 = reg->r0 > (int64_t)pc->row_begin ? reg->r0 : (int64_t)pc->row_begin;
+        int64_t r1 = reg->r1 < (int64_t)pc->row_end ? reg->r1 : (int64_t)pc->row_end;
+        if (mine && r1 > r0)
+            want += (uint64_t)(r1 - r0) * (uint64_t)(reg->c1 - reg->c0) *
+                    rf_dtype_size(tr->src_dtype[ei]);
+    }
+    return want;
 }
 
 /* Rollout: elements that differ from the loaders' result for the generator at `step`. */
@@ -305,21 +350,51 @@ START_TEST(test_colocated_ipc)
 }
 END_TEST
 
-/* tp2 -> 2 x tp1: each engine loads whole tensors its pair holds half of */
-START_TEST(test_staged_refused)
+/* Pieces the engine cannot read in place (tp2 -> 2 x tp1; F32 masters): staged, packed on the
+ * host from the trainer's device tensors, the same bytes. */
+START_TEST(test_staged)
 {
     sess_t x;
     rf_session_plan_info_t pi;
+    rf_session_result_t r;
     sess_open(&x);
     if (me.role == RF_ROLE_TRAINER)
         trainer_fill(&x, 1);
     ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
                   rf_session_last_error(x.s));
-    ck_assert_int_eq(rf_session_plan(x.s, &pi), RF_ERR_UNSUPPORTED);
-    if (rank == 0)
-        printf("refused: %s\n", rf_session_last_error(x.s));
-    same_text_everywhere(rf_session_last_error(x.s), "cannot be read in place by rollout rank");
-    same_text_everywhere(rf_session_last_error(x.s), "model.");
+    ck_assert_msg(rf_session_plan(x.s, &pi) == RF_OK, "%s", rf_session_last_error(x.s));
+    int masters = me.role == RF_ROLE_TRAINER && f32 ? (x.n + 1) / 2 : 0; /* trainer rank 0's */
+    MPI_Bcast(&masters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    all_ok(pi.narrowed == masters, "the plan counts the trainer's F32 masters");
+    for (uint64_t v = 1; v <= 2; v++) {
+        char bad[256];
+        if (me.role == RF_ROLE_TRAINER)
+            trainer_fill(&x, v);
+        ck_assert_int_eq(rf_session_update(x.s, v, &r), RF_OK);
+        ck_assert_msg(r.committed, "rank %d: update FAILED: %s", rank, r.reason);
+        uint64_t nbad = me.role == RF_ROLE_ROLLOUT ? rollout_mismatches(&x, v, bad, sizeof(bad))
+                                                   : 0;
+        if (nbad != 0)
+            fprintf(stderr, "rank %d: %llu elements wrong after update %llu; first: %s\n", rank,
+                    (unsigned long long)nbad, (unsigned long long)v, bad);
+        const rf_xfer_stats_t *xs = rf_xfer_stats(x.s->xfer);
+        uint64_t staged = me.role == RF_ROLE_ROLLOUT ? xs->ipc_bytes_staged : 0, all_staged = 0;
+        MPI_Allreduce(&staged, &all_staged, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+        all_ok(nbad == 0 && all_staged > 0 &&
+                   (!f32 || me.role != RF_ROLE_ROLLOUT || xs->ipc_bytes_in_place > 0),
+               "the engine's bytes are the oracle's, some staged (f32: some in place)");
+        if (me.role == RF_ROLE_TRAINER) {
+            uint64_t want = expected_d2h(&x);
+            if (x.s->tr.stats.bytes_d2h != want || (x.s->tr.sender && want == 0))
+                fprintf(stderr, "rank %d: update %llu: %llu bytes copied device to host, "
+                        "expected %llu\n", rank, (unsigned long long)v,
+                        (unsigned long long)x.s->tr.stats.bytes_d2h, (unsigned long long)want);
+            all_ok(x.s->tr.stats.bytes_d2h == want && (!x.s->tr.sender || want > 0),
+                   "each trainer rank copies its share of the staged pieces to the host");
+        } else {
+            all_ok(1, "each trainer rank copies its share of the staged pieces to the host");
+        }
+    }
     sess_close(&x);
 }
 END_TEST
@@ -332,15 +407,17 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
     if (argc < 3 || emu == NULL || strcmp(emu, "host-device") != 0 ||
-        (strcmp(argv[2], "ok") != 0 && strcmp(argv[2], "staged") != 0)) {
+        (strcmp(argv[2], "ok") != 0 && strcmp(argv[2], "staged") != 0 &&
+         strcmp(argv[2], "f32") != 0)) {
         if (rank == 0)
             fprintf(stderr, "usage: REFIT_TEST_DEVICE_ACCEL=host-device check_session_ipc "
-                            "TOPOLOGY.yaml ok|staged\n");
+                            "TOPOLOGY.yaml ok|staged|f32\n");
         MPI_Finalize();
         return EXIT_FAILURE;
     }
     topo_path = argv[1];
     mode = argv[2];
+    f32 = strcmp(mode, "f32") == 0;
     rf_err_clear(&err);
     if (rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err) != RF_OK ||
         rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) != RF_OK ||
@@ -353,7 +430,7 @@ int main(int argc, char **argv)
     Suite *s = suite_create("session_ipc");
     TCase *tc = tcase_create("session_ipc");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, strcmp(mode, "ok") == 0 ? test_colocated_ipc : test_staged_refused);
+    tcase_add_test(tc, strcmp(mode, "ok") == 0 ? test_colocated_ipc : test_staged);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

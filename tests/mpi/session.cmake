@@ -257,7 +257,8 @@ add_executable(check_session_ipc ${CMAKE_CURRENT_SOURCE_DIR}/check_session_ipc.c
 target_link_libraries(check_session_ipc PRIVATE refit PkgConfig::CHECK)
 target_include_directories(check_session_ipc PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
 foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;ok"
-             "staged_np4;4;session-llama-tiny-tp2-to-2xtp1-colocated-ipc.yaml;staged")
+             "staged_np4;4;session-llama-tiny-tp2-to-2xtp1-colocated-ipc.yaml;staged"
+             "f32_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;f32")
   list(GET case 0 name)
   list(GET case 1 np)
   list(GET case 2 topo)
@@ -270,4 +271,33 @@ foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;ok"
   set_tests_properties(emu_check_session_ipc_${name} PROPERTIES LABELS "mpi;device-emu"
                        TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
+# CUDA trainer tensors over the mpi transport (trainer.gpus), on the CPU (label device-emu:
+# REFIT_TEST_DEVICE_ACCEL=host-device-trainer gives the trainer ranks the host-device
+# accelerator, host-device-all the rollout ranks too): every part packed through a
+# device-to-host copy, bytes as from host tensors (tests/mpi/check_session_device.c)
+foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1.yaml;host-device-trainer;bf16"
+             "tp1_f32_np2;2;session-llama-tiny-tp1-to-tp1.yaml;host-device-all;f32"
+             "tp2_np4;4;session-llama-tiny-tp2-to-tp2.yaml;host-device-all;bf16"
+             "tp2_f32_np4;4;session-llama-tiny-tp2-to-tp2.yaml;host-device-trainer;f32"
+             "tp2_p2p_f32_np4;4;session-llama-tiny-tp2-to-tp2-p2p.yaml;host-device-trainer;f32"
+             "tp1_to_tp2_p2p_np3;3;session-llama-tiny-tp1-to-tp2-p2p.yaml;host-device-all;bf16"
+             "tp2_to_tp1_np3;3;session-llama-tiny-tp2-to-tp1.yaml;host-device-trainer;f32")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  list(GET case 3 emu)
+  list(GET case 4 dt)
+  set(extra "")
+  if(dt STREQUAL "f32")
+    set(extra "f32")
+  endif()
+  add_test(NAME emu_check_session_device_trainer_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_device>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo} ${extra}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emu_check_session_device_trainer_${name} PROPERTIES
+                       LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
+                       "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=${emu}")
 endforeach()
