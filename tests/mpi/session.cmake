@@ -271,3 +271,25 @@ foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;ok"
                        TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
 endforeach()
+
+# Quantized models, wider (issue 15; check_session_quant.c): quantized Qwen3-MoE experts (w13 /
+# w2 in the vllm layout, rollout EP 2 included) on qwen3-moe-q128, and fp8-tensor (its fused
+# qkv_proj / gate_up_proj requantized to one max scale in the engine) on llama-q128
+foreach(case "moe_fp8_block_tp1_np2;2;qwen3-moe-q128-fp8-block-tp1-to-tp1"
+             "moe_fp8_block_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-fp8-block-tp2-to-tp2ep2-p2p"
+             "moe_fp8_block_tp2ep2_to_tp2_np4;4;qwen3-moe-q128-fp8-block-tp2ep2-to-tp2-bcast"
+             "moe_wna16_tp1_np2;2;qwen3-moe-q128-wna16-tp1-to-tp1"
+             "moe_wna16_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-wna16-tp2-to-tp2ep2-p2p"
+             "fp8_tensor_tp1_np2;2;llama-q128-fp8-tensor-tp1-to-tp1"
+             "fp8_tensor_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-tensor-tp1-to-tp2-p2p")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME check_session_quant_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+endforeach()
