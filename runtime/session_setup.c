@@ -703,11 +703,6 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
                           "API moves quantized models into host tensors over mpi only in this "
                           "version (refit-run's GPU storage takes them)", s->topo.file,
                           rf_quant_name(q), s->ipc ? "colocated ipc" : "rollout.gpus");
-    if (q != RF_QUANT_NONE && s->topo.r_layout == RF_ROLLOUT_LAYOUT_HF)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with rollout.layout hf: "
-                          "the session API moves quantized models into the vllm layout only in "
-                          "this version (refit-run takes hf with them)", s->topo.file,
-                          rf_quant_name(q));
     if (q != RF_QUANT_NONE && s->topo.r_backend != RF_BACKEND_TRITON)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s on rollout.backend %s: "
                           "the session API moves quantized models into the triton engine "

@@ -293,3 +293,30 @@ foreach(case "moe_fp8_block_tp1_np2;2;qwen3-moe-q128-fp8-block-tp1-to-tp1"
   set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
                        ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
 endforeach()
+# ... under rollout.layout hf (every checkpoint tensor of a quantized linear its own parameter;
+# fp8-block experts FP8Experts' gate_up_proj / down_proj and their scales), and wna16 experts
+# under hf refused on every rank as refit-run refuses them
+foreach(case "fp8_block_hf_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-block-hf-tp1-to-tp2-p2p"
+             "wna16_hf_tp2_to_tp2_np4;4;llama-q128-wna16-hf-tp2-to-tp2-broadcast"
+             "fp8_tensor_hf_tp1_to_tp2_np3;3;llama-q128-fp8-tensor-hf-tp1-to-tp2-broadcast"
+             "fp8_channel_hf_tp1_np2;2;llama-q128-fp8-channel-hf-tp1-to-tp1-broadcast"
+             "moe_fp8_block_hf_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-fp8-block-hf-tp2-to-tp2ep2-p2p")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME check_session_quant_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+endforeach()
+add_test(NAME check_session_quant_moe_wna16_hf_refused_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -np 2 $<TARGET_FILE:check_session_quant>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-qwen3-moe-q128-wna16-hf-refused.yaml
+                 --refused "rollout.layout hf with model.quantization wna16 is not supported for MoE experts"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(check_session_quant_moe_wna16_hf_refused_np2 PROPERTIES LABELS mpi
+                     TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
