@@ -698,11 +698,12 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
     /* quantized models (runtime/session_quant.c): the formats and engines tested through
      * the session API; the others stay refused, named */
     rf_quant_t q = s->topo.quantization;
-    if (q != RF_QUANT_NONE && (s->topo.r_ngpus > 0 || s->ipc))
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with %s: the session "
-                          "API moves quantized models into host tensors over mpi only in this "
-                          "version (refit-run's GPU storage takes them)", s->topo.file,
-                          rf_quant_name(q), s->ipc ? "colocated ipc" : "rollout.gpus");
+    if (q != RF_QUANT_NONE && s->ipc)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with colocated ipc: the "
+                          "session API moves quantized models over mpi only in this version "
+                          "(into host tensors or, with rollout.gpus, the engine's CUDA tensors; "
+                          "refit-run's colocated ipc takes them)", s->topo.file,
+                          rf_quant_name(q));
     if (q != RF_QUANT_NONE && s->topo.r_backend != RF_BACKEND_TRITON)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s on rollout.backend %s: "
                           "the session API moves quantized models into the triton engine "

@@ -32,6 +32,7 @@
 
 static const char *topo_path, *refused;
 static rf_status_t load_status; /* the loader's own answer to the topology (main) */
+static bool device_emu; /* REFIT_TEST_DEVICE_ACCEL=host-device: rollout tensors on device 0 */
 static int rank, size;
 static rf_topology_t topo;
 static rf_model_config_t cfg;
@@ -71,7 +72,10 @@ static void sess_open_as(sess_t *x, bool masters)
         x->buf[i] = malloc(x->bytes[i] + 1);
         memset(x->buf[i], SENTINEL, x->bytes[i]);
         d->data = x->buf[i];
-        d->device = -1;
+        /* REFIT_TEST_DEVICE_ACCEL=host-device (label device-emu): the rollout ranks' storage is
+         * the host-device accelerator's device 0, as rollout.gpus makes it a GPU's; a host
+         * tensor would be refused there, so registering these proves the device storage */
+        d->device = me.role == RF_ROLE_ROLLOUT && device_emu ? 0 : -1;
     }
 }
 
@@ -617,6 +621,8 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
     topo_path = argv[1];
+    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
+    device_emu = emu != NULL && strcmp(emu, "host-device") == 0;
     refused = argc == 4 ? argv[3] : NULL;
     rf_err_clear(&err);
     rf_status_t ls = rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err);

@@ -320,3 +320,23 @@ add_test(NAME check_session_quant_moe_wna16_hf_refused_np2
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(check_session_quant_moe_wna16_hf_refused_np2 PROPERTIES LABELS mpi
                      TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+# ... into the engine's CUDA tensors (rollout.gpus), on the CPU (label device-emu: the
+# host-device accelerator stands for each rollout rank's GPU, so the format owners' device
+# branches run: fp8-tensor's fp8_requant, wna16's device repack / expert transpose)
+foreach(case "moe_wna16_tp1_np2;2;qwen3-moe-q128-wna16-tp1-to-tp1"
+             "moe_fp8_block_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-fp8-block-tp2-to-tp2ep2-p2p"
+             "wna16_tp2_np4;4;llama-q128-wna16-tp2-to-tp2"
+             "fp8_tensor_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-tensor-tp1-to-tp2-p2p"
+             "fp8_channel_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-channel-tp1-to-tp2-p2p")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME emu_check_session_quant_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emu_check_session_quant_${name} PROPERTIES LABELS "mpi;device-emu"
+                       TIMEOUT 300 ENVIRONMENT
+                       "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
