@@ -1,6 +1,8 @@
 /* MPI test: quantized models through the session API (include/refit/session.h,
  * runtime/session_quant.c) under the topology given as argv[1] (tests/data/llama-q128, fp8-block /
- * wna16 / fp8-channel, rollout.layout vllm, rollout TP 1 and 2, broadcast and p2p). Trainer
+ * wna16 / fp8-tensor / fp8-channel; tests/data/qwen3-moe-q128, fp8-block / wna16 experts w13 /
+ * w2, rollout EP 2 included; rollout.layout vllm and hf, rollout TP 1 and 2, broadcast and p2p;
+ * with REFIT_TEST_DEVICE_ACCEL=host-device the rollout tensors are device tensors). Trainer
  * ranks register their shards of the UNQUANTIZED checkpoint (bf16 from the generator at update
  * v's step, or F32 masters that round to those values); rollout ranks register the format
  * owner's runtime tensors (F8_E4M3 weights + F32 scales, I32 weight_packed + BF16 scales). After

@@ -322,12 +322,13 @@ set_tests_properties(check_session_quant_moe_wna16_hf_refused_np2 PROPERTIES LAB
                      TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
 # ... into the engine's CUDA tensors (rollout.gpus), on the CPU (label device-emu: the
 # host-device accelerator stands for each rollout rank's GPU, so the format owners' device
-# branches run: fp8-tensor's fp8_requant, wna16's device repack / expert transpose)
-foreach(case "moe_wna16_tp1_np2;2;qwen3-moe-q128-wna16-tp1-to-tp1"
-             "moe_fp8_block_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-fp8-block-tp2-to-tp2ep2-p2p"
+# branches run: fp8-tensor's fp8_requant, wna16's device repack / expert transpose; broadcast
+# mode, as rollout.gpus runs)
+foreach(case "moe_wna16_tp1_to_tp2ep2_np3;3;qwen3-moe-q128-wna16-tp1-to-tp2ep2"
+             "moe_fp8_block_tp2ep2_to_tp2_np4;4;qwen3-moe-q128-fp8-block-tp2ep2-to-tp2-bcast"
              "wna16_tp2_np4;4;llama-q128-wna16-tp2-to-tp2"
-             "fp8_tensor_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-tensor-tp1-to-tp2-p2p"
-             "fp8_channel_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-channel-tp1-to-tp2-p2p")
+             "fp8_tensor_tp1_to_tp2_np3;3;llama-q128-fp8-tensor-tp1-to-tp2"
+             "moe_fp8_block_hf_tp1_np2;2;qwen3-moe-q128-fp8-block-hf-tp1-to-tp1")
   list(GET case 0 name)
   list(GET case 1 np)
   list(GET case 2 topo)
