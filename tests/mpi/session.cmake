@@ -341,3 +341,22 @@ foreach(case "moe_wna16_tp1_to_tp2ep2_np3;3;qwen3-moe-q128-wna16-tp1-to-tp2ep2"
                        TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
 endforeach()
+# ... and what stays refused at create, named: wna16 on marlin, fp8-block over colocated ipc
+# (device-emu: the ipc check passes on the host-device accelerator, so the quantized one answers)
+add_test(NAME check_session_quant_wna16_marlin_refused_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -np 2 $<TARGET_FILE:check_session_quant>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-wna16-marlin-refused.yaml
+                 --refused "quantization wna16 on rollout.backend marlin"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(check_session_quant_wna16_marlin_refused_np2 PROPERTIES LABELS mpi
+                     TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+add_test(NAME emu_check_session_quant_fp8_block_ipc_refused_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -np 2 $<TARGET_FILE:check_session_quant>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-fp8-block-colocated-ipc-refused.yaml
+                 --refused "quantization fp8-block with colocated ipc"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(emu_check_session_quant_fp8_block_ipc_refused_np2 PROPERTIES
+                     LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
+                     "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
