@@ -695,39 +695,20 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
     /* quantized models (runtime/session_quant.c): the formats and engines tested through
      * the session API; the others stay refused, named */
     rf_quant_t q = s->topo.quantization;
-    if (q != RF_QUANT_NONE && (s->topo.r_ngpus > 0 || s->ipc || dev_trainer))
+    if (q != RF_QUANT_NONE && (s->ipc || dev_trainer))
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with %s: the session "
-                          "API moves quantized models from host trainer tensors into host "
-                          "tensors over mpi only in this version (refit-run's GPU storage "
-                          "takes them)", s->topo.file, rf_quant_name(q),
-                          s->ipc           ? "colocated ipc"
-                          : s->topo.r_ngpus ? "rollout.gpus"
-                                            : "trainer.gpus (the quantizer reads host shards)");
-    if (q != RF_QUANT_NONE && s->topo.r_layout == RF_ROLLOUT_LAYOUT_HF)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with rollout.layout hf: "
-                          "the session API moves quantized models into the vllm layout only in "
-                          "this version (refit-run takes hf with them)", s->topo.file,
-                          rf_quant_name(q));
-    if (q != RF_QUANT_NONE && q != RF_QUANT_FP8_BLOCK && q != RF_QUANT_WNA16 &&
-        q != RF_QUANT_FP8_CHANNEL)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s: the session API moves "
-                          "none, fp8-block, fp8-channel and wna16 models only in this version%s",
-                          s->topo.file, rf_quant_name(q),
-                          q == RF_QUANT_FP8_TENSOR
-                              ? " (fp8-tensor's fused modules requantize to one max scale in "
-                                "the engine, which no session test checks yet)"
-                              : "");
+                          "API moves quantized models from host trainer tensors over mpi only "
+                          "in this version (into host tensors or, with rollout.gpus, the "
+                          "engine's CUDA tensors; refit-run takes them)", s->topo.file,
+                          rf_quant_name(q),
+                          s->ipc ? "colocated ipc"
+                                 : "trainer.gpus (the quantizer reads host shards)");
     if (q != RF_QUANT_NONE && s->topo.r_backend != RF_BACKEND_TRITON)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s on rollout.backend %s: "
                           "the session API moves quantized models into the triton engine "
                           "layout only in this version (the %s runtime layout is refit-run's "
                           "alone)", s->topo.file, rf_quant_name(q),
                           rf_backend_name(s->topo.r_backend), rf_backend_name(s->topo.r_backend));
-    if (q != RF_QUANT_NONE && s->cfg.num_experts > 0)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s of a mixture-of-experts "
-                          "model (%s, %lld experts): the session API moves quantized dense "
-                          "models only in this version", s->topo.file, rf_quant_name(q),
-                          s->cfg.model_type, (long long)s->cfg.num_experts);
     return RF_OK;
 }
 

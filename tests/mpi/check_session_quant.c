@@ -1,6 +1,8 @@
 /* MPI test: quantized models through the session API (include/refit/session.h,
  * runtime/session_quant.c) under the topology given as argv[1] (tests/data/llama-q128, fp8-block /
- * wna16 / fp8-channel, rollout.layout vllm, rollout TP 1 and 2, broadcast and p2p). Trainer
+ * wna16 / fp8-tensor / fp8-channel; tests/data/qwen3-moe-q128, fp8-block / wna16 experts w13 /
+ * w2, rollout EP 2 included; rollout.layout vllm and hf, rollout TP 1 and 2, broadcast and p2p;
+ * with REFIT_TEST_DEVICE_ACCEL=host-device the rollout tensors are device tensors). Trainer
  * ranks register their shards of the UNQUANTIZED checkpoint (bf16 from the generator at update
  * v's step, or F32 masters that round to those values); rollout ranks register the format
  * owner's runtime tensors (F8_E4M3 weights + F32 scales, I32 weight_packed + BF16 scales). After
@@ -31,6 +33,8 @@
 #define SENTINEL 0xa5
 
 static const char *topo_path, *refused;
+static rf_status_t load_status; /* the loader's own answer to the topology (main) */
+static bool device_emu; /* REFIT_TEST_DEVICE_ACCEL=host-device: rollout tensors on device 0 */
 static int rank, size;
 static rf_topology_t topo;
 static rf_model_config_t cfg;
@@ -70,7 +74,10 @@ static void sess_open_as(sess_t *x, bool masters)
         x->buf[i] = malloc(x->bytes[i] + 1);
         memset(x->buf[i], SENTINEL, x->bytes[i]);
         d->data = x->buf[i];
-        d->device = -1;
+        /* REFIT_TEST_DEVICE_ACCEL=host-device (label device-emu): the rollout ranks' storage is
+         * the host-device accelerator's device 0, as rollout.gpus makes it a GPU's; a host
+         * tensor would be refused there, so registering these proves the device storage */
+        d->device = me.role == RF_ROLE_ROLLOUT && device_emu ? 0 : -1;
     }
 }
 
@@ -92,8 +99,13 @@ static int primary_of(const char *name, char *prefix, size_t cap)
     char q[RF_NAME_MAX + 16];
     snprintf(q, sizeof(q), "%s.weight_packed", prefix);
     int qi = rf_inventory_find(&inv, q);
-    if (qi < 0)
-        qi = rf_inventory_find(&inv, name);
+    int ti = rf_inventory_find(&inv, name);
+    if (ti >= 0 && inv.tensors[ti].param == RF_PARAM_BIAS)
+        return -1; /* a quantized linear's bias stays in the model dtype */
+    if (qi < 0) { /* fp8: the e4m3 `<prefix>.weight` (a scale may be asked for first) */
+        snprintf(q, sizeof(q), "%s.weight", prefix);
+        qi = rf_inventory_find(&inv, q);
+    }
     return qi >= 0 && inv.modules[inv.tensors[qi].module].quant != RF_QUANT_NONE &&
                    inv.tensors[qi].dtype != inv.cfg.dtype
                ? qi
@@ -146,6 +158,19 @@ static uint32_t master_of(uint16_t b, uint64_t k)
     return u;
 }
 
+/* Element k of quantized linear weight h (its name's hash) at `step`: the generator's bf16. Under
+ * fp8-tensor, times the linear's own factor (3 .. 7) / 8, rounded to bf16: the generator's
+ * tensors share one amax, so every shard of a fused module would get the same scale and the
+ * engine's requantization to the max scale (vLLM's requantize_with_max_scale) would never change
+ * a byte. */
+static uint16_t logical_bits(uint64_t h, uint64_t k, uint64_t step)
+{
+    uint16_t v = (uint16_t)rf_gen_value_bits(h, k, step, RF_DTYPE_BF16);
+    if (topo.quantization != RF_QUANT_FP8_TENSOR)
+        return v;
+    return rf_f32_to_bf16(rf_bf16_to_f32(v) * (float)(h % 5 + 3) / 8.0f);
+}
+
 /* Trainer: every registered shard from the generator at `step` (the logical tensor's values). */
 static void trainer_fill(sess_t *x, uint64_t step)
 {
@@ -154,6 +179,7 @@ static void trainer_fill(sess_t *x, uint64_t step)
         rf_tensor_t t = logical_of(x->descs[i].name, &reg);
         uint64_t cols = t.numel / rf_tensor_rows(&t), h = rf_gen_name_hash(t.name);
         bool master = rf_dtype_parse(x->descs[i].dtype) == RF_DTYPE_F32;
+        bool quantized = primary_of(x->descs[i].name, (char[RF_NAME_MAX]){0}, RF_NAME_MAX) >= 0;
         uint16_t *b = x->descs[i].data;
         uint32_t *f = x->descs[i].data;
         int64_t w = reg.c1 - reg.c0;
@@ -161,7 +187,8 @@ static void trainer_fill(sess_t *x, uint64_t step)
         for (int64_t r = 0; r < reg.r1 - reg.r0; r++)
             for (int64_t c = 0; c < w; c++) {
                 uint64_t k = (uint64_t)(reg.r0 + r) * cols + (uint64_t)(reg.c0 + c);
-                uint16_t v = (uint16_t)rf_gen_value_bits(h, k, step, RF_DTYPE_BF16);
+                uint16_t v = quantized ? logical_bits(h, k, step)
+                                       : (uint16_t)rf_gen_value_bits(h, k, step, RF_DTYPE_BF16);
                 if (master)
                     f[r * w + c] = master_of(v, k);
                 else
@@ -186,8 +213,9 @@ static void expect_quantized(expect_t *c, const rf_tensor_t *t)
     ck_assert_int_ge(qi, 0);
     rf_quant_t q = inv.modules[t->module].quant;
     bool wna16 = q == RF_QUANT_WNA16, rowq = q == RF_QUANT_FP8_CHANNEL;
+    bool tensorq = q == RF_QUANT_FP8_TENSOR;
     snprintf(name, sizeof(name), "%s.%s", prefix,
-             wna16 || rowq ? "weight_scale" : "weight_scale_inv");
+             wna16 || rowq || tensorq ? "weight_scale" : "weight_scale_inv");
     int si = rf_inventory_find(&inv, name);
     ck_assert_int_ge(si, 0);
     const rf_tensor_t *qt = &inv.tensors[qi], *sc = &inv.tensors[si];
@@ -197,12 +225,13 @@ static void expect_quantized(expect_t *c, const rf_tensor_t *t)
     char *logical = malloc((size_t)N * (size_t)K * es);
     char *qb = malloc(qt->nbytes + 1), *sb = malloc(sc->nbytes + 1);
     ck_assert(logical && qb && sb);
-    ck_assert_int_eq(rf_gen_fill(&lt, c->step, 0, (uint64_t)N, 0, (uint64_t)K, logical,
-                                 (size_t)K * es),
-                     RF_OK);
+    ck_assert_int_eq(lt.dtype, RF_DTYPE_BF16);
+    uint64_t h = rf_gen_name_hash(lt.name);
+    for (uint64_t k = 0; k < (uint64_t)N * (uint64_t)K; k++)
+        ((uint16_t *)(void *)logical)[k] = logical_bits(h, k, c->step);
     rf_status_t st;
-    if (rowq)
-        st = rf_fp8_quantize_rows(logical, lt.dtype, N, K, K, true, (uint8_t *)qb, K,
+    if (rowq || tensorq) /* the whole tensor at once: one scale per row / per tensor */
+        st = rf_fp8_quantize_rows(logical, lt.dtype, N, K, K, rowq, (uint8_t *)qb, K,
                                   (float *)(void *)sb);
     else if (wna16)
         st = rf_wna16_quantize(logical, lt.dtype, N, K, K, inv.group_size, (uint32_t *)qb, K / 8,
@@ -287,28 +316,57 @@ static void runtime_to_model(sess_t *x, int i0, int m, const rf_slot_shape_t *sh
                   err.msg);
 }
 
+/* fp8-tensor: the expected per-tensor scales of module m's linears (fetched by the oracle)
+ * are not all equal. */
+static bool scales_differ(expect_t *c, int m)
+{
+    float first = -1.0f;
+    for (int k = 0; k < inv.modules[m].ntensors; k++) {
+        int t = inv.modules[m].tensors[k];
+        if (inv.tensors[t].param != RF_PARAM_TENSOR_SCALE)
+            continue;
+        const float *sc = expect_bytes(c, t);
+        if (first >= 0.0f && sc[0] != first)
+            return true;
+        first = sc[0];
+    }
+    return false;
+}
+
 /* Rollout: the oracle over every registered engine tensor read back in model layout; the
  * mismatches' count, the first error's text in bad. */
 static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t cap)
 {
     expect_t c = {.step = step};
     uint64_t nbad = 0;
-    int i = 0, dequant = 0;
+    int i = 0, dequant = 0, moe = 0, fused_requant = 0;
+    rf_format_t f = {.ops = rf_format_for(topo.quantization, (int)topo.r_backend),
+                     .quant = topo.quantization,
+                     .backend = (int)topo.r_backend};
+    /* fp8-tensor's fused modules: the checkpoint requantized to the max shard scale, as vLLM's
+     * requantize_with_max_scale does (runtime/job_oracle.c sets the same flag) */
+    rf_verify_opts_t vo = {topo.quantization == RF_QUANT_FP8_TENSOR ? RF_VERIFY_FP8_REQUANT_MAX
+                                                                     : 0u,
+                           NULL};
     bad[0] = '\0';
     c.buf = calloc((size_t)inv.ntensors + 1, sizeof(char *));
     for (int m = 0; m < inv.nmodules; m++) {
-        rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS];
+        rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS], rt[RF_MODULE_MAX_SLOTS];
+        bool derived[RF_MODULE_MAX_SLOTS];
         void *slots[RF_MODULE_MAX_SLOTS];
-        int ns;
+        int ns, nrt;
         rf_err_t err;
         rf_err_clear(&err);
         ck_assert_msg(rf_module_slots(&inv, m, &me.rc, sh, &ns, &err) == RF_OK, "%s", err.msg);
+        ck_assert_msg(f.ops->runtime_slots(&f, &inv, m, sh, ns, rt, derived, &nrt, &err) == RF_OK,
+                      "%s", err.msg);
+        ck_assert_int_eq(nrt, ns); /* one runtime tensor per param here */
         for (int k = 0; k < ns; k++, i++) {
             char name[RF_NAME_MAX + 40];
-            snprintf(name, sizeof(name), "%.159s.%.31s", inv.modules[m].name, sh[k].name);
+            snprintf(name, sizeof(name), "%.159s.%.31s", inv.modules[m].name, rt[k].name);
             ck_assert_int_lt(i, x->n);
-            ck_assert_str_eq(name, x->descs[i].name); /* one runtime tensor per param here */
-            ck_assert_uint_eq(x->bytes[i], rf_slot_shape_bytes(&sh[k]));
+            ck_assert_str_eq(name, x->descs[i].name);
+            ck_assert_uint_eq(x->bytes[i], rf_slot_shape_bytes(&rt[k]));
         }
         runtime_to_model(x, i - ns, m, sh, ns, slots);
         for (int k = 0; k < ns; k++) {
@@ -316,7 +374,7 @@ static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t c
             rf_err_clear(&err);
             rf_status_t st = rf_verify_slot_ex(&inv, m, k, &me.rc, slots[k],
                                                rf_slot_shape_bytes(&sh[k]), expect_bytes, &c,
-                                               NULL, &mism, &err);
+                                               &vo, &mism, &err);
             if (st != RF_OK && nbad == 0)
                 snprintf(bad, cap, "%s", err.msg);
             nbad += st != RF_OK ? (mism ? mism : 1) : 0;
@@ -327,11 +385,14 @@ static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t c
             rf_err_clear(&err2);
             c.slots = slots;
             rf_status_t st = rf_verify_dequant_module(&inv, m, &me.rc, expect_slot, expect_bytes,
-                                                      &c, NULL, &mism, &err2);
+                                                      &c, &vo, &mism, &err2);
             if (st != RF_OK && nbad == 0)
                 snprintf(bad, cap, "%s", err2.msg);
             nbad += st != RF_OK ? (mism ? mism : 1) : 0;
             dequant++;
+            moe += inv.modules[m].kind == RF_MOD_MOE;
+            fused_requant += topo.quantization == RF_QUANT_FP8_TENSOR &&
+                             inv.modules[m].nlinears > 1 && scales_differ(&c, m);
         }
         for (int t = 0; t < inv.ntensors; t++) {
             free(c.buf[t]);
@@ -343,6 +404,11 @@ static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t c
     free(c.buf);
     ck_assert_int_eq(i, x->n);
     ck_assert_int_gt(dequant, 0);
+    /* a mixture-of-experts model: its quantized experts (w13 / w2) were checked here too */
+    ck_assert(cfg.num_experts == 0 || moe == inv.cfg.num_hidden_layers);
+    /* fp8-tensor: fused modules whose shards' scales differ, which the engine requantized */
+    ck_assert(topo.quantization != RF_QUANT_FP8_TENSOR || topo.r_layout == RF_ROLLOUT_LAYOUT_HF ||
+              fused_requant > 0);
     return nbad;
 }
 
@@ -532,11 +598,13 @@ START_TEST(test_quant_bad)
 }
 END_TEST
 
-/* A topology the session API refuses: the same text on every rank, naming why. */
+/* A topology the session API refuses: the same text on every rank, naming why (a session API
+ * limit: RF_ERR_UNSUPPORTED; one the loader refuses for refit-run too: the loader's status). */
 START_TEST(test_quant_refused)
 {
     rf_session_t *s = NULL;
-    ck_assert_int_eq(rf_session_create(MPI_COMM_WORLD, topo_path, NULL, &s), RF_ERR_UNSUPPORTED);
+    ck_assert_int_eq(rf_session_create(MPI_COMM_WORLD, topo_path, NULL, &s),
+                     load_status != RF_OK ? load_status : RF_ERR_UNSUPPORTED);
     ck_assert_ptr_null(s);
     same_text_everywhere(rf_session_last_error(NULL), refused);
 }
@@ -555,12 +623,21 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
     topo_path = argv[1];
+    const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
+    device_emu = emu != NULL && strcmp(emu, "host-device") == 0;
     refused = argc == 4 ? argv[3] : NULL;
     rf_err_clear(&err);
-    if (rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err) != RF_OK ||
-        rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err) != RF_OK ||
-        rf_inventory_apply_layout(&inv, topo.r_layout, &err) != RF_OK ||
-        rf_topology_rank_info(&topo, rank, &me) != RF_OK) {
+    rf_status_t ls = rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err);
+    if (ls == RF_OK)
+        ls = rf_inventory_build(&cfg, topo.quantization, topo.group_size, &inv, &err);
+    if (ls == RF_OK)
+        ls = rf_inventory_apply_layout(&inv, topo.r_layout, &err);
+    if (ls == RF_OK)
+        ls = rf_topology_rank_info(&topo, rank, &me);
+    /* --refused: a topology the loader refuses (rollout.layout hf with wna16 experts) needs no
+     * inventory here; rf_session_create must refuse it, on every rank, naming why */
+    load_status = ls;
+    if (ls != RF_OK && refused == NULL) {
         fprintf(stderr, "rank %d: %s\n", rank, err.msg);
         MPI_Finalize();
         return EXIT_FAILURE;

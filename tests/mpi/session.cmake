@@ -301,3 +301,92 @@ foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1.yaml;host-device-trainer;b
                        LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=${emu}")
 endforeach()
+
+# Quantized models, wider (issue 15; check_session_quant.c): quantized Qwen3-MoE experts (w13 /
+# w2 in the vllm layout, rollout EP 2 included) on qwen3-moe-q128, and fp8-tensor (its fused
+# qkv_proj / gate_up_proj requantized to one max scale in the engine) on llama-q128
+foreach(case "moe_fp8_block_tp1_np2;2;qwen3-moe-q128-fp8-block-tp1-to-tp1"
+             "moe_fp8_block_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-fp8-block-tp2-to-tp2ep2-p2p"
+             "moe_fp8_block_tp2ep2_to_tp2_np4;4;qwen3-moe-q128-fp8-block-tp2ep2-to-tp2-bcast"
+             "moe_wna16_tp1_np2;2;qwen3-moe-q128-wna16-tp1-to-tp1"
+             "moe_wna16_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-wna16-tp2-to-tp2ep2-p2p"
+             "fp8_tensor_tp1_np2;2;llama-q128-fp8-tensor-tp1-to-tp1"
+             "fp8_tensor_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-tensor-tp1-to-tp2-p2p")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME check_session_quant_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+endforeach()
+# ... under rollout.layout hf (every checkpoint tensor of a quantized linear its own parameter;
+# fp8-block experts FP8Experts' gate_up_proj / down_proj and their scales), and wna16 experts
+# under hf refused on every rank as refit-run refuses them
+foreach(case "fp8_block_hf_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-block-hf-tp1-to-tp2-p2p"
+             "wna16_hf_tp2_to_tp2_np4;4;llama-q128-wna16-hf-tp2-to-tp2-broadcast"
+             "fp8_tensor_hf_tp1_to_tp2_np3;3;llama-q128-fp8-tensor-hf-tp1-to-tp2-broadcast"
+             "fp8_channel_hf_tp1_np2;2;llama-q128-fp8-channel-hf-tp1-to-tp1-broadcast"
+             "moe_fp8_block_hf_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-fp8-block-hf-tp2-to-tp2ep2-p2p")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME check_session_quant_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+endforeach()
+add_test(NAME check_session_quant_moe_wna16_hf_refused_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -np 2 $<TARGET_FILE:check_session_quant>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-qwen3-moe-q128-wna16-hf-refused.yaml
+                 --refused "rollout.layout hf with model.quantization wna16 is not supported for MoE experts"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(check_session_quant_moe_wna16_hf_refused_np2 PROPERTIES LABELS mpi
+                     TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+# ... into the engine's CUDA tensors (rollout.gpus), on the CPU (label device-emu: the
+# host-device accelerator stands for each rollout rank's GPU, so the format owners' device
+# branches run: fp8-tensor's fp8_requant, wna16's device repack / expert transpose; broadcast
+# mode, as rollout.gpus runs)
+foreach(case "moe_wna16_tp1_to_tp2ep2_np3;3;qwen3-moe-q128-wna16-tp1-to-tp2ep2"
+             "moe_fp8_block_tp2ep2_to_tp2_np4;4;qwen3-moe-q128-fp8-block-tp2ep2-to-tp2-bcast"
+             "wna16_tp2_np4;4;llama-q128-wna16-tp2-to-tp2"
+             "fp8_tensor_tp1_to_tp2_np3;3;llama-q128-fp8-tensor-tp1-to-tp2"
+             "moe_fp8_block_hf_tp1_np2;2;qwen3-moe-q128-fp8-block-hf-tp1-to-tp1")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  add_test(NAME emu_check_session_quant_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emu_check_session_quant_${name} PROPERTIES LABELS "mpi;device-emu"
+                       TIMEOUT 300 ENVIRONMENT
+                       "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
+endforeach()
+# ... and what stays refused at create, named: wna16 on marlin, fp8-block over colocated ipc
+# (device-emu: the ipc check passes on the host-device accelerator, so the quantized one answers)
+add_test(NAME check_session_quant_wna16_marlin_refused_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -np 2 $<TARGET_FILE:check_session_quant>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-wna16-marlin-refused.yaml
+                 --refused "quantization wna16 on rollout.backend marlin"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(check_session_quant_wna16_marlin_refused_np2 PROPERTIES LABELS mpi
+                     TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+add_test(NAME emu_check_session_quant_fp8_block_ipc_refused_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -np 2 $<TARGET_FILE:check_session_quant>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-fp8-block-colocated-ipc-refused.yaml
+                 --refused "quantization fp8-block with colocated ipc"
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(emu_check_session_quant_fp8_block_ipc_refused_np2 PROPERTIES
+                     LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
+                     "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
