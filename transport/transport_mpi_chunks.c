@@ -12,8 +12,10 @@
  * ahead in the global sequence, consumed in order; or, with cfg->any_order (p2p), posted from
  * any sender and taken as the senders' messages arrive (mpi_recv_any). Each header is checked
  * against the next expected (update, seq) of its stage, and the trailer by the codec, before
- * the chunk's pieces go to the receive callback as host segments of the payload. Every wait goes through the control
- * channel (ABORT + deadline). On error the rank posts ABORT (unless it is reacting to one),
+ * the chunk's pieces go to the receive callback as host segments of the payload. Every wait goes
+ * through the control channel (ABORT + deadline). A receiver on device storage receives into
+ * pinned buffers (mpi_setup): the callback's h2d copies from a buffer run while the next
+ * message arrives, and an event per buffer gates its next receive (post_held, post_recv). On error the rank posts ABORT (unless it is reacting to one),
  * cancels its posted receives, and leaves its sends outstanding for the drain
  * (rf_xfer_drain_messages, xfer_common.c). Host memory only; RF_XFER_CAP_ANY_ORDER.
  */
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "refit/accel.h"
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -320,9 +323,9 @@ fail:
 /* Receiver: chunk c arrived in buf (got bytes): checks its header (update, seq, payload size)
  * and, in integrity mode, its trailer, then hands its pieces to the receive callback. */
 static rf_status_t take_chunk(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
-                              const unsigned char *buf, size_t got, rf_xfer_recv_fn recv,
-                              void *ctx, rf_err_t *e)
+                              int b, size_t got, rf_xfer_recv_fn recv, void *ctx, rf_err_t *e)
 {
+    const unsigned char *buf = x->bufs[b];
     const rf_chunk_plan_t *plan = cfg->plan;
     rf_chunk_header_t h;
     if (got < RF_CHUNK_HEADER_BYTES)
@@ -344,10 +347,47 @@ static rf_status_t take_chunk(rf_xfer_t *x, const rf_xfer_config_t *cfg, const r
                                             RF_XFER_MEM_HOST, e);
     if (st == RF_OK)
         st = recv(ctx, c, x->segs, c->piece_count, buf + RF_CHUNK_HEADER_BYTES, e);
+    /* pinned buffers: the copies the callback enqueued from this buffer, even a failed one's,
+     * are behind this event; the buffer's next receive (or the drain) waits for it */
+    rf_status_t ps = rf_xfer_pin_after(x, b, e);
+    if (st == RF_OK)
+        st = ps;
     x->stats.unpack_s += rf_time_now() - t0;
     if (st == RF_OK)
         x->stats.chunks_received++;
     return st;
+}
+
+/* Receiver: posts buffer b's receive of plan chunk k (any_order: from any sender, any tag),
+ * after the gate: pinned buffers take a message only once the copies reading them completed. */
+static rf_status_t post_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, int b, size_t k,
+                             rf_err_t *e)
+{
+    RF_CHECK(rf_xfer_pin_gate(x, b, e));
+    if (cfg->any_order)
+        return x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes, MPI_ANY_SOURCE, MPI_ANY_TAG,
+                                 &x->rreqs[b], e);
+    const rf_chunk_t *c = &cfg->plan->chunks[k];
+    return x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes, cfg->stage_senders[c->stage],
+                             RF_XFER_TAG(cfg->update, c->stage), &x->rreqs[b], e);
+}
+
+/*
+ * Pinned buffers: the buffer just consumed is held (*hold) instead of re-posted at once, so
+ * its h2d copies run while the next message arrives; it is re-posted (after its gate) before
+ * the next wait when its copies are done already or it is the one waited on (one buffer),
+ * else right after that wait (before_wait false). Pageable buffers never hold: their copies
+ * completed inside the callback.
+ */
+static rf_status_t post_held(rf_xfer_t *x, const rf_xfer_config_t *cfg, int *hold, int wait_b,
+                             bool before_wait, size_t *posted, rf_err_t *e)
+{
+    if (*hold < 0 || (before_wait && *hold != wait_b && !rf_xfer_pin_ready(x, *hold)))
+        return RF_OK;
+    RF_CHECK(post_recv(x, cfg, *hold, *posted, e));
+    (*posted)++;
+    *hold = -1;
+    return RF_OK;
 }
 
 /*
@@ -380,17 +420,18 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
     for (int s = 0; s < plan->n_stages; s++)
         next[s] = plan->stages[s].chunk_begin;
 
+    int hold = -1;
     for (; posted < n && posted < (size_t)B; posted++)
-        RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[posted % B], x->chunk_bytes,
-                                        MPI_ANY_SOURCE, MPI_ANY_TAG, &x->rreqs[posted % B], &e),
-                      st, fail);
+        RF_CHECK_GOTO(post_recv(x, cfg, (int)(posted % B), posted, &e), st, fail);
     for (; done < n; done++) {
         const int b = (int)(done % B);
         stage = -1;
         src = -1;
+        RF_CHECK_GOTO(post_held(x, cfg, &hold, b, true, &posted, &e), st, fail);
         rf_xfer_update_inflight(x, (int)(posted - done));
         MPI_Status status;
         RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
+        RF_CHECK_GOTO(post_held(x, cfg, &hold, b, false, &posted, &e), st, fail);
         src = status.MPI_SOURCE;
         size_t got = 0;
         RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
@@ -417,12 +458,12 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
         if (first_src < 0)
             first_src = src;
         ahead += (size_t)c->seq != done; /* taken out of the plan's sequence order */
-        RF_CHECK_GOTO(take_chunk(x, cfg, c, x->bufs[b], got, recv, ctx, &e), st, fail);
+        RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
         next[stage]++;
-        if (posted < n) {
-            RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes, MPI_ANY_SOURCE,
-                                            MPI_ANY_TAG, &x->rreqs[b], &e),
-                          st, fail);
+        if (posted < n && x->pin_ax != NULL) {
+            hold = b;
+        } else if (posted < n) {
+            RF_CHECK_GOTO(post_recv(x, cfg, b, posted, &e), st, fail);
             posted++;
         }
     }
@@ -476,33 +517,27 @@ static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
     uint32_t seq = 0;
     int stage = -1, src = -1;
 
-    for (; posted < n && posted < (size_t)B; posted++) {
-        const rf_chunk_t *c = &plan->chunks[posted];
-        int from = cfg->stage_senders[c->stage];
-        RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[posted % B], x->chunk_bytes, from,
-                                        RF_XFER_TAG(cfg->update, c->stage),
-                                        &x->rreqs[posted % B], &e),
-                      st, fail);
-    }
+    int hold = -1;
+    for (; posted < n && posted < (size_t)B; posted++)
+        RF_CHECK_GOTO(post_recv(x, cfg, (int)(posted % B), posted, &e), st, fail);
     for (; next < n; next++) {
         const rf_chunk_t *c = &plan->chunks[next];
         const int b = (int)(next % B);
         seq = c->seq;
         stage = c->stage;
         src = cfg->stage_senders[c->stage];
+        RF_CHECK_GOTO(post_held(x, cfg, &hold, b, true, &posted, &e), st, fail);
         rf_xfer_update_inflight(x, (int)(posted - next));
         MPI_Status status;
         RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
+        RF_CHECK_GOTO(post_held(x, cfg, &hold, b, false, &posted, &e), st, fail);
         size_t got = 0;
         RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
-        RF_CHECK_GOTO(take_chunk(x, cfg, c, x->bufs[b], got, recv, ctx, &e), st, fail);
-        if (posted < n) {
-            const rf_chunk_t *pc = &plan->chunks[posted];
-            RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes,
-                                            cfg->stage_senders[pc->stage],
-                                            RF_XFER_TAG(cfg->update, pc->stage), &x->rreqs[b],
-                                            &e),
-                          st, fail);
+        RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
+        if (posted < n && x->pin_ax != NULL) {
+            hold = b; /* re-posted by post_held, after its gate */
+        } else if (posted < n) {
+            RF_CHECK_GOTO(post_recv(x, cfg, b, posted, &e), st, fail);
             posted++;
         }
     }
@@ -534,10 +569,23 @@ fail:
     return st;
 }
 
+/* A receiver on device storage gets pinned receive buffers (rf_xfer_setup's contract). */
+static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err)
+{
+    rf_accel_t *a = setup->accel;
+    if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)
+        return RF_OK;
+    RF_CHECK(rf_xfer_pin_setup(x, a, err));
+    RF_LOG(RF_LOG_INFO, "rank %d: %d pinned receive buffers of %" PRIu64 " bytes (%s device %d)",
+           x->rank, x->buffers, x->buf_bytes, a->ops->name, a->device);
+    return RF_OK;
+}
+
 static const rf_xfer_ops_t mpi_xfer_ops = {
     .name = "mpi",
     .caps = RF_XFER_CAP_ANY_ORDER,
     .wire = "mpi",
+    .setup = mpi_setup,
     .send = mpi_send,
     .recv = mpi_recv,
     .send_p2p = mpi_send_p2p,

@@ -271,3 +271,6 @@ foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;ok"
                        TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
 endforeach()
+# Issue 18 (pinned mpi receive buffers on device storage): check_session_device reads the
+# xfer's receive-buffer state (transport/xfer_int.h)
+target_include_directories(check_session_device PRIVATE ${CMAKE_SOURCE_DIR}/transport)
