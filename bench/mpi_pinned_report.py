@@ -6,8 +6,8 @@
 Reads OUT/stages.json (bench/mpi-stages.c), OUT/prof-{A,B}/profile-rank{0,1}.jsonl (refit-run
 --profile-dir: A pageable receive buffers, B pinned) and OUT/run-{A,B}.log (the storage
 digests). The timed updates are those that carry the checkpoint after the first (refit-run:
-odd updates carry it); each figure is their median. Per run: the update (the rollout rank's
-update_s: the trainer's read of the checkpoint, then the chunks over MPI and h2d), the read
+odd updates carry it); each figure is their median. Per run: the update (rank 0's verdict_s,
+as --bench-json: the trainer's read of the checkpoint, then the chunks over MPI and h2d), the read
 alone (the trainer's produce_s), the rest of the update (update - read: MPI and h2d, which
 overlap with pinned buffers) and the ratios to the run's slowest stage: the update against
 min(read, mpi, h2d) and the rest against min(mpi, h2d), stages of the run's buffer kind. Prints
@@ -35,9 +35,9 @@ def run(out, ab):
     if not timed:
         return None
     med = lambda xs: statistics.median(xs)
-    upd = med([roll[k]["update_s"] for k in timed])
+    upd = med([trn[k]["verdict_s"] for k in timed])
     rd = med([trn[k]["trainer"]["produce_s"] for k in timed])
-    rest = med([roll[k]["update_s"] - trn[k]["trainer"]["produce_s"] for k in timed])
+    rest = med([trn[k]["verdict_s"] - trn[k]["trainer"]["produce_s"] for k in timed])
     nbytes = roll[timed[0]]["counters"]["bytes_received"]
     digests = re.findall(r"update (\d+) storage digest ([0-9a-f]+)",
                          open(os.path.join(out, "run-%s.log" % ab)).read())

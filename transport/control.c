@@ -277,7 +277,7 @@ rf_status_t rf_ctl_wait_fn(rf_ctl_t *ctl, rf_ctl_test_fn test, void *ctx, double
         double now = rf_time_now();
         if (now >= deadline)
             return RF_ERR_TIMEOUT; /* the caller names what it waited for */
-        if (now - t0 < RF_CTL_SPIN_S) {
+        if (now - t0 < RF_CTL_SPIN_S || (flags & RF_CTL_WAIT_SPIN)) {
             sched_yield(); /* a ready peer is seen within microseconds */
         } else {
             struct timespec ts = {0, sleep_ns};
@@ -306,8 +306,14 @@ static int test_all(void *vctx, rf_err_t *err)
 rf_status_t rf_ctl_wait(rf_ctl_t *ctl, MPI_Request *reqs, int n, double deadline,
                         rf_err_t *err)
 {
+    return rf_ctl_wait_flags(ctl, reqs, n, deadline, 0, err);
+}
+
+rf_status_t rf_ctl_wait_flags(rf_ctl_t *ctl, MPI_Request *reqs, int n, double deadline,
+                              unsigned flags, rf_err_t *err)
+{
     wait_all_ctx_t c = {reqs, n};
-    rf_status_t st = rf_ctl_wait_fn(ctl, test_all, &c, deadline, 0, err);
+    rf_status_t st = rf_ctl_wait_fn(ctl, test_all, &c, deadline, flags, err);
     if (st == RF_ERR_TIMEOUT) {
         int pending = 0;
         for (int i = 0; i < n; i++)

@@ -50,12 +50,14 @@ static rf_status_t send_failed(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_sta
     return st;
 }
 
-/* Waits (ABORT + deadline) until every send from slot b completed. */
-static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, rf_err_t *err)
+/* Waits (ABORT + deadline) until every send from slot b completed; spin: without sleeps (the
+ * update's chunks are streaming, RF_CTL_WAIT_SPIN). */
+static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, bool spin, rf_err_t *err)
 {
     double t0 = rf_time_now();
     int per = 2 * x->nranks;
-    rf_status_t st = rf_ctl_wait(x->ctl, &x->sreqs[b * per], per, deadline, err);
+    rf_status_t st = rf_ctl_wait_flags(x->ctl, &x->sreqs[b * per], per, deadline,
+                                       spin ? RF_CTL_WAIT_SPIN : 0, err);
     x->stats.wire_s += rf_time_now() - t0;
     if (st == RF_OK)
         x->slot_busy[b] = 0;
@@ -76,7 +78,7 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
 
     /* sends of an earlier update never drained: complete them first */
     for (int b = 0; b < x->buffers; b++)
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
 
     int j = 0;
     for (size_t k = 0; k < plan->n_chunks; k++) {
@@ -88,7 +90,8 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         peer = -1;
         const int b = j++ % x->buffers;
         RF_CHECK_GOTO(rf_ctl_poll(x->ctl, &e), st, fail); /* eager sends never wait */
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        /* once this update's chunks are on the wire, the waits keep MPI progressing */
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, j > 1, &e), st, fail);
         unsigned char *buf = x->bufs[b];
         rf_chunk_header_write(buf, cfg->update, c->seq, c->payload_bytes);
         double t0 = rf_time_now();
@@ -120,7 +123,7 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
     }
     peer = -1;
     for (int b = 0; b < x->buffers; b++)
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, j > 0, &e), st, fail);
     return RF_OK;
 
 fail:
@@ -197,7 +200,7 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
     RF_CHECK_GOTO(rf_xfer_grow_slots(x, S, &e), st, fail);
     /* sends of an earlier update never drained: complete them first */
     for (int b = 0; b < x->slots; b++)
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
 
     for (size_t i = 0; i < n; i++)
         ps.next[i] = p2p_own_chunk(&ps, i, 0);
@@ -296,7 +299,7 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
     }
     peer = -1;
     for (int b = 0; b < S; b++)
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
     /* the sender's order: which receiver came first, how many at once, how often the
      * receiver changed between consecutive chunks (one pair at a time: pairs - 1) */
     RF_LOG(RF_LOG_INFO, "update %u: rank %d sent %zu pairs, up to %d receivers in flight at "
@@ -376,7 +379,7 @@ static rf_status_t post_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, int b, s
  * Pinned buffers: the buffer just consumed is held (*hold) instead of re-posted at once, so
  * its h2d copies run while the next message arrives; it is re-posted (after its gate) before
  * the next wait when its copies are done already or it is the one waited on (one buffer),
- * else right after that wait (before_wait false). Pageable buffers never hold: their copies
+ * during that wait as soon as they are (wait_recv), else right after it (before_wait false). Pageable buffers never hold: their copies
  * completed inside the callback.
  */
 static rf_status_t post_held(rf_xfer_t *x, const rf_xfer_config_t *cfg, int *hold, int wait_b,
@@ -388,6 +391,48 @@ static rf_status_t post_held(rf_xfer_t *x, const rf_xfer_config_t *cfg, int *hol
     (*posted)++;
     *hold = -1;
     return RF_OK;
+}
+
+/* The wait for one receive (rf_xfer_wait_one's, counted as wire time), re-posting the held
+ * buffer (post_held) as soon as its copies are done, so the next message can start while this
+ * one arrives. */
+typedef struct recv_wait {
+    rf_xfer_t *x;
+    const rf_xfer_config_t *cfg;
+    MPI_Request *req;
+    MPI_Status status;
+    int *hold;
+    size_t *posted;
+} recv_wait_t;
+
+static int recv_wait_test(void *vctx, rf_err_t *err)
+{
+    recv_wait_t *w = vctx;
+    if (*w->hold >= 0 && rf_xfer_pin_ready(w->x, *w->hold)) {
+        rf_status_t st = post_recv(w->x, w->cfg, *w->hold, *w->posted, err);
+        if (st != RF_OK)
+            return st;
+        (*w->posted)++;
+        *w->hold = -1;
+    }
+    int flag = 0;
+    if (MPI_Test(w->req, &flag, &w->status) != MPI_SUCCESS)
+        return rf_err_set(err, RF_ERR_MPI, "MPI_Test failed on a chunk receive");
+    return flag;
+}
+
+static rf_status_t wait_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, int b, int *hold,
+                             size_t *posted, MPI_Status *status, rf_err_t *err)
+{
+    recv_wait_t w = {x, cfg, &x->rreqs[b], {0}, hold, posted};
+    double t0 = rf_time_now();
+    rf_status_t st = rf_ctl_wait_fn(x->ctl, recv_wait_test, &w, cfg->deadline, x->wait_flags, err);
+    x->stats.wire_s += rf_time_now() - t0;
+    if (st == RF_ERR_TIMEOUT)
+        rf_err_reset(err, st, "deadline expired");
+    if (st == RF_OK)
+        *status = w.status;
+    return st;
 }
 
 /*
@@ -430,7 +475,7 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
         RF_CHECK_GOTO(post_held(x, cfg, &hold, b, true, &posted, &e), st, fail);
         rf_xfer_update_inflight(x, (int)(posted - done));
         MPI_Status status;
-        RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
+        RF_CHECK_GOTO(wait_recv(x, cfg, b, &hold, &posted, &status, &e), st, fail);
         RF_CHECK_GOTO(post_held(x, cfg, &hold, b, false, &posted, &e), st, fail);
         src = status.MPI_SOURCE;
         size_t got = 0;
@@ -458,6 +503,7 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
         if (first_src < 0)
             first_src = src;
         ahead += (size_t)c->seq != done; /* taken out of the plan's sequence order */
+        x->wait_flags = RF_CTL_WAIT_SPIN; /* the senders stream: no sleeps between tests */
         RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
         next[stage]++;
         if (posted < n && x->pin_ax != NULL) {
@@ -502,14 +548,12 @@ fail:
     return st;
 }
 
-static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
-                            void *ctx, rf_err_t *err)
+static rf_status_t mpi_recv_seq(rf_xfer_t *x, const rf_xfer_config_t *cfg,
+                                rf_xfer_recv_fn recv, void *ctx, rf_err_t *err)
 {
     const rf_chunk_plan_t *plan = cfg->plan;
     const size_t n = plan->n_chunks;
     const int B = x->buffers;
-    if (cfg->any_order)
-        return mpi_recv_any(x, cfg, recv, ctx, err);
     rf_err_t e;
     rf_err_clear(&e);
     rf_status_t st = RF_OK;
@@ -529,10 +573,11 @@ static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
         RF_CHECK_GOTO(post_held(x, cfg, &hold, b, true, &posted, &e), st, fail);
         rf_xfer_update_inflight(x, (int)(posted - next));
         MPI_Status status;
-        RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
+        RF_CHECK_GOTO(wait_recv(x, cfg, b, &hold, &posted, &status, &e), st, fail);
         RF_CHECK_GOTO(post_held(x, cfg, &hold, b, false, &posted, &e), st, fail);
         size_t got = 0;
         RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
+        x->wait_flags = RF_CTL_WAIT_SPIN; /* the sender streams: no sleeps between tests */
         RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
         if (posted < n && x->pin_ax != NULL) {
             hold = b; /* re-posted by post_held, after its gate */
@@ -579,6 +624,18 @@ static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_
     RF_LOG(RF_LOG_INFO, "rank %d: %d pinned receive buffers of %" PRIu64 " bytes (%s device %d)",
            x->rank, x->buffers, x->buf_bytes, a->ops->name, a->device);
     return RF_OK;
+}
+
+/* The first chunk's wait backs off into sleeps (the trainer may still be producing for
+ * seconds); the later ones spin (RF_CTL_WAIT_SPIN, set by the loops). */
+static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
+                            void *ctx, rf_err_t *err)
+{
+    x->wait_flags = 0;
+    rf_status_t st = cfg->any_order ? mpi_recv_any(x, cfg, recv, ctx, err)
+                                    : mpi_recv_seq(x, cfg, recv, ctx, err);
+    x->wait_flags = 0;
+    return st;
 }
 
 static const rf_xfer_ops_t mpi_xfer_ops = {

@@ -267,7 +267,7 @@ rf_status_t rf_xfer_wait_one(rf_xfer_t *x, MPI_Request *req, double deadline, MP
     recv_done_t d = {.done = 0};
     double t0 = rf_time_now();
     while (!d.done && st == RF_OK)
-        st = rf_ctl_wait_some(x->ctl, req, 1, deadline, 0, on_recv, &d, err);
+        st = rf_ctl_wait_some(x->ctl, req, 1, deadline, x->wait_flags, on_recv, &d, err);
     x->stats.wire_s += rf_time_now() - t0;
     if (st == RF_ERR_TIMEOUT)
         rf_err_reset(err, st, "deadline expired");
