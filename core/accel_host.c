@@ -38,7 +38,107 @@ static rf_status_t host_create(int device, rf_accel_t **accel_p)
     return RF_OK;
 }
 
-static void host_destroy(rf_accel_t *accel) { free(accel); }
+/*
+ * "host-device" keeps what a GPU would still be doing: an h2d copy from its pinned host memory
+ * (alloc_host) is asynchronous on a GPU, so the source must stay as it is until an event
+ * recorded after the copy (or a stream synchronize) says it completed. The emulation copies at
+ * once but remembers each such copy's source and its checksum; a completion (event_sync,
+ * event_query reporting done, stream_sync, free_host of the source) checks that the source
+ * still holds those bytes. One that changed is a read a GPU could have made of the new bytes:
+ * RF_ERR_CUDA from the completing call, so a buffer reused before its copy completed (the mpi
+ * receive buffers' event gate, transport/transport_mpi_chunks.c) fails the update in the CPU
+ * suite instead of passing by the emulation's synchronous copy. Pageable sources are not
+ * tracked: cudaMemcpyAsync consumes them before it returns.
+ */
+typedef struct host_pin {
+    const char *base;
+    size_t bytes;
+} host_pin_t;
+
+typedef struct host_pending {
+    const void *src;
+    size_t bytes;
+    uint64_t sum; /* rf_accel_checksum of src when the copy was enqueued */
+    uint64_t seq; /* the accelerator's copy counter at the enqueue */
+} host_pending_t;
+
+typedef struct host_dev {
+    host_pin_t *pins;
+    size_t npins, pincap;
+    host_pending_t *pend;
+    size_t npend, pendcap;
+    uint64_t seq;     /* tracked copies enqueued so far */
+    uint64_t changed; /* sources found changed at completion */
+} host_dev_t;
+
+static host_dev_t *host_dev_of(const rf_accel_t *accel)
+{
+    return accel != NULL && accel->ops == &rf_accel_host_device_ops ? accel->impl : NULL;
+}
+
+/* Completes the tracked copies enqueued before `mark` (UINT64_MAX: all of them; src non-NULL:
+ * only those reading [src, src + bytes)): RF_ERR_CUDA when one's source changed. */
+static rf_status_t host_dev_complete(host_dev_t *d, uint64_t mark, const char *src, size_t bytes)
+{
+    if (d == NULL)
+        return RF_OK;
+    rf_status_t st = RF_OK;
+    size_t q = 0;
+    for (size_t i = 0; i < d->npend; i++) {
+        host_pending_t *p = &d->pend[i];
+        const char *ps = p->src;
+        bool hit = p->seq < mark && (src == NULL || (ps >= src && ps < src + bytes));
+        if (!hit) {
+            d->pend[q++] = *p;
+            continue;
+        }
+        if (rf_accel_checksum(p->src, p->bytes) != p->sum) {
+            d->changed++;
+            st = RF_ERR_CUDA;
+        }
+    }
+    d->npend = q;
+    return st;
+}
+
+static rf_status_t host_dev_track(host_dev_t *d, const void *src, size_t bytes)
+{
+    const char *s = src;
+    bool pinned = false;
+    for (size_t i = 0; i < d->npins && !pinned; i++)
+        pinned = s >= d->pins[i].base && s < d->pins[i].base + d->pins[i].bytes;
+    if (!pinned || bytes == 0)
+        return RF_OK;
+    if (d->npend == d->pendcap) {
+        size_t cap = d->pendcap ? 2 * d->pendcap : 16;
+        host_pending_t *p = realloc(d->pend, cap * sizeof(*p));
+        if (p == NULL)
+            return RF_ERR_NOMEM;
+        d->pend = p;
+        d->pendcap = cap;
+    }
+    d->pend[d->npend++] = (host_pending_t){src, bytes, rf_accel_checksum(src, bytes), d->seq++};
+    return RF_OK;
+}
+
+uint64_t rf_accel_host_device_changed(const rf_accel_t *accel, uint64_t *tracked_p)
+{
+    const host_dev_t *d = host_dev_of(accel);
+    if (tracked_p != NULL)
+        *tracked_p = d != NULL ? d->seq : 0;
+    return d != NULL ? d->changed : 0;
+}
+
+static void host_destroy(rf_accel_t *accel)
+{
+    host_dev_t *d = host_dev_of(accel);
+    if (d != NULL) {
+        free(d->pins);
+        free(d->pend);
+        free(d);
+    }
+    free(accel);
+}
 
 static rf_status_t host_select(rf_accel_t *accel) { return accel ? RF_OK : RF_ERR_INVALID; }
 
@@ -67,6 +167,40 @@ static void host_free(rf_accel_t *accel, void *ptr)
     free(ptr);
 }
 
+/* host-device's pinned memory: host_alloc, remembered so the h2d copies from it are tracked */
+static rf_status_t host_dev_alloc_host(rf_accel_t *accel, size_t bytes, void **ptr_p)
+{
+    host_dev_t *d = host_dev_of(accel);
+    if (d == NULL) /* an object not made by create: plain memory, untracked */
+        return host_alloc(accel, bytes, ptr_p);
+    if (d->npins == d->pincap) {
+        size_t cap = d->pincap ? 2 * d->pincap : 8;
+        host_pin_t *p = realloc(d->pins, cap * sizeof(*p));
+        if (p == NULL)
+            return RF_ERR_NOMEM;
+        d->pins = p;
+        d->pincap = cap;
+    }
+    RF_CHECK(host_alloc(accel, bytes, ptr_p));
+    if (*ptr_p != NULL)
+        d->pins[d->npins++] = (host_pin_t){*ptr_p, bytes};
+    return RF_OK;
+}
+
+static void host_dev_free_host(rf_accel_t *accel, void *ptr)
+{
+    host_dev_t *d = host_dev_of(accel);
+    for (size_t i = 0; d != NULL && ptr != NULL && i < d->npins; i++) {
+        if (d->pins[i].base != ptr)
+            continue;
+        /* its copies complete first (checked as at an event) */
+        (void)host_dev_complete(d, UINT64_MAX, d->pins[i].base, d->pins[i].bytes);
+        d->pins[i] = d->pins[--d->npins];
+        break;
+    }
+    free(ptr);
+}
+
 static rf_status_t host_stream_create(rf_accel_t *accel, rf_accel_stream_t **stream_p)
 {
     if (!accel || !stream_p)
@@ -84,8 +218,8 @@ static void host_stream_destroy(rf_accel_stream_t *stream) { free(stream); }
 
 static rf_status_t host_stream_sync(rf_accel_stream_t *stream)
 {
-    (void)stream;
-    return RF_OK;
+    return stream != NULL ? host_dev_complete(host_dev_of(stream->accel), UINT64_MAX, NULL, 0)
+                          : RF_OK;
 }
 
 /* A host event: every host op has completed when it returns, so recording an event stamps
@@ -93,6 +227,7 @@ static rf_status_t host_stream_sync(rf_accel_stream_t *stream)
 typedef struct host_event {
     rf_accel_event_t e; /* first: the rf_accel_event_t * is the host_event_t * */
     double t;           /* seconds, CLOCK_MONOTONIC, at the last record (0: never recorded) */
+    uint64_t mark;      /* host-device: tracked copies enqueued before the last record */
 } host_event_t;
 
 static double host_now(void)
@@ -123,19 +258,27 @@ static rf_status_t host_event_record(rf_accel_event_t *event, rf_accel_stream_t 
     (void)stream;
     if (!event)
         return RF_ERR_INVALID;
-    ((host_event_t *)event->impl)->t = host_now();
+    host_event_t *h = event->impl;
+    const host_dev_t *d = host_dev_of(event->accel);
+    h->t = host_now();
+    h->mark = d != NULL ? d->seq : 0;
     return RF_OK;
 }
 
 static rf_status_t host_event_sync(rf_accel_event_t *event)
 {
-    return event ? RF_OK : RF_ERR_INVALID;
+    if (!event)
+        return RF_ERR_INVALID;
+    return host_dev_complete(host_dev_of(event->accel), ((host_event_t *)event->impl)->mark,
+                             NULL, 0);
 }
 
 static rf_status_t host_event_query(rf_accel_event_t *event, bool *done_p)
 {
     if (!event || !done_p)
         return RF_ERR_INVALID;
+    /* done at once: the copies before the record complete now */
+    RF_CHECK(host_event_sync(event));
     *done_p = true;
     return RF_OK;
 }
@@ -155,10 +298,12 @@ static rf_status_t host_event_elapsed_ms(rf_accel_event_t *start, rf_accel_event
 static rf_status_t host_copy(rf_accel_t *accel, void *dst, const void *src, size_t bytes,
                              rf_copy_kind_t kind, rf_accel_stream_t *stream)
 {
-    (void)accel;
     (void)stream;
     if ((unsigned)kind > RF_COPY_H2H || (bytes && (!dst || !src)))
         return RF_ERR_INVALID;
+    host_dev_t *d = host_dev_of(accel);
+    if (d != NULL && kind == RF_COPY_H2D)
+        RF_CHECK(host_dev_track(d, src, bytes));
     if (bytes)
         memmove(dst, src, bytes);
     return RF_OK;
@@ -288,8 +433,7 @@ static rf_status_t host_set_engine_min(rf_accel_t *accel, size_t bytes)
  * memory type and create. */
 #define HOST_OPS_SHARED                                                                            \
     .device_count = host_device_count, .destroy = host_destroy, .select = host_select,             \
-    .alloc = host_alloc, .free = host_free, .alloc_host = host_alloc, .free_host = host_free,      \
-    .stream_create = host_stream_create, .stream_destroy = host_stream_destroy,                    \
+    .alloc = host_alloc, .free = host_free, .stream_create = host_stream_create, .stream_destroy = host_stream_destroy,                    \
     .stream_sync = host_stream_sync, .event_create = host_event_create,                            \
     .event_destroy = host_event_destroy, .event_record = host_event_record,                        \
     .event_sync = host_event_sync, .event_query = host_event_query,                                \
@@ -302,18 +446,28 @@ const rf_accel_ops_t rf_accel_host_ops = {
     .name = "host",
     .mem_type = RF_MEM_HOST,
     .create = host_create,
+    .alloc_host = host_alloc,
+    .free_host = host_free,
     HOST_OPS_SHARED,
 };
 
 /*
  * "host-device" (tests only): the host implementation tagged as device memory, so code that
  * takes the device branches (staging, d2h reads, owners on the accel ops) runs on a machine
- * without a GPU. Memory is still host memory; every copy kind is a memmove.
+ * without a GPU. Memory is still host memory; every copy kind is a memmove, and an h2d copy from
+ * its alloc_host memory is tracked until it completes (host_dev_complete, above).
  */
 static rf_status_t host_dev_create(int device, rf_accel_t **accel_p)
 {
     RF_CHECK(host_create(device, accel_p));
+    host_dev_t *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        free(*accel_p);
+        *accel_p = NULL;
+        return RF_ERR_NOMEM;
+    }
     (*accel_p)->ops = &rf_accel_host_device_ops;
+    (*accel_p)->impl = d;
     return RF_OK;
 }
 
@@ -321,6 +475,8 @@ const rf_accel_ops_t rf_accel_host_device_ops = {
     .name = "host-device",
     .mem_type = RF_MEM_CUDA,
     .create = host_dev_create,
+    .alloc_host = host_dev_alloc_host,
+    .free_host = host_dev_free_host,
     HOST_OPS_SHARED,
 };
 

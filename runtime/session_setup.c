@@ -1016,6 +1016,9 @@ static rf_status_t build_transport(rf_session_t *s, rf_err_t *err)
         .pair = s->pair_of != NULL ? s->pair_of[s->rank] : -1,
         .staged = s->ipc_staged,
         .pieces = s->ipc_pieces,
+        /* REFIT_MPI_RECV_PAGEABLE=1: the pageable receive buffers of before issue 18 (A/B) */
+        .pageable_recv = getenv("REFIT_MPI_RECV_PAGEABLE") != NULL &&
+                         strcmp(getenv("REFIT_MPI_RECV_PAGEABLE"), "1") == 0,
     };
     st = s->nccl ? rf_nccl_layout_build(&s->topo, &s->nccl_layout, err) : RF_OK;
     if (st == RF_OK)

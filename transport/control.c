@@ -260,6 +260,10 @@ int rf_ctl_abort_origin(const rf_ctl_t *ctl, rf_status_t *code_p, const char **r
  * short waits (an ACK behind a device copy, the gate) stay in the microseconds, long ones (a
  * trainer still producing) stop burning a core. */
 #define RF_CTL_SPIN_S 0.005
+/* The same with RF_CTL_WAIT_SPIN (a message is streaming): long enough for a chunk of hundreds
+ * of MiB at the shared-memory rate, short enough that a stalled peer, or ranks oversubscribing
+ * a core, get the sleeping backoff after it. */
+#define RF_CTL_SPIN_STREAM_S 0.25
 
 rf_status_t rf_ctl_wait_fn(rf_ctl_t *ctl, rf_ctl_test_fn test, void *ctx, double deadline,
                            unsigned flags, rf_err_t *err)
@@ -277,7 +281,7 @@ rf_status_t rf_ctl_wait_fn(rf_ctl_t *ctl, rf_ctl_test_fn test, void *ctx, double
         double now = rf_time_now();
         if (now >= deadline)
             return RF_ERR_TIMEOUT; /* the caller names what it waited for */
-        if (now - t0 < RF_CTL_SPIN_S) {
+        if (now - t0 < ((flags & RF_CTL_WAIT_SPIN) ? RF_CTL_SPIN_STREAM_S : RF_CTL_SPIN_S)) {
             sched_yield(); /* a ready peer is seen within microseconds */
         } else {
             struct timespec ts = {0, sleep_ns};
@@ -306,8 +310,14 @@ static int test_all(void *vctx, rf_err_t *err)
 rf_status_t rf_ctl_wait(rf_ctl_t *ctl, MPI_Request *reqs, int n, double deadline,
                         rf_err_t *err)
 {
+    return rf_ctl_wait_flags(ctl, reqs, n, deadline, 0, err);
+}
+
+rf_status_t rf_ctl_wait_flags(rf_ctl_t *ctl, MPI_Request *reqs, int n, double deadline,
+                              unsigned flags, rf_err_t *err)
+{
     wait_all_ctx_t c = {reqs, n};
-    rf_status_t st = rf_ctl_wait_fn(ctl, test_all, &c, deadline, 0, err);
+    rf_status_t st = rf_ctl_wait_fn(ctl, test_all, &c, deadline, flags, err);
     if (st == RF_ERR_TIMEOUT) {
         int pending = 0;
         for (int i = 0; i < n; i++)

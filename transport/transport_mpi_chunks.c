@@ -12,8 +12,10 @@
  * ahead in the global sequence, consumed in order; or, with cfg->any_order (p2p), posted from
  * any sender and taken as the senders' messages arrive (mpi_recv_any). Each header is checked
  * against the next expected (update, seq) of its stage, and the trailer by the codec, before
- * the chunk's pieces go to the receive callback as host segments of the payload. Every wait goes through the control
- * channel (ABORT + deadline). On error the rank posts ABORT (unless it is reacting to one),
+ * the chunk's pieces go to the receive callback as host segments of the payload. Every wait goes
+ * through the control channel (ABORT + deadline). A receiver on device storage receives into
+ * pinned buffers (mpi_setup): the callback's h2d copies from a buffer run while the next
+ * message arrives, and an event per buffer gates its next receive (post_held, post_recv). On error the rank posts ABORT (unless it is reacting to one),
  * cancels its posted receives, and leaves its sends outstanding for the drain
  * (rf_xfer_drain_messages, xfer_common.c). Host memory only; RF_XFER_CAP_ANY_ORDER.
  */
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "refit/accel.h"
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -47,12 +50,14 @@ static rf_status_t send_failed(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_sta
     return st;
 }
 
-/* Waits (ABORT + deadline) until every send from slot b completed. */
-static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, rf_err_t *err)
+/* Waits (ABORT + deadline) until every send from slot b completed; spin: without sleeps (the
+ * update's chunks are streaming, RF_CTL_WAIT_SPIN). */
+static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, bool spin, rf_err_t *err)
 {
     double t0 = rf_time_now();
     int per = 2 * x->nranks;
-    rf_status_t st = rf_ctl_wait(x->ctl, &x->sreqs[b * per], per, deadline, err);
+    rf_status_t st = rf_ctl_wait_flags(x->ctl, &x->sreqs[b * per], per, deadline,
+                                       spin ? RF_CTL_WAIT_SPIN : 0, err);
     x->stats.wire_s += rf_time_now() - t0;
     if (st == RF_OK)
         x->slot_busy[b] = 0;
@@ -73,7 +78,7 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
 
     /* sends of an earlier update never drained: complete them first */
     for (int b = 0; b < x->buffers; b++)
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
 
     int j = 0;
     for (size_t k = 0; k < plan->n_chunks; k++) {
@@ -85,7 +90,8 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         peer = -1;
         const int b = j++ % x->buffers;
         RF_CHECK_GOTO(rf_ctl_poll(x->ctl, &e), st, fail); /* eager sends never wait */
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        /* once this update's chunks are on the wire, the waits keep MPI progressing */
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, j > 1, &e), st, fail);
         unsigned char *buf = x->bufs[b];
         rf_chunk_header_write(buf, cfg->update, c->seq, c->payload_bytes);
         double t0 = rf_time_now();
@@ -117,7 +123,7 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
     }
     peer = -1;
     for (int b = 0; b < x->buffers; b++)
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, j > 0, &e), st, fail);
     return RF_OK;
 
 fail:
@@ -194,7 +200,7 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
     RF_CHECK_GOTO(rf_xfer_grow_slots(x, S, &e), st, fail);
     /* sends of an earlier update never drained: complete them first */
     for (int b = 0; b < x->slots; b++)
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
 
     for (size_t i = 0; i < n; i++)
         ps.next[i] = p2p_own_chunk(&ps, i, 0);
@@ -293,7 +299,7 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
     }
     peer = -1;
     for (int b = 0; b < S; b++)
-        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, &e), st, fail);
+        RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
     /* the sender's order: which receiver came first, how many at once, how often the
      * receiver changed between consecutive chunks (one pair at a time: pairs - 1) */
     RF_LOG(RF_LOG_INFO, "update %u: rank %d sent %zu pairs, up to %d receivers in flight at "
@@ -320,9 +326,9 @@ fail:
 /* Receiver: chunk c arrived in buf (got bytes): checks its header (update, seq, payload size)
  * and, in integrity mode, its trailer, then hands its pieces to the receive callback. */
 static rf_status_t take_chunk(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
-                              const unsigned char *buf, size_t got, rf_xfer_recv_fn recv,
-                              void *ctx, rf_err_t *e)
+                              int b, size_t got, rf_xfer_recv_fn recv, void *ctx, rf_err_t *e)
 {
+    const unsigned char *buf = x->bufs[b];
     const rf_chunk_plan_t *plan = cfg->plan;
     rf_chunk_header_t h;
     if (got < RF_CHUNK_HEADER_BYTES)
@@ -344,9 +350,88 @@ static rf_status_t take_chunk(rf_xfer_t *x, const rf_xfer_config_t *cfg, const r
                                             RF_XFER_MEM_HOST, e);
     if (st == RF_OK)
         st = recv(ctx, c, x->segs, c->piece_count, buf + RF_CHUNK_HEADER_BYTES, e);
+    /* pinned buffers: the copies the callback enqueued from this buffer, even a failed one's,
+     * are behind this event; the buffer's next receive (or the drain) waits for it */
+    rf_status_t ps = rf_xfer_pin_after(x, b, e);
+    if (st == RF_OK)
+        st = ps;
     x->stats.unpack_s += rf_time_now() - t0;
     if (st == RF_OK)
         x->stats.chunks_received++;
+    return st;
+}
+
+/* Receiver: posts buffer b's receive of plan chunk k (any_order: from any sender, any tag),
+ * after the gate: pinned buffers take a message only once the copies reading them completed. */
+static rf_status_t post_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, int b, size_t k,
+                             rf_err_t *e)
+{
+    RF_CHECK(rf_xfer_pin_gate(x, b, e));
+    if (cfg->any_order)
+        return x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes, MPI_ANY_SOURCE, MPI_ANY_TAG,
+                                 &x->rreqs[b], e);
+    const rf_chunk_t *c = &cfg->plan->chunks[k];
+    return x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes, cfg->stage_senders[c->stage],
+                             RF_XFER_TAG(cfg->update, c->stage), &x->rreqs[b], e);
+}
+
+/*
+ * Pinned buffers: the buffer just consumed is held (*hold) instead of re-posted at once, so
+ * its h2d copies run while the next message arrives; it is re-posted (after its gate) before
+ * the next wait when its copies are done already or it is the one waited on (one buffer),
+ * during that wait as soon as they are (wait_recv), else right after it (before_wait false). Pageable buffers never hold: their copies
+ * completed inside the callback.
+ */
+static rf_status_t post_held(rf_xfer_t *x, const rf_xfer_config_t *cfg, int *hold, int wait_b,
+                             bool before_wait, size_t *posted, rf_err_t *e)
+{
+    if (*hold < 0 || (before_wait && *hold != wait_b && !rf_xfer_pin_ready(x, *hold)))
+        return RF_OK;
+    RF_CHECK(post_recv(x, cfg, *hold, *posted, e));
+    (*posted)++;
+    *hold = -1;
+    return RF_OK;
+}
+
+/* The wait for one receive (rf_xfer_wait_one's, counted as wire time), re-posting the held
+ * buffer (post_held) as soon as its copies are done, so the next message can start while this
+ * one arrives. */
+typedef struct recv_wait {
+    rf_xfer_t *x;
+    const rf_xfer_config_t *cfg;
+    MPI_Request *req;
+    MPI_Status status;
+    int *hold;
+    size_t *posted;
+} recv_wait_t;
+
+static int recv_wait_test(void *vctx, rf_err_t *err)
+{
+    recv_wait_t *w = vctx;
+    if (*w->hold >= 0 && rf_xfer_pin_ready(w->x, *w->hold)) {
+        rf_status_t st = post_recv(w->x, w->cfg, *w->hold, *w->posted, err);
+        if (st != RF_OK)
+            return st;
+        (*w->posted)++;
+        *w->hold = -1;
+    }
+    int flag = 0;
+    if (MPI_Test(w->req, &flag, &w->status) != MPI_SUCCESS)
+        return rf_err_set(err, RF_ERR_MPI, "MPI_Test failed on a chunk receive");
+    return flag;
+}
+
+static rf_status_t wait_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, int b, int *hold,
+                             size_t *posted, MPI_Status *status, rf_err_t *err)
+{
+    recv_wait_t w = {x, cfg, &x->rreqs[b], {0}, hold, posted};
+    double t0 = rf_time_now();
+    rf_status_t st = rf_ctl_wait_fn(x->ctl, recv_wait_test, &w, cfg->deadline, x->wait_flags, err);
+    x->stats.wire_s += rf_time_now() - t0;
+    if (st == RF_ERR_TIMEOUT)
+        rf_err_reset(err, st, "deadline expired");
+    if (st == RF_OK)
+        *status = w.status;
     return st;
 }
 
@@ -380,17 +465,18 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
     for (int s = 0; s < plan->n_stages; s++)
         next[s] = plan->stages[s].chunk_begin;
 
+    int hold = -1;
     for (; posted < n && posted < (size_t)B; posted++)
-        RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[posted % B], x->chunk_bytes,
-                                        MPI_ANY_SOURCE, MPI_ANY_TAG, &x->rreqs[posted % B], &e),
-                      st, fail);
+        RF_CHECK_GOTO(post_recv(x, cfg, (int)(posted % B), posted, &e), st, fail);
     for (; done < n; done++) {
         const int b = (int)(done % B);
         stage = -1;
         src = -1;
+        RF_CHECK_GOTO(post_held(x, cfg, &hold, b, true, &posted, &e), st, fail);
         rf_xfer_update_inflight(x, (int)(posted - done));
         MPI_Status status;
-        RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
+        RF_CHECK_GOTO(wait_recv(x, cfg, b, &hold, &posted, &status, &e), st, fail);
+        RF_CHECK_GOTO(post_held(x, cfg, &hold, b, false, &posted, &e), st, fail);
         src = status.MPI_SOURCE;
         size_t got = 0;
         RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
@@ -417,12 +503,13 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
         if (first_src < 0)
             first_src = src;
         ahead += (size_t)c->seq != done; /* taken out of the plan's sequence order */
-        RF_CHECK_GOTO(take_chunk(x, cfg, c, x->bufs[b], got, recv, ctx, &e), st, fail);
+        x->wait_flags = RF_CTL_WAIT_SPIN; /* the senders stream: no sleeps between tests */
+        RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
         next[stage]++;
-        if (posted < n) {
-            RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes, MPI_ANY_SOURCE,
-                                            MPI_ANY_TAG, &x->rreqs[b], &e),
-                          st, fail);
+        if (posted < n && x->pin_ax != NULL) {
+            hold = b;
+        } else if (posted < n) {
+            RF_CHECK_GOTO(post_recv(x, cfg, b, posted, &e), st, fail);
             posted++;
         }
     }
@@ -461,14 +548,12 @@ fail:
     return st;
 }
 
-static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
-                            void *ctx, rf_err_t *err)
+static rf_status_t mpi_recv_seq(rf_xfer_t *x, const rf_xfer_config_t *cfg,
+                                rf_xfer_recv_fn recv, void *ctx, rf_err_t *err)
 {
     const rf_chunk_plan_t *plan = cfg->plan;
     const size_t n = plan->n_chunks;
     const int B = x->buffers;
-    if (cfg->any_order)
-        return mpi_recv_any(x, cfg, recv, ctx, err);
     rf_err_t e;
     rf_err_clear(&e);
     rf_status_t st = RF_OK;
@@ -476,33 +561,28 @@ static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
     uint32_t seq = 0;
     int stage = -1, src = -1;
 
-    for (; posted < n && posted < (size_t)B; posted++) {
-        const rf_chunk_t *c = &plan->chunks[posted];
-        int from = cfg->stage_senders[c->stage];
-        RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[posted % B], x->chunk_bytes, from,
-                                        RF_XFER_TAG(cfg->update, c->stage),
-                                        &x->rreqs[posted % B], &e),
-                      st, fail);
-    }
+    int hold = -1;
+    for (; posted < n && posted < (size_t)B; posted++)
+        RF_CHECK_GOTO(post_recv(x, cfg, (int)(posted % B), posted, &e), st, fail);
     for (; next < n; next++) {
         const rf_chunk_t *c = &plan->chunks[next];
         const int b = (int)(next % B);
         seq = c->seq;
         stage = c->stage;
         src = cfg->stage_senders[c->stage];
+        RF_CHECK_GOTO(post_held(x, cfg, &hold, b, true, &posted, &e), st, fail);
         rf_xfer_update_inflight(x, (int)(posted - next));
         MPI_Status status;
-        RF_CHECK_GOTO(rf_xfer_wait_one(x, &x->rreqs[b], cfg->deadline, &status, &e), st, fail);
+        RF_CHECK_GOTO(wait_recv(x, cfg, b, &hold, &posted, &status, &e), st, fail);
+        RF_CHECK_GOTO(post_held(x, cfg, &hold, b, false, &posted, &e), st, fail);
         size_t got = 0;
         RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
-        RF_CHECK_GOTO(take_chunk(x, cfg, c, x->bufs[b], got, recv, ctx, &e), st, fail);
-        if (posted < n) {
-            const rf_chunk_t *pc = &plan->chunks[posted];
-            RF_CHECK_GOTO(x->tp->ops->irecv(x->tp, x->bufs[b], x->chunk_bytes,
-                                            cfg->stage_senders[pc->stage],
-                                            RF_XFER_TAG(cfg->update, pc->stage), &x->rreqs[b],
-                                            &e),
-                          st, fail);
+        x->wait_flags = RF_CTL_WAIT_SPIN; /* the sender streams: no sleeps between tests */
+        RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
+        if (posted < n && x->pin_ax != NULL) {
+            hold = b; /* re-posted by post_held, after its gate */
+        } else if (posted < n) {
+            RF_CHECK_GOTO(post_recv(x, cfg, b, posted, &e), st, fail);
             posted++;
         }
     }
@@ -534,10 +614,35 @@ fail:
     return st;
 }
 
+/* A receiver on device storage gets pinned receive buffers (rf_xfer_setup's contract). */
+static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err)
+{
+    rf_accel_t *a = setup->accel;
+    if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)
+        return RF_OK;
+    RF_CHECK(rf_xfer_pin_setup(x, a, err));
+    RF_LOG(RF_LOG_INFO, "rank %d: %d pinned receive buffers of %" PRIu64 " bytes (%s device %d)",
+           x->rank, x->buffers, x->buf_bytes, a->ops->name, a->device);
+    return RF_OK;
+}
+
+/* The first chunk's wait backs off into sleeps (the trainer may still be producing for
+ * seconds); the later ones spin (RF_CTL_WAIT_SPIN, set by the loops). */
+static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
+                            void *ctx, rf_err_t *err)
+{
+    x->wait_flags = 0;
+    rf_status_t st = cfg->any_order ? mpi_recv_any(x, cfg, recv, ctx, err)
+                                    : mpi_recv_seq(x, cfg, recv, ctx, err);
+    x->wait_flags = 0;
+    return st;
+}
+
 static const rf_xfer_ops_t mpi_xfer_ops = {
     .name = "mpi",
     .caps = RF_XFER_CAP_ANY_ORDER,
     .wire = "mpi",
+    .setup = mpi_setup,
     .send = mpi_send,
     .recv = mpi_recv,
     .send_p2p = mpi_send_p2p,

@@ -100,6 +100,7 @@ void rf_xfer_destroy(rf_xfer_t *x)
     }
     if (x->rreqs != NULL)
         rf_ctl_cancel_recvs(x->rreqs, x->buffers + 1);
+    rf_xfer_pin_release(x); /* after the receives: nothing lands in them any more */
     if (x->ops != NULL && x->ops->close != NULL)
         x->ops->close(x);
     rf_transport_destroy(x->tp);
@@ -236,6 +237,11 @@ rf_status_t rf_xfer_drain(rf_xfer_t *x, const uint64_t *posted_from, double dead
                           rf_err_t *err)
 {
     rf_xfer_cancel_posted(x); /* normally none: rf_xfer_recv cancels on error */
+    /* the drain receives into bufs[0]: the failed update's h2d copies must be done with them */
+    rf_err_t ge;
+    rf_err_clear(&ge);
+    if (rf_xfer_pin_gate(x, -1, &ge) != RF_OK)
+        rf_warn("xfer: %s", ge.msg);
     return x->ops->drain != NULL ? x->ops->drain(x, posted_from, deadline, err) : RF_OK;
 }
 

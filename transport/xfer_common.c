@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "refit/accel.h"
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -266,7 +267,7 @@ rf_status_t rf_xfer_wait_one(rf_xfer_t *x, MPI_Request *req, double deadline, MP
     recv_done_t d = {.done = 0};
     double t0 = rf_time_now();
     while (!d.done && st == RF_OK)
-        st = rf_ctl_wait_some(x->ctl, req, 1, deadline, 0, on_recv, &d, err);
+        st = rf_ctl_wait_some(x->ctl, req, 1, deadline, x->wait_flags, on_recv, &d, err);
     x->stats.wire_s += rf_time_now() - t0;
     if (st == RF_ERR_TIMEOUT)
         rf_err_reset(err, st, "deadline expired");
@@ -295,4 +296,133 @@ rf_status_t rf_xfer_header_check(const unsigned char *msg, const rf_xfer_config_
                           h->seq < c->seq ? "repeated chunk" : "gap in the sequence", h->seq,
                           c->seq);
     return RF_OK;
+}
+
+/* ---- pinned receive buffers (xfer_int.h) ----------------------------------------------- */
+
+/* bufs[b] sits RF_CHUNK_ALIGN - RF_CHUNK_HEADER_BYTES into its allocation, as
+ * rf_chunk_buffer_alloc's do, so the payload (after the header) is RF_CHUNK_ALIGN-aligned. */
+static size_t pin_total(uint64_t buf_bytes)
+{
+    uint64_t pay = buf_bytes - RF_CHUNK_HEADER_BYTES;
+    return (size_t)((pay + RF_CHUNK_ALIGN - 1) & ~(uint64_t)(RF_CHUNK_ALIGN - 1)) + RF_CHUNK_ALIGN;
+}
+
+rf_status_t rf_xfer_pin_setup(rf_xfer_t *x, rf_accel_t *accel, rf_err_t *err)
+{
+    if (x->pin_ax != NULL || accel == NULL)
+        return RF_OK;
+    const int B = x->buffers;
+    const size_t total = pin_total(x->buf_bytes);
+    x->pin_base = calloc((size_t)B, sizeof(void *));
+    x->pin_ev = calloc((size_t)B, sizeof(rf_accel_event_t *));
+    x->pin_pending = calloc((size_t)B, 1);
+    if (x->pin_base == NULL || x->pin_ev == NULL || x->pin_pending == NULL) {
+        free(x->pin_base);
+        free(x->pin_ev);
+        free(x->pin_pending);
+        x->pin_base = NULL;
+        x->pin_ev = NULL;
+        x->pin_pending = NULL;
+        return rf_err_set(err, RF_ERR_NOMEM, "xfer: rank %d: out of memory", x->rank);
+    }
+    rf_status_t st = RF_OK;
+    int b = 0;
+    for (; b < B && st == RF_OK; b++) {
+        st = accel->ops->alloc_host(accel, total, &x->pin_base[b]);
+        if (st == RF_OK && (st = accel->ops->event_create(accel, &x->pin_ev[b])) != RF_OK) {
+            accel->ops->free_host(accel, x->pin_base[b]);
+            x->pin_base[b] = NULL;
+        }
+    }
+    if (st != RF_OK) {
+        for (int q = 0; q < b; q++) {
+            if (x->pin_ev[q] != NULL)
+                accel->ops->event_destroy(x->pin_ev[q]);
+            if (x->pin_base[q] != NULL)
+                accel->ops->free_host(accel, x->pin_base[q]);
+        }
+        free(x->pin_base);
+        free(x->pin_ev);
+        free(x->pin_pending);
+        x->pin_base = NULL;
+        x->pin_ev = NULL;
+        x->pin_pending = NULL;
+        return rf_err_set(err, st, "xfer: rank %d: no %d pinned receive buffers of %zu bytes on "
+                          "%s device %d", x->rank, B, total, accel->ops->name, accel->device);
+    }
+    for (b = 0; b < B; b++) {
+        rf_chunk_buffer_free(x->bufs[b]);
+        x->bufs[b] = (unsigned char *)x->pin_base[b] + RF_CHUNK_ALIGN - RF_CHUNK_HEADER_BYTES;
+    }
+    x->pin_ax = accel;
+    return RF_OK;
+}
+
+rf_status_t rf_xfer_pin_after(rf_xfer_t *x, int b, rf_err_t *err)
+{
+    if (x->pin_ax == NULL)
+        return RF_OK;
+    rf_status_t st = x->pin_ax->ops->event_record(x->pin_ev[b], NULL);
+    if (st != RF_OK)
+        return rf_err_set(err, st, "rank %d: recording the h2d copies of receive buffer %d on %s "
+                          "device %d failed", x->rank, b, x->pin_ax->ops->name, x->pin_ax->device);
+    x->pin_pending[b] = 1;
+    return RF_OK;
+}
+
+bool rf_xfer_pin_ready(rf_xfer_t *x, int b)
+{
+    if (x->pin_ax == NULL || !x->pin_pending[b])
+        return true;
+    bool done = false;
+    return x->pin_ax->ops->event_query(x->pin_ev[b], &done) == RF_OK && done;
+}
+
+rf_status_t rf_xfer_pin_gate(rf_xfer_t *x, int b, rf_err_t *err)
+{
+    if (x->pin_ax == NULL)
+        return RF_OK;
+    if (b < 0) {
+        rf_status_t first = RF_OK;
+        for (int q = 0; q < x->buffers; q++) {
+            rf_status_t st = rf_xfer_pin_gate(x, q, err);
+            if (first == RF_OK)
+                first = st;
+        }
+        return first;
+    }
+    if (!x->pin_pending[b])
+        return RF_OK;
+    /* the copies reading buffer b must have completed before a message may land in it */
+    double t0 = rf_time_now();
+    bool done = false;
+    rf_status_t st = x->pin_ax->ops->event_query(x->pin_ev[b], &done);
+    if (st == RF_OK && !done) {
+        st = x->pin_ax->ops->event_sync(x->pin_ev[b]);
+        x->pin_waits++;
+        x->pin_waited_ns += (uint64_t)((rf_time_now() - t0) * 1e9);
+    }
+    x->pin_pending[b] = 0;
+    if (st != RF_OK)
+        return rf_err_set(err, st, "rank %d: the h2d copies from receive buffer %d failed on %s "
+                          "device %d", x->rank, b, x->pin_ax->ops->name, x->pin_ax->device);
+    return RF_OK;
+}
+
+void rf_xfer_pin_release(rf_xfer_t *x)
+{
+    rf_accel_t *a = x->pin_ax;
+    if (a == NULL)
+        return;
+    (void)rf_xfer_pin_gate(x, -1, NULL);
+    for (int b = 0; b < x->buffers; b++) {
+        a->ops->event_destroy(x->pin_ev[b]);
+        a->ops->free_host(a, x->pin_base[b]);
+        x->bufs[b] = NULL;
+    }
+    free(x->pin_base);
+    free(x->pin_ev);
+    free(x->pin_pending);
+    x->pin_ax = NULL;
 }

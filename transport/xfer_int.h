@@ -14,6 +14,8 @@
 #ifndef REFIT_XFER_INT_H
 #define REFIT_XFER_INT_H
 
+#include <stdbool.h>
+
 #include "refit/transport.h"
 
 typedef struct rf_xfer_ops rf_xfer_ops_t;
@@ -40,6 +42,18 @@ struct rf_xfer {
     rf_xfer_segment_t *segs; /* receiver: one chunk's segments (rf_xfer_segments), owned */
     size_t segcap;
     rf_xfer_stats_t stats;
+    /* mpi receiver on device storage (rf_xfer_pin_setup): bufs[0, buffers) are pin_ax's
+     * alloc_host memory (pinned on cuda), so the receive callback's h2d copies from them run
+     * asynchronously; pin_ev[b], recorded on pin_ax's default stream after the callback that
+     * read buffer b, gates b's next use (a receive posted into it, the drain, the free).
+     * pin_ax NULL: pageable rf_chunk_buffer_alloc buffers, copied synchronously. */
+    struct rf_accel *pin_ax;    /* borrowed: must outlive x */
+    void **pin_base;            /* [buffers] what alloc_host returned for bufs[b] */
+    struct rf_accel_event **pin_ev; /* [buffers] */
+    unsigned char *pin_pending; /* [buffers] pin_ev[b] recorded and not yet waited for */
+    uint64_t pin_waits, pin_waited_ns; /* gates that found the copy still running; their wait */
+    unsigned wait_flags; /* rf_ctl_wait_fn flags of rf_xfer_wait_one (mpi: RF_CTL_WAIT_SPIN once
+                            an update's first chunk arrived; 0 otherwise) */
 };
 
 static inline int rf_xfer_sreq_count(const rf_xfer_t *x)
@@ -122,6 +136,21 @@ const rf_xfer_ops_t *rf_xfer_ipc_ops(void);  /* transport_ipc.c */
 const rf_xfer_ops_t *rf_xfer_nccl_ops(void); /* transport_nccl.c / transport_nccl_none.c */
 
 /* ---- shared by the chunk paths (xfer_common.c) ----------------------------------------- */
+
+/* Pinned receive buffers (the fields above): replaces bufs[0, buffers) with accel's alloc_host
+ * memory and creates their events. Between updates only. RF_ERR_NOMEM / the accelerator's
+ * status naming the bytes. */
+rf_status_t rf_xfer_pin_setup(rf_xfer_t *x, struct rf_accel *accel, rf_err_t *err);
+/* After the receive callback consumed buffer b (whatever it returned): an event on pin_ax's
+ * default stream behind the copies it enqueued. No-op without pinned buffers. */
+rf_status_t rf_xfer_pin_after(rf_xfer_t *x, int b, rf_err_t *err);
+/* Before buffer b takes another message: waits for its event (b < 0: every buffer's). No-op
+ * without pinned buffers or with nothing recorded. */
+rf_status_t rf_xfer_pin_gate(rf_xfer_t *x, int b, rf_err_t *err);
+/* Whether buffer b's event has completed (a gate would not wait); true without one. */
+bool rf_xfer_pin_ready(rf_xfer_t *x, int b);
+/* rf_xfer_destroy: the gate on every buffer, then the pinned buffers and events freed. */
+void rf_xfer_pin_release(rf_xfer_t *x);
 
 /* err = "<where>: <inner message>". */
 rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where);

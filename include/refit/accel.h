@@ -191,6 +191,12 @@ extern const rf_accel_ops_t rf_accel_host_ops;
  * branches of storage, planner, owners and job run on a machine without a GPU. */
 extern const rf_accel_ops_t rf_accel_host_device_ops;
 
+/* Tests only: how many h2d copies from the "host-device" accelerator's alloc_host (pinned)
+ * memory found their source changed when they completed (core/accel_host.c: on a GPU such a
+ * copy could have read the new bytes; the completing call returned RF_ERR_CUDA); *tracked_p
+ * (may be NULL): how many such copies were enqueued. 0 for other accelerators. */
+uint64_t rf_accel_host_device_changed(const rf_accel_t *accel, uint64_t *tracked_p);
+
 /* True when refit was built with CUDA and at least one CUDA device is usable. */
 bool rf_accel_cuda_available(void);
 /* The ops table for "host" or "cuda" (the "cuda unavailable" stub when compiled out: its

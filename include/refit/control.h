@@ -45,6 +45,13 @@ enum {
 
 /* rf_ctl_wait_fn flags */
 #define RF_CTL_WAIT_NO_ABORT 1u /* do not poll ABORT (gate, drain: failures already known) */
+/* spin 0.25 s instead of 5 ms before backing off into sleeps: a message is streaming. The mpi chunk transport's waits once an
+ * update's first chunk moved: a large message through shared memory without single-copy (CMA)
+ * moves a FIFO's worth per MPI call on each side, so 1 ms sleeps between tests held the mpi
+ * path into GPU storage on the H200 host to 0.3 GB/s against 7 GB/s for MPI_Wait (issue 18
+ * item 3, docs/benchmarks.md). The wait still yields the core between tests; a peer stalled
+ * past 0.25 s gets the sleeping backoff. */
+#define RF_CTL_WAIT_SPIN 2u
 
 typedef struct rf_ctl rf_ctl_t;
 
@@ -99,7 +106,8 @@ typedef int (*rf_ctl_test_fn)(void *ctx, rf_err_t *err);
 /*
  * The universal wait loop: calls test(ctx) until it returns done or an error; between
  * unsuccessful tests polls ABORT (unless RF_CTL_WAIT_NO_ABORT), checks the absolute
- * deadline, sched_yield()s, and after 1000 idle polls sleeps with backoff up to 1 ms.
+ * deadline, sched_yield()s, and after 5 ms of idle polls (0.25 s with RF_CTL_WAIT_SPIN)
+ * sleeps with backoff up to 1 ms.
  * Local. Returns RF_OK, the test's error, RF_ERR_PEER (ABORT) or RF_ERR_TIMEOUT.
  */
 rf_status_t rf_ctl_wait_fn(rf_ctl_t *ctl, rf_ctl_test_fn test, void *ctx, double deadline,
@@ -112,6 +120,9 @@ rf_status_t rf_ctl_wait_fn(rf_ctl_t *ctl, rf_ctl_test_fn test, void *ctx, double
  */
 rf_status_t rf_ctl_wait(rf_ctl_t *ctl, MPI_Request *reqs, int n, double deadline,
                         rf_err_t *err);
+/* rf_ctl_wait with rf_ctl_wait_fn's flags. */
+rf_status_t rf_ctl_wait_flags(rf_ctl_t *ctl, MPI_Request *reqs, int n, double deadline,
+                              unsigned flags, rf_err_t *err);
 
 /* Called for each request completed by rf_ctl_wait_some: index into reqs and its status. */
 typedef rf_status_t (*rf_ctl_done_fn)(void *ctx, int index, const MPI_Status *status,

@@ -421,12 +421,20 @@ typedef struct rf_xfer_setup {
     int pair;                            /* ipc: world rank of this rank's pair */
     const uint8_t *staged;               /* ipc: [plan->n_chunks] the stage sender stages it */
     const rf_ipc_piece_t *pieces;        /* ipc, receiver: [plan->n_pieces] where it reads */
+    int pageable_recv;                   /* mpi receiver with a device accel: 1 keeps pageable
+                                            receive buffers (the path before issue 18's
+                                            pinned ones; benchmarks' A/B) */
 } rf_xfer_setup_t;
 
 /*
  * Once, after rf_xfer_create, on every rank (collective over x's world): the transport's
  * setup (nccl: communicator layout, device, streams; ipc: arena backend, pair, piece
- * placement). May add capability bits (ipc on a device backend: RF_XFER_CAP_DEVICE_PAYLOAD).
+ * placement; mpi: a rank whose accel has device memory (mem_type RF_MEM_CUDA) receives into
+ * `buffers` pinned buffers from the accel's alloc_host, unless pageable_recv; its receive
+ * callback may then leave h2d copies reading the segments enqueued on that accel's default
+ * stream: the transport records an event there after each callback and waits for it before
+ * the buffer takes another message (its next receive, the drain after a FAILED update, the
+ * destroy), so a buffer is never overwritten while a copy still reads it). May add capability bits (ipc on a device backend: RF_XFER_CAP_DEVICE_PAYLOAD).
  * RF_OK for a transport with nothing to set up (mpi); else the transport's errors.
  */
 rf_status_t rf_xfer_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err);

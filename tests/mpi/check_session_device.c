@@ -16,6 +16,7 @@
  * low mantissa bits the pack's rounding to nearest even must drop. CK_FORK=no. */
 #include <check.h>
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include "refit/trainer.h"
 #include "refit/verify.h"
 #include "session_int.h" /* runtime/: whether the storage really is the device kind */
+#include "xfer_int.h"    /* transport/: whether the receive buffers are the pinned ones */
 
 #define SENTINEL 0xa5
 
@@ -251,6 +253,71 @@ START_TEST(test_device_storage)
 }
 END_TEST
 
+/* Issue 18: the rollout rank receives into pinned buffers (the host-device accelerator's
+ * alloc_host, whose h2d copies complete only at an event: core/accel_host.c) and re-posts a
+ * buffer only after its copies completed. Three updates of many chunks through two buffers:
+ * each COMMITTED with exactly the trainer's bytes, every staged copy read a pinned source and
+ * none found it changed at completion (a receive posted into a buffer still being copied
+ * from would change it: the update fails). REFIT_MPI_RECV_PAGEABLE=1 (pageable) then
+ * receives the same bytes with no pinned copy. */
+static void pinned_updates(bool pageable)
+{
+    sess_t x;
+    rf_session_plan_info_t pi;
+    rf_session_result_t r;
+    if (pageable)
+        setenv("REFIT_MPI_RECV_PAGEABLE", "1", 1);
+    sess_open(&x);
+    ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
+                  rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_plan(x.s, &pi) == RF_OK, "%s", rf_session_last_error(x.s));
+    const bool rollout = me.role == RF_ROLE_ROLLOUT;
+    if (rollout) {
+        ck_assert(x.s->xfer->buffers == 2);
+        ck_assert(pageable ? x.s->xfer->pin_ax == NULL : x.s->xfer->pin_ax == x.s->accel);
+    }
+    uint64_t chunks = 0;
+    for (uint64_t v = 1; v <= 3; v++) {
+        char bad[256];
+        if (!rollout)
+            trainer_fill(&x, v);
+        ck_assert_int_eq(rf_session_update(x.s, v, &r), RF_OK);
+        ck_assert_msg(r.committed, "rank %d: update %llu FAILED: %s", rank,
+                      (unsigned long long)v, r.reason);
+        uint64_t nbad = rollout ? rollout_mismatches(&x, v, bad, sizeof(bad)) : 0;
+        ck_assert_msg(nbad == 0, "rank %d: %llu elements wrong after update %llu; first: %s",
+                      rank, (unsigned long long)nbad, (unsigned long long)v, bad);
+        if (rollout)
+            chunks += rf_xfer_stats(x.s->xfer)->chunks_received;
+    }
+    if (rollout) {
+        uint64_t tracked = 0;
+        uint64_t changed = rf_accel_host_device_changed(x.s->accel, &tracked);
+        /* every buffer is reused many times in each update */
+        ck_assert_msg(chunks >= 3 * 8, "only %llu chunks", (unsigned long long)chunks);
+        ck_assert_uint_eq(changed, 0);
+        if (pageable)
+            ck_assert_uint_eq(tracked, 0);
+        else /* at least one staged h2d copy per chunk, all from the pinned buffers */
+            ck_assert_msg(tracked >= chunks, "%llu pinned copies for %llu chunks",
+                          (unsigned long long)tracked, (unsigned long long)chunks);
+    }
+    sess_close(&x);
+    unsetenv("REFIT_MPI_RECV_PAGEABLE");
+}
+
+START_TEST(test_pinned_receive_gate)
+{
+    pinned_updates(false);
+}
+END_TEST
+
+START_TEST(test_pageable_receive_switch)
+{
+    pinned_updates(true);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     rf_err_t err;
@@ -285,6 +352,8 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("session_device");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_device_storage);
+    tcase_add_test(tc, test_pinned_receive_gate);
+    tcase_add_test(tc, test_pageable_receive_switch);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

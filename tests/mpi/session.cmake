@@ -390,3 +390,6 @@ add_test(NAME emu_check_session_quant_fp8_block_ipc_refused_np2
 set_tests_properties(emu_check_session_quant_fp8_block_ipc_refused_np2 PROPERTIES
                      LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
                      "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
+# Issue 18 (pinned mpi receive buffers on device storage): check_session_device reads the
+# xfer's receive-buffer state (transport/xfer_int.h)
+target_include_directories(check_session_device PRIVATE ${CMAKE_SOURCE_DIR}/transport)

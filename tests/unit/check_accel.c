@@ -48,6 +48,67 @@ START_TEST(test_registry)
 }
 END_TEST
 
+/* host-device: an h2d copy from its pinned (alloc_host) memory completes at an event or a stream
+ * synchronize, and a source that changed before then fails that call (a GPU could have read
+ * the new bytes); one waited for first, and pageable sources, never do. */
+START_TEST(test_host_device_pinned_copies)
+{
+    rf_accel_t *a = NULL;
+    ck_assert_int_eq(rf_accel_open("host-device", 0, &a), RF_OK);
+    const rf_accel_ops_t *o = a->ops;
+    unsigned char *pin = NULL, *dev = NULL, pageable[64];
+    rf_accel_event_t *e = NULL;
+    rf_accel_stream_t *s = NULL;
+    ck_assert_int_eq(o->alloc_host(a, 4096, (void **)&pin), RF_OK);
+    ck_assert_int_eq(o->alloc(a, 4096, (void **)&dev), RF_OK);
+    ck_assert_int_eq(o->event_create(a, &e), RF_OK);
+    ck_assert_int_eq(o->stream_create(a, &s), RF_OK);
+    memset(pin, 0x11, 4096);
+    /* waited for, then reused: fine */
+    ck_assert_int_eq(o->copy(a, dev, pin + 100, 1000, RF_COPY_H2D, NULL), RF_OK);
+    ck_assert_uint_eq(dev[999], 0x11);
+    ck_assert_int_eq(o->event_record(e, NULL), RF_OK);
+    ck_assert_int_eq(o->event_sync(e), RF_OK);
+    pin[500] = 0x22;
+    ck_assert_int_eq(o->event_sync(e), RF_OK);
+    ck_assert_uint_eq(rf_accel_host_device_changed(a, NULL), 0);
+    /* reused before the event was waited for: the wait fails, once */
+    ck_assert_int_eq(o->copy(a, dev, pin, 1000, RF_COPY_H2D, NULL), RF_OK);
+    ck_assert_int_eq(o->event_record(e, NULL), RF_OK);
+    pin[10] ^= 0xff;
+    ck_assert_int_eq(o->event_sync(e), RF_ERR_CUDA);
+    ck_assert_uint_eq(rf_accel_host_device_changed(a, NULL), 1);
+    ck_assert_int_eq(o->event_sync(e), RF_OK);
+    /* an event recorded before the copy does not complete it; a stream synchronize does */
+    ck_assert_int_eq(o->event_record(e, NULL), RF_OK);
+    ck_assert_int_eq(o->copy(a, dev, pin + 2048, 16, RF_COPY_H2D, NULL), RF_OK);
+    ck_assert_int_eq(o->event_sync(e), RF_OK);
+    pin[2050] ^= 1;
+    ck_assert_int_eq(o->stream_sync(s), RF_ERR_CUDA);
+    ck_assert_uint_eq(rf_accel_host_device_changed(a, NULL), 2);
+    /* event_query reports done and completes the copies before it */
+    ck_assert_int_eq(o->copy(a, dev, pin, 64, RF_COPY_H2D, NULL), RF_OK);
+    ck_assert_int_eq(o->event_record(e, NULL), RF_OK);
+    bool done = false;
+    ck_assert_int_eq(o->event_query(e, &done), RF_OK);
+    ck_assert(done);
+    pin[0] ^= 1;
+    ck_assert_int_eq(o->stream_sync(s), RF_OK);
+    /* pageable sources are consumed by the copy itself */
+    memset(pageable, 0x33, sizeof(pageable));
+    ck_assert_int_eq(o->copy(a, dev, pageable, sizeof(pageable), RF_COPY_H2D, NULL), RF_OK);
+    ck_assert_int_eq(o->event_record(e, NULL), RF_OK);
+    pageable[3] = 0;
+    ck_assert_int_eq(o->event_sync(e), RF_OK);
+    ck_assert_uint_eq(rf_accel_host_device_changed(a, NULL), 2);
+    o->stream_destroy(s);
+    o->event_destroy(e);
+    o->free(a, dev);
+    o->free_host(a, pin);
+    rf_accel_close(a);
+}
+END_TEST
+
 START_TEST(test_memory_streams)
 {
     rf_accel_t *a = open_host();
@@ -475,6 +536,7 @@ static Suite *accel_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_registry);
     tcase_add_test(tc, test_memory_streams);
+    tcase_add_test(tc, test_host_device_pinned_copies);
     tcase_add_test(tc, test_copy_rows_row_major);
     tcase_add_test(tc, test_copy_rows_kfirst);
     tcase_add_test(tc, test_copy_rows_convert);

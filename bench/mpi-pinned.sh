@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench/mpi-pinned.sh: a safetensors checkpoint in the page cache into GPU storage over the mpi
+# transport, pageable receive buffers (A, REFIT_MPI_RECV_PAGEABLE=1: the path before issue 18
+# item 3) against pinned ones (B, the default), held against each stage's own rate measured in
+# the same run (bench/mpi-stages.c: page-cache read with the trainer's one thread, MPI
+# point-to-point at the chunk size, h2d from pinned and from pageable memory). On the GPU host
+# (source tools/gpu-env.sh first, as tools/gpu-run.sh does), from the repository root:
+#
+#   OUT=out bash bench/mpi-pinned.sh [BUILD_DIR]        # build-gpu/ by default (configured here)
+#
+# Steps: configure + build refit-run, refit-convert and mpi-stages (CUDA on); refit-convert
+# --generate writes the topology's checkpoint (jobs/topologies/gpu/bench/mpi-llama-3.1-8b-4l.yaml,
+# about 3.9 GB) to CKDIR (default /tmp/refit-mpi-pinned-ckpt, the host's local disk), read once
+# to warm the page cache; mpi-stages; refit-run A then B (STEPS updates, default 5: odd updates
+# carry the checkpoint, the first is the warm-up), each with --storage-digest (A's and B's must
+# be equal) and --verify last; bench/mpi_pinned_report.py prints the table and writes
+# $OUT/mpi-pinned.json. Logs under $OUT.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$root/build-gpu}
+out=${OUT:-mpi-pinned-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+steps=${STEPS:-5}
+topo=${TOPO:-jobs/topologies/gpu/bench/mpi-llama-3.1-8b-4l.yaml}
+ck=${CKDIR:-/tmp/refit-mpi-pinned-ckpt}
+chunk=${CHUNK:-$((32 << 20))} # the topology's chunk_bytes
+mpirun=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+t0=$(date +%s)
+say() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/steps.log"; }
+
+cd "$root" || exit 1
+if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_CUDA=ON \
+        -DREFIT_TESTS=OFF -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$out/configure.log" 2>&1 ||
+        { say "configure failed"; tail -20 "$out/configure.log"; exit 1; }
+fi
+cmake --build "$build" -j "$(nproc)" --target refit-run refit-convert mpi-stages > "$out/build.log" 2>&1 ||
+    { say "build failed"; grep -E "error" "$out/build.log" | head -20; exit 1; }
+say "built"
+if [ ! -f "$ck/model.safetensors" ]; then
+    "$build/refit-convert" --generate "$topo" --force "$ck" > "$out/generate.log" 2>&1 ||
+        { say "generate failed"; tail -5 "$out/generate.log"; exit 1; }
+fi
+cat "$ck"/*.safetensors > /dev/null # into the page cache
+say "checkpoint $(du -sh "$ck" | cut -f1) in $ck, warm"
+"${mpirun[@]}" -np 2 "$build/mpi-stages" "$ck/model.safetensors" "$chunk" 0 "$out/stages.json" \
+    > "$out/stages.log" 2>&1 || { say "mpi-stages failed"; tail -5 "$out/stages.log"; }
+cat "$out/stages.log"
+say "stages measured"
+for ab in A B; do
+    env=()
+    [ "$ab" = A ] && env=(-x REFIT_MPI_RECV_PAGEABLE=1)
+    rm -rf "$out/prof-$ab"
+    "${mpirun[@]}" "${env[@]}" -np 2 "$build/refit-run" --topology "$topo" --checkpoint "$ck" \
+        --steps "$steps" --verify last --storage-digest --bench-json "$out/$ab.json" \
+        --profile-dir "$out/prof-$ab" > "$out/run-$ab.log" 2>&1
+    rc=$?
+    say "run $ab rc $rc: $(grep -E '^refit: (COMMITTED|FAILED)' "$out/run-$ab.log" | tail -1)"
+done
+python3 "$root/bench/mpi_pinned_report.py" "$out" | tee "$out/report.txt"
