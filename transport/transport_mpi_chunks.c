@@ -50,14 +50,24 @@ static rf_status_t send_failed(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_sta
     return st;
 }
 
+/* RF_CTL_WAIT_SPIN while an update's chunks stream, only on a rank whose receive buffers are
+ * pinned for a device (x->pin_ax): the H200 run that asked for it (docs/benchmarks.md,
+ * "Checkpoint into GPU storage over mpi") had a GPU receiver; on host-only ranks, oversubscribed
+ * as CI runs them, 0.25 s spins per wait would take the cores the peers need, and no
+ * measurement says they help there. */
+static unsigned stream_spin(const rf_xfer_t *x)
+{
+    return x->pin_ax != NULL ? RF_CTL_WAIT_SPIN : 0u;
+}
+
 /* Waits (ABORT + deadline) until every send from slot b completed; spin: without sleeps (the
- * update's chunks are streaming, RF_CTL_WAIT_SPIN). */
+ * update's chunks are streaming, RF_CTL_WAIT_SPIN, where stream_spin allows it). */
 static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, bool spin, rf_err_t *err)
 {
     double t0 = rf_time_now();
     int per = 2 * x->nranks;
     rf_status_t st = rf_ctl_wait_flags(x->ctl, &x->sreqs[b * per], per, deadline,
-                                       spin ? RF_CTL_WAIT_SPIN : 0, err);
+                                       spin ? stream_spin(x) : 0u, err);
     x->stats.wire_s += rf_time_now() - t0;
     if (st == RF_OK)
         x->slot_busy[b] = 0;
@@ -503,7 +513,7 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
         if (first_src < 0)
             first_src = src;
         ahead += (size_t)c->seq != done; /* taken out of the plan's sequence order */
-        x->wait_flags = RF_CTL_WAIT_SPIN; /* the senders stream: no sleeps between tests */
+        x->wait_flags = stream_spin(x); /* the senders stream: no sleeps between tests */
         RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
         next[stage]++;
         if (posted < n && x->pin_ax != NULL) {
@@ -577,7 +587,7 @@ static rf_status_t mpi_recv_seq(rf_xfer_t *x, const rf_xfer_config_t *cfg,
         RF_CHECK_GOTO(post_held(x, cfg, &hold, b, false, &posted, &e), st, fail);
         size_t got = 0;
         RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
-        x->wait_flags = RF_CTL_WAIT_SPIN; /* the sender streams: no sleeps between tests */
+        x->wait_flags = stream_spin(x); /* the sender streams: no sleeps between tests */
         RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
         if (posted < n && x->pin_ax != NULL) {
             hold = b; /* re-posted by post_held, after its gate */
