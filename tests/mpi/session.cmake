@@ -271,3 +271,18 @@ foreach(case "tp1_np2;2;session-llama-tiny-tp1-to-tp1-colocated-ipc.yaml;ok"
                        TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
 endforeach()
+
+# No wait past a join is unbounded (issue #15): the join race (a tiny join_timeout_s, plan and
+# update at once, 25 runs: the same verdict on every rank), a rank leaving or stalling right
+# after the plan's join (REFIT_TEST_SESSION_AFTER_JOIN: a test build's hook)
+add_executable(check_session_join ${CMAKE_CURRENT_SOURCE_DIR}/check_session_join.c)
+target_link_libraries(check_session_join PRIVATE refit PkgConfig::CHECK)
+foreach(np 2 3)
+  add_test(NAME check_session_join_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_join>
+                   ${REFIT_TEST_DATA}/llama-tiny/config.json
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_join_np${np} PROPERTIES LABELS mpi TIMEOUT 400
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=240")
+endforeach()
