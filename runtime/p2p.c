@@ -362,22 +362,19 @@ static int pair_cmp(const void *a, const void *b)
     return x->side < y->side ? -1 : (x->side > y->side);
 }
 
-rf_status_t rf_p2p_expect_agree(const rf_p2p_schedule_t *s, int rank, uint64_t per_chunk,
-                                MPI_Comm comm, rf_gate_expect_t *expect, rf_err_t *err)
+rf_status_t rf_p2p_expect_records(const rf_p2p_schedule_t *s, int rank, uint64_t per_chunk,
+                                  void **recs_p, int *bytes_p, rf_err_t *err)
 {
-    int size, me, n = 0;
-    MPI_Comm_size(comm, &size);
-    MPI_Comm_rank(comm, &me);
-    pair_rec_t *mine = NULL, *all = NULL;
-    int *counts = NULL, *displs = NULL;
-    rf_status_t st = RF_OK;
+    int n = 0;
     size_t cap = 0;
+    *recs_p = NULL;
+    *bytes_p = 0;
     for (size_t j = 0; j < s->nrecv; j++)
         cap += s->recv[j].rank == rank ? (size_t)s->recv[j].nsenders : 1;
-    mine = calloc(cap + 1, sizeof(*mine));
+    pair_rec_t *mine = calloc(cap + 1, sizeof(*mine));
     if (mine == NULL)
-        st = rf_err_set(err, RF_ERR_NOMEM, "p2p expectation: out of memory");
-    for (size_t j = 0; j < s->nrecv && st == RF_OK; j++) {
+        return rf_err_set(err, RF_ERR_NOMEM, "p2p expectation: out of memory");
+    for (size_t j = 0; j < s->nrecv; j++) {
         const rf_p2p_recv_t *rv = &s->recv[j];
         for (int k = 0; k < rv->nsenders; k++) {
             int side = rv->rank == rank ? 1 : rv->senders[k] == rank ? 0 : -1;
@@ -389,8 +386,63 @@ rf_status_t rf_p2p_expect_agree(const rf_p2p_schedule_t *s, int rank, uint64_t p
                                      rf_p2p_pair_digest(rv, k)};
         }
     }
-    /* a failed count still takes part (n = 0): the collective completes everywhere */
-    int nb = n * (int)sizeof(pair_rec_t);
+    *recs_p = mine;
+    *bytes_p = n * (int)sizeof(pair_rec_t);
+    return RF_OK;
+}
+
+rf_status_t rf_p2p_expect_check(void *recs, size_t bytes, rf_gate_expect_t *expect,
+                                rf_err_t *err)
+{
+    rf_status_t st = RF_OK;
+    pair_rec_t *all = recs;
+    size_t m = bytes / sizeof(pair_rec_t);
+    qsort(all, m, sizeof(pair_rec_t), pair_cmp);
+    /* records in pairs (sender side 0, receiver side 1): each pass consumes both or stops */
+    for (size_t i = 0; i < m && st == RF_OK; i += 2) {
+        const pair_rec_t *a = &all[i], *b = i + 1 < m ? &all[i + 1] : NULL;
+        bool both = b != NULL && a->side == 0 && b->side == 1 && b->sender == a->sender &&
+                    b->receiver == a->receiver;
+        if (!both) {
+            st = rf_err_set(err, RF_ERR_MISMATCH,
+                            "p2p schedule: rank %d plans %" PRIu64 " chunks (%" PRIu64
+                            " bytes) from rank %d to rank %d, rank %d plans none (the ranks "
+                            "derived different schedules: topology, model, manifest or "
+                            "chunk size differ)",
+                            a->from, a->chunks, a->bytes, a->sender, a->receiver,
+                            a->side == 0 ? a->receiver : a->sender);
+            break;
+        }
+        if (a->chunks != b->chunks || a->bytes != b->bytes || a->digest != b->digest) {
+            st = rf_err_set(err, RF_ERR_MISMATCH,
+                            "p2p schedule: pair rank %d -> rank %d: the sender plans %" PRIu64
+                            " chunks (%" PRIu64 " bytes, digest %016" PRIx64
+                            "), the receiver %" PRIu64 " (%" PRIu64 " bytes, digest %016" PRIx64
+                            "): the ranks derived different schedules",
+                            a->sender, a->receiver, a->chunks, a->bytes, a->digest, b->chunks,
+                            b->bytes, b->digest);
+            break;
+        }
+        if (expect != NULL && a->sender < expect->nranks && a->receiver < expect->nranks) {
+            size_t idx = (size_t)a->sender * (size_t)expect->nranks + (size_t)a->receiver;
+            expect->chunks[idx] += a->chunks;
+            expect->bytes[idx] += a->bytes;
+        }
+    }
+    return st;
+}
+
+rf_status_t rf_p2p_expect_agree(const rf_p2p_schedule_t *s, int rank, uint64_t per_chunk,
+                                MPI_Comm comm, rf_gate_expect_t *expect, rf_err_t *err)
+{
+    int size, me, nb = 0;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &me);
+    void *mine = NULL;
+    char *all = NULL;
+    int *counts = NULL, *displs = NULL;
+    /* a failed count still takes part (0 bytes): the collective completes everywhere */
+    rf_status_t st = rf_p2p_expect_records(s, rank, per_chunk, &mine, &nb, err);
     if (me == 0) {
         counts = calloc((size_t)size, sizeof(int));
         displs = calloc((size_t)size + 1, sizeof(int));
@@ -411,46 +463,13 @@ rf_status_t rf_p2p_expect_agree(const rf_p2p_schedule_t *s, int rank, uint64_t p
     }
     bool root_ok = me != 0 || (counts != NULL && displs != NULL && all != NULL);
     if (MPI_Gatherv(mine, nb, MPI_BYTE, root_ok ? all : NULL, counts, displs, MPI_BYTE, 0,
-                    comm) != MPI_SUCCESS)
+                    comm) != MPI_SUCCESS && st == RF_OK)
         st = rf_err_set(err, RF_ERR_MPI, "rank %d: MPI_Gatherv of the p2p pairs failed", rank);
     free(mine);
     if (me == 0 && st == RF_OK && !root_ok)
         st = rf_err_set(err, RF_ERR_NOMEM, "p2p expectation: out of memory on rank 0");
-    if (me == 0 && st == RF_OK) {
-        size_t m = total / sizeof(pair_rec_t);
-        qsort(all, m, sizeof(pair_rec_t), pair_cmp);
-        /* records in pairs (sender side 0, receiver side 1): each pass consumes both or stops */
-        for (size_t i = 0; i < m && st == RF_OK; i += 2) {
-            const pair_rec_t *a = &all[i], *b = i + 1 < m ? &all[i + 1] : NULL;
-            bool both = b != NULL && a->side == 0 && b->side == 1 && b->sender == a->sender &&
-                        b->receiver == a->receiver;
-            if (!both) {
-                st = rf_err_set(err, RF_ERR_MISMATCH,
-                                "p2p schedule: rank %d plans %" PRIu64 " chunks (%" PRIu64
-                                " bytes) from rank %d to rank %d, rank %d plans none (the ranks "
-                                "derived different schedules: topology, model, manifest or "
-                                "chunk size differ)",
-                                a->from, a->chunks, a->bytes, a->sender, a->receiver,
-                                a->side == 0 ? a->receiver : a->sender);
-                break;
-            }
-            if (a->chunks != b->chunks || a->bytes != b->bytes || a->digest != b->digest) {
-                st = rf_err_set(err, RF_ERR_MISMATCH,
-                                "p2p schedule: pair rank %d -> rank %d: the sender plans %" PRIu64
-                                " chunks (%" PRIu64 " bytes, digest %016" PRIx64
-                                "), the receiver %" PRIu64 " (%" PRIu64 " bytes, digest %016" PRIx64
-                                "): the ranks derived different schedules",
-                                a->sender, a->receiver, a->chunks, a->bytes, a->digest, b->chunks,
-                                b->bytes, b->digest);
-                break;
-            }
-            if (expect != NULL && a->sender < expect->nranks && a->receiver < expect->nranks) {
-                size_t idx = (size_t)a->sender * (size_t)expect->nranks + (size_t)a->receiver;
-                expect->chunks[idx] += a->chunks;
-                expect->bytes[idx] += a->bytes;
-            }
-        }
-    }
+    if (me == 0 && st == RF_OK)
+        st = rf_p2p_expect_check(all, total, expect, err);
     free(all);
     free(counts);
     free(displs);

@@ -39,16 +39,6 @@ static bool is_rollout(const rf_session_t *s) { return rf_session_is_rollout(s);
 
 /* ---- joining: every rank reaches a call, or the call fails naming why ------------------- */
 
-/* The notice rf_session_destroy_local leaves for every other rank, on s->comm (no other
- * message of refit's uses this tag there: setup's are 0x1f1, the control channel and the
- * transports have communicators of their own). */
-#define SESS_TAG_GONE 0x7e5
-
-typedef struct sess_gone_msg {
-    int rank;
-    char reason[RF_ERR_MSG_MAX];
-} sess_gone_msg_t;
-
 /* A call refused because an earlier join failed (local). */
 static rf_status_t check_lost(rf_session_t *s, const char *call)
 {
@@ -59,89 +49,7 @@ static rf_status_t check_lost(rf_session_t *s, const char *call)
                       s->lost_err.msg);
 }
 
-/* Tells every other rank of s->comm that this one left the session (what: why), for their
- * next join (sess_join). Small and sent eagerly; each request is freed and the buffer parked
- * (rf_session_park: MPI may still read it after this returns, and nothing here may wait). Local. */
-static void notify_gone(rf_session_t *s, const char *what)
-{
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (!init || fin || s->comm == MPI_COMM_NULL || s->gone_sent)
-        return;
-    s->gone_sent = true;
-    sess_gone_msg_t *m = calloc(1, sizeof(*m));
-    if (m == NULL)
-        return;
-    m->rank = s->rank;
-    snprintf(m->reason, sizeof(m->reason), "%s", what);
-    for (int r = 0; r < s->size; r++) {
-        MPI_Request req;
-        if (r != s->rank && MPI_Isend(m, (int)sizeof(*m), MPI_BYTE, r, SESS_TAG_GONE, s->comm,
-                                      &req) == MPI_SUCCESS)
-            MPI_Request_free(&req);
-    }
-    rf_session_park(m); /* MPI may still read it */
-}
-
-/* The session is lost on this rank (a failed join): later calls refused, destroy local, and
- * the other ranks told, so that one arriving late fails its join at once instead of running on
- * into the update with ranks that gave up. */
-static rf_status_t lose(rf_session_t *s, rf_status_t st, rf_err_t *err)
-{
-    s->lost = true;
-    rf_err_set(&s->lost_err, st, "%s", err->msg);
-    char why[RF_ERR_MSG_MAX + 16];
-    snprintf(why, sizeof(why), "it gave up: %s", err->msg);
-    notify_gone(s, why);
-    return st;
-}
-
-/*
- * Waits for req, a nonblocking collective on s->comm that opens a public call, where every
- * rank arrives from its caller's own work (a training step, generation), so no update deadline
- * applies: until it completes; or a rank left the session (its rf_session_destroy_local
- * notice: RF_ERR_PEER naming it, within milliseconds); or transfer.join_timeout_s passed
- * (RF_ERR_TIMEOUT). Either failure loses the session (s->lost): the collective cannot be
- * cancelled, so s->comm is out of step for good.
- */
-static rf_status_t sess_join(rf_session_t *s, MPI_Request *req, const char *what, rf_err_t *err)
-{
-    double deadline = rf_time_now() + s->topo.join_timeout_s;
-    long sleep_ns = 1000;
-    for (;;) {
-        int done = 0, gone = 0;
-        MPI_Status mst;
-        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            return lose(s, rf_err_set(err, RF_ERR_MPI, "rank %d: %s: MPI_Test failed", s->rank,
-                                      what), err);
-        /* a notice first, even when the collective completed: the ranks that gave up on it
-         * left their part posted, so a late rank's completes, and they are gone all the same */
-        if (MPI_Iprobe(MPI_ANY_SOURCE, SESS_TAG_GONE, s->comm, &gone, &mst) == MPI_SUCCESS &&
-            gone) {
-            sess_gone_msg_t m;
-            memset(&m, 0, sizeof(m));
-            MPI_Recv(&m, (int)sizeof(m), MPI_BYTE, mst.MPI_SOURCE, SESS_TAG_GONE, s->comm,
-                     MPI_STATUS_IGNORE);
-            m.reason[sizeof(m.reason) - 1] = '\0';
-            s->gone_sent = true; /* every rank heard from the leaver itself */
-            return lose(s, rf_err_set(err, RF_ERR_PEER, "rank %d: %s: rank %d left the session "
-                                      "(%s)", s->rank, what, mst.MPI_SOURCE, m.reason), err);
-        }
-        if (done)
-            return RF_OK;
-        if (rf_time_now() >= deadline)
-            return lose(s, rf_err_set(err, RF_ERR_TIMEOUT, "rank %d: %s: not every rank came "
-                                      "within transfer.join_timeout_s %g s (a rank stopped "
-                                      "calling the session: it raised, exited or hangs)",
-                                      s->rank, what, s->topo.join_timeout_s), err);
-        struct timespec ts = {0, sleep_ns};
-        nanosleep(&ts, NULL);
-        sleep_ns = sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2;
-    }
-}
-
-/* One uint64 allreduce (op) that opens a call, waited for by sess_join: *v in, the result
+/* One uint64 allreduce (op) that opens a call, waited for by rf_session_wait: *v in, the result
  * out. The buffers are the heap's, and parked when the join fails: the collective stays posted
  * (it cannot be cancelled) and MPI writes them when a late rank completes it. On failure err
  * is reset to the join's error. */
@@ -150,18 +58,19 @@ static rf_status_t join_allreduce(rf_session_t *s, uint64_t *v, MPI_Op op, const
 {
     uint64_t *buf = malloc(2 * sizeof(uint64_t));
     if (buf == NULL) /* this rank cannot join: lost, and the others told */
-        return lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory", s->rank,
-                                    what), err);
+        return rf_session_lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory",
+                                               s->rank, what), err);
     buf[0] = *v;
     MPI_Request req;
     if (MPI_Iallreduce(&buf[0], &buf[1], 1, MPI_UINT64_T, op, s->comm, &req) != MPI_SUCCESS) {
         free(buf);
-        return lose(s, rf_err_reset(err, RF_ERR_MPI, "rank %d: %s: MPI_Iallreduce failed",
-                                    s->rank, what), err);
+        return rf_session_lose(s, rf_err_reset(err, RF_ERR_MPI, "rank %d: %s: MPI_Iallreduce "
+                                               "failed", s->rank, what), err);
     }
     rf_err_t jerr;
     rf_err_clear(&jerr);
-    if (sess_join(s, &req, what, &jerr) != RF_OK) {
+    s->bounded = true; /* from the first join on, every wait on s->comm is bounded */
+    if (rf_session_wait(s, &req, what, &jerr) != RF_OK) {
         rf_session_park(buf); /* MPI writes it when a late rank completes the collective */
         return rf_err_reset(err, jerr.status, "%s", jerr.msg);
     }
@@ -170,13 +79,13 @@ static rf_status_t join_allreduce(rf_session_t *s, uint64_t *v, MPI_Op op, const
     return RF_OK;
 }
 
-/* rf_session_agree for the first agreement of a call: every rank joined first (sess_join). */
+/* rf_session_agree for the first agreement of a call: every rank joined first. */
 static rf_status_t agree_joined(rf_session_t *s, rf_status_t st, const char *what, rf_err_t *err)
 {
     uint64_t first = (uint64_t)(st == RF_OK ? s->size : s->rank);
     RF_CHECK(join_allreduce(s, &first, MPI_MIN, what, err));
     /* everyone is here: the plain agreement carries the failing rank's text */
-    return first == (uint64_t)s->size ? RF_OK : rf_session_agree(s->comm, st, err);
+    return first == (uint64_t)s->size ? RF_OK : rf_session_agree(s, st, err);
 }
 
 /* ---- create ------------------------------------------------------------------------------- */
@@ -493,6 +402,35 @@ rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, 
 
 /* ---- plan --------------------------------------------------------------------------------- */
 
+/*
+ * Tests only (built with REFIT_TEST_HOOKS, the test builds): REFIT_TEST_SESSION_AFTER_JOIN on
+ * this rank's process stops the plan right after its join, where the other ranks go on into
+ * the plan's next collective: "leave" leaves the session there (lost, the others told, as a
+ * caller's rf_session_destroy_local would), "stall:S" sleeps S seconds first (a rank that
+ * only stopped). Local.
+ */
+static rf_status_t test_after_join(rf_session_t *s, rf_err_t *err)
+{
+#ifdef REFIT_TEST_HOOKS
+    const char *h = getenv("REFIT_TEST_SESSION_AFTER_JOIN");
+    if (h == NULL || *h == '\0')
+        return RF_OK;
+    if (strcmp(h, "leave") == 0)
+        return rf_session_lose(s, rf_err_set(err, RF_ERR_STATE, "rank %d: rf_session_plan: left "
+                                             "after the join (REFIT_TEST_SESSION_AFTER_JOIN=leave)",
+                                             s->rank), err);
+    if (strncmp(h, "stall:", 6) == 0) {
+        double sec = atof(h + 6);
+        struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+#else
+    (void)s;
+    (void)err;
+#endif
+    return RF_OK;
+}
+
 /* Every rank's registration complete and clean (local). */
 static rf_status_t check_registered(rf_session_t *s, rf_err_t *err)
 {
@@ -536,13 +474,18 @@ static rf_status_t plan_info(rf_session_t *s, rf_session_plan_info_t *info, rf_e
     for (int i = 0; !is_rollout(s) && i < s->man.n; i++)
         nar[i] = s->tr.has[i] && s->tr.src_dtype[i] != s->man.entries[i].dtype;
     int narrowed = 0;
-    if (MPI_Allreduce(mine, sum, RF_PLAN_MODES, MPI_UINT64_T, MPI_SUM, s->comm) != MPI_SUCCESS ||
-        MPI_Allgather(&h, 1, MPI_UINT64_T, all + 3, 1, MPI_UINT64_T, s->comm) != MPI_SUCCESS ||
-        MPI_Allreduce(nar, any, s->man.n, MPI_UINT8_T, MPI_MAX, s->comm) != MPI_SUCCESS) {
+    rf_status_t st = rf_session_allreduce(s, mine, sum, RF_PLAN_MODES, MPI_UINT64_T, MPI_SUM,
+                                          "the plan's layer counts", err);
+    if (st == RF_OK)
+        st = rf_session_allgather(s, &h, 1, MPI_UINT64_T, all + 3, "the plan hashes", err);
+    if (st == RF_OK)
+        st = rf_session_allreduce(s, nar, any, s->man.n, MPI_UINT8_T, MPI_MAX,
+                                  "the narrowed masters", err);
+    if (st != RF_OK) {
         free(all);
         free(nar);
         free(any);
-        return rf_err_set(err, RF_ERR_MPI, "rank %d: agreeing the plan counts failed", s->rank);
+        return st;
     }
     for (int i = 0; i < s->man.n; i++)
         narrowed += any[i];
@@ -577,12 +520,14 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info)
     RF_CHECK(check_lost(s, "rf_session_plan"));
     rf_status_t st = check_registered(s, err);
     rf_err_clear(&s->reg_err); /* reported now, on every rank */
+    s->call = "rf_session_plan";
     RF_CHECK(agree_joined(s, st, "rf_session_plan", err));
+    RF_CHECK(test_after_join(s, err));
     RF_CHECK(rf_session_ckpt_agree(s, err));
     /* past this point a failure is the topology's or the library's: not recoverable */
     s->broken = true;
     RF_CHECK(rf_session_build(s, err));
-    RF_CHECK(rf_session_agree(s->comm, plan_info(s, info, err), err));
+    RF_CHECK(rf_session_agree(s, plan_info(s, info, err), err));
     s->broken = false;
     s->planned = true;
     return RF_OK;
@@ -891,6 +836,7 @@ rf_status_t rf_session_begin(rf_session_t *s, uint64_t version)
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_begin: update %u began "
                           "already (rf_session_finish first)", s->rank, s->seq);
     s->pub_t0 = rf_time_now();
+    s->call = "rf_session_begin";
     /* the version: trainer rank 0's (world rank 0 is always a trainer; its value is >= 1, the
      * others give 0), agreed as every rank joins the update (an allreduce completes on no rank
      * before all came; a broadcast would let rank 0 run ahead into the begin agreement) */
@@ -943,6 +889,7 @@ rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result)
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_finish without "
                           "rf_session_begin", s->rank);
     rf_err_t *err = &s->pub_err;
+    s->call = "rf_session_finish";
     rf_status_t st = finish_moved(s, s->pub_st, err);
     rf_err_clear(&s->moved_err);
     if (s->lost) { /* a rank is gone: no verdict can come; nothing moved */
@@ -1025,12 +972,12 @@ void rf_session_destroy_local(rf_session_t *s, const char *reason)
 {
     if (s == NULL)
         return;
-    /* every other rank's next join (sess_join) sees it: they fail within milliseconds naming
-     * this rank instead of waiting out join_timeout_s */
+    /* every other rank's next wait on s->comm (rf_session_wait) sees it: they fail within
+     * milliseconds naming this rank instead of waiting out join_timeout_s */
     char why[RF_ERR_MSG_MAX];
     snprintf(why, sizeof(why), "rf_session_destroy_local: %s",
              reason && *reason ? reason : "(no reason given)");
-    notify_gone(s, why);
+    rf_session_notify_gone(s, why);
     /* memory only: refit's communicators and transport state stay with MPI until
      * MPI_Finalize (freeing them is collective) */
     rf_session_release(s, false);

@@ -169,10 +169,8 @@ rf_status_t rf_session_register_checkpoint(rf_session_t *s, const char *path)
 rf_status_t rf_session_ckpt_agree(rf_session_t *s, rf_err_t *err)
 {
     int mine = !rf_session_is_rollout(s) && s->ck_path != NULL, n = 0;
-    if (MPI_Allreduce(&mine, &n, 1, MPI_INT, MPI_SUM, s->comm) != MPI_SUCCESS)
-        return rf_session_agree(s->comm, rf_err_set(err, RF_ERR_MPI, "rank %d: agreeing the "
-                                                    "trainers' sources failed", s->rank),
-                                err);
+    RF_CHECK(rf_session_allreduce(s, &mine, &n, 1, MPI_INT, MPI_SUM, "the trainers' sources",
+                                  err));
     if (n == 0 || n == s->T)
         return RF_OK;
     /* the same numbers everywhere: the same text on every rank */

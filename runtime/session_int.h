@@ -154,6 +154,10 @@ struct rf_session {
     bool lost;
     rf_err_t lost_err;
     bool gone_sent; /* this rank's leave notice went out (once) */
+    /* s->comm's waits are bounded (rf_session_wait) from the first public call's join on:
+     * create's and the owned job's setup wait plainly (every rank calls them at once) */
+    bool bounded;
+    const char *call; /* the public call running, for the waits' errors ("rf_session_plan") */
     rf_manifest_t man;
     rf_chunk_item_t *items;
     rf_chunk_plan_t *cplan;
@@ -262,8 +266,56 @@ static inline bool rf_session_mpi_device_trainer(const rf_session_t *s)
 #define RF_SESSION_IPC_HELD (1ull << 32)    /* the trainer rank registered this entry */
 #define RF_SESSION_IPC_SAME_DT (1ull << 33) /* registered in the manifest's dtype (no master) */
 
-/* Every rank learns the lowest failing rank's message (plain collective over comm). */
-rf_status_t rf_session_agree(MPI_Comm comm, rf_status_t st, rf_err_t *err);
+/* ---- session_common.c: waits and collectives on s->comm ------------------------------- */
+
+/*
+ * Waits for req, a nonblocking operation a session call posted on s->comm. Once s->bounded
+ * (the first public call's join: every later call, the plan's setup and the teardown too):
+ * until it completes; or a rank left the session (its notice, rf_session_notify_gone:
+ * RF_ERR_PEER naming it, within milliseconds); or transfer.join_timeout_s passed since the
+ * wait began (RF_ERR_TIMEOUT naming what and the key). Either failure loses the session
+ * (rf_session_lose): the operation cannot be cancelled, so s->comm is out of step for good.
+ * Not bounded (create, the owned job): MPI_Wait. what: "<call>: <step>". Local.
+ */
+rf_status_t rf_session_wait(rf_session_t *s, MPI_Request *req, const char *what, rf_err_t *err);
+/* The session is lost on this rank (st, err's text): later calls refused (RF_ERR_STATE),
+ * destroy local, and the other ranks told (once), so that one arriving late fails its next
+ * wait at once. Returns st. Local. */
+rf_status_t rf_session_lose(rf_session_t *s, rf_status_t st, rf_err_t *err);
+/* Tells every other rank of s->comm that this one left the session (what: why), once; the
+ * requests freed, the buffer parked (nothing here waits). Local. */
+void rf_session_notify_gone(rf_session_t *s, const char *what);
+
+/*
+ * The session's collectives on s->comm (and the point-to-point pair of ipc's setup), each the
+ * nonblocking form over a heap copy of the buffers waited for by rf_session_wait: bounded, a
+ * failure loses the session and parks the copy (MPI writes it when a late rank completes the
+ * operation); the caller's buffers are only written on success. step names the step in the
+ * error ("rf_session_plan: <step>: ..."). On a lost session nothing is posted: the lost
+ * session's error. Collective over s->comm (send / recv: the pair), same order everywhere.
+ */
+rf_status_t rf_session_allreduce(rf_session_t *s, const void *in, void *out, int count,
+                                 MPI_Datatype dt, MPI_Op op, const char *step, rf_err_t *err);
+/* out: [s->size][count] of dt */
+rf_status_t rf_session_allgather(rf_session_t *s, const void *in, int count, MPI_Datatype dt,
+                                 void *out, const char *step, rf_err_t *err);
+rf_status_t rf_session_bcast(rf_session_t *s, void *buf, int bytes, int root, const char *step,
+                             rf_err_t *err);
+/* Every rank's bytes of in, concatenated in rank order, on root: *out_p (owned by the
+ * caller, *total_p bytes); NULL and 0 elsewhere. */
+rf_status_t rf_session_gatherv(rf_session_t *s, const void *in, int bytes, int root,
+                              void **out_p, size_t *total_p, const char *step, rf_err_t *err);
+rf_status_t rf_session_barrier(rf_session_t *s, const char *step, rf_err_t *err);
+rf_status_t rf_session_send(rf_session_t *s, const void *buf, int bytes, int dst, int tag,
+                            const char *step, rf_err_t *err);
+rf_status_t rf_session_recv(rf_session_t *s, void *buf, int bytes, int src, int tag,
+                            const char *step, rf_err_t *err);
+
+/* Every rank of s->comm learns the lowest failing rank's status and message (err); steps
+ * waited for by rf_session_wait (bounded once the session joined a call). Collective. */
+rf_status_t rf_session_agree(rf_session_t *s, rf_status_t st, rf_err_t *err);
+/* The same as a plain collective over comm (the job's own setup on MPI_COMM_WORLD). */
+rf_status_t rf_session_agree_comm(MPI_Comm comm, rf_status_t st, rf_err_t *err);
 /* Keeps p reachable until the process ends (memory MPI may still use after a local teardown:
  * runtime/session_common.c). Local, never fails. */
 void rf_session_park(void *p);

@@ -187,12 +187,10 @@ static rf_status_t ipc_share_table(rf_session_t *s, rf_err_t *err)
                           (s->ex[k].sig.dtype == s->man.entries[i].dtype ? RF_SESSION_IPC_SAME_DT
                                                                          : 0);
     }
-    rf_status_t ag = rf_session_agree(s->comm, st, err);
-    if (ag == RF_OK &&
-        MPI_Allgather(mine, (int)n2, MPI_UINT64_T, s->ipc_table, (int)n2, MPI_UINT64_T,
-                      s->comm) != MPI_SUCCESS)
-        ag = rf_err_set(err, RF_ERR_MPI, "rank %d: ipc allocation table: MPI_Allgather failed",
-                        s->rank);
+    rf_status_t ag = rf_session_agree(s, st, err);
+    if (ag == RF_OK)
+        ag = rf_session_allgather(s, mine, (int)n2, MPI_UINT64_T, s->ipc_table,
+                                  "the ipc allocation table", err);
     free(mine);
     if (ag == RF_OK && rf_session_ipc_trainer(s))
         rf_info("ipc: trainer rank %d shares %u allocation(s) holding its registered tensors",
@@ -325,20 +323,22 @@ static rf_status_t share_allocations(rf_session_t *s, const char *id, rf_err_t *
                                 s->rank, a, idx);
         }
         uint32_t sent = st == RF_OK ? n : 0; /* 0: the pair opens nothing, the agree fails */
-        MPI_Send(&sent, 1, MPI_UINT32_T, s->pair_of[s->rank], 0x1f2, s->comm);
-        if (sent > 0)
-            MPI_Send(hs, (int)(sent * sizeof(*hs)), MPI_BYTE, s->pair_of[s->rank], 0x1f3,
-                     s->comm);
+        rf_status_t ss = rf_session_send(s, &sent, (int)sizeof(sent), s->pair_of[s->rank],
+                                         0x1f2, "the ipc handle count", err);
+        if (ss == RF_OK && sent > 0)
+            ss = rf_session_send(s, hs, (int)(sent * sizeof(*hs)), s->pair_of[s->rank], 0x1f3,
+                                 "the ipc handles", err);
         free(hs);
-        return st;
+        return ss != RF_OK ? ss : st;
     }
     int pair = s->pair_of[s->rank];
-    MPI_Recv(&n, 1, MPI_UINT32_T, pair, 0x1f2, s->comm, MPI_STATUS_IGNORE);
+    RF_CHECK(rf_session_recv(s, &n, (int)sizeof(n), pair, 0x1f2, "the ipc handle count", err));
     hs = calloc((size_t)n + 1, sizeof(*hs));
     if (hs == NULL) /* still receive the handles: the trainer's send must complete */
         return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
     if (n > 0)
-        MPI_Recv(hs, (int)(n * sizeof(*hs)), MPI_BYTE, pair, 0x1f3, s->comm, MPI_STATUS_IGNORE);
+        st = rf_session_recv(s, hs, (int)(n * sizeof(*hs)), pair, 0x1f3, "the ipc handles",
+                             err);
     for (uint32_t a = 0; a < n && st == RF_OK; a++)
         st = rf_xfer_ipc_import_weights(s->xfer, pair, a, &hs[a], err);
     free(hs);
@@ -364,7 +364,7 @@ static rf_status_t setup_ipc(rf_session_t *s, rf_err_t *err)
         snprintf(id, sizeof(id), "%.8s%s%d-%lx", tag ? tag : "", tag ? "-" : "", (int)getpid(),
                  (unsigned long)(rf_time_now() * 1e6) & 0xffffffu);
     }
-    MPI_Bcast(id, (int)sizeof(id), MPI_CHAR, 0, s->comm);
+    RF_CHECK(rf_session_bcast(s, id, (int)sizeof(id), 0, "the ipc arena names", err));
     if (!rf_session_is_rollout(s) && !s->so.owned)
         s->tr.gathered = s->ipc_piece_staged; /* staged pieces: gathered, packed on the host */
     if (!rf_session_is_rollout(s) && s->so.owned) {
@@ -422,28 +422,30 @@ static rf_status_t setup_ipc(rf_session_t *s, rf_err_t *err)
             st = rf_xfer_ipc_export(s->xfer, RF_IPC_STAGING, name, slot * (uint64_t)buffers,
                                     &base, &sh, err);
     }
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     if (!s->so.owned) {
         /* the public API: the allocations holding the trainer's registered tensors, each
          * shared once, their handles to the pair, which opens each once */
-        RF_CHECK(rf_session_agree(s->comm, share_allocations(s, id, err), err));
+        RF_CHECK(rf_session_agree(s, share_allocations(s, id, err), err));
     } else if (!rf_session_is_rollout(s)) { /* weights handles: trainer -> its pair */
-        MPI_Send(&wh, (int)sizeof(wh), MPI_BYTE, s->pair_of[s->rank], 0x1f1, s->comm);
+        RF_CHECK(rf_session_send(s, &wh, (int)sizeof(wh), s->pair_of[s->rank], 0x1f1,
+                                 "the ipc weights handle", err));
     } else {
-        MPI_Recv(&wh, (int)sizeof(wh), MPI_BYTE, s->pair_of[s->rank], 0x1f1, s->comm,
-                 MPI_STATUS_IGNORE);
+        RF_CHECK(rf_session_recv(s, &wh, (int)sizeof(wh), s->pair_of[s->rank], 0x1f1,
+                                 "the ipc weights handle", err));
         st = rf_xfer_ipc_import(s->xfer, s->pair_of[s->rank], RF_IPC_WEIGHTS, &wh, err);
     }
     /* staging handles: each stage sender to everyone */
     for (int p = 0; p < s->cplan->n_stages; p++) {
         rf_ipc_handle_t h = sh;
-        MPI_Bcast(&h, (int)sizeof(h), MPI_BYTE, s->senders[p], s->comm);
+        RF_CHECK(rf_session_bcast(s, &h, (int)sizeof(h), s->senders[p], "the ipc staging "
+                                  "handles", err));
         if (st == RF_OK && rf_session_is_rollout(s))
             st = rf_xfer_ipc_import(s->xfer, s->senders[p], RF_IPC_STAGING, &h, err);
     }
-    RF_CHECK(rf_session_agree(s->comm, st, err)); /* every importer mapped: unlink */
+    RF_CHECK(rf_session_agree(s, st, err)); /* every importer mapped: unlink */
     st = rf_xfer_ipc_unlink(s->xfer, err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     return RF_OK;
 }
 
@@ -842,7 +844,7 @@ static rf_status_t open_session(rf_session_t *s, MPI_Comm comm, const char *topo
     MPI_Comm_rank(s->comm, &s->rank);
     MPI_Comm_size(s->comm, &s->size);
     st = s->so.owned ? RF_OK : check_mpi(err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     RF_CHECK(rf_model_load_topology(topology, s->comm, &s->topo, &s->cfg, err));
     s->cfg_ok = true;
     s->T = rf_topology_trainer_size(&s->topo);
@@ -855,10 +857,10 @@ static rf_status_t open_session(rf_session_t *s, MPI_Comm comm, const char *topo
     s->ipc = s->topo.transport == RF_TRANSPORT_IPC && s->topo.colocated;
     s->nccl = s->topo.transport == RF_TRANSPORT_NCCL;
     st = s->so.owned ? check_transport(s, err) : check_supported(s, err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
-    RF_CHECK(rf_session_agree(s->comm, setup_accel(s, err), err));
+    RF_CHECK(rf_session_agree(s, st, err));
+    RF_CHECK(rf_session_agree(s, setup_accel(s, err), err));
     s->p2p = s->topo.mode == RF_MODE_P2P;
-    RF_CHECK(rf_session_agree(s->comm, check_p2p(s, err), err));
+    RF_CHECK(rf_session_agree(s, check_p2p(s, err), err));
     /* on by default (topology default true); the option or transfer.integrity: false turns
      * it off */
     s->integrity = s->opt.integrity > 0 || (s->opt.integrity == 0 && s->topo.integrity);
@@ -866,7 +868,7 @@ static rf_status_t open_session(rf_session_t *s, MPI_Comm comm, const char *topo
         s->role_comm = MPI_COMM_NULL;
         st = rf_err_set(err, RF_ERR_MPI, "rank %d: MPI_Comm_split failed", s->rank);
     }
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     st = rf_inventory_build(&s->cfg, s->topo.quantization, s->topo.group_size, &s->inv, err);
     s->inv_ok = st == RF_OK;
     if (st == RF_OK) /* rollout.layout: the engine tensors' names and shapes */
@@ -888,12 +890,12 @@ static rf_status_t open_session(rf_session_t *s, MPI_Comm comm, const char *topo
         st = open_rollout(s, err);
     if (st == RF_OK && !s->so.owned)
         st = build_expected(s, err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     st = rf_ctl_create(s->comm, &s->ctl, err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     st = rf_xfer_create(s->ctl, rf_transport_name(s->topo.transport), s->topo.chunk_bytes,
                         s->topo.buffers, &s->xfer, err);
-    return rf_session_agree(s->comm, st, err);
+    return rf_session_agree(s, st, err);
 }
 
 rf_status_t rf_session_open(MPI_Comm comm, const char *topology, const rf_session_setup_t *so,
@@ -931,7 +933,7 @@ static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
     st = rf_chunk_plan_create(s->items, (size_t)s->man.n,
                               rf_xfer_plan_bytes(s->topo.chunk_bytes, s->integrity), &s->cplan,
                               err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
 
     /* schedule: stage senders, receivers, and the gate's expectation */
     s->senders = calloc((size_t)s->topo.t_pp + 1, sizeof(int));
@@ -947,7 +949,8 @@ static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
         s->pair_of = calloc((size_t)s->size, sizeof(int));
         if (s->pair_of == NULL)
             return rf_err_set(err, RF_ERR_NOMEM, "out of memory");
-        MPI_Allgather(&s->place.pair_rank, 1, MPI_INT, s->pair_of, 1, MPI_INT, s->comm);
+        RF_CHECK(rf_session_allgather(s, &s->place.pair_rank, 1, MPI_INT, s->pair_of,
+                                      "the ipc pairs", err));
         st = RF_OK;
         for (int r = 0; r < s->size && st == RF_OK; r++)
             if (s->pair_of[r] < 0 || s->pair_of[r] >= s->size)
@@ -956,7 +959,7 @@ static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
         RF_CHECK(st);
         if (!s->so.owned) /* the public API: the trainer's registered allocations */
             RF_CHECK(ipc_share_table(s, err));
-        RF_CHECK(rf_session_agree(s->comm, ipc_plan(s, err), err));
+        RF_CHECK(rf_session_agree(s, ipc_plan(s, err), err));
     }
     for (int p = 0; p < s->cplan->n_stages && s->ipc; p++) {
         /* ipc: per chunk SEQ (stage sender -> receiver) and ACK (back); READY per pair */
@@ -981,9 +984,21 @@ static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
         st = rf_p2p_schedule_build_rank(&s->topo, &s->inv, &s->man,
                                         rf_xfer_plan_bytes(s->topo.chunk_bytes, s->integrity),
                                         s->rank, &s->p2p_s, err);
-        RF_CHECK(rf_session_agree(s->comm, st, err));
-        st = rf_p2p_expect_agree(&s->p2p_s, s->rank, per, s->comm, &s->expect, err);
-        RF_CHECK(rf_session_agree(s->comm, st, err));
+        RF_CHECK(rf_session_agree(s, st, err));
+        void *mine = NULL, *all = NULL;
+        int nb = 0;
+        size_t total = 0;
+        /* rf_p2p_expect_agree's halves around a gather of the session's (bounded); a failed
+         * count still takes part (0 bytes) */
+        st = rf_p2p_expect_records(&s->p2p_s, s->rank, per, &mine, &nb, err);
+        rf_status_t gs = rf_session_gatherv(s, mine, nb, 0, &all, &total, "the p2p pairs", err);
+        free(mine);
+        if (gs != RF_OK)
+            return gs;
+        if (s->rank == 0 && st == RF_OK)
+            st = rf_p2p_expect_check(all, total, &s->expect, err);
+        free(all);
+        RF_CHECK(rf_session_agree(s, st, err));
     }
     for (int p = 0; p < s->cplan->n_stages && !s->ipc && !s->p2p; p++) {
         const rf_chunk_stage_range_t *sr = &s->cplan->stages[p];
@@ -1023,24 +1038,25 @@ static rf_status_t build_transport(rf_session_t *s, rf_err_t *err)
     st = s->nccl ? rf_nccl_layout_build(&s->topo, &s->nccl_layout, err) : RF_OK;
     if (st == RF_OK)
         st = rf_xfer_setup(s->xfer, &xs, err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     if (s->nccl) {
         if (stages_gather(s))
             s->wire = "nccl gather communicators";
         st = setup_nccl_resident(s, err);
-        RF_CHECK(rf_session_agree(s->comm, st, err));
+        RF_CHECK(rf_session_agree(s, st, err));
         /* [0]: some trainer is resident; [1]: some trainer would be but for integrity (the
          * table names the host pack and why) */
         int mine[2] = {s->nccl_resident, nccl_resident_possible(s) && s->integrity};
         int any[2] = {0, 0};
-        MPI_Allreduce(mine, any, 2, MPI_INT, MPI_MAX, s->comm);
+        RF_CHECK(rf_session_allreduce(s, mine, any, 2, MPI_INT, MPI_MAX, "the resident "
+                                      "trainers", err));
         s->fence = any[0] != 0;
         s->integrity_host_pack = any[1] != 0;
     }
     /* the stage gather is the transport's (nccl: its trainer-only gather communicators where
      * a stage has them, set up above; else the MPI gather on the trainer-only communicator) */
     st = rf_session_is_rollout(s) ? RF_OK : rf_trainer_attach(&s->tr, s->xfer, err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     const char *tw = getenv("REFIT_TEST_GATHER_WIRE");
     if (tw != NULL && tw[0] != '\0' && s->nccl && s->rank == 0)
         rf_warn("REFIT_TEST_GATHER_WIRE is ignored on the nccl transport (its stage gathers use "
@@ -1050,7 +1066,7 @@ static rf_status_t build_transport(rf_session_t *s, rf_err_t *err)
                  ? RF_OK
                  : rf_err_set(err, RF_ERR_INVALID, "REFIT_TEST_GATHER_WIRE=%s: only 'mpi' (tests: "
                               "the stage gather through the gather wire over MPI)", tw);
-        RF_CHECK(rf_session_agree(s->comm, st, err));
+        RF_CHECK(rf_session_agree(s, st, err));
         /* tests: the stage gather as a transport's own one runs, over MPI */
         if (!rf_session_is_rollout(s) && !s->p2p)
             rf_xfer_gather_use_test_wire(s->tr.gather);
@@ -1060,23 +1076,82 @@ static rf_status_t build_transport(rf_session_t *s, rf_err_t *err)
     if (s->ipc) {
         /* device arenas (rf_xfer_setup chose the backend) on every rank or none */
         int mine = (rf_xfer_caps(s->xfer) & RF_XFER_CAP_DEVICE_PAYLOAD) != 0, all = 0;
-        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, s->comm);
+        RF_CHECK(rf_session_allreduce(s, &mine, &all, 1, MPI_INT, MPI_SUM, "the ipc arenas' "
+                                      "backend", err));
         s->ipc_dev = all == s->size; /* the same on every rank (the teardown barrier) */
         if (all != 0 && all != s->size) {
             st = rf_err_set(err, RF_ERR_TOPOLOGY, "%s: ipc: %d of %d ranks have device arenas "
                             "(every rank of a colocated ipc job or none)",
                             s->topo.file, all, s->size);
-            return rf_session_agree(s->comm, st, err);
+            return rf_session_agree(s, st, err);
         }
         RF_CHECK(setup_ipc(s, err));
     }
     return RF_OK;
 }
 
+/*
+ * rf_manifest_agree's steps (runtime/manifest.c) as waits of the session (rf_session_wait:
+ * bounded once the session joined a call): rank 0 broadcasts its manifest, every rank
+ * validates it against its own inventory, and all agree on the digest. The same results and
+ * texts as rf_manifest_agree. Collective.
+ */
+static rf_status_t manifest_agree(rf_session_t *s, rf_err_t *err)
+{
+    uint64_t len = s->rank == 0 ? rf_manifest_serialize(&s->man, NULL, 0) : 0;
+    RF_CHECK(rf_session_bcast(s, &len, (int)sizeof(len), 0, "the manifest's size", err));
+    char *buf = malloc(len + 1);
+    rf_status_t st = buf == NULL ? rf_err_set(err, RF_ERR_NOMEM, "manifest: out of memory")
+                                 : RF_OK;
+    if (st != RF_OK) /* the others wait in the broadcast: this rank leaves (lost) */
+        return rf_session_lose(s, st, err);
+    if (s->rank == 0)
+        rf_manifest_serialize(&s->man, buf, len + 1);
+    st = rf_session_bcast(s, buf, (int)len, 0, "the manifest", err);
+    if (st != RF_OK) {
+        free(buf);
+        return st;
+    }
+    rf_err_t local;
+    rf_err_clear(&local);
+    if (s->rank != 0)
+        st = rf_manifest_parse(buf, len, &s->man, &local);
+    free(buf);
+    if (st == RF_OK)
+        st = rf_manifest_validate(&s->man, &s->inv, &s->topo, &local);
+    /* every rank learns the first failing rank's message */
+    int code = st == RF_OK ? s->size : s->rank, first = s->size;
+    RF_CHECK(rf_session_allreduce(s, &code, &first, 1, MPI_INT, MPI_MIN, "the manifest's check",
+                                  err));
+    if (first < s->size) {
+        struct {
+            int status;
+            char msg[RF_ERR_MSG_MAX];
+        } rep;
+        memset(&rep, 0, sizeof(rep));
+        rep.status = (int)local.status;
+        snprintf(rep.msg, sizeof(rep.msg), "%s", local.msg);
+        RF_CHECK(rf_session_bcast(s, &rep, (int)sizeof(rep), first, "the manifest's check",
+                                  err));
+        return rf_err_set(err, (rf_status_t)rep.status, "rank %d: %s", first, rep.msg);
+    }
+    uint64_t mn = 0, mx = 0;
+    RF_CHECK(rf_session_allreduce(s, &s->man.digest, &mn, 1, MPI_UINT64_T, MPI_MIN,
+                                  "the manifest digests", err));
+    RF_CHECK(rf_session_allreduce(s, &s->man.digest, &mx, 1, MPI_UINT64_T, MPI_MAX,
+                                  "the manifest digests", err));
+    if (mn != mx)
+        return rf_err_set(err, RF_ERR_MISMATCH,
+                          "manifest digests disagree across ranks (%016" PRIx64 " vs %016" PRIx64
+                          ")",
+                          mn, mx);
+    return RF_OK;
+}
+
 rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
 {
     rf_status_t st = rf_session_is_rollout(s) ? build_rollout(s, err) : RF_OK;
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
 
     /* manifest: trainer rank 0 builds it from the inventory and the checkpoint headers, once
      * the checkpoint's own config.json (if any) agrees with the topology's */
@@ -1086,14 +1161,14 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
                                   s->topo.group_size, err);
     if (s->rank == 0 && st == RF_OK)
         st = rf_manifest_build(&s->inv, &s->topo, s->ck, s->so.checkpoint, &s->man, err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
-    RF_CHECK(rf_manifest_agree(&s->man, 0, &s->inv, &s->topo, s->comm, err));
+    RF_CHECK(rf_session_agree(s, st, err));
+    RF_CHECK(manifest_agree(s, err));
     st = RF_OK;
     for (int i = 0; i < s->man.n && st == RF_OK && rf_session_is_rollout(s); i++)
         st = rf_plan_set_source_dtype(&s->plan, s->man.entries[i].tensor, s->man.entries[i].dtype,
                                       err);
-    RF_CHECK(rf_session_agree(s->comm, st, err));
-    RF_CHECK(rf_session_agree(s->comm, build_transfer(s, err), err));
+    RF_CHECK(rf_session_agree(s, st, err));
+    RF_CHECK(rf_session_agree(s, build_transfer(s, err), err));
 
     st = RF_OK;
     if (!rf_session_is_rollout(s)) {
@@ -1101,13 +1176,13 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
                              err);
         s->tr_ready = st == RF_OK;
     }
-    RF_CHECK(rf_session_agree(s->comm, st, err));
+    RF_CHECK(rf_session_agree(s, st, err));
     st = s->so.configured ? s->so.configured(s->so.ctx, s, err) : RF_OK;
-    RF_CHECK(rf_session_agree(s->comm, st, err)); /* same options and topology: same answer */
+    RF_CHECK(rf_session_agree(s, st, err)); /* same options and topology: same answer */
     RF_CHECK(build_transport(s, err));
     /* the public API's trainer reads the registered tensors in place */
     st = !s->so.owned && !rf_session_is_rollout(s) ? borrow_trainer(s, err) : RF_OK;
-    return rf_session_agree(s->comm, st, err);
+    return rf_session_agree(s, st, err);
 }
 
 void rf_session_release(rf_session_t *s, bool mpi)
@@ -1115,9 +1190,20 @@ void rf_session_release(rf_session_t *s, bool mpi)
     if (s == NULL)
         return;
     if (mpi && s->xfer && s->ipc_dev) {
-        /* CUDA IPC: every importer closes its mappings before any exporter frees */
+        /* CUDA IPC: every importer closes its mappings before any exporter frees. Bounded as
+         * every wait of a joined session (rf_session_wait): a rank that left without closing
+         * (or stopped) fails it, and then no exporter may free what an importer may still map:
+         * the rest is torn down as a lost session's (memory only, the transfer engine and the
+         * communicators left to MPI_Finalize) */
         rf_xfer_ipc_close_imports(s->xfer);
-        MPI_Barrier(s->comm);
+        rf_err_t be;
+        rf_err_clear(&be);
+        s->call = "rf_session_destroy";
+        if (rf_session_barrier(s, "the ipc teardown barrier", &be) != RF_OK) {
+            rf_warn("%s; torn down locally: the ipc arenas, the transfer engine and the "
+                    "communicators are left to MPI_Finalize", be.msg);
+            mpi = false;
+        }
     }
     if (s->tr_ready) /* its stage gather first: it runs on the transfer engine */
         rf_trainer_free(&s->tr);

@@ -155,6 +155,14 @@ size_t rf_p2p_schedule_bytes(const rf_p2p_schedule_t *s);
  */
 rf_status_t rf_p2p_expect_agree(const rf_p2p_schedule_t *s, int rank, uint64_t per_chunk,
                                 MPI_Comm comm, rf_gate_expect_t *expect, rf_err_t *err);
+/* rf_p2p_expect_agree's two local halves, for a caller that gathers the records itself (the
+ * session: bounded waits, runtime/session_setup.c): this rank's records (*recs_p owned by the
+ * caller, *bytes_p bytes; RF_ERR_NOMEM: none) and, on the gathering rank, the check of every
+ * rank's records concatenated (sorted in place) filling expect. Same results and texts. */
+rf_status_t rf_p2p_expect_records(const rf_p2p_schedule_t *s, int rank, uint64_t per_chunk,
+                                  void **recs_p, int *bytes_p, rf_err_t *err);
+rf_status_t rf_p2p_expect_check(void *recs, size_t bytes, rf_gate_expect_t *expect,
+                                rf_err_t *err);
 
 #ifdef __cplusplus
 }

@@ -393,3 +393,18 @@ set_tests_properties(emu_check_session_quant_fp8_block_ipc_refused_np2 PROPERTIE
 # Issue 18 (pinned mpi receive buffers on device storage): check_session_device reads the
 # xfer's receive-buffer state (transport/xfer_int.h)
 target_include_directories(check_session_device PRIVATE ${CMAKE_SOURCE_DIR}/transport)
+
+# No wait past a join is unbounded (issue #15): the join race (a tiny join_timeout_s, plan and
+# update at once, 25 runs: the same verdict on every rank), a rank leaving or stalling right
+# after the plan's join (REFIT_TEST_SESSION_AFTER_JOIN: a test build's hook)
+add_executable(check_session_join ${CMAKE_CURRENT_SOURCE_DIR}/check_session_join.c)
+target_link_libraries(check_session_join PRIVATE refit PkgConfig::CHECK)
+foreach(np 2 3)
+  add_test(NAME check_session_join_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_join>
+                   ${REFIT_TEST_DATA}/llama-tiny/config.json
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_join_np${np} PROPERTIES LABELS mpi TIMEOUT 400
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=240")
+endforeach()
