@@ -352,8 +352,10 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("session_device");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_device_storage);
-    tcase_add_test(tc, test_pinned_receive_gate);
-    tcase_add_test(tc, test_pageable_receive_switch);
+    if (rollout_dev) { /* the rollout's pinned receive buffers: only with device storage */
+        tcase_add_test(tc, test_pinned_receive_gate);
+        tcase_add_test(tc, test_pageable_receive_switch);
+    }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
