@@ -119,6 +119,25 @@ static rf_status_t check_not_lost(const rf_session_t *s, rf_err_t *err)
     return rf_err_reset(err, s->lost_err.status, "%s", s->lost_err.msg);
 }
 
+/* The opening of every bounded operation below: refused on a lost session, the step named
+ * into what, one heap block of bytes (MPI may still use it after a failed wait: finish_op
+ * parks it) holding the in_bytes of in at its start. Out of memory loses the session. */
+static rf_status_t op_block(rf_session_t *s, const char *step, size_t bytes, const void *in,
+                            size_t in_bytes, char *what, size_t cap, char **blk_p, rf_err_t *err)
+{
+    *blk_p = NULL;
+    RF_CHECK(check_not_lost(s, err));
+    step_name(s, step, what, cap);
+    char *blk = malloc(bytes + 1);
+    if (blk == NULL)
+        return rf_session_lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory",
+                                               s->rank, what), err);
+    if (in_bytes > 0)
+        memcpy(blk, in, in_bytes);
+    *blk_p = blk;
+    return RF_OK;
+}
+
 /* Posts nothing (post failed: freed) or waits for req over blk: copied out and freed on
  * success, parked when the wait fails (the operation stays posted: it cannot be cancelled,
  * and MPI uses blk when a late rank completes it). */
@@ -145,17 +164,11 @@ static rf_status_t finish_op(rf_session_t *s, int rc, MPI_Request *req, void *bl
 rf_status_t rf_session_allreduce(rf_session_t *s, const void *in, void *out, int count,
                                  MPI_Datatype dt, MPI_Op op, const char *step, rf_err_t *err)
 {
-    char what[160];
+    char what[160], *blk;
     int tsize = 0;
-    RF_CHECK(check_not_lost(s, err));
-    step_name(s, step, what, sizeof(what));
     MPI_Type_size(dt, &tsize);
     size_t n = (size_t)count * (size_t)tsize;
-    char *blk = malloc(2 * n + 1);
-    if (blk == NULL)
-        return rf_session_lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory",
-                                               s->rank, what), err);
-    memcpy(blk, in, n);
+    RF_CHECK(op_block(s, step, 2 * n, in, n, what, sizeof(what), &blk, err));
     MPI_Request req;
     int rc = MPI_Iallreduce(blk, blk + n, count, dt, op, s->comm, &req);
     RF_CHECK(finish_op(s, rc, &req, blk, what, err));
@@ -167,17 +180,11 @@ rf_status_t rf_session_allreduce(rf_session_t *s, const void *in, void *out, int
 rf_status_t rf_session_allgather(rf_session_t *s, const void *in, int count, MPI_Datatype dt,
                                  void *out, const char *step, rf_err_t *err)
 {
-    char what[160];
+    char what[160], *blk;
     int tsize = 0;
-    RF_CHECK(check_not_lost(s, err));
-    step_name(s, step, what, sizeof(what));
     MPI_Type_size(dt, &tsize);
     size_t n = (size_t)count * (size_t)tsize;
-    char *blk = malloc(n * (size_t)(s->size + 1) + 1);
-    if (blk == NULL)
-        return rf_session_lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory",
-                                               s->rank, what), err);
-    memcpy(blk, in, n);
+    RF_CHECK(op_block(s, step, n * (size_t)(s->size + 1), in, n, what, sizeof(what), &blk, err));
     MPI_Request req;
     int rc = MPI_Iallgather(blk, count, dt, blk + n, count, dt, s->comm, &req);
     RF_CHECK(finish_op(s, rc, &req, blk, what, err));
@@ -189,14 +196,8 @@ rf_status_t rf_session_allgather(rf_session_t *s, const void *in, int count, MPI
 rf_status_t rf_session_bcast(rf_session_t *s, void *buf, int bytes, int root, const char *step,
                              rf_err_t *err)
 {
-    char what[160];
-    RF_CHECK(check_not_lost(s, err));
-    step_name(s, step, what, sizeof(what));
-    char *blk = malloc((size_t)bytes + 1);
-    if (blk == NULL)
-        return rf_session_lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory",
-                                               s->rank, what), err);
-    memcpy(blk, buf, (size_t)bytes);
+    char what[160], *blk;
+    RF_CHECK(op_block(s, step, (size_t)bytes, buf, (size_t)bytes, what, sizeof(what), &blk, err));
     MPI_Request req;
     int rc = MPI_Ibcast(blk, bytes, MPI_BYTE, root, s->comm, &req);
     RF_CHECK(finish_op(s, rc, &req, blk, what, err));
@@ -274,14 +275,8 @@ rf_status_t rf_session_barrier(rf_session_t *s, const char *step, rf_err_t *err)
 rf_status_t rf_session_send(rf_session_t *s, const void *buf, int bytes, int dst, int tag,
                             const char *step, rf_err_t *err)
 {
-    char what[160];
-    RF_CHECK(check_not_lost(s, err));
-    step_name(s, step, what, sizeof(what));
-    char *blk = malloc((size_t)bytes + 1);
-    if (blk == NULL)
-        return rf_session_lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory",
-                                               s->rank, what), err);
-    memcpy(blk, buf, (size_t)bytes);
+    char what[160], *blk;
+    RF_CHECK(op_block(s, step, (size_t)bytes, buf, (size_t)bytes, what, sizeof(what), &blk, err));
     MPI_Request req;
     int rc = MPI_Isend(blk, bytes, MPI_BYTE, dst, tag, s->comm, &req);
     RF_CHECK(finish_op(s, rc, &req, blk, what, err));
@@ -292,13 +287,8 @@ rf_status_t rf_session_send(rf_session_t *s, const void *buf, int bytes, int dst
 rf_status_t rf_session_recv(rf_session_t *s, void *buf, int bytes, int src, int tag,
                             const char *step, rf_err_t *err)
 {
-    char what[160];
-    RF_CHECK(check_not_lost(s, err));
-    step_name(s, step, what, sizeof(what));
-    char *blk = malloc((size_t)bytes + 1);
-    if (blk == NULL)
-        return rf_session_lose(s, rf_err_reset(err, RF_ERR_NOMEM, "rank %d: %s: out of memory",
-                                               s->rank, what), err);
+    char what[160], *blk;
+    RF_CHECK(op_block(s, step, (size_t)bytes, NULL, 0, what, sizeof(what), &blk, err));
     MPI_Request req;
     int rc = MPI_Irecv(blk, bytes, MPI_BYTE, src, tag, s->comm, &req);
     RF_CHECK(finish_op(s, rc, &req, blk, what, err));
