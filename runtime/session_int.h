@@ -320,6 +320,19 @@ rf_status_t rf_session_agree_comm(MPI_Comm comm, rf_status_t st, rf_err_t *err);
  * runtime/session_common.c). Local, never fails. */
 void rf_session_park(void *p);
 
+/*
+ * The plan hash (rf_session_plan_info_t.hash) in one implementation, for rf_session_plan and
+ * the offline plan (runtime/session_offline.c), which must give the same value:
+ * rf_session_decisions_hash: a rollout rank's per-layer decisions, hash64 over (module, mode)
+ * of every layer of plan p as uint64 pairs, in layer order (a trainer rank's is 0);
+ * rf_session_plan_hash: hash64 over [topology hash, manifest digest, hash64 of narrowed[n]
+ * (1 per manifest entry some trainer rank registered as a wider master), rank_hashes[size]
+ * (every world rank's decisions hash, in rank order)]. RF_ERR_NOMEM only. Local.
+ */
+rf_status_t rf_session_decisions_hash(const rf_plan_t *p, uint64_t *h_p);
+rf_status_t rf_session_plan_hash(uint64_t topo_hash, uint64_t digest, const uint8_t *narrowed,
+                                 int n, const uint64_t *rank_hashes, int size, uint64_t *h_p);
+
 /* Collective over comm: *s_p on every rank, or NULL and the same error everywhere (setup's
  * partial state freed). */
 rf_status_t rf_session_open(MPI_Comm comm, const char *topology, const rf_session_setup_t *so,
