@@ -402,33 +402,11 @@ rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, 
 
 /* ---- plan --------------------------------------------------------------------------------- */
 
-/*
- * Tests only (built with REFIT_TEST_HOOKS, the test builds): REFIT_TEST_SESSION_AFTER_JOIN on
- * this rank's process stops the plan right after its join, where the other ranks go on into
- * the plan's next collective: "leave" leaves the session there (lost, the others told, as a
- * caller's rf_session_destroy_local would), "stall:S" sleeps S seconds first (a rank that
- * only stopped). Local.
- */
+/* Tests only: REFIT_TEST_SESSION_AFTER_JOIN stops the plan right after its join, where the
+ * other ranks go on into the plan's next collective (rf_session_test_stop). Local. */
 static rf_status_t test_after_join(rf_session_t *s, rf_err_t *err)
 {
-#ifdef REFIT_TEST_HOOKS
-    const char *h = getenv("REFIT_TEST_SESSION_AFTER_JOIN");
-    if (h == NULL || *h == '\0')
-        return RF_OK;
-    if (strcmp(h, "leave") == 0)
-        return rf_session_lose(s, rf_err_set(err, RF_ERR_STATE, "rank %d: rf_session_plan: left "
-                                             "after the join (REFIT_TEST_SESSION_AFTER_JOIN=leave)",
-                                             s->rank), err);
-    if (strncmp(h, "stall:", 6) == 0) {
-        double sec = atof(h + 6);
-        struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
-        nanosleep(&ts, NULL);
-    }
-#else
-    (void)s;
-    (void)err;
-#endif
-    return RF_OK;
+    return rf_session_test_stop(s, "REFIT_TEST_SESSION_AFTER_JOIN", "after the join", err);
 }
 
 /* Every rank's registration complete and clean (local). */

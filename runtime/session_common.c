@@ -298,6 +298,32 @@ rf_status_t rf_session_recv(rf_session_t *s, void *buf, int bytes, int src, int 
     return RF_OK;
 }
 
+/* ---- the tests' stops -------------------------------------------------------------------- */
+
+rf_status_t rf_session_test_stop(rf_session_t *s, const char *env, const char *where,
+                                 rf_err_t *err)
+{
+#ifdef REFIT_TEST_HOOKS
+    const char *h = getenv(env);
+    if (h == NULL || *h == '\0')
+        return RF_OK;
+    if (strcmp(h, "leave") == 0)
+        return rf_session_lose(s, rf_err_set(err, RF_ERR_STATE, "rank %d: rf_session_plan: left "
+                                             "%s (%s=leave)", s->rank, where, env), err);
+    if (strncmp(h, "stall:", 6) == 0) {
+        double sec = atof(h + 6);
+        struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+#else
+    (void)s;
+    (void)env;
+    (void)where;
+    (void)err;
+#endif
+    return RF_OK;
+}
+
 /* ---- the plan hash (rf_session_plan_info_t.hash) ------------------------------------------ */
 
 rf_status_t rf_session_decisions_hash(const rf_plan_t *p, uint64_t *h_p)
