@@ -16,6 +16,8 @@
  *   rf_session_abort     local       this rank's next update fails (every rank's, then)
  *   rf_session_destroy   collective
  *   rf_session_destroy_local  local  a failure path's teardown (the others fail, naming it)
+ *   rf_session_offline_*      local  what rf_session_plan of a topology agrees, in one process
+ *                                    without MPI (refit-plan; below)
  *
  * Collective calls are made by every rank of the communicator, in the same order, from one
  * thread per process. A collective call returns the same status on every rank (an error on
@@ -33,7 +35,9 @@
  * that rank: every later call is refused (RF_ERR_STATE) and rf_session_destroy is local. Past
  * the join an update runs under its update deadline (transfer.timeout_s, docs/topology.md).
  * rf_session_create's collectives have no deadline of their own: every rank calls it at the
- * start of the job.
+ * start of the job. It makes every communicator the session uses (its duplicate, the role
+ * split, the trainers' stage split): none is made past a join, where a plain MPI_Comm_split
+ * could not be bounded.
  *
  * MPI: MPI_Init(_thread) before rf_session_create, MPI_Finalize after rf_session_destroy.
  * refit makes its MPI calls from the thread that calls rf_session_*, inside those calls
