@@ -239,7 +239,9 @@ rf_status_t rf_session_offline_plan(rf_session_offline_t *o, rf_session_plan_inf
     for (int j = 0; j < o->R && st == RF_OK; j++) {
         rf_session_rank_plan_t rp;
         st = rf_session_offline_plan_rank(o, o->T + j, &rp);
-        for (int k = 0; k < 3 && st == RF_OK; k++)
+        if (st != RF_OK)
+            break;
+        for (int k = 0; k < 3; k++)
             in.layers[k] += rp.layers[k];
         hashes[o->T + j] = rp.hash;
     }
