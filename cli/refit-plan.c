@@ -6,11 +6,15 @@
  *   refit-plan --topology FILE --simulate [--machine FILE] [machine flags] [--mode M]
  *              [--json FILE]
  *
- * Runs as one process (no mpirun needed): it parses the topology and the model config, builds
- * the inventory, and for each rollout rank reserves that rank's runtime arenas with
- * mmap(MAP_NORESERVE, PROT_NONE), plans every layer with the format owner of the topology's
- * (quantization, backend), and prints the layers per plan mode and the expected applications.
- * Full-size models (Qwen3-30B-A3B: ~19k tensors, 30 B parameters) plan in seconds on a laptop.
+ * Runs as one process (no mpirun, no MPI): a client of the session API's offline plan
+ * (include/refit/session.h, rf_session_offline_*), which reads the topology and the model
+ * config as rf_session_create does, builds the inventory and the manifest, and for each
+ * rollout rank reserves that rank's runtime storage with mmap(MAP_NORESERVE, PROT_NONE) and
+ * plans every layer as that rank of a session would, with the format owner of the topology's
+ * (quantization, backend). It prints the layers per plan mode and the expected applications
+ * per rank, then what rf_session_plan of that topology agrees: the totals and the plan hash
+ * (tests/mpi/check_session_offline.c holds the two equal). Full-size models (Qwen3-30B-A3B:
+ * ~19k tensors, 30 B parameters) plan in seconds on a laptop.
  *
  * --simulate prints the scale model instead (include/refit/simulate.h, docs/simulate.md): per
  * mode the bytes each sender sends each receiver, the load on every link class of the machine,
@@ -29,11 +33,9 @@
 #include "cli_common.h"
 #include "refit/format.h"
 #include "refit/formats.h"
-#include "refit/log.h"
 #include "refit/model.h"
-#include "refit/plan.h"
+#include "refit/refit.h"
 #include "refit/simulate.h"
-#include "refit/storage.h"
 #include "refit/topology.h"
 
 static void usage(FILE *f)
@@ -236,6 +238,88 @@ static int parse_rate_flag(const char *flag, const char *v, double *out)
     return 0;
 }
 
+static char *hex64(uint64_t v, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%016" PRIx64, v);
+    return buf;
+}
+
+/* The reload plan of every rollout rank through rf_session_offline_* (the numbers a session
+ * of the topology agrees in rf_session_plan), a row per rank, then the session's totals and
+ * plan hash; 0 or 1 (message printed). */
+static int plan_offline(const char *topo_path, int layerwise, const char *owner,
+                        const char *json_path)
+{
+    rf_session_options_t opt = {.layerwise = layerwise};
+    rf_session_offline_t *o = NULL;
+    if (rf_session_offline_open(topo_path, &opt, owner, &o) != RF_OK)
+        return fail(rf_session_offline_last_error(NULL));
+    const rf_session_offline_desc_t *d = rf_session_offline_describe(o);
+    int T = d->trainer_ranks, R = d->rollout_ranks;
+    printf("refit-plan: %s: %s %s, %d layers, %d tensors, %" PRIu64
+           " checkpoint elements; quantization %s on %s (owner %s); %d trainer + %d rollout ranks\n",
+           d->name, d->model_type, d->architecture, d->model_layers, d->tensors, d->elements,
+           d->quantization, d->backend, d->format_owner, T, R);
+    printf("%6s %6s %4s %4s %4s %8s %13s %10s %14s %10s %9s %16s\n", "rank", "engine", "tp",
+           "dp", "ep", "DIRECT", "RUNTIME_VIEW", "LAYERWISE", "applications", "declined",
+           "layers", "reserved bytes");
+    json_t *jrows = json_array();
+    int rc = 0;
+    for (int j = 0; j < R && rc == 0; j++) {
+        rf_session_rank_plan_t p;
+        if (rf_session_offline_plan_rank(o, T + j, &p) != RF_OK) {
+            rc = fail(rf_session_offline_last_error(o));
+            break;
+        }
+        char h[24];
+        printf("%6d %6d %4d %4d %4d %8" PRIu64 " %13" PRIu64 " %10" PRIu64 " %14" PRIu64
+               " %10" PRIu64 " %9d %16" PRIu64 "\n",
+               p.rank, p.engine, p.tp_rank, p.dp_rank, p.ep_rank, p.layers[0], p.layers[1],
+               p.layers[2], p.applications, p.declined, p.nlayers, p.storage_bytes);
+        json_array_append_new(
+            jrows, json_pack("{s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s}",
+                             "rank", p.rank, "engine", p.engine, "tp_rank", p.tp_rank,
+                             "dp_rank", p.dp_rank, "ep_rank", p.ep_rank, "direct",
+                             (json_int_t)p.layers[0], "runtime_view", (json_int_t)p.layers[1],
+                             "layerwise", (json_int_t)p.layers[2], "applications",
+                             (json_int_t)p.applications, "declined", (json_int_t)p.declined,
+                             "reserved_bytes", (json_int_t)p.storage_bytes, "decisions_hash",
+                             hex64(p.hash, h, sizeof(h))));
+    }
+    rf_session_plan_info_t info;
+    if (rc == 0 && rf_session_offline_plan(o, &info) != RF_OK)
+        rc = fail(rf_session_offline_last_error(o));
+    char hh[24], hd[24];
+    if (rc == 0)
+        printf("refit-plan: %s: plan hash %s (what rf_session_plan agrees; trainers without F32 "
+               "masters): %" PRIu64 " DIRECT, %" PRIu64 " RUNTIME_VIEW, %" PRIu64
+               " LAYERWISE layers over %d rollout ranks (%s); manifest %s: %d tensors, %" PRIu64
+               " payload bytes\n",
+               d->name, hex64(info.hash, hh, sizeof(hh)), info.layers[0], info.layers[1],
+               info.layers[2], R, d->mode, hex64(info.manifest_digest, hd, sizeof(hd)),
+               info.tensors, info.payload_bytes);
+    if (json_path != NULL && rc == 0) {
+        json_t *root = json_pack(
+            "{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:{s:I, s:I, s:I}, s:i, s:I, s:o}", "topology",
+            d->name, "quantization", d->quantization, "backend", d->backend, "mode", d->mode,
+            "tensors", d->tensors, "hash", hh, "manifest_digest", hd, "layers", "direct",
+            (json_int_t)info.layers[0], "runtime_view", (json_int_t)info.layers[1], "layerwise",
+            (json_int_t)info.layers[2], "manifest_tensors", info.tensors, "payload_bytes",
+            (json_int_t)info.payload_bytes, "ranks", jrows);
+        errno = 0;
+        if (root == NULL || json_dump_file(root, json_path, JSON_INDENT(1)) != 0) {
+            fprintf(stderr, "refit-plan: --json %s: cannot write: %s\n", json_path,
+                    errno ? strerror(errno) : "no JSON");
+            rc = 1;
+        }
+        json_decref(root);
+    } else {
+        json_decref(jrows);
+    }
+    rf_session_offline_close(o);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -251,7 +335,7 @@ int main(int argc, char **argv)
     const char *machine_path = NULL, *mf[7] = {NULL};
     int sim = 0, modes = 3;
     const char *topo_path = NULL, *json_path = NULL, *owner = NULL;
-    rf_reload_policy_t policy = RF_POLICY_AUTO;
+    int layerwise = 0;
     rf_topology_t topo;
     rf_model_config_t cfg0, cfg;
     rf_inventory_t inv;
@@ -274,9 +358,9 @@ int main(int argc, char **argv)
             break;
         case 'p':
             if (strcmp(optarg, "auto") == 0)
-                policy = RF_POLICY_AUTO;
+                layerwise = 0;
             else if (strcmp(optarg, "layerwise") == 0)
-                policy = RF_POLICY_LAYERWISE;
+                layerwise = 1;
             else
                 return bad_value("--reload-policy", optarg, "must be auto or layerwise");
             break;
@@ -366,13 +450,17 @@ int main(int argc, char **argv)
             mach.chunk_latency_s = us * 1e-6;
         }
     }
-    /* MPI only so that the library's MPI-typed pieces are initialized; one process */
-    MPI_Init(&argc, &argv);
     if ((yaml = cli_file_read(topo_path, 0, &len)) == NULL) {
         fprintf(stderr, "refit-plan: %s: cannot read: %s\n", topo_path, cli_file_error());
-        MPI_Finalize();
         return 1;
     }
+    if (!sim) { /* the reload plans: the session API's offline plan (refit/session.h) */
+        free(yaml);
+        return plan_offline(topo_path, layerwise, owner, json_path);
+    }
+    /* --simulate: the scale model over the topology and inventory (refit/simulate.h); MPI only
+     * so that the library's MPI-typed pieces are initialized; one process */
+    MPI_Init(&argc, &argv);
     if (rf_topology_parse(yaml, len, topo_path, &topo, &err) != RF_OK ||
         rf_model_config_load(topo.model_config_path, &cfg0, &err) != RF_OK ||
         rf_model_check_topology(&topo, &cfg0, 0, &cfg, &err) != RF_OK ||
@@ -384,87 +472,16 @@ int main(int argc, char **argv)
         return fail(err.msg);
     }
     free(yaml);
-    rf_format_t fmt = {.ops = owner ? rf_format_lookup(owner)
-                                    : rf_format_for(topo.quantization, (int)topo.r_backend),
-                       .quant = topo.quantization,
-                       .backend = (int)topo.r_backend};
-    if (fmt.ops == NULL) {
+    const rf_format_ops_t *ops = owner ? rf_format_lookup(owner)
+                                       : rf_format_for(topo.quantization, (int)topo.r_backend);
+    if (ops == NULL) {
         MPI_Finalize();
         return fail("no format owner for this (quantization, backend)");
     }
-    if (sim) {
-        int src = simulate(&topo, &inv, &mach, modes, json_path);
-        rf_inventory_free(&inv);
-        rf_model_config_free(&cfg);
-        rf_model_config_free(&cfg0);
-        MPI_Finalize();
-        return src;
-    }
-    int T = rf_topology_trainer_size(&topo), R = rf_topology_rollout_size(&topo);
-    printf("refit-plan: %s: %s %s, %d layers, %d tensors, %" PRIu64
-           " checkpoint elements; quantization %s on %s (owner %s); %d trainer + %d rollout ranks\n",
-           topo.name, cfg.model_type, cfg.architecture, (int)cfg.num_hidden_layers, inv.ntensors,
-           inv.nparams, rf_quant_name(topo.quantization), rf_backend_name(topo.r_backend),
-           fmt.ops->name, T, R);
-    printf("%6s %6s %4s %4s %4s %8s %13s %10s %14s %10s %9s %16s\n", "rank", "engine", "tp",
-           "dp", "ep", "DIRECT", "RUNTIME_VIEW", "LAYERWISE", "applications", "declined",
-           "layers", "reserved bytes");
-    json_t *jrows = json_array();
-    int rc = 0;
-    for (int j = 0; j < R; j++) {
-        rf_rank_info_t info;
-        rf_storage_t st;
-        rf_plan_t plan;
-        rf_topology_rank_info(&topo, T + j, &info);
-        if (rf_inventory_check_rollout(&inv, &info.rc, &err) != RF_OK ||
-            rf_storage_init(&st, inv.nmodules, &err) != RF_OK) {
-            rc = fail(err.msg);
-            break;
-        }
-        if (rf_plan_alloc_storage(&inv, &info.rc, &fmt, &st, true, &err) != RF_OK ||
-            rf_plan_build(&plan, &inv, &info.rc, &st, &fmt, policy, &err) != RF_OK) {
-            rf_storage_free(&st);
-            rc = fail(err.msg);
-            break;
-        }
-        uint64_t declined = 0;
-        for (int a = 0; a < plan.napps; a++)
-            declined += plan.apps[a].declined;
-        printf("%6d %6d %4d %4d %4d %8" PRIu64 " %13" PRIu64 " %10" PRIu64 " %14" PRIu64
-               " %10" PRIu64 " %9d %16" PRIu64 "\n",
-               T + j, info.engine, info.rc.tp_rank, info.rc.dp_rank, info.rc.ep_rank,
-               plan.stats.layers[0], plan.stats.layers[1], plan.stats.layers[2],
-               (uint64_t)plan.napps - declined, declined, plan.nlayers, st.bytes);
-        json_array_append_new(
-            jrows, json_pack("{s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "rank",
-                             T + j, "engine", info.engine, "tp_rank", info.rc.tp_rank, "dp_rank",
-                             info.rc.dp_rank, "ep_rank", info.rc.ep_rank, "direct",
-                             (json_int_t)plan.stats.layers[0], "runtime_view",
-                             (json_int_t)plan.stats.layers[1], "layerwise",
-                             (json_int_t)plan.stats.layers[2], "applications",
-                             (json_int_t)(plan.napps - declined), "declined",
-                             (json_int_t)declined, "reserved_bytes", (json_int_t)st.bytes));
-        rf_plan_free(&plan);
-        rf_storage_free(&st);
-    }
-    if (json_path != NULL && rc == 0) {
-        json_t *root = json_pack("{s:s, s:s, s:s, s:i, s:o}", "topology", topo.name,
-                                 "quantization", rf_quant_name(topo.quantization), "backend",
-                                 rf_backend_name(topo.r_backend), "tensors", inv.ntensors,
-                                 "ranks", jrows);
-        errno = 0;
-        if (root == NULL || json_dump_file(root, json_path, JSON_INDENT(1)) != 0) {
-            fprintf(stderr, "refit-plan: --json %s: cannot write: %s\n", json_path,
-                    errno ? strerror(errno) : "no JSON");
-            rc = 1;
-        }
-        json_decref(root);
-    } else {
-        json_decref(jrows);
-    }
+    int src = simulate(&topo, &inv, &mach, modes, json_path);
     rf_inventory_free(&inv);
     rf_model_config_free(&cfg);
     rf_model_config_free(&cfg0);
     MPI_Finalize();
-    return rc;
+    return src;
 }

@@ -6,6 +6,8 @@
  * parses them, checks them against the model and the communicator size, and all ranks agree
  * on the hash. Failures on any rank are agreed too (the lowest failing rank's message goes to
  * all), so a bad file makes every rank return the same error instead of hanging.
+ * rf_model_load_topology_local(): the same reads and parses in one process, no MPI (the
+ * offline plan of include/refit/session.h).
  */
 #include <errno.h>
 #include <mpi.h>
@@ -145,6 +147,44 @@ static rf_status_t agree(rf_status_t mine, int rank, int size, MPI_Comm comm, rf
                    first_all != 0 ? " (on another rank)" : "");
     }
     return (rf_status_t)rep.status;
+}
+
+rf_status_t rf_model_load_topology_local(const char *path_or_NULL, rf_topology_t *topo_p,
+                                         rf_model_config_t *cfg_p, rf_err_t *err)
+{
+    char *path = NULL, *yaml = NULL, *cfgtext = NULL;
+    size_t ylen = 0, clen = 0;
+    rf_topology_t topo;
+    rf_model_config_t raw, cfg;
+    bool have_raw = false, have_cfg = false;
+    rf_status_t st = root_read(path_or_NULL, &path, &yaml, &ylen, &cfgtext, &clen, err);
+    if (st != RF_OK)
+        return st;
+    /* the texts parsed as every rank of rf_model_load_topology parses them (no world size) */
+    st = rf_topology_parse(yaml, ylen, path[0] ? path : NULL, &topo, err);
+    if (st == RF_OK) {
+        st = rf_model_config_parse(cfgtext, clen, topo.model_config_path, &raw, err);
+        have_raw = st == RF_OK;
+    }
+    if (st == RF_OK) {
+        st = rf_model_check_topology(&topo, &raw, 0, &cfg, err);
+        have_cfg = st == RF_OK;
+    }
+    if (st == RF_OK)
+        st = rf_model_bind_topology(&topo, &cfg, err);
+    if (st == RF_OK) {
+        *topo_p = topo;
+        *cfg_p = cfg;
+        have_cfg = false;
+    }
+    if (have_cfg)
+        rf_model_config_free(&cfg);
+    if (have_raw)
+        rf_model_config_free(&raw);
+    free(path);
+    free(yaml);
+    free(cfgtext);
+    return st;
 }
 
 rf_status_t rf_model_load_topology(const char *path_or_NULL, MPI_Comm comm,

@@ -182,6 +182,12 @@ void job_verify_update(job_t *j, uint32_t v, bool from_ckpt, bool diff);
 /* --cold-check: keeps a chunk's payload (copy: owned, passed on) / frees the kept ones. */
 rf_status_t job_cold_keep(job_t *j, const rf_chunk_t *chunk, char *copy, rf_err_t *err);
 void job_cold_free(job_t *j);
+/* Rank 0 at setup, --reference with a checkpoint on a quantized topology: every tensor the
+ * trainer quantizes from the checkpoint (rf_manifest_trainer_quantizes) has a reference entry
+ * of its quantized dtype, as the first update's reassembly will require; else RF_ERR_MISMATCH
+ * naming the reference file, the topology's quantization, how many and the first tensor (a
+ * reference of an unquantized checkpoint), before anything moves. Local. */
+rf_status_t job_ref_check_quantized(job_t *j, rf_err_t *err);
 /* Rank 0, committed update v checked against --reference: every reference entry verified or
  * skipped on purpose (vsum: per inventory tensor, some rank verified it). Returns 1 with the
  * reason in fail when one was not checked, else 0; sets *verified_p and j->ref_*. */

@@ -538,6 +538,49 @@ static void reasm_done(void *ctx, int tensor, const void *bytes, size_t nbytes)
     c->checked++;
 }
 
+rf_status_t job_ref_check_quantized(job_t *j, rf_err_t *err)
+{
+    const rf_inventory_t *inv = &j->s->inv;
+    if (j->ref == NULL || j->s->ck == NULL || j->s->topo.quantization == RF_QUANT_NONE)
+        return RF_OK;
+    /* reasm_done's own rule for a tensor the trainer quantized: the reference's entry must be
+     * there and of the dtype the engine holds it in (the tensor's) */
+    const rf_tensor_t *first = NULL;
+    const rf_ref_entry_t *fe = NULL;
+    int n = 0;
+    for (int i = 0; i < inv->ntensors; i++) {
+        const rf_tensor_t *t = &inv->tensors[i];
+        if (!rf_manifest_trainer_quantizes(inv, t, j->s->ck))
+            continue;
+        const rf_ref_entry_t *e = rf_ref_find(j->ref, t->name);
+        if (e != NULL && e->dtype == t->dtype)
+            continue;
+        if (first == NULL) {
+            first = t;
+            fe = e;
+        }
+        n++;
+    }
+    if (first == NULL)
+        return RF_OK;
+    char how[160];
+    if (fe != NULL)
+        snprintf(how, sizeof(how), "%s in the reference, %s on the engine",
+                 rf_dtype_name(fe->dtype), rf_dtype_name(first->dtype));
+    else
+        snprintf(how, sizeof(how), "not in the reference, %s on the engine",
+                 rf_dtype_name(first->dtype));
+    return rf_err_set(err, RF_ERR_MISMATCH,
+                      "%s: under the topology's quantization %s the trainer quantizes %d "
+                      "tensor(s) from the checkpoint's %s weights, which this reference (a "
+                      "checkpoint's bytes as stored) does not hold quantized (first: %s, %s): "
+                      "nothing to compare; give the reference of a %s checkpoint, or leave "
+                      "--reference out (the scalar oracle checks every update)",
+                      j->o->reference, rf_quant_name(j->s->topo.quantization), n,
+                      rf_dtype_name(inv->cfg.dtype), first->name, how,
+                      rf_quant_name(j->s->topo.quantization));
+}
+
 /* Reassembly from the engine's storage + sha256 against --reference (collective per engine). */
 static rf_status_t verify_reference(job_t *j, rf_err_t *err)
 {

@@ -62,6 +62,10 @@ rf_status_t job_setup(job_t *j, rf_err_t *err)
     }
     if (st == RF_OK && o->reference && (job_is_rollout(j) || (j->rank == 0 && j->s->ck != NULL)))
         st = rf_ref_load(o->reference, &j->ref, err);
+    /* a reference that cannot describe what the trainer quantizes: refused now, not at the
+     * first update's verification */
+    if (st == RF_OK && j->rank == 0)
+        st = job_ref_check_quantized(j, err);
     RF_CHECK(rf_session_agree_comm(MPI_COMM_WORLD, st, err));
     j->paused = true;
     return RF_OK;

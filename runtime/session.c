@@ -402,33 +402,11 @@ rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, 
 
 /* ---- plan --------------------------------------------------------------------------------- */
 
-/*
- * Tests only (built with REFIT_TEST_HOOKS, the test builds): REFIT_TEST_SESSION_AFTER_JOIN on
- * this rank's process stops the plan right after its join, where the other ranks go on into
- * the plan's next collective: "leave" leaves the session there (lost, the others told, as a
- * caller's rf_session_destroy_local would), "stall:S" sleeps S seconds first (a rank that
- * only stopped). Local.
- */
+/* Tests only: REFIT_TEST_SESSION_AFTER_JOIN stops the plan right after its join, where the
+ * other ranks go on into the plan's next collective (rf_session_test_stop). Local. */
 static rf_status_t test_after_join(rf_session_t *s, rf_err_t *err)
 {
-#ifdef REFIT_TEST_HOOKS
-    const char *h = getenv("REFIT_TEST_SESSION_AFTER_JOIN");
-    if (h == NULL || *h == '\0')
-        return RF_OK;
-    if (strcmp(h, "leave") == 0)
-        return rf_session_lose(s, rf_err_set(err, RF_ERR_STATE, "rank %d: rf_session_plan: left "
-                                             "after the join (REFIT_TEST_SESSION_AFTER_JOIN=leave)",
-                                             s->rank), err);
-    if (strncmp(h, "stall:", 6) == 0) {
-        double sec = atof(h + 6);
-        struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
-        nanosleep(&ts, NULL);
-    }
-#else
-    (void)s;
-    (void)err;
-#endif
-    return RF_OK;
+    return rf_session_test_stop(s, "REFIT_TEST_SESSION_AFTER_JOIN", "after the join", err);
 }
 
 /* Every rank's registration complete and clean (local). */
@@ -452,17 +430,10 @@ static rf_status_t plan_info(rf_session_t *s, rf_session_plan_info_t *info, rf_e
     uint64_t mine[RF_PLAN_MODES] = {0, 0, 0}, sum[RF_PLAN_MODES], h = 0;
     if (is_rollout(s)) {
         memcpy(mine, s->plan_layers, sizeof(mine));
-        uint64_t *dec = calloc((size_t)s->plan.nlayers * 2 + 1, sizeof(uint64_t));
-        if (dec == NULL)
+        if (rf_session_decisions_hash(&s->plan, &h) != RF_OK)
             return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
-        for (int l = 0; l < s->plan.nlayers; l++) {
-            dec[2 * l] = (uint64_t)s->plan.layers[l].module;
-            dec[2 * l + 1] = (uint64_t)s->plan.layers[l].mode;
-        }
-        h = rf_hash64(dec, (size_t)s->plan.nlayers * 2 * sizeof(uint64_t));
-        free(dec);
     }
-    uint64_t *all = calloc((size_t)s->size + 3, sizeof(uint64_t));
+    uint64_t *all = calloc((size_t)s->size, sizeof(uint64_t));
     /* per manifest entry: 1 when some trainer rank packs it from a wider master */
     uint8_t *nar = calloc((size_t)s->man.n + 1, 1), *any = calloc((size_t)s->man.n + 1, 1);
     if (all == NULL || nar == NULL || any == NULL) {
@@ -477,7 +448,7 @@ static rf_status_t plan_info(rf_session_t *s, rf_session_plan_info_t *info, rf_e
     rf_status_t st = rf_session_allreduce(s, mine, sum, RF_PLAN_MODES, MPI_UINT64_T, MPI_SUM,
                                           "the plan's layer counts", err);
     if (st == RF_OK)
-        st = rf_session_allgather(s, &h, 1, MPI_UINT64_T, all + 3, "the plan hashes", err);
+        st = rf_session_allgather(s, &h, 1, MPI_UINT64_T, all, "the plan hashes", err);
     if (st == RF_OK)
         st = rf_session_allreduce(s, nar, any, s->man.n, MPI_UINT8_T, MPI_MAX,
                                   "the narrowed masters", err);
@@ -489,13 +460,18 @@ static rf_status_t plan_info(rf_session_t *s, rf_session_plan_info_t *info, rf_e
     }
     for (int i = 0; i < s->man.n; i++)
         narrowed += any[i];
-    all[0] = rf_topology_hash(&s->topo);
-    all[1] = s->man.digest;
-    all[2] = rf_hash64(any, (size_t)s->man.n);
+    uint64_t hash = 0;
+    if (rf_session_plan_hash(rf_topology_hash(&s->topo), s->man.digest, any, s->man.n, all,
+                             s->size, &hash) != RF_OK) {
+        free(all);
+        free(nar);
+        free(any);
+        return rf_err_set(err, RF_ERR_NOMEM, "rank %d: out of memory", s->rank);
+    }
     if (info != NULL) {
         memset(info, 0, sizeof(*info));
         memcpy(info->layers, sum, sizeof(info->layers));
-        info->hash = rf_hash64(all, ((size_t)s->size + 3) * sizeof(uint64_t));
+        info->hash = hash;
         info->manifest_digest = s->man.digest;
         info->tensors = s->man.n;
         info->payload_bytes = s->man.payload_bytes;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "refit/hashes.h"
 #include "refit/time.h"
 #include "session_int.h"
 
@@ -294,6 +295,63 @@ rf_status_t rf_session_recv(rf_session_t *s, void *buf, int bytes, int src, int 
     RF_CHECK(finish_op(s, rc, &req, blk, what, err));
     memcpy(buf, blk, (size_t)bytes);
     free(blk);
+    return RF_OK;
+}
+
+/* ---- the tests' stops -------------------------------------------------------------------- */
+
+rf_status_t rf_session_test_stop(rf_session_t *s, const char *env, const char *where,
+                                 rf_err_t *err)
+{
+#ifdef REFIT_TEST_HOOKS
+    const char *h = getenv(env);
+    if (h == NULL || *h == '\0')
+        return RF_OK;
+    if (strcmp(h, "leave") == 0)
+        return rf_session_lose(s, rf_err_set(err, RF_ERR_STATE, "rank %d: rf_session_plan: left "
+                                             "%s (%s=leave)", s->rank, where, env), err);
+    if (strncmp(h, "stall:", 6) == 0) {
+        double sec = atof(h + 6);
+        struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+#else
+    (void)s;
+    (void)env;
+    (void)where;
+    (void)err;
+#endif
+    return RF_OK;
+}
+
+/* ---- the plan hash (rf_session_plan_info_t.hash) ------------------------------------------ */
+
+rf_status_t rf_session_decisions_hash(const rf_plan_t *p, uint64_t *h_p)
+{
+    uint64_t *dec = calloc((size_t)p->nlayers * 2 + 1, sizeof(uint64_t));
+    if (dec == NULL)
+        return RF_ERR_NOMEM;
+    for (int l = 0; l < p->nlayers; l++) {
+        dec[2 * l] = (uint64_t)p->layers[l].module;
+        dec[2 * l + 1] = (uint64_t)p->layers[l].mode;
+    }
+    *h_p = rf_hash64(dec, (size_t)p->nlayers * 2 * sizeof(uint64_t));
+    free(dec);
+    return RF_OK;
+}
+
+rf_status_t rf_session_plan_hash(uint64_t topo_hash, uint64_t digest, const uint8_t *narrowed,
+                                 int n, const uint64_t *rank_hashes, int size, uint64_t *h_p)
+{
+    uint64_t *all = calloc((size_t)size + 3, sizeof(uint64_t));
+    if (all == NULL)
+        return RF_ERR_NOMEM;
+    all[0] = topo_hash;
+    all[1] = digest;
+    all[2] = rf_hash64(narrowed, (size_t)n);
+    memcpy(all + 3, rank_hashes, (size_t)size * sizeof(uint64_t));
+    *h_p = rf_hash64(all, ((size_t)size + 3) * sizeof(uint64_t));
+    free(all);
     return RF_OK;
 }
 

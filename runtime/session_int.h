@@ -130,6 +130,10 @@ struct rf_session {
     rf_inventory_t inv;
     bool inv_ok;
     MPI_Comm role_comm;
+    /* trainer: the trainer ranks of its stage (rf_trainer_t.stage_comm's, borrowed by it),
+     * split from role_comm in rf_session_create with role_comm, so that no communicator is
+     * made past a call's join (a plain MPI_Comm_split cannot be bounded); rollout: NULL */
+    MPI_Comm stage_comm;
     rf_ctl_t *ctl;
     rf_xfer_t *xfer;
     bool p2p, integrity;
@@ -319,6 +323,30 @@ rf_status_t rf_session_agree_comm(MPI_Comm comm, rf_status_t st, rf_err_t *err);
 /* Keeps p reachable until the process ends (memory MPI may still use after a local teardown:
  * runtime/session_common.c). Local, never fails. */
 void rf_session_park(void *p);
+
+/*
+ * Tests only (built with REFIT_TEST_HOOKS, the test builds; else RF_OK): the environment
+ * variable env of this rank's process stops a call of the plan at a named point (where: "after
+ * the join"), while the other ranks go on into its next collective: "leave" leaves the
+ * session there (lost, the others told, as a caller's rf_session_destroy_local would:
+ * RF_ERR_STATE "left <where> (<env>=leave)"), "stall:S" sleeps S seconds first (a rank that
+ * only stopped). Local.
+ */
+rf_status_t rf_session_test_stop(rf_session_t *s, const char *env, const char *where,
+                                 rf_err_t *err);
+
+/*
+ * The plan hash (rf_session_plan_info_t.hash) in one implementation, for rf_session_plan and
+ * the offline plan (runtime/session_offline.c), which must give the same value:
+ * rf_session_decisions_hash: a rollout rank's per-layer decisions, hash64 over (module, mode)
+ * of every layer of plan p as uint64 pairs, in layer order (a trainer rank's is 0);
+ * rf_session_plan_hash: hash64 over [topology hash, manifest digest, hash64 of narrowed[n]
+ * (1 per manifest entry some trainer rank registered as a wider master), rank_hashes[size]
+ * (every world rank's decisions hash, in rank order)]. RF_ERR_NOMEM only. Local.
+ */
+rf_status_t rf_session_decisions_hash(const rf_plan_t *p, uint64_t *h_p);
+rf_status_t rf_session_plan_hash(uint64_t topo_hash, uint64_t digest, const uint8_t *narrowed,
+                                 int n, const uint64_t *rank_hashes, int size, uint64_t *h_p);
 
 /* Collective over comm: *s_p on every rank, or NULL and the same error everywhere (setup's
  * partial state freed). */

@@ -868,6 +868,17 @@ static rf_status_t open_session(rf_session_t *s, MPI_Comm comm, const char *topo
         s->role_comm = MPI_COMM_NULL;
         st = rf_err_set(err, RF_ERR_MPI, "rank %d: MPI_Comm_split failed", s->rank);
     }
+    /* the trainers' stage communicators (HDF5 lock-step reads), here with the role split: a
+     * communicator cannot be made by a bounded wait (MPI has no nonblocking split), and
+     * create's collectives wait plainly by design (every rank calls it at the job's start);
+     * the plan, past its join, makes none (tests/mpi/check_session_join.c: a trainer that
+     * stops where the plan set up its trainer fails the others by join_timeout_s) */
+    if (st == RF_OK && !rf_session_is_rollout(s) &&
+        MPI_Comm_split(s->role_comm, s->me.p, s->rank, &s->stage_comm) != MPI_SUCCESS) {
+        s->stage_comm = MPI_COMM_NULL;
+        st = rf_err_set(err, RF_ERR_MPI, "trainer rank %d: MPI_Comm_split of stage %d failed",
+                        s->rank, s->me.p);
+    }
     RF_CHECK(rf_session_agree(s, st, err));
     st = rf_inventory_build(&s->cfg, s->topo.quantization, s->topo.group_size, &s->inv, err);
     s->inv_ok = st == RF_OK;
@@ -905,7 +916,7 @@ rf_status_t rf_session_open(MPI_Comm comm, const char *topology, const rf_sessio
     rf_session_t *s = calloc(1, sizeof(*s));
     if (s == NULL) /* cannot tell the other ranks without a communicator of our own */
         return rf_err_set(err, RF_ERR_NOMEM, "rf_session_create: out of memory");
-    s->comm = s->role_comm = MPI_COMM_NULL;
+    s->comm = s->role_comm = s->stage_comm = MPI_COMM_NULL;
     s->so = *so;
     s->opt = so->opt;
     if (!s->so.owned)
@@ -1170,10 +1181,18 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
     RF_CHECK(rf_session_agree(s, st, err));
     RF_CHECK(rf_session_agree(s, build_transfer(s, err), err));
 
-    st = RF_OK;
+    /* tests: REFIT_TEST_SESSION_AT_TRAINER stops a trainer rank here, where the trainers made
+     * their stage communicator until it moved to rf_session_create (a plain MPI_Comm_split the
+     * others would have waited in for good): now the others' next wait fails it, bounded */
+    st = rf_session_is_rollout(s) || !s->bounded
+             ? RF_OK
+             : rf_session_test_stop(s, "REFIT_TEST_SESSION_AT_TRAINER",
+                                    "before setting up the trainer", err);
+    if (st != RF_OK)
+        return st;
     if (!rf_session_is_rollout(s)) {
         st = rf_trainer_init(&s->tr, &s->topo, &s->inv, &s->man, s->cplan, &s->me, s->role_comm,
-                             err);
+                             s->stage_comm, err);
         s->tr_ready = st == RF_OK;
     }
     RF_CHECK(rf_session_agree(s, st, err));
@@ -1253,6 +1272,8 @@ void rf_session_release(rf_session_t *s, bool mpi)
         rf_inventory_free(&s->inv);
     if (s->cfg_ok)
         rf_model_config_free(&s->cfg);
+    if (mpi && s->stage_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->stage_comm);
     if (mpi && s->role_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->role_comm);
     if (mpi && s->comm != MPI_COMM_NULL)

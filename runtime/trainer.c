@@ -181,7 +181,7 @@ rf_status_t rf_trainer_check_slice(const rf_topology_t *topo, const rf_inventory
 rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
                             const rf_inventory_t *inv, const rf_manifest_t *man,
                             const rf_chunk_plan_t *plan, const rf_rank_info_t *me, MPI_Comm comm,
-                            rf_err_t *err)
+                            MPI_Comm stage_comm, rf_err_t *err)
 {
     memset(tr, 0, sizeof(*tr));
     tr->topo = topo;
@@ -193,14 +193,8 @@ rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
     tr->stage = me->p;
     tr->sender = me->t == 0 && me->c == 0 && me->d == 0;
     tr->fault_skip_seq = -1;
-    tr->stage_comm = MPI_COMM_NULL;
     /* the stage's trainer ranks read an HDF5 checkpoint in lock step (rf_trainer_produce) */
-    if (comm != MPI_COMM_NULL && MPI_Comm_split(comm, me->p, me->world_rank, &tr->stage_comm) !=
-                                     MPI_SUCCESS) {
-        tr->stage_comm = MPI_COMM_NULL;
-        return rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: MPI_Comm_split of stage %d "
-                          "failed", me->world_rank, me->p);
-    }
+    tr->stage_comm = stage_comm;
     tr->reg = calloc((size_t)man->n + 1, sizeof(rf_region_t));
     tr->has = calloc((size_t)man->n + 1, sizeof(bool));
     tr->buf = calloc((size_t)man->n + 1, sizeof(char *));
@@ -284,8 +278,6 @@ void rf_trainer_free(rf_trainer_t *tr)
     free(tr->gather_buf);
     free(tr->d2h_buf);
     rf_xfer_gather_destroy(tr->gather);
-    if (tr->stage_comm != MPI_COMM_NULL && tr->stage_comm != 0)
-        MPI_Comm_free(&tr->stage_comm);
     memset(tr, 0, sizeof(*tr));
 }
 

@@ -208,6 +208,15 @@ rf_status_t rf_model_load_topology(const char *path_or_NULL, MPI_Comm comm,
                                    rf_topology_t *topo_p, rf_model_config_t *cfg_p,
                                    rf_err_t *err);
 
+/*
+ * Local, no MPI: the files read and parsed as rf_model_load_topology does on every rank
+ * (the same topology hash), without the world-size check (rf_model_check_topology with
+ * world_size 0): the offline plan (rf_session_offline_open, refit/session.h). Outputs and
+ * errors as rf_model_load_topology's, RF_ERR_MPI aside.
+ */
+rf_status_t rf_model_load_topology_local(const char *path_or_NULL, rf_topology_t *topo_p,
+                                         rf_model_config_t *cfg_p, rf_err_t *err);
+
 /* ---- inventory ---------------------------------------------------------------------- */
 
 /* Engine module kinds (vLLM's parallel linear classes). */

@@ -16,6 +16,8 @@
  *   rf_session_abort     local       this rank's next update fails (every rank's, then)
  *   rf_session_destroy   collective
  *   rf_session_destroy_local  local  a failure path's teardown (the others fail, naming it)
+ *   rf_session_offline_*      local  what rf_session_plan of a topology agrees, in one process
+ *                                    without MPI (refit-plan; below)
  *
  * Collective calls are made by every rank of the communicator, in the same order, from one
  * thread per process. A collective call returns the same status on every rank (an error on
@@ -33,7 +35,9 @@
  * that rank: every later call is refused (RF_ERR_STATE) and rf_session_destroy is local. Past
  * the join an update runs under its update deadline (transfer.timeout_s, docs/topology.md).
  * rf_session_create's collectives have no deadline of their own: every rank calls it at the
- * start of the job.
+ * start of the job. It makes every communicator the session uses (its duplicate, the role
+ * split, the trainers' stage split): none is made past a join, where a plain MPI_Comm_split
+ * could not be bounded.
  *
  * MPI: MPI_Init(_thread) before rf_session_create, MPI_Finalize after rf_session_destroy.
  * refit makes its MPI calls from the thread that calls rf_session_*, inside those calls
@@ -343,6 +347,105 @@ rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result);
  * <reason>" (reason may be NULL) as the verdict's reason on every rank; nothing moves.
  */
 rf_status_t rf_session_abort(rf_session_t *s, const char *reason);
+
+/* ---- offline planning: a topology's plans without its ranks (refit-plan) ---------------- */
+
+/*
+ * What rf_session_plan would agree for a topology, computed in one process: no MPI call (MPI
+ * need not be initialized), nothing registered, no memory committed (each rollout rank's
+ * runtime storage is reserved with mmap(MAP_NORESERVE, PROT_NONE) while its plan is built,
+ * then released), any topology size. refit-plan is this API's client.
+ *
+ *   rf_session_offline_open       local  the topology and its model config read and checked as
+ *                                        rf_session_create reads them, the inventory, the
+ *                                        format owner, the manifest trainer rank 0 would build
+ *   rf_session_offline_plan_rank  local  one rollout rank's reload plan, as that rank of a
+ *                                        session builds it over its registered tensors
+ *   rf_session_offline_plan       local  every rollout rank's (those not planned yet): the
+ *                                        rf_session_plan_info_t of a session of the topology
+ *   rf_session_offline_close      local
+ *
+ * Equality with a session (tests/mpi/check_session_offline.c): for a topology a session runs,
+ * rf_session_offline_plan gives the layers, hash, manifest_digest, tensors and payload_bytes
+ * that rf_session_plan returns on every rank of that session with the same layerwise option,
+ * when its trainers register every tensor in the checkpoint's dtype (narrowed = 0: F32
+ * masters change the hash, which covers which entries are narrowed) and its engines register
+ * the rf_session_expected tensors (contiguous, as rf_session_register requires: the plan's
+ * decisions read signatures, never addresses or devices). Topologies only refit-run runs
+ * (other transports and backends, the quantized formats the session API refuses) are planned
+ * as refit-run's job plans them (its storage allocated by refit, the same planner): create's
+ * refusals of what this step of the session API does not run are not repeated here.
+ */
+typedef struct rf_session_offline rf_session_offline_t;
+
+/* The topology rf_session_offline_open read (strings borrowed from the handle). */
+typedef struct rf_session_offline_desc {
+    const char *name;           /* the topology's name */
+    const char *model_type;     /* config.json model_type ("llama") */
+    const char *architecture;   /* config.json architectures[0] ("LlamaForCausalLM") */
+    int model_layers;           /* num_hidden_layers (after model.overrides) */
+    int tensors;                /* checkpoint tensors of the inventory */
+    uint64_t elements;          /* their elements */
+    const char *quantization;   /* "none", "fp8-block", ... (the topology's, bound to the config) */
+    const char *backend;        /* rollout.backend */
+    const char *format_owner;   /* the format owner the rollout ranks plan with */
+    int trainer_ranks, rollout_ranks; /* world ranks [0, trainer_ranks) train, the rest serve */
+    const char *mode;           /* transfer.mode: "broadcast" or "p2p" (the plan's form) */
+} rf_session_offline_desc_t;
+
+/* One rollout rank's reload plan. */
+typedef struct rf_session_rank_plan {
+    int rank;                   /* world rank (trainer_ranks + j) */
+    int engine, tp_rank, dp_rank, ep_rank; /* its engine and coordinates (docs/topology.md) */
+    int nlayers;                /* engine layers (modules) of the plan */
+    uint64_t layers[3];         /* of them per reload mode: [0] DIRECT, [1] RUNTIME_VIEW,
+                                   [2] LAYERWISE */
+    uint64_t applications;      /* the plan's applications that apply (broadcast: one per
+                                   checkpoint tensor the rank loads; p2p: per sender) */
+    uint64_t declined;          /* applications the format owner declined (not loaded here) */
+    uint64_t storage_bytes;     /* bytes of its runtime storage: what the engine registers */
+    uint64_t hash;              /* its per-layer decisions as rf_session_plan hashes them */
+} rf_session_rank_plan_t;
+
+/*
+ * Local. topology: a YAML file (NULL: the compiled-in default), read with its model
+ * config.json as rf_session_create's rank 0 reads them (the same checks, bar the communicator
+ * size). options: NULL or as rf_session_create's (layerwise: every layer LAYERWISE; integrity
+ * does not change a plan). format_owner: NULL for the topology's (quantization, backend) owner
+ * (the one a session uses), or a registered owner's name (refit-run --format-owner; then no
+ * session plans the same). On success *o_p is a handle for rf_session_offline_close; on
+ * failure NULL, the text in rf_session_offline_last_error(NULL). Errors: RF_ERR_INVALID (NULL
+ * o_p; an unknown format_owner), RF_ERR_IO / RF_ERR_PARSE / RF_ERR_TOPOLOGY / RF_ERR_CONFIG
+ * (the files, the model against the topology, naming the key), RF_ERR_UNSUPPORTED (what the
+ * inventory or the manifest refuses, naming the module), RF_ERR_NOMEM.
+ */
+rf_status_t rf_session_offline_open(const char *topology, const rf_session_options_t *options,
+                                    const char *format_owner, rf_session_offline_t **o_p);
+/* What o read. Local; borrowed from o (NULL for a NULL o). */
+const rf_session_offline_desc_t *rf_session_offline_describe(const rf_session_offline_t *o);
+/*
+ * Local: rollout rank `rank` (world rank, trainer_ranks <= rank < trainer_ranks +
+ * rollout_ranks) planned as that rank of a session plans it (its coordinates checked, its
+ * runtime storage laid out by the format owner and reserved, the plan built in the
+ * topology's transfer.mode form) into *out (required); remembered for
+ * rf_session_offline_plan. Errors (the text names the rank and the module): RF_ERR_INVALID
+ * (NULL, rank out of range), what the planner refuses (RF_ERR_TOPOLOGY, RF_ERR_UNSUPPORTED),
+ * RF_ERR_NOMEM (the address space for the reservation).
+ */
+rf_status_t rf_session_offline_plan_rank(rf_session_offline_t *o, int rank,
+                                         rf_session_rank_plan_t *out);
+/*
+ * Local: every rollout rank not planned yet planned as above, then *info (required): what
+ * rf_session_plan of a session of the topology returns (layers summed over the rollout ranks,
+ * the plan hash over every rank's decisions, the manifest's digest, tensors and payload
+ * bytes; narrowed 0). Errors: as rf_session_offline_plan_rank's, for the first rank that fails.
+ */
+rf_status_t rf_session_offline_plan(rf_session_offline_t *o, rf_session_plan_info_t *info);
+/* The text of the last failing call on o ("" when none); NULL: the last failed
+ * rf_session_offline_open of this thread. Borrowed; valid until the next call on o. */
+const char *rf_session_offline_last_error(const rf_session_offline_t *o);
+/* Local. NULL is a no-op. */
+void rf_session_offline_close(rf_session_offline_t *o);
 
 /*
  * The text of this rank's last error on s (the last call that failed; "" when none). NULL:

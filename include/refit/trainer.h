@@ -104,8 +104,9 @@ typedef struct rf_trainer {
     const rf_chunk_plan_t *plan; /* borrowed */
     rf_rank_info_t me;
     MPI_Comm comm;               /* trainer-only communicator (world ranks [0, T)) */
-    MPI_Comm stage_comm;         /* the trainer ranks of this stage (owned; MPI_COMM_NULL
-                                    when comm is): lock-step checkpoint reads */
+    MPI_Comm stage_comm;         /* the trainer ranks of this stage (borrowed from the
+                                    caller, MPI_COMM_NULL when it has none): lock-step
+                                    checkpoint reads */
     bool sender;                 /* broadcast sender of its stage */
     int stage;
     rf_region_t *reg;            /* per manifest entry */
@@ -179,11 +180,16 @@ bool rf_trainer_source_dtype_ok(rf_dtype_t src, rf_dtype_t dst);
  */
 rf_status_t rf_trainer_set_source_dtype(rf_trainer_t *tr, int entry, rf_dtype_t src, rf_err_t *err);
 
-/* Collective over the trainer ranks (comm = trainer-only communicator). */
+/*
+ * Local (no MPI call). comm: the trainer-only communicator (world ranks [0, T)), which the
+ * stage gather runs on; stage_comm: the trainer ranks of this rank's stage (rf_trainer_produce's
+ * lock-step HDF5 reads), both borrowed and made by the caller (the session splits them in
+ * rf_session_create, before any call's join: runtime/session_setup.c), MPI_COMM_NULL for none.
+ */
 rf_status_t rf_trainer_init(rf_trainer_t *tr, const rf_topology_t *topo,
                             const rf_inventory_t *inv, const rf_manifest_t *man,
                             const rf_chunk_plan_t *plan, const rf_rank_info_t *me, MPI_Comm comm,
-                            rf_err_t *err);
+                            MPI_Comm stage_comm, rf_err_t *err);
 void rf_trainer_free(rf_trainer_t *tr);
 
 /* The stage gather of this rank on x's transport (rf_xfer_gather_create on comm; x borrowed,

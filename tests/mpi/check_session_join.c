@@ -12,7 +12,12 @@
  *     milliseconds (well inside join_timeout_s 6 s);
  *   a rank that stalls there (stall:3) fails the others' plan with RF_ERR_TIMEOUT naming the
  *     plan and transfer.join_timeout_s (1 s) after about 1 s, and itself with RF_ERR_PEER when
- *     it comes back.
+ *     it comes back;
+ *   3 ranks or more (trainer TP >= 2): trainer rank 1 leaving or stalling where the plan sets
+ *     up the trainers (REFIT_TEST_SESSION_AT_TRAINER: where the trainers split their stage
+ *     communicator with a plain MPI_Comm_split, in which trainer rank 0 waited for good, until
+ *     the split moved to rf_session_create) fails trainer rank 0 and the rollout ranks the same
+ *     way: RF_ERR_PEER naming rank 1 within milliseconds, RF_ERR_TIMEOUT after about 1 s.
  * CK_FORK=no. */
 #include <check.h>
 #include <mpi.h>
@@ -239,6 +244,67 @@ START_TEST(test_stall_after_join)
 }
 END_TEST
 
+/* Trainer rank 1 stops where the plan sets up the trainers: "leave" or "stall:3"; the
+ * others' plan fails bounded (RF_ERR_PEER naming it, or RF_ERR_TIMEOUT), none hangs. */
+static void stop_at_trainer(const char *how)
+{
+    const int stopper = 1; /* a trainer rank of trainer rank 0's stage (trainer TP size - 1) */
+    const bool leave = strcmp(how, "leave") == 0;
+    write_topology(leave ? 6.0 : 1.0);
+    sess_t x;
+    sess_open(&x);
+    ck_assert_int_eq(rf_session_role(x.s), rank < size - 1 ? RF_SESSION_TRAINER
+                                                          : RF_SESSION_ROLLOUT);
+    if (rank == stopper)
+        setenv("REFIT_TEST_SESSION_AT_TRAINER", how, 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    rf_status_t st = rf_session_plan(x.s, NULL);
+    double took = MPI_Wtime() - t0;
+    unsetenv("REFIT_TEST_SESSION_AT_TRAINER");
+    const char *msg = rf_session_last_error(x.s);
+    if (rank == stopper && leave) {
+        ck_assert_msg(st == RF_ERR_STATE && strstr(msg, "left before setting up the trainer"),
+                      "leaver: %s: %s", rf_session_status_name(st), msg);
+    } else if (rank == stopper) {
+        ck_assert_msg(st == RF_ERR_PEER && strstr(msg, "left the session (it gave up:") &&
+                          strstr(msg, "transfer.join_timeout_s 1 s") != NULL,
+                      "staller: %s: %s", rf_session_status_name(st), msg);
+        ck_assert_msg(took >= 2.9 && took < 10.0, "staller: %.2f s", took);
+    } else if (leave) {
+        char want[64];
+        snprintf(want, sizeof(want), "rank %d left the session (it gave up:", stopper);
+        ck_assert_msg(st == RF_ERR_PEER && strstr(msg, want) != NULL &&
+                          strstr(msg, "REFIT_TEST_SESSION_AT_TRAINER=leave") != NULL &&
+                          strstr(msg, "rf_session_plan: ") != NULL,
+                      "rank %d: %s: %s", rank, rf_session_status_name(st), msg);
+        ck_assert_msg(took < 4.0, "rank %d: the plan failed after %.2f s", rank, took);
+    } else {
+        ck_assert_msg((st == RF_ERR_TIMEOUT || (st == RF_ERR_PEER && strstr(msg, "gave up"))) &&
+                          strstr(msg, "rf_session_plan: ") != NULL &&
+                          strstr(msg, "not every rank came within transfer.join_timeout_s 1 s"),
+                      "rank %d: %s: %s", rank, rf_session_status_name(st), msg);
+        /* not the staller's 3 s: nothing waited for it outside a bounded wait */
+        ck_assert_msg(took >= 0.9 && took < 2.9, "rank %d: the plan failed after %.2f s", rank,
+                      took);
+    }
+    rf_session_result_t r;
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
+    sess_close(&x); /* local on every rank: the session is lost everywhere */
+}
+
+START_TEST(test_trainer_leaves_at_setup)
+{
+    stop_at_trainer("leave");
+}
+END_TEST
+
+START_TEST(test_trainer_stalls_at_setup)
+{
+    stop_at_trainer("stall:3");
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -267,6 +333,10 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_leave_after_join);
     tcase_add_test(tc, test_stall_after_join);
+    if (size >= 3) { /* two trainer ranks in a stage */
+        tcase_add_test(tc, test_trainer_leaves_at_setup);
+        tcase_add_test(tc, test_trainer_stalls_at_setup);
+    }
     tcase_add_test(tc, test_join_race);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -13,6 +13,17 @@ refit_run_test(refit_run_fp8_tiny_stored_fnuz 2 ok "refit: COMMITTED 3 update\\(
 refit_run_test(refit_run_fp8_tiny_bf16_source 2 ok "refit: COMMITTED 2 update\\(s\\), verified 39 tensors;dequant 8 modules"
                --topology ${TOPO}/qwen3-fp8-tiny-tp1-to-tp1.yaml --checkpoint ${DATA}/qwen3-fp8-tiny/bf16-source
                --steps 2 --cold-check)
+# --reference of a bf16 checkpoint on a quantized topology: the engine will hold what the
+# trainer quantizes, which such a reference cannot describe: refused at setup (not at update
+# 1's verification), naming the file, the quantization and the first tensor
+refit_run_test(refit_run_fp8_tiny_bf16_reference_refused 2 fail
+               "refit: FAILED: ${DATA}/qwen3-fp8-tiny/bf16-source/tensors.reference.json: under the topology's quantization fp8-block the trainer quantizes 28 tensor\\(s\\) from the checkpoint's BF16 weights, .*\\(first: model.layers.0.mlp.down_proj.weight, BF16 in the reference, F8_E4M3 on the engine\\)"
+               --topology ${TOPO}/qwen3-fp8-tiny-tp1-to-tp1.yaml --checkpoint ${DATA}/qwen3-fp8-tiny/bf16-source
+               --reference ${DATA}/qwen3-fp8-tiny/bf16-source/tensors.reference.json --steps 2)
+refit_run_test(refit_run_moe_tiny_wna16_bf16_reference_refused 2 fail
+               "refit: FAILED: ${DATA}/qwen3-moe-tiny/tensors.reference.json: under the topology's quantization wna16 the trainer quantizes 168 tensor\\(s\\) .*\\(first: model.layers.0.self_attn.k_proj.weight_packed, not in the reference, I32 on the engine\\)"
+               --topology ${TTOPO}/qwen3-moe-tiny-wna16-triton-tp1ep1.yaml --checkpoint ${DATA}/qwen3-moe-tiny
+               --reference ${DATA}/qwen3-moe-tiny/tensors.reference.json --steps 1)
 refit_run_test(refit_run_fp8_tiny_tp2_refused 3 fail "refit: FAILED: .*puts a tp boundary inside a 128-row fp8 block"
                --topology ${TTOPO}/qwen3-fp8-tiny-tp1-to-tp2.yaml --checkpoint ${DATA}/qwen3-fp8-tiny)
 

@@ -408,3 +408,37 @@ foreach(np 2 3)
   set_tests_properties(check_session_join_np${np} PROPERTIES LABELS mpi TIMEOUT 400
                        ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=240")
 endforeach()
+
+# The offline plan (rf_session_offline_*, refit-plan's source; issue #15 item 5) equals what a
+# session agrees: every rank plans a real session over registered zeros, then the topology
+# offline, and compares the counts, manifest and plan hash (and, through a fixture,
+# refit-plan --json's): broadcast and p2p, rollout layout hf with MoE experts, fp8-block, wna16
+# MoE (DIRECT, RUNTIME_VIEW and LAYERWISE layers), the layerwise option
+add_executable(check_session_offline ${CMAKE_CURRENT_SOURCE_DIR}/check_session_offline.c)
+target_link_libraries(check_session_offline PRIVATE refit PkgConfig::CHECK)
+foreach(case "tp2_np4;4;session-llama-tiny-tp2-to-tp2.yaml;auto"
+             "tp2_layerwise_np4;4;session-llama-tiny-tp2-to-tp2.yaml;layerwise"
+             "tp1_to_tp2_p2p_np3;3;session-llama-tiny-tp1-to-tp2-p2p.yaml;auto"
+             "moe_hf_p2p_np3;3;session-qwen3-moe-tiny-hf-tp2-to-tp1-p2p.yaml;auto"
+             "fp8_block_tp2_np4;4;session-llama-q128-fp8-block-tp2-to-tp2.yaml;auto"
+             "moe_wna16_tp1_to_tp2ep2_np3;3;session-qwen3-moe-q128-wna16-tp1-to-tp2ep2.yaml;auto")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  list(GET case 3 policy)
+  set(json ${CMAKE_BINARY_DIR}/check_session_offline_${name}.json)
+  add_test(NAME check_session_offline_${name}_refit_plan
+           COMMAND $<TARGET_FILE:refit-plan> --topology ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo}
+                   --reload-policy ${policy} --json ${json}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_offline_${name}_refit_plan PROPERTIES LABELS "plan"
+                       TIMEOUT 60 FIXTURES_SETUP offline_${name})
+  add_test(NAME check_session_offline_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_offline>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/${topo} ${policy} ${json}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_offline_${name} PROPERTIES LABELS "mpi;plan" TIMEOUT 120
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=100"
+                       FIXTURES_REQUIRED offline_${name})
+endforeach()

@@ -99,7 +99,7 @@ static char *trainer_up(world_t *w, int rank, rf_trainer_t *tr)
     rf_err_clear(&err);
     ck_assert_int_eq(rf_topology_rank_info(&w->topo, rank, &me), RF_OK);
     ck_assert_msg(rf_trainer_init(tr, &w->topo, &w->inv, &w->man, w->plan, &me, MPI_COMM_NULL,
-                                  &err) == RF_OK,
+                                  MPI_COMM_NULL, &err) == RF_OK,
                   "%s", err.msg);
     uint64_t *offs = calloc((size_t)w->man.n + 1, sizeof(uint64_t));
     uint64_t bytes = rf_trainer_arena_layout(&w->topo, &w->inv, &w->man, &me, offs);
@@ -293,7 +293,7 @@ static void produce_device_case(const char *model, const char *quant)
     char *host = trainer_up(&w, 0, &th);
     ck_assert_int_eq(rf_topology_rank_info(&w.topo, 0, &me), RF_OK);
     ck_assert_int_eq(rf_trainer_init(&td, &w.topo, &w.inv, &w.man, w.plan, &me, MPI_COMM_NULL,
-                                     &err),
+                                     MPI_COMM_NULL, &err),
                      RF_OK);
     uint64_t *offs = calloc((size_t)w.man.n + 1, sizeof(uint64_t));
     uint64_t bytes = rf_trainer_arena_layout(&w.topo, &w.inv, &w.man, &me, offs);
