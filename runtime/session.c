@@ -750,6 +750,14 @@ static rf_status_t run_finish(rf_session_t *s, rf_status_t st, const rf_session_
     }
     if (st == RF_OK)
         st = transfer(s, h, tm, err);
+    /* the caller's local check (rf_session_check_arm), computed by another thread while this
+     * update ran: a failed or missing one fails the update here, before the gate, so the gate
+     * carries it to every rank */
+    if (st == RF_OK) {
+        st = rf_session_check_wait(s, st, err);
+        if (st != RF_OK)
+            rf_ctl_abort(s->ctl, st, err->msg);
+    }
 
     /* the completion gate */
     rf_gate_record_t rec;
@@ -850,10 +858,8 @@ static rf_status_t finish_moved(rf_session_t *s, rf_status_t st, rf_err_t *err)
                       first);
 }
 
-rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result)
+static rf_status_t finish_update(rf_session_t *s, rf_session_result_t *result)
 {
-    if (s == NULL)
-        return RF_ERR_INVALID;
     rf_err_clear(&s->last);
     if (result == NULL)
         return rf_err_set(&s->last, RF_ERR_INVALID, "rank %d: rf_session_finish: NULL result",
@@ -902,10 +908,19 @@ rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result)
     return RF_OK;
 }
 
-rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_result_t *result)
+/* An armed local check is consumed by the update's gate (rf_session_check_wait), else by the
+ * end of the rf_session_finish / rf_session_update call that did not reach it. */
+rf_status_t rf_session_finish(rf_session_t *s, rf_session_result_t *result)
 {
     if (s == NULL)
         return RF_ERR_INVALID;
+    rf_status_t st = finish_update(s, result);
+    rf_session_check_drop(s);
+    return st;
+}
+
+static rf_status_t update(rf_session_t *s, uint64_t version, rf_session_result_t *result)
+{
     rf_err_clear(&s->last);
     if (result == NULL)
         return rf_err_set(&s->last, RF_ERR_INVALID, "rank %d: rf_session_update: NULL result",
@@ -918,7 +933,16 @@ rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_resu
                           "successful rf_session_plan", s->rank);
     }
     RF_CHECK(rf_session_begin(s, version));
-    return rf_session_finish(s, result);
+    return finish_update(s, result);
+}
+
+rf_status_t rf_session_update(rf_session_t *s, uint64_t version, rf_session_result_t *result)
+{
+    if (s == NULL)
+        return RF_ERR_INVALID;
+    rf_status_t st = update(s, version, result);
+    rf_session_check_drop(s);
+    return st;
 }
 
 rf_status_t rf_session_abort(rf_session_t *s, const char *reason)

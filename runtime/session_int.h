@@ -28,6 +28,7 @@
 #define REFIT_SESSION_INT_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -115,6 +116,33 @@ typedef struct rf_session_times {
     const char *moved;      /* ... the first slot whose signature changed (NULL: the format
                                owner changed its mapping) */
 } rf_session_times_t;
+
+/* The public API's local check (rf_session_check_arm / rf_session_check_post,
+ * runtime/session_check.c): a verdict another thread of this process computes during the
+ * update, waited for before the completion gate. The only state of a session another thread
+ * touches, under mu. */
+typedef struct rf_session_check {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signalled by a post; CLOCK_MONOTONIC, as rf_time_now */
+    bool ok;           /* mu and cv initialized */
+    uint64_t last;     /* the last ticket given (tickets start at 1) */
+    uint64_t armed;    /* the armed ticket, 0: none */
+    bool posted;       /* armed's verdict is in st / msg */
+    double timeout_s;  /* the wait's bound, from rf_session_check_arm */
+    rf_status_t st;
+    char msg[RF_ERR_MSG_MAX];
+} rf_session_check_t;
+
+/* Initializes / frees c (rf_session_open, rf_session_release). Local. */
+rf_status_t rf_session_check_init(rf_session_check_t *c, rf_err_t *err);
+void rf_session_check_fini(rf_session_check_t *c);
+/* Before the completion gate of an update on this rank: when a check is armed and st is RF_OK,
+ * waits for its post (at most its timeout_s, never past the update's deadline) and returns its
+ * verdict (RF_ERR_TIMEOUT when none came), the text in err; the check is consumed either way.
+ * Local; no MPI. */
+rf_status_t rf_session_check_wait(rf_session_t *s, rf_status_t st, rf_err_t *err);
+/* Disarms a check armed on s (the public update ended without reaching its gate). Local. */
+void rf_session_check_drop(rf_session_t *s);
 
 
 struct rf_session {
@@ -232,6 +260,7 @@ struct rf_session {
     rf_session_hooks_t pub_hooks; /* the update's hooks (a registered checkpoint) */
     bool pub_hooked;
     rf_session_times_t pub_tm;
+    rf_session_check_t check; /* rf_session_check_arm / rf_session_check_post */
 };
 
 static inline bool rf_session_is_rollout(const rf_session_t *s)

@@ -917,6 +917,11 @@ rf_status_t rf_session_open(MPI_Comm comm, const char *topology, const rf_sessio
     if (s == NULL) /* cannot tell the other ranks without a communicator of our own */
         return rf_err_set(err, RF_ERR_NOMEM, "rf_session_create: out of memory");
     s->comm = s->role_comm = s->stage_comm = MPI_COMM_NULL;
+    rf_status_t cst = rf_session_check_init(&s->check, err);
+    if (cst != RF_OK) {
+        free(s);
+        return cst;
+    }
     s->so = *so;
     s->opt = so->opt;
     if (!s->so.owned)
@@ -1278,5 +1283,6 @@ void rf_session_release(rf_session_t *s, bool mpi)
         MPI_Comm_free(&s->role_comm);
     if (mpi && s->comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->comm);
+    rf_session_check_fini(&s->check);
     free(s);
 }

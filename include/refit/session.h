@@ -14,6 +14,8 @@
  *   rf_session_begin     collective  ... its first half (the begin agreement), then
  *   rf_session_finish    collective  ... the rest (tensors registered again in between: FAILED)
  *   rf_session_abort     local       this rank's next update fails (every rank's, then)
+ *   rf_session_check_arm / _post  local  a verdict another thread computes during the update,
+ *                                    waited for before its completion gate
  *   rf_session_destroy   collective
  *   rf_session_destroy_local  local  a failure path's teardown (the others fail, naming it)
  *   rf_session_offline_*      local  what rf_session_plan of a topology agrees, in one process
@@ -446,6 +448,40 @@ rf_status_t rf_session_offline_plan(rf_session_offline_t *o, rf_session_plan_inf
 const char *rf_session_offline_last_error(const rf_session_offline_t *o);
 /* Local. NULL is a no-op. */
 void rf_session_offline_close(rf_session_offline_t *o);
+
+/*
+ * A local check for one update, computed by another thread while the update runs (the Python
+ * binding's check that no registered tensor moved: milliseconds of Python over thousands of
+ * tensors, overlapped with the transfer instead of before it; runtime/session_check.c).
+ *
+ * rf_session_check_arm, local, on the thread that makes the collective calls, after a
+ * successful rf_session_plan: arms this rank's check and gives its ticket (*ticket_p, >= 1).
+ * The next rf_session_update or rf_session_finish on this rank consumes it, whatever it
+ * returns: when the update reaches its completion gate with this rank's own status RF_OK, it
+ * first waits for the ticket's rf_session_check_post, at most timeout_s seconds (counted from
+ * the start of that wait, never past the update's deadline, transfer.timeout_s). A post of
+ * RF_OK lets the update go on; a post of an error status fails it on every rank (the gate
+ * carries it: committed 0, status that status, failed_rank this rank, the reason "rank R
+ * (role): update U: its local check failed: <the post's reason>"); no post in time fails it
+ * alike with RF_ERR_TIMEOUT ("... its local check ... was not posted within ... s"). Either
+ * failure happens after the transfer: the rollout's registered tensors may hold part of the
+ * update and the engine must not serve them before the next COMMITTED update (as any failure
+ * during a transfer; include/refit/session.h rf_session_update). An update whose own status
+ * failed before the gate does not wait. Errors: RF_ERR_INVALID (NULL s or ticket_p, timeout_s
+ * not in (0, 3600]), RF_ERR_STATE (before a plan, a lost session, a ticket armed already).
+ *
+ * rf_session_check_post, local, from ANY thread of the process (it locks the check's mutex
+ * and makes no MPI call; so the MPI thread level rf_session_create requires is all this
+ * needs): the armed ticket's verdict, status RF_OK or a negative rf_status_t (RF_ERR_MOVED:
+ * a registered tensor moved), reason (may be NULL; copied, at most RF_ERR_MSG_MAX - 1 bytes)
+ * naming what failed. Returns RF_OK, RF_ERR_INVALID (NULL s, status > 0) or RF_ERR_STATE
+ * (ticket not armed: consumed, timed out, posted already or never given); its errors set no
+ * text (rf_session_last_error belongs to the calling thread of the collectives). s must stay
+ * alive until the call returns: no post may race rf_session_destroy.
+ */
+rf_status_t rf_session_check_arm(rf_session_t *s, double timeout_s, uint64_t *ticket_p);
+rf_status_t rf_session_check_post(rf_session_t *s, uint64_t ticket, int status,
+                                  const char *reason);
 
 /*
  * The text of this rank's last error on s (the last call that failed; "" when none). NULL:

@@ -31,7 +31,9 @@ import gc
 import glob
 import operator
 import os
+import queue
 import sys
+import threading
 import weakref
 
 ABI_VERSION = 2  # RF_SESSION_ABI_VERSION this binding speaks
@@ -138,6 +140,14 @@ _lib.rf_session_finish.argtypes = [_P, ctypes.POINTER(_Result)]
 _lib.rf_session_finish.restype = ctypes.c_int
 _lib.rf_session_abort.argtypes = [_P, ctypes.c_char_p]
 _lib.rf_session_abort.restype = ctypes.c_int
+for _fn in ("rf_session_check_arm", "rf_session_check_post"):
+    if not hasattr(_lib, _fn):
+        raise ImportError("refit: %s has no %s (a librefit older than this binding)"
+                          % (_lib._name, _fn))
+_lib.rf_session_check_arm.argtypes = [_P, ctypes.c_double, ctypes.POINTER(ctypes.c_uint64)]
+_lib.rf_session_check_arm.restype = ctypes.c_int
+_lib.rf_session_check_post.argtypes = [_P, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+_lib.rf_session_check_post.restype = ctypes.c_int
 _lib.rf_session_last_error.argtypes = [_P]
 _lib.rf_session_last_error.restype = ctypes.c_char_p
 _lib.rf_session_status_name.argtypes = [ctypes.c_int]
@@ -146,6 +156,14 @@ _lib.rf_session_status_name.restype = ctypes.c_char_p
 
 def status_name(status):
     return _lib.rf_session_status_name(status).decode()
+
+
+_RF_ERR_MOVED, _RF_ERR_INTERNAL = -13, -21  # refit/status.h
+assert status_name(_RF_ERR_MOVED) == "RF_ERR_MOVED" and \
+    status_name(_RF_ERR_INTERNAL) == "RF_ERR_INTERNAL"
+# the bound on update()'s wait for the moved check (rf_session_check_arm): the check of 9,435
+# tensors takes ~7 ms, of a million about a second; past it the update fails on every rank
+_CHECK_TIMEOUT_S = 120.0
 
 
 class Plan:
@@ -168,13 +186,17 @@ class Plan:
 class Result:
     """One update's verdict (the same committed / reason / version on every rank)."""
 
-    def __init__(self, r):
+    def __init__(self, r, retries=0, moved=(), seconds=None):
         self.committed = bool(r.committed)
         self.version = int(r.version)
         self.status = status_name(r.status)
         self.failed_rank = int(r.failed_rank)
         self.reason = r.reason.decode(errors="replace")
-        self.stats = {"seconds": r.seconds, "bytes_sent": int(r.bytes_sent),
+        # seconds: the library's time over every attempt; retries: 1 when update() ran the
+        # update again because a registered tensor had moved (moved: this rank's names)
+        self.stats = {"seconds": r.seconds if seconds is None else seconds,
+                      "retries": retries, "moved": list(moved),
+                      "bytes_sent": int(r.bytes_sent),
                       "bytes_received": int(r.bytes_received),
                       "chunks_sent": int(r.chunks_sent),
                       "chunks_received": int(r.chunks_received),
@@ -193,6 +215,12 @@ _DTYPE_BYTES = {"F8_E4M3": 1, "F8_E5M2": 1, "U8": 1, "I8": 1, "BOOL": 1, "BF16":
 # refit's names of torch's floating dtypes (by their str(): no torch import here)
 _FLOAT_NAMES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32",
                 "torch.float64": "F64"}
+
+
+def _storage(t):
+    """The storage object holding t's bytes (torch >= 2.0: untyped_storage; 1.13: storage)."""
+    f = getattr(t, "untyped_storage", None)
+    return f() if f is not None else t.storage()
 
 
 def _sig(t):
@@ -228,6 +256,54 @@ def _meta(objs):
 
 
 _live = weakref.WeakSet()
+
+
+class _CheckJob:
+    """One update's moved check, run on a session's checker thread: moved (the names whose
+    signature changed since registration), then the verdict posted to the library."""
+
+    def __init__(self, sess, ticket):
+        self.sess, self.ticket = sess, ticket
+        self.moved = []
+        self.done = threading.Event()
+
+    def run(self):
+        st, why = 0, None
+        try:
+            self.moved = self.sess._moved_now()
+            if self.moved:
+                st = _RF_ERR_MOVED
+                why = ("%s moved since it was registered (%d tensor%s of this rank: a new "
+                       "data_ptr, shape, stride, dtype or device): the update fails on every "
+                       "rank and update() registers %s again and runs it again"
+                       % (self.moved[0], len(self.moved), "" if len(self.moved) == 1 else "s",
+                          "it" if len(self.moved) == 1 else "them"))
+        except BaseException as e:  # a verdict always comes: never a hang to the timeout
+            st, why = _RF_ERR_INTERNAL, "the binding's moved check raised %s: %s" % (
+                type(e).__name__, e)
+        finally:
+            _lib.rf_session_check_post(self.sess._s, self.ticket, st,
+                                       why.encode(errors="replace") if why else None)
+            self.done.set()
+
+
+class _Checker(threading.Thread):
+    """A session's persistent helper thread: the moved check of each update() while the C
+    update runs on the calling thread (ctypes releases the GIL). It makes no MPI call: MPI
+    stays on the thread that calls the session's collectives, so the MPI thread level the
+    session already requires (include/refit/session.h: FUNNELED from the main thread) is all
+    it needs."""
+
+    def __init__(self):
+        super().__init__(name="refit-check", daemon=True)
+        self.jobs = queue.SimpleQueue()
+
+    def run(self):
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            job.run()
 
 
 def _uncaught():
@@ -268,6 +344,11 @@ class Session:
         self._as = {}  # name -> the refit dtype given with its tensor, (t, "F8_E4M3")
         self._sigs = {}  # name -> _sig at registration
         self._fast = None  # _meta of self._tensors' values when they matched self._sigs
+        # name -> the storage refit points into: held so that memory a registered tensor
+        # moved away from stays allocated (an update reading or writing it before its check
+        # fails touches memory only this binding holds) until the name is registered again
+        self._held = {}
+        self._checker = None  # _Checker, started at the first update()
         self._planned = False
         _live.add(self)
 
@@ -344,6 +425,7 @@ class Session:
             self._fast = None
             self._check(_lib.rf_session_register(s, ctypes.byref(d), 1))
             self._tensors[name] = t
+            self._held[name] = _storage(t)
             if dtype is not None:
                 self._as[name] = dtype
             else:
@@ -369,33 +451,74 @@ class Session:
 
     def update(self, version=None):
         """Collective: one update; returns a Result (committed or not, on every rank alike).
-        Tensors that moved since they were registered (a new data_ptr) are registered again
-        first, so refit reads or writes where they are now."""
+        Tensors that moved since they were registered (a new data_ptr, e.g. p.data = ...) are
+        found by a check that runs on a helper thread while the update runs (it costs no time
+        before the C call): a move fails that attempt on every rank (RF_ERR_MOVED; nothing
+        committed; the moved tensor's new memory untouched, its old memory held by this
+        binding), then every rank registers its moved tensors again and runs the update once
+        more, so refit reads or writes where they are now; r.stats["retries"] is then 1 and
+        r.stats["moved"] this rank's names."""
         s = self._handle()
-        if self._planned:
-            self._reregister_moved()
-        r = _Result()
-        self._check(_lib.rf_session_update(s, 0 if version is None else int(version),
-                                           ctypes.byref(r)))
-        return Result(r)
+        if not self._planned:
+            r = _Result()  # the library refuses it (RF_ERR_STATE), on every rank alike
+            self._check(_lib.rf_session_update(s, 0 if version is None else int(version),
+                                               ctypes.byref(r)))
+            return Result(r)
+        r, moved = self._checked_update(s, version)
+        if r.committed or r.status != _RF_ERR_MOVED:
+            return Result(r)
+        # the same verdict on every rank: every rank retries (its own moved tensors, if any)
+        seconds = r.seconds
+        self._reregister(moved)
+        r, again = self._checked_update(s, version)
+        return Result(r, retries=1, moved=moved + [n for n in again if n not in moved],
+                      seconds=seconds + r.seconds)
 
-    def _reregister_moved(self):
-        # every update: the C accessors over all tensors at once (_meta), and the full
-        # signature per tensor only when something differs from the last clean check
+    def _checked_update(self, s, version):
+        ticket = ctypes.c_uint64()
+        self._check(_lib.rf_session_check_arm(s, _CHECK_TIMEOUT_S, ctypes.byref(ticket)))
+        if self._checker is None:
+            self._checker = _Checker()
+            self._checker.start()
+        job = _CheckJob(self, ticket.value)
+        self._checker.jobs.put(job)
+        r = _Result()
+        try:
+            st = _lib.rf_session_update(s, 0 if version is None else int(version),
+                                        ctypes.byref(r))
+        finally:
+            job.done.wait()  # the check is done with this session's state
+        self._check(st)
+        return r, job.moved
+
+    def _moved_now(self):
+        """The names whose signature changed since they were registered: the C accessors
+        over all tensors at once (_meta), the full signature per tensor only when something
+        differs from the last clean check."""
         now = _meta(list(self._tensors.values()))
         if self._fast is not None and now == self._fast:
+            return []
+        moved = [n for n, t in self._tensors.items() if _sig(t) != self._sigs[n]]
+        if not moved:
+            self._fast = now
+        return moved
+
+    def _reregister(self, moved):
+        if not moved:
             return
-        moved = {n: t for n, t in self._tensors.items() if _sig(t) != self._sigs[n]}
-        if moved:
-            try:
-                self.register({n: (t, self._as[n]) if n in self._as else t
-                               for n, t in moved.items()})
-            except Error:
-                # refused: refit fails the update on every rank with the reason; the next
-                # update checks (and tries) again
-                self._fast = None
-                return
-        self._fast = _meta(list(self._tensors.values()))
+        self._fast = None
+        try:
+            self.register({n: (self._tensors[n], self._as[n]) if n in self._as
+                           else self._tensors[n] for n in moved})
+        except Error:
+            # refused: refit fails the next update on every rank with the reason (and keeps
+            # pointing where the tensor was: its storage stays held); the next update checks
+            # (and tries) again
+            pass
+
+    def _reregister_moved(self):
+        # begin() / finish(): the check before the call, on the calling thread
+        self._reregister(self._moved_now())
 
     def begin(self, version=None):
         """Collective: the first half of update() (the begin agreement); the engine may
@@ -429,6 +552,10 @@ class Session:
             return
         s, self._s = self._s, None
         _live.discard(self)
+        if self._checker is not None:  # idle: update() waits for its job before returning
+            self._checker.jobs.put(None)
+            self._checker.join()
+            self._checker = None
         if self._MPI.Is_finalized():
             return  # no MPI call after MPI_Finalize: the memory goes with the process
         if _failure is not None:
@@ -437,6 +564,7 @@ class Session:
             _lib.rf_session_destroy(s)
         self._tensors.clear()
         self._as.clear()
+        self._held.clear()
         self._fast = None
 
     def __enter__(self):

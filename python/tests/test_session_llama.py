@@ -293,6 +293,76 @@ if s.role == "rollout":
 r = s.update()
 compare(3, r)
 
+def step_weights():
+    """A change of every trainer weight (shards see it through their views)."""
+    if s.role == "trainer":
+        with torch.no_grad():
+            for t in full.values():
+                t.add_(0.25)
+
+
+def same_everywhere(what, value):
+    got = comm.allgather(value)
+    check(all(g == got[0] for g in got), "%s differs across ranks: %r" % (what, got))
+
+
+# a tensor moved between updates (p.data = ...: a new data_ptr): the binding's check, on its
+# helper thread while the update runs, fails that attempt on every rank; update() registers it
+# again and runs the update once more: committed, r.stats["retries"] 1 on every rank
+victim = "model.norm.weight"
+step_weights()
+if s.role == "rollout":
+    engine[victim].data = torch.full_like(engine[victim], 3.0)
+    ptrs[victim] = engine[victim].data_ptr()
+v = s.version + 1
+r = s.update()
+compare(v, r)
+same_everywhere("retries", r.stats["retries"])
+check(r.stats["retries"] == 1 and r.stats["moved"] == ([victim] if s.role == "rollout" else []),
+      "moved between updates: stats %r" % r.stats)
+if s.role == "rollout":
+    check(s._held[victim].data_ptr() == refit._storage(engine[victim]).data_ptr(),
+          "the binding still holds the old storage of %s" % victim)
+
+# ... moved while the update runs (the engine re-allocates it as the check starts): that
+# attempt FAILS on every rank with RF_ERR_MOVED naming it, the new memory untouched
+step_weights()
+if s.role == "rollout":
+    plain = s._moved_now
+
+    def moving():
+        s._moved_now = plain
+        engine[victim].data = torch.full_like(engine[victim], 7.0)
+        return plain()
+    s._moved_now = moving
+v = s.version + 1
+raw_r, moved = s._checked_update(s._s, None)
+res = refit.Result(raw_r)
+same_everywhere("the verdict", (res.committed, res.status, res.failed_rank, res.reason))
+check(not res.committed and res.status == "RF_ERR_MOVED" and res.failed_rank == ENGINE and
+      victim in res.reason and s.version == v - 1, "moved during the update: %r (%s, rank %d)"
+      % (res, res.status, res.failed_rank))
+if s.role == "rollout":
+    check(moved == [victim] and bool((engine[victim] == 7.0).all()),
+          "moved during the update: %r; the new memory written" % moved)
+    ptrs[victim] = engine[victim].data_ptr()
+s._reregister(moved)
+r = s.update()
+compare(v, r)
+check(r.stats["retries"] == 0, "the update after the move retried: %r" % r.stats)
+
+# a trainer shard moved between updates (trainer rank 0): the same retry, committed
+step_weights()
+tvictim = "model.layers.0.input_layernorm.weight"  # its values change no more below
+if rank == 0:
+    params[tvictim].data = params[tvictim].clone()
+v = s.version + 1
+r = s.update()
+compare(v, r)
+same_everywhere("retries", r.stats["retries"])
+check(r.stats["retries"] == 1 and r.stats["moved"] == ([tvictim] if rank == 0 else []),
+      "a trainer shard moved between updates: stats %r" % r.stats)
+
 if MASTERS:
     # values torch rounds in every way, spread over the fsdp shards of two tensors: the
     # engine's bf16 equals master.to(torch.bfloat16) bit for bit, a NaN stays NaN
@@ -307,8 +377,9 @@ if MASTERS:
                 k = len(special)
                 for at in (0, flat.numel() // 2, flat.numel() - k):
                     flat[at:at + k] = special
+    v = s.version + 1
     r = s.update()
-    check(r.committed and r.version == 4, "update 4: %r" % r)
+    check(r.committed and r.version == v, "update %d: %r" % (v, r))
     if s.role == "trainer":
         if rank == 0:
             comm.send({n: t.clone() for n, t in reference().items()}, dest=ENGINE)
@@ -318,10 +389,11 @@ if MASTERS:
         for n, w in want.items():
             got = views[n]
             nan = torch.isnan(w)
-            check(torch.equal(torch.isnan(got), nan), "update 4: %s: NaNs differ" % n)
-            check(torch.equal(bits(got)[~nan], bits(w)[~nan]), "update 4: %s differs" % n)
+            check(torch.equal(torch.isnan(got), nan), "update %d: %s: NaNs differ" % (v, n))
+            check(torch.equal(bits(got)[~nan], bits(w)[~nan]), "update %d: %s differs" % (v, n))
         inf = torch.isinf(views["model.norm.weight"].float()).sum().item()
-        check(inf >= 9, "update 4: %d infinities in model.norm.weight" % inf)
+        check(inf >= 9, "update %d: %d infinities in model.norm.weight" % (v, inf))
+
 s.close()
 
 nfail = comm.allreduce(len(failures), op=MPI.SUM)

@@ -11,9 +11,11 @@
  * zero, would differ). CK_FORK=no. */
 #include <check.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "refit/generator.h"
 #include "refit/hashes.h"
@@ -552,6 +554,172 @@ START_TEST(test_begin_finish)
 }
 END_TEST
 
+/* A poster thread: the verdict of one rank's local check, posted after a short sleep (the
+ * caller's check running while the update does), as the Python binding's helper thread does. */
+typedef struct poster {
+    rf_session_t *s;
+    uint64_t ticket;
+    int status;
+    char reason[RF_ERR_MSG_MAX];
+    rf_status_t rc;
+} poster_t;
+
+static void *post_later(void *arg)
+{
+    poster_t *p = arg;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    p->rc = rf_session_check_post(p->s, p->ticket, p->status, p->reason);
+    return NULL;
+}
+
+/* One update with every rank's check armed and posted by another thread: status st on rank
+ * `who` (-1: none; a check posted RF_OK elsewhere), no post at all on rank `silent` (-1:
+ * none; that rank's check armed with a 0.2 s timeout). */
+static rf_status_t checked_update(sess_t *x, int who, int st, const char *reason, int silent,
+                                  rf_session_result_t *r)
+{
+    uint64_t ticket = 0;
+    all_ok(rf_session_check_arm(x->s, rank == silent ? 0.2 : 30.0, &ticket) == RF_OK &&
+               ticket > 0, "rf_session_check_arm");
+    poster_t p = {.s = x->s, .ticket = ticket, .status = rank == who ? st : RF_OK,
+                  .rc = RF_ERR_INTERNAL};
+    snprintf(p.reason, sizeof(p.reason), "%s", rank == who ? reason : "");
+    pthread_t th;
+    if (rank != silent)
+        ck_assert_int_eq(pthread_create(&th, NULL, post_later, &p), 0);
+    rf_status_t rc = rf_session_update(x->s, 0, r);
+    if (rank != silent)
+        pthread_join(th, NULL);
+    all_ok(rank == silent || p.rc == RF_OK, "the post of the armed ticket");
+    /* consumed: a post of the same ticket is refused, with no text */
+    all_ok(rf_session_check_post(x->s, ticket, RF_OK, NULL) == RF_ERR_STATE, "a late post");
+    return rc;
+}
+
+/* The local check (rf_session_check_arm / rf_session_check_post): its bad inputs; a check
+ * posted RF_OK by another thread lets the update commit; a check that found a tensor moved
+ * during the update (the first rollout rank, then the last trainer rank re-allocated one:
+ * refit wrote into or read the old memory, which stays allocated, as the Python binding holds
+ * a registered tensor's storage) fails it on every rank with RF_ERR_MOVED naming the tensor
+ * and nothing committed, the engine's new memory untouched; registered again, the next update
+ * commits into it; a check never posted fails the update on every rank within its 0.2 s
+ * timeout (RF_ERR_TIMEOUT), and the session goes on. */
+/* A FAILED verdict, the same on every rank: status st, naming rank who. */
+static void verdict_is(const rf_session_result_t *r, rf_status_t st, int who)
+{
+    char what[RF_ERR_MSG_MAX + 100];
+    snprintf(what, sizeof(what), "verdict %s rank %d (%s), expected %s rank %d",
+             rf_status_name((rf_status_t)r->status), r->failed_rank, r->reason,
+             rf_status_name(st), who);
+    all_ok(!r->committed && r->status == st && r->failed_rank == who, what);
+    same_int_everywhere(r->status);
+    same_int_everywhere(r->failed_rank);
+}
+
+START_TEST(test_local_check)
+{
+    sess_t x;
+    rf_session_result_t r;
+    uint64_t ticket = 0;
+    sess_open(&x);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 1);
+    ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n), RF_OK);
+    ck_assert_int_eq(rf_session_check_arm(x.s, 1.0, &ticket), RF_ERR_STATE); /* before plan */
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "before a successful"));
+    ck_assert_msg(rf_session_plan(x.s, NULL) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(rf_session_check_arm(NULL, 1.0, &ticket), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_check_arm(x.s, 1.0, NULL), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_check_arm(x.s, 0.0, &ticket), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_check_arm(x.s, 1e9, &ticket), RF_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "timeout_s"));
+    ck_assert_int_eq(rf_session_check_post(x.s, 0, RF_OK, NULL), RF_ERR_STATE);
+    ck_assert_int_eq(rf_session_check_post(NULL, 1, RF_OK, NULL), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_check_arm(x.s, 1.0, &ticket), RF_OK);
+    ck_assert_int_eq(rf_session_check_post(x.s, ticket, 1, NULL), RF_ERR_INVALID);
+    ck_assert_int_eq(rf_session_check_post(x.s, ticket + 1, RF_OK, NULL), RF_ERR_STATE);
+    uint64_t t2;
+    ck_assert_int_eq(rf_session_check_arm(x.s, 1.0, &t2), RF_ERR_STATE); /* armed already */
+    ck_assert_int_eq(rf_session_check_post(x.s, ticket, RF_OK, NULL), RF_OK);
+    ck_assert_int_eq(rf_session_check_post(x.s, ticket, RF_OK, NULL), RF_ERR_STATE);
+    /* that ticket (posted, not yet waited for) is consumed by this update, which commits */
+    all_ok(rf_session_update(x.s, 0, &r) == RF_OK, "rf_session_update");
+    check_committed(&x, &r, 1);
+    /* posted by another thread while the update runs */
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 2);
+    all_ok(checked_update(&x, -1, RF_OK, "", -1, &r) == RF_OK, "rf_session_update");
+    check_committed(&x, &r, 2);
+
+    int first_rollout = rf_topology_trainer_size(&topo), last_trainer = first_rollout - 1;
+    for (int mover = first_rollout; mover >= 0; mover = mover == first_rollout ? last_trainer
+                                                                               : -1) {
+        uint64_t step = rf_session_version(x.s) + 1;
+        int k = x.n / 2;
+        char vname[RF_NAME_MAX + 32], why[RF_ERR_MSG_MAX];
+        snprintf(vname, sizeof(vname), "%s", x.descs[k].name);
+        MPI_Bcast(vname, (int)sizeof(vname), MPI_CHAR, mover, MPI_COMM_WORLD);
+        snprintf(why, sizeof(why), "%s moved since it was registered", vname);
+        /* the mover re-allocates tensor k (nb, a copy of its bytes) while the update runs; the
+         * old memory stays allocated until the update is over */
+        void *nb = NULL, *snap = NULL;
+        if (rank == mover) {
+            nb = malloc(x.bytes[k] + 1);
+            snap = malloc(x.bytes[k] + 1);
+            memcpy(nb, x.buf[k], x.bytes[k]);
+            memcpy(snap, x.buf[k], x.bytes[k]);
+        }
+        if (me.role == RF_ROLE_TRAINER)
+            trainer_fill(&x, step);
+        all_ok(checked_update(&x, mover, RF_ERR_MOVED, why, -1, &r) == RF_OK,
+               "rf_session_update");
+        all_ok(!r.committed, "an update whose check found a tensor moved committed");
+        verdict_is(&r, RF_ERR_MOVED, mover);
+        same_text_everywhere(r.reason, why);
+        ck_assert_ptr_nonnull(strstr(r.reason, "its local check failed"));
+        all_ok(rf_session_version(x.s) == step - 1, "the version after the failed update");
+        all_ok(rank != mover || memcmp(nb, snap, x.bytes[k]) == 0,
+               "the engine's new memory of the moved tensor was written");
+        /* registered again between updates: the next update commits into the new memory */
+        void *old = x.buf[k];
+        if (rank == mover) {
+            x.buf[k] = nb;
+            x.descs[k].data = nb;
+        }
+        all_ok(rank != mover || rf_session_register(x.s, &x.descs[k], 1) == RF_OK,
+               "registering the moved tensor");
+        if (rank == mover) {
+            free(old);
+            free(snap);
+        }
+        if (me.role == RF_ROLE_TRAINER)
+            trainer_fill(&x, step);
+        all_ok(checked_update(&x, -1, RF_OK, "", -1, &r) == RF_OK, "rf_session_update");
+        check_committed(&x, &r, step);
+        all_ok(rank != first_rollout || r.rebuilds == (mover == first_rollout ? 1u : 0u),
+               "the rollout's rebuilds");
+    }
+    /* a check never posted: the update fails on every rank within the check's timeout */
+    int silent = size - 1;
+    uint64_t step = rf_session_version(x.s) + 1;
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, step);
+    double t0 = MPI_Wtime();
+    all_ok(checked_update(&x, -1, RF_OK, "", silent, &r) == RF_OK, "rf_session_update");
+    double took = MPI_Wtime() - t0;
+    all_ok(!r.committed, "an update without its check committed");
+    verdict_is(&r, RF_ERR_TIMEOUT, silent);
+    same_text_everywhere(r.reason, "was not posted within");
+    all_ok(took < 20.0, "the update without its check returned (bounded by its 0.2 s)");
+    all_ok(rf_session_version(x.s) == step - 1, "the version after the missing check");
+    /* the session goes on */
+    all_ok(checked_update(&x, -1, RF_OK, "", -1, &r) == RF_OK, "rf_session_update");
+    check_committed(&x, &r, step);
+    sess_close(&x);
+}
+END_TEST
+
 /* Trainer ranks holding F32 masters: the plan counts every tensor as narrowed and its hash
  * differs from the same topology's BF16 registration; the engine receives every master
  * rounded to nearest even; a master registered again as BF16 after the plan is refused,
@@ -684,6 +852,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_failed_updates);
     tcase_add_test(tc, test_begin_finish);
+    tcase_add_test(tc, test_local_check);
     tcase_add_test(tc, test_fp32_masters);
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_destroy_local);
