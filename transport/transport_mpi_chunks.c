@@ -803,6 +803,9 @@ static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_
 {
     x->send_spin = setup->send_spin < 0 ? rf_xfer_send_spin_default(x->nranks) != 0
                                         : setup->send_spin != 0;
+    if (x->send_spin)
+        RF_LOG(RF_LOG_INFO, "rank %d: as a sender, spins while its chunks stream and packs "
+               "beside the wire where the pack allows it", x->rank);
     rf_accel_t *a = setup->accel;
     if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)
         return RF_OK;
