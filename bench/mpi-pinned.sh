@@ -19,8 +19,9 @@
 # --generate writes the topology's checkpoint (jobs/topologies/gpu/bench/mpi-llama-3.1-8b-4l.yaml,
 # about 3.9 GB) to CKDIR (default /tmp/refit-mpi-pinned-ckpt, the host's local disk), read once
 # to warm the page cache; mpi-stages; refit-run once per run in RUNS (default "A B C"; STEPS
-# updates, default 5: odd updates carry the checkpoint, the first is the warm-up), each with
-# --storage-digest (every run's must be equal) and --verify last; bench/mpi_pinned_report.py
+# updates, default 3, every one carrying the checkpoint, --checkpoint-updates all: no
+# generator production between them; the first is the warm-up), each with --storage-digest
+# (every run's must be equal) and --verify last; bench/mpi_pinned_report.py
 # prints the table and writes $OUT/mpi-pinned.json. Logs under $OUT.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +29,7 @@ build=${1:-$root/build-gpu}
 out=${OUT:-mpi-pinned-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-steps=${STEPS:-5}
+steps=${STEPS:-3}
 topo=${TOPO:-jobs/topologies/gpu/bench/mpi-llama-3.1-8b-4l.yaml}
 ck=${CKDIR:-/tmp/refit-mpi-pinned-ckpt}
 chunk=${CHUNK:-$((32 << 20))} # the topology's chunk_bytes
@@ -66,7 +67,8 @@ for ab in $runs; do
     esac
     rm -rf "$out/prof-$ab"
     "${mpirun[@]}" -x REFIT_LOG_LEVEL=info "${env[@]}" -np 2 "$build/refit-run" --topology "$topo" --checkpoint "$ck" \
-        --steps "$steps" --verify last --storage-digest --bench-json "$out/$ab.json" \
+        --steps "$steps" --checkpoint-updates all --verify last --storage-digest \
+        --bench-json "$out/$ab.json" \
         --profile-dir "$out/prof-$ab" > "$out/run-$ab.log" 2>&1
     rc=$?
     say "run $ab rc $rc: $(grep -E '^refit: (COMMITTED|FAILED)' "$out/run-$ab.log" | tail -1)"

@@ -2,11 +2,12 @@
 # production, the mpi sender's pack thread): on a trainer TP1 stage sender with 64 KiB chunks,
 # safetensors and HDF5 (hdf5.cmake's converted fixture) and GraniteMoE's 3-D expert datasets,
 # the same storage digests as reading the whole checkpoint first, every update committed and
-# verified (--reference / the oracle, --cold-check). Included after hdf5.cmake (H5D, fixtures).
+# verified (--reference / the oracle, --cold-check; GraniteMoE with every update a checkpoint
+# update, --checkpoint-updates all). Included after hdf5.cmake (H5D, fixtures).
 set(STREAM_SAME ${CMAKE_CURRENT_SOURCE_DIR}/stream_same_bytes.sh)
 foreach(case "llama_st;llama-tiny-tp1-to-tp1-small-chunks;${DATA}/llama-tiny;--reference;${DATA}/llama-tiny/tensors.reference.json"
              "llama_h5;llama-tiny-tp1-to-tp1-small-chunks;${H5D}/llama-tiny.h5;--reference;${DATA}/llama-tiny/tensors.reference.json"
-             "granitemoe_st;granitemoe-tiny-tp1-to-tp1-small-chunks;${DATA}/granitemoe-tiny;--cold-check")
+             "granitemoe_st;granitemoe-tiny-tp1-to-tp1-small-chunks;${DATA}/granitemoe-tiny;--cold-check;--checkpoint-updates;all")
   list(GET case 0 n)
   list(GET case 1 topo)
   list(GET case 2 ck)
