@@ -5,6 +5,9 @@
  *
  * Sender: slot b = j mod buffers for its j-th chunk; before packing into a slot it waits until
  * every send from that slot completed, so chunk k+1 is packed while chunk k is on the wire;
+ * where setup allowed it (x->send_spin) its waits spin while the chunks stream and a
+ * cfg->pack_thread pack runs on a helper thread while this one tests the posted sends (a
+ * shared-memory message without single-copy moves only inside MPI calls: packer_t below);
  * the chunk codec seals the message in integrity mode. A p2p sender (mpi_send_p2p) keeps
  * chunks to several receivers in flight instead: a window of pairs served round-robin, each
  * chunk into whichever slot is free, so one slow receiver does not hold up the others (the
