@@ -798,8 +798,7 @@ bool rf_trainer_pack_local(const rf_trainer_t *tr)
             continue;
         const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
         const rf_region_t *r = &tr->reg[i], all = region_all(t);
-        if (!tr->has[i] || r->r0 != all.r0 || r->r1 != all.r1 || r->c0 != all.c0 ||
-            r->c1 != all.c1)
+        if (!tr->has[i] || r->r0 != all.r0 || r->r1 != all.r1 || r->c0 != all.c0 || r->c1 != all.c1)
             return false;
     }
     return true;
@@ -842,13 +841,15 @@ rf_status_t trainer_stream_part(rf_trainer_t *tr, int ei, const rf_chunk_piece_t
     char *dst = payload + pc->offset + (uint64_t)(part->r0 - (int64_t)pc->row_begin) * rb +
                 (uint64_t)part->c0 * es;
     /* the ranges production reads (produce_entry), straight into the payload */
-    rf_status_t st = ck_read(&cr, se, (uint64_t)part->r0, (uint64_t)part->r1,
-                             (uint64_t)part->c0 * es, (uint64_t)part->c1 * es, dst, (size_t)rb,
-                             &e2);
+    rf_status_t st =
+        ck_read(&cr, se, (uint64_t)part->r0, (uint64_t)part->r1, (uint64_t)part->c0 * es,
+                (uint64_t)part->c1 * es, dst, (size_t)rb, &e2);
     if (st != RF_OK)
-        return rf_err_set(err, st, "trainer rank %d: reading rows [%lld, %lld) of %s from the "
-                          "checkpoint as its chunk is packed: %s", tr->me.world_rank,
-                          (long long)part->r0, (long long)part->r1, t->name, e2.msg);
+        return rf_err_set(err, st,
+                          "trainer rank %d: reading rows [%lld, %lld) of %s from the "
+                          "checkpoint as its chunk is packed: %s",
+                          tr->me.world_rank, (long long)part->r0, (long long)part->r1, t->name,
+                          e2.msg);
     tr->stats.bytes_read += (uint64_t)(part->r1 - part->r0) * (uint64_t)(part->c1 - part->c0) * es;
     return RF_OK;
 }

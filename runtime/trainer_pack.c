@@ -436,7 +436,8 @@ static rf_status_t pack_rects(rf_trainer_t *tr, const rf_pack_req_t *q, rf_err_t
 rf_status_t rf_trainer_pack(rf_trainer_t *tr, const rf_pack_req_t *req, rf_err_t *err)
 {
     if (tr->stream_ck != NULL && (req->rects != NULL || req->mem == RF_PACK_DEVICE))
-        return rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: chunk %u: a streamed "
+        return rf_err_set(err, RF_ERR_INTERNAL,
+                          "trainer rank %d: chunk %u: a streamed "
                           "checkpoint update is packed on the host for a broadcast only",
                           tr->me.world_rank, req->chunk->seq);
     if (req->rects != NULL)

@@ -18,9 +18,10 @@
  * the chunk's pieces go to the receive callback as host segments of the payload. Every wait goes
  * through the control channel (ABORT + deadline). A receiver on device storage receives into
  * pinned buffers (mpi_setup): the callback's h2d copies from a buffer run while the next
- * message arrives, and an event per buffer gates its next receive (post_held, post_recv). On error the rank posts ABORT (unless it is reacting to one),
- * cancels its posted receives, and leaves its sends outstanding for the drain
- * (rf_xfer_drain_messages, xfer_common.c). Host memory only; RF_XFER_CAP_ANY_ORDER.
+ * message arrives, and an event per buffer gates its next receive (post_held, post_recv). On error
+ * the rank posts ABORT (unless it is reacting to one), cancels its posted receives, and leaves its
+ * sends outstanding for the drain (rf_xfer_drain_messages, xfer_common.c). Host memory only;
+ * RF_XFER_CAP_ANY_ORDER.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -96,8 +97,8 @@ static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, bool spin, rf
 {
     double t0 = rf_time_now();
     int per = 2 * x->nranks;
-    rf_status_t st = rf_ctl_wait_flags(x->ctl, &x->sreqs[b * per], per, deadline,
-                                       spin ? send_spin(x) : 0u, err);
+    rf_status_t st =
+        rf_ctl_wait_flags(x->ctl, &x->sreqs[b * per], per, deadline, spin ? send_spin(x) : 0u, err);
     x->stats.wire_s += rf_time_now() - t0;
     if (st == RF_OK)
         x->slot_busy[b] = 0;
@@ -118,8 +119,8 @@ typedef struct packer {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int job;          /* under mu: 1 a chunk to pack, -1 stop, 0 none */
-    atomic_int done;  /* 1: the handed chunk's pack returned, st and e set (release) */
+    int job;         /* under mu: 1 a chunk to pack, -1 stop, 0 none */
+    atomic_int done; /* 1: the handed chunk's pack returned, st and e set (release) */
     rf_xfer_pack_fn pack;
     void *ctx;
     const rf_chunk_t *c;
@@ -274,10 +275,10 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         unsigned char *buf = x->bufs[b];
         rf_chunk_header_write(buf, cfg->update, c->seq, c->payload_bytes);
         double t0 = rf_time_now();
-        st = threaded ? packer_run(x, &pk, cfg, c, &plan->pieces[c->piece_begin], b,
-                                   buf + RF_CHUNK_HEADER_BYTES, &e)
-                      : pack(ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES,
-                             &e);
+        st = threaded
+                 ? packer_run(x, &pk, cfg, c, &plan->pieces[c->piece_begin], b,
+                              buf + RF_CHUNK_HEADER_BYTES, &e)
+                 : pack(ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);
         x->stats.pack_s += rf_time_now() - t0;
         if (st != RF_OK)
             goto fail;
@@ -804,11 +805,13 @@ fail:
 /* A receiver on device storage gets pinned receive buffers (rf_xfer_setup's contract). */
 static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err)
 {
-    x->send_spin = setup->send_spin < 0 ? rf_xfer_send_spin_default(x->nranks) != 0
-                                        : setup->send_spin != 0;
+    x->send_spin =
+        setup->send_spin < 0 ? rf_xfer_send_spin_default(x->nranks) != 0 : setup->send_spin != 0;
     if (x->send_spin)
-        RF_LOG(RF_LOG_INFO, "rank %d: as a sender, spins while its chunks stream and packs "
-               "beside the wire where the pack allows it", x->rank);
+        RF_LOG(RF_LOG_INFO,
+               "rank %d: as a sender, spins while its chunks stream and packs "
+               "beside the wire where the pack allows it",
+               x->rank);
     rf_accel_t *a = setup->accel;
     if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)
         return RF_OK;

@@ -145,8 +145,8 @@ static void run_update(const run_opts_t *o, run_result_t *res)
     double deadline = rf_deadline_for_update(o->timeout_s, 1.0, T.plan->payload_bytes, 0);
     ck_assert_int_eq(rf_ctl_agree(T.ctl, v, RF_OK, NULL, deadline, &err), RF_OK);
     ck_assert_int_eq(rf_xfer_begin(T.x, v, deadline, &err), RF_OK);
-    rf_xfer_config_t cfg = {v,    T.plan, senders, receivers, 2, deadline, o->fault[T.rank],
-                            0,    NULL,   0,       NULL,      0, o->pack_thread};
+    rf_xfer_config_t cfg = {v, T.plan, senders, receivers, 2, deadline,      o->fault[T.rank],
+                            0, NULL,   0,       NULL,      0, o->pack_thread};
     res->pc.update = v;
     double t0 = rf_time_now();
     switch (o->act[T.rank]) {
