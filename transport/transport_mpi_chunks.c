@@ -435,7 +435,9 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
              * first to complete */
             double t0 = rf_time_now();
             peer = -1;
-            st = rf_ctl_wait_some(x->ctl, x->sreqs, S * per, cfg->deadline, 0, p2p_sent, &ps, &e);
+            /* chunks are on the wire: spin where setup allows it, as mpi_send */
+            st = rf_ctl_wait_some(x->ctl, x->sreqs, S * per, cfg->deadline, send_spin(x), p2p_sent,
+                                  &ps, &e);
             x->stats.wire_s += rf_time_now() - t0;
             if (st != RF_OK)
                 goto fail;
