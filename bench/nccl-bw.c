@@ -279,7 +279,7 @@ int main(int argc, char **argv)
                 if (rf_xfer_begin(x, v, dl, &err) != RF_OK)
                     die(err.msg);
                 rf_xfer_config_t cfg = {v,    plan, &sender0, receivers, nranks - 1, dl,
-                                        RF_XFER_FAULT_NONE, 0, &item, mode == 0, NULL, 0};
+                                        RF_XFER_FAULT_NONE, 0, &item, mode == 0, NULL, 0, 0};
                 MPI_Barrier(MPI_COMM_WORLD);
                 double t0 = MPI_Wtime();
                 rf_status_t st =

@@ -55,6 +55,11 @@ static void usage(FILE *f)
             "  --checkpoint PATH     checkpoint: a safetensors directory (model.safetensors or an index),\n"
             "                        an HDF5 file (.h5 / .hdf5) or a directory holding model.h5;\n"
             "                        odd updates carry it as stored, even updates generator weights\n"
+            "  --checkpoint-updates WHICH\n"
+            "                        odd (default) or all: every update carries the checkpoint\n"
+            "                        (benchmarks: no generator production between timed updates;\n"
+            "                        the oracle's diff rule is skipped after an update of the same\n"
+            "                        checkpoint, which writes the same bytes)\n"
             "  --steps K             number of updates (default 2)\n"
             "  --reference FILE      tensors.reference.json (name -> dtype, shape, sha256): updates that\n"
             "                        carry the checkpoint are reassembled from rollout storage and hashed\n"
@@ -115,6 +120,7 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
         {"inject-fault", required_argument, NULL, 'x'},
         {"verify", required_argument, NULL, 'V'},
         {"bench-json", required_argument, NULL, 'B'},
+        {"checkpoint-updates", required_argument, NULL, 'U'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -190,6 +196,13 @@ static int parse_args(int argc, char **argv, rf_job_opts_t *o, char *msg, size_t
             if (rf_job_fault_parse(optarg, &o->fault, msg, cap) != 0)
                 return -1;
             break;
+        case 'U':
+            if (strcmp(optarg, "odd") == 0 || strcmp(optarg, "all") == 0) {
+                o->checkpoint_all = optarg[0] == 'a';
+                break;
+            }
+            snprintf(msg, cap, "--checkpoint-updates %s: odd or all", optarg);
+            return -1;
         case 'V':
             if (strcmp(optarg, "all") == 0)
                 o->verify_last = false;

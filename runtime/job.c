@@ -296,7 +296,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
 {
     rf_err_t err;
     rf_gate_verdict_t verdict;
-    bool from_ckpt = j->s->ck != NULL && (v % 2 == 1);
+    bool from_ckpt = j->s->ck != NULL && (j->o->checkpoint_all || v % 2 == 1);
     double t_start = rf_time_now();
     rf_err_clear(&err);
     memset(&j->js, 0, sizeof(j->js));
@@ -322,7 +322,8 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
      * one the storage holds whatever the failure left, and the source may repeat */
     bool verify_this =
         !j->o->verify_none && (!j->o->verify_last || v == (uint32_t)j->o->steps);
-    bool diff = v > 1 && j->last_committed == v - 1 && verify_this;
+    bool diff = v > 1 && j->last_committed == v - 1 && verify_this &&
+                !(from_ckpt && j->o->checkpoint_all); /* the same checkpoint again: same bytes */
     if (job_is_rollout(j) && diff)
         job_snapshot(j); /* the oracle's copy for the diff rule, outside the timed path */
     /* every rank starts the update when the training step ended */

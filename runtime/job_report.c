@@ -555,11 +555,16 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
         }
         json_object_set_new(u, "sent_to", to);
         /* trainer ranks: production (inside the update on mpi) and the send phase (pack,
-         * checksum, wire), so the wire model can be held against the send alone */
+         * checksum, wire), so the wire model can be held against the send alone; whether the
+         * checkpoint was read in the pack (streamed production, rf_trainer_produce), and the
+         * transport's pack and wire-wait time of the send */
         if (!job_is_rollout(j))
-            json_object_set_new(u, "trainer", json_pack("{s:f, s:f}", "produce_s",
-                                                         j->s->tr.stats.produce_s, "send_s",
-                                                         s->send_s));
+            json_object_set_new(u, "trainer",
+                                json_pack("{s:f, s:f, s:b, s:f, s:f}", "produce_s",
+                                          j->s->tr.stats.produce_s, "send_s", s->send_s,
+                                          "reads_in_pack", j->s->tr.stream_ck != NULL, "pack_s",
+                                          xs != NULL ? xs->pack_s : 0.0, "send_wire_s",
+                                          xs != NULL ? xs->wire_s : 0.0));
         /* the gate's status alone would call an update whose oracle failed healthy */
         json_object_set_new(u, "oracle",
                             json_string(s->status != RF_OK ? "not_run"

@@ -663,6 +663,10 @@ static rf_status_t transfer(rf_session_t *s, const rf_session_hooks_t *h, rf_ses
         /* chunks read in place are never packed, so the pack hooks may not fire */
         if ((rf_xfer_caps(s->xfer) & RF_XFER_CAP_IN_PLACE) && h->point != NULL)
             h->point(h->ctx, "stage sender, before its first chunk");
+        /* a pack that needs no MPI (no stage gather, host shards) may run beside the wire;
+         * the tests' pack hooks (faults that exit or stall the rank) stay on this thread */
+        cfg.pack_thread =
+            h->before_pack == NULL && !s->nccl_resident && rf_trainer_pack_local(&s->tr);
         st = rf_xfer_send(s->xfer, &cfg, rf_trainer_source_pack, &s->src, err);
     } else {
         if (h->point != NULL)

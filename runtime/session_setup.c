@@ -1050,6 +1050,7 @@ static rf_status_t build_transport(rf_session_t *s, rf_err_t *err)
         /* REFIT_MPI_RECV_PAGEABLE=1: the pageable receive buffers of before issue 18 (A/B) */
         .pageable_recv = getenv("REFIT_MPI_RECV_PAGEABLE") != NULL &&
                          strcmp(getenv("REFIT_MPI_RECV_PAGEABLE"), "1") == 0,
+        .send_spin = -1, /* rf_xfer_send_spin_default: cores to spare, or REFIT_MPI_SEND_SPIN */
     };
     st = s->nccl ? rf_nccl_layout_build(&s->topo, &s->nccl_layout, err) : RF_OK;
     if (st == RF_OK)
@@ -1199,6 +1200,12 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
         st = rf_trainer_init(&s->tr, &s->topo, &s->inv, &s->man, s->cplan, &s->me, s->role_comm,
                              s->stage_comm, err);
         s->tr_ready = st == RF_OK;
+        /* a checkpoint update is read as its chunks are packed where the mpi transport packs
+         * them on the host (rf_trainer_produce; issue 18 item 3); REFIT_CKPT_STREAM=0: read
+         * whole first, as before (benchmarks' A/B) */
+        const char *cs = getenv("REFIT_CKPT_STREAM");
+        s->tr.stream_reads = s->topo.transport == RF_TRANSPORT_MPI && !s->p2p &&
+                             !(cs != NULL && strcmp(cs, "0") == 0);
     }
     RF_CHECK(rf_session_agree(s, st, err));
     st = s->so.configured ? s->so.configured(s->so.ctx, s, err) : RF_OK;

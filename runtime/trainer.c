@@ -775,9 +775,95 @@ static bool entry_on_stage(const rf_trainer_t *tr, int i)
            tr->stage;
 }
 
+bool rf_trainer_pack_local(const rf_trainer_t *tr)
+{
+    int n = 1;
+    if (!tr->sender || tr->dev != NULL || tr->gathered != NULL)
+        return false;
+    if (tr->stage_comm != MPI_COMM_NULL && tr->stage_comm != 0 &&
+        MPI_Comm_size(tr->stage_comm, &n) != MPI_SUCCESS)
+        return false;
+    if (n != 1)
+        return false;
+    for (int i = 0; i < tr->man->n; i++) {
+        if (!entry_on_stage(tr, i))
+            continue;
+        const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[i].tensor];
+        const rf_region_t *r = &tr->reg[i], all = region_all(t);
+        if (!tr->has[i] || r->r0 != all.r0 || r->r1 != all.r1 || r->c0 != all.c0 || r->c1 != all.c1)
+            return false;
+    }
+    return true;
+}
+
+/* Whether this update's checkpoint reads can move into the pack (rf_trainer_produce's
+ * streamed production): entries whose bytes production checks or writes itself stay there. */
+static bool stream_ok(const rf_trainer_t *tr, rf_ckpt_t *ck)
+{
+    if (!tr->stream_reads || ck == NULL || !rf_trainer_pack_local(tr))
+        return false;
+    for (int i = 0; i < tr->man->n; i++) {
+        if (!tr->has[i])
+            continue;
+        const rf_manifest_entry_t *e = &tr->man->entries[i];
+        const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
+        const rf_st_entry_t *se = rf_ckpt_find(ck, t->name);
+        if (tr->src_dtype[i] != e->dtype || rf_manifest_trainer_quantizes(tr->inv, t, ck) ||
+            rf_param_is_f32_scale(t->param) || t->param == RF_PARAM_WEIGHT_SCALE ||
+            t->param == RF_PARAM_WEIGHT_SHAPE || e->dtype == RF_DTYPE_F8_E4M3 || se == NULL ||
+            se->dtype != e->dtype)
+            return false;
+    }
+    return true;
+}
+
+rf_status_t trainer_stream_part(rf_trainer_t *tr, int ei, const rf_chunk_piece_t *pc,
+                                const rf_region_t *part, char *payload, rf_err_t *err)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+    const rf_st_entry_t *se = rf_ckpt_find(tr->stream_ck, t->name);
+    size_t es = entry_es(tr, ei);
+    uint64_t rb = entry_row_bytes(tr, ei);
+    ck_reads_t cr = {tr->stream_ck, false, NULL, false};
+    rf_err_t e2;
+    rf_err_clear(&e2);
+    if (se == NULL)
+        return rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint lacks %s",
+                          tr->me.world_rank, t->name);
+    char *dst = payload + pc->offset + (uint64_t)(part->r0 - (int64_t)pc->row_begin) * rb +
+                (uint64_t)part->c0 * es;
+    /* the ranges production reads (produce_entry), straight into the payload */
+    rf_status_t st =
+        ck_read(&cr, se, (uint64_t)part->r0, (uint64_t)part->r1, (uint64_t)part->c0 * es,
+                (uint64_t)part->c1 * es, dst, (size_t)rb, &e2);
+    if (st != RF_OK)
+        return rf_err_set(err, st,
+                          "trainer rank %d: reading rows [%lld, %lld) of %s from the "
+                          "checkpoint as its chunk is packed: %s",
+                          tr->me.world_rank, (long long)part->r0, (long long)part->r1, t->name,
+                          e2.msg);
+    tr->stats.bytes_read += (uint64_t)(part->r1 - part->r0) * (uint64_t)(part->c1 - part->c0) * es;
+    return RF_OK;
+}
+
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err)
 {
     double t0 = rf_time_now();
+    tr->stream_ck = NULL;
+    if (stream_ok(tr, ck)) {
+        /* streamed: the pack reads (the shard buffers keep what they hold) */
+        tr->stats.bytes_produced = 0;
+        for (int i = 0; i < tr->man->n; i++)
+            if (tr->has[i])
+                tr->stats.bytes_produced += (uint64_t)(tr->reg[i].r1 - tr->reg[i].r0) *
+                                            (uint64_t)(tr->reg[i].c1 - tr->reg[i].c0) *
+                                            entry_es(tr, i);
+        tr->stats.bytes_read = 0;
+        tr->stats.header_bytes_read = 0;
+        tr->stream_ck = ck;
+        produce_done(tr, t0);
+        return RF_OK;
+    }
     uint64_t read0 = ck ? rf_ckpt_bytes_read(ck) : 0, hdr0 = ck ? rf_ckpt_header_bytes_read(ck) : 0;
     uint64_t coll0 = 0, indep0 = 0;
     ck_reads_t cr = {ck, false, NULL, false};

@@ -60,4 +60,9 @@ static inline void put_elems(const rf_trainer_t *tr, int i, void *dst, const cha
     }
 }
 
+/* Streamed production (rf_trainer_produce, tr->stream_ck): rows part->r0..r1 of entry ei,
+ * whole width, from the checkpoint into piece pc of the payload at their offsets. */
+rf_status_t trainer_stream_part(rf_trainer_t *tr, int ei, const rf_chunk_piece_t *pc,
+                                const rf_region_t *part, char *payload, rf_err_t *err);
+
 #endif /* REFIT_TRAINER_INT_H */

@@ -172,7 +172,10 @@ static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         int ei = (int)pc->item;
         rf_region_t part;
-        if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part)) {
+        if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part) && tr->stream_ck != NULL) {
+            /* streamed checkpoint production: its rows from the file, here */
+            RF_CHECK(trainer_stream_part(tr, ei, pc, &part, payload, err));
+        } else if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part)) {
             const char *src;
             size_t pitch;
             RF_CHECK(shard_read(tr, ei, part.r0, part.r1, part.c0, part.c1, &src, &pitch, err));
@@ -225,6 +228,7 @@ static bool is_contributor(const rf_trainer_t *tr, const rf_rank_info_t *me)
 
 void rf_trainer_begin(rf_trainer_t *tr)
 {
+    tr->stream_ck = NULL;
     tr->stats.bytes_d2h = 0;
     tr->stats.d2h_copies = 0;
     if (tr->gather != NULL)
@@ -431,6 +435,11 @@ static rf_status_t pack_rects(rf_trainer_t *tr, const rf_pack_req_t *q, rf_err_t
 
 rf_status_t rf_trainer_pack(rf_trainer_t *tr, const rf_pack_req_t *req, rf_err_t *err)
 {
+    if (tr->stream_ck != NULL && (req->rects != NULL || req->mem == RF_PACK_DEVICE))
+        return rf_err_set(err, RF_ERR_INTERNAL,
+                          "trainer rank %d: chunk %u: a streamed "
+                          "checkpoint update is packed on the host for a broadcast only",
+                          tr->me.world_rank, req->chunk->seq);
     if (req->rects != NULL)
         return pack_rects(tr, req, err);
     if (req->mem == RF_PACK_DEVICE)

@@ -5,6 +5,9 @@
  *
  * Sender: slot b = j mod buffers for its j-th chunk; before packing into a slot it waits until
  * every send from that slot completed, so chunk k+1 is packed while chunk k is on the wire;
+ * where setup allowed it (x->send_spin) its waits spin while the chunks stream and a
+ * cfg->pack_thread pack runs on a helper thread while this one tests the posted sends (a
+ * shared-memory message without single-copy moves only inside MPI calls: packer_t below);
  * the chunk codec seals the message in integrity mode. A p2p sender (mpi_send_p2p) keeps
  * chunks to several receivers in flight instead: a window of pairs served round-robin, each
  * chunk into whichever slot is free, so one slow receiver does not hold up the others (the
@@ -15,11 +18,15 @@
  * the chunk's pieces go to the receive callback as host segments of the payload. Every wait goes
  * through the control channel (ABORT + deadline). A receiver on device storage receives into
  * pinned buffers (mpi_setup): the callback's h2d copies from a buffer run while the next
- * message arrives, and an event per buffer gates its next receive (post_held, post_recv). On error the rank posts ABORT (unless it is reacting to one),
- * cancels its posted receives, and leaves its sends outstanding for the drain
- * (rf_xfer_drain_messages, xfer_common.c). Host memory only; RF_XFER_CAP_ANY_ORDER.
+ * message arrives, and an event per buffer gates its next receive (post_held, post_recv). On error
+ * the rank posts ABORT (unless it is reacting to one), cancels its posted receives, and leaves its
+ * sends outstanding for the drain (rf_xfer_drain_messages, xfer_common.c). Host memory only;
+ * RF_XFER_CAP_ANY_ORDER.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,17 +67,173 @@ static unsigned stream_spin(const rf_xfer_t *x)
     return x->pin_ax != NULL ? RF_CTL_WAIT_SPIN : 0u;
 }
 
+/* The sender's: RF_CTL_WAIT_SPIN while its chunks stream where setup allowed it (send_spin:
+ * cores to spare on the node, rf_xfer_send_spin_default); the pinned receiver's rule too. */
+static unsigned send_spin(const rf_xfer_t *x)
+{
+    return x->send_spin ? RF_CTL_WAIT_SPIN : stream_spin(x);
+}
+
+int rf_xfer_send_spin_default(int world_size)
+{
+    const char *o = getenv("REFIT_MPI_SEND_SPIN");
+    if (o != NULL && (strcmp(o, "0") == 0 || strcmp(o, "1") == 0))
+        return o[0] == '1';
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (ls == NULL)
+        ls = getenv("MPI_LOCALNRANKS");
+    long local = ls != NULL ? strtol(ls, NULL, 10) : 0;
+    if (local <= 0)
+        local = world_size > 0 ? world_size : 1;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    long cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    return 2 * local <= cores;
+}
+
 /* Waits (ABORT + deadline) until every send from slot b completed; spin: without sleeps (the
- * update's chunks are streaming, RF_CTL_WAIT_SPIN, where stream_spin allows it). */
+ * update's chunks are streaming, RF_CTL_WAIT_SPIN, where send_spin allows it). */
 static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, bool spin, rf_err_t *err)
 {
     double t0 = rf_time_now();
     int per = 2 * x->nranks;
-    rf_status_t st = rf_ctl_wait_flags(x->ctl, &x->sreqs[b * per], per, deadline,
-                                       spin ? stream_spin(x) : 0u, err);
+    rf_status_t st =
+        rf_ctl_wait_flags(x->ctl, &x->sreqs[b * per], per, deadline, spin ? send_spin(x) : 0u, err);
     x->stats.wire_s += rf_time_now() - t0;
     if (st == RF_OK)
         x->slot_busy[b] = 0;
+    return st;
+}
+
+/*
+ * The sender's pack thread (cfg->pack_thread where x->send_spin): one helper thread per
+ * rf_xfer_send call packs each chunk into its slot while the calling thread tests the
+ * requests of the chunks already posted, so MPI keeps moving them (a large shared-memory
+ * message without single-copy progresses only inside MPI calls): chunk k + 1 is packed, a
+ * checkpoint read included (rf_trainer_produce's streamed reads), while chunk k is on the
+ * wire. The calling thread hands over one chunk at a time and waits for it before posting it;
+ * on an ABORT or the deadline it still waits for the pack in progress (a bounded read or
+ * copy) before returning, so nothing writes a slot after rf_xfer_send returned.
+ */
+typedef struct packer {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int job;         /* under mu: 1 a chunk to pack, -1 stop, 0 none */
+    atomic_int done; /* 1: the handed chunk's pack returned, st and e set (release) */
+    rf_xfer_pack_fn pack;
+    void *ctx;
+    const rf_chunk_t *c;
+    const rf_chunk_piece_t *pieces;
+    void *payload;
+    rf_status_t st;
+    rf_err_t e;
+} packer_t;
+
+static void *packer_main(void *arg)
+{
+    packer_t *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->job == 0)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->job < 0)
+            break;
+        p->job = 0;
+        pthread_mutex_unlock(&p->mu);
+        rf_err_clear(&p->e);
+        p->st = p->pack(p->ctx, p->c, p->pieces, p->payload, &p->e);
+        atomic_store_explicit(&p->done, 1, memory_order_release);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static rf_status_t packer_start(packer_t *p, rf_xfer_pack_fn pack, void *ctx, rf_err_t *err)
+{
+    memset(p, 0, sizeof(*p));
+    p->pack = pack;
+    p->ctx = ctx;
+    atomic_init(&p->done, 0);
+    if (pthread_mutex_init(&p->mu, NULL) != 0)
+        return rf_err_set(err, RF_ERR_INTERNAL, "the sender's pack thread: no mutex");
+    if (pthread_cond_init(&p->cv, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        return rf_err_set(err, RF_ERR_INTERNAL, "the sender's pack thread: no condition");
+    }
+    if (pthread_create(&p->th, NULL, packer_main, p) != 0) {
+        pthread_cond_destroy(&p->cv);
+        pthread_mutex_destroy(&p->mu);
+        return rf_err_set(err, RF_ERR_INTERNAL, "the sender's pack thread could not start");
+    }
+    return RF_OK;
+}
+
+static void packer_post(packer_t *p, const rf_chunk_t *c, const rf_chunk_piece_t *pieces,
+                        void *payload)
+{
+    p->c = c;
+    p->pieces = pieces;
+    p->payload = payload;
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    p->job = 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void packer_stop(packer_t *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->job = -1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->th, NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+}
+
+/* The calling thread's wait for the pack of the chunk into slot b: done, else one test of
+ * the other slots' send requests (a completed one becomes MPI_REQUEST_NULL: its slot's
+ * wait_slot then returns at once). */
+typedef struct pack_wait {
+    rf_xfer_t *x;
+    packer_t *p;
+    int b;
+} pack_wait_t;
+
+static int pack_wait_test(void *vctx, rf_err_t *err)
+{
+    pack_wait_t *w = vctx;
+    if (atomic_load_explicit(&w->p->done, memory_order_acquire))
+        return 1;
+    const int per = 2 * w->x->nranks;
+    for (int o = 0; o < w->x->buffers; o++) {
+        int flag = 0;
+        if (o == w->b || !w->x->slot_busy[o])
+            continue;
+        if (MPI_Testall(per, &w->x->sreqs[o * per], &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return rf_err_set(err, RF_ERR_MPI, "MPI_Testall failed on chunk sends");
+    }
+    return 0;
+}
+
+/* Hands chunk c to the pack thread and waits for it (ABORT + deadline), the other slots'
+ * sends progressing meanwhile; after a failed wait, still until the pack returned. */
+static rf_status_t packer_run(rf_xfer_t *x, packer_t *p, const rf_xfer_config_t *cfg,
+                              const rf_chunk_t *c, const rf_chunk_piece_t *pieces, int b,
+                              void *payload, rf_err_t *err)
+{
+    packer_post(p, c, pieces, payload);
+    pack_wait_t w = {x, p, b};
+    rf_status_t st = rf_ctl_wait_fn(x->ctl, pack_wait_test, &w, cfg->deadline, send_spin(x), err);
+    while (!atomic_load_explicit(&p->done, memory_order_acquire))
+        sched_yield();
+    if (st == RF_OK && p->st != RF_OK) {
+        st = p->st;
+        rf_err_set(err, st, "%s", p->e.msg);
+    }
     return st;
 }
 
@@ -86,9 +249,16 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
     uint32_t seq = 0;
     int stage = -1, peer = -1;
 
+    packer_t pk;
+    bool threaded = false;
+    memset(&pk, 0, sizeof(pk));
     /* sends of an earlier update never drained: complete them first */
     for (int b = 0; b < x->buffers; b++)
         RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
+    if (cfg->pack_thread && x->send_spin) {
+        RF_CHECK_GOTO(packer_start(&pk, pack, ctx, &e), st, fail);
+        threaded = true;
+    }
 
     int j = 0;
     for (size_t k = 0; k < plan->n_chunks; k++) {
@@ -105,7 +275,10 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         unsigned char *buf = x->bufs[b];
         rf_chunk_header_write(buf, cfg->update, c->seq, c->payload_bytes);
         double t0 = rf_time_now();
-        st = pack(ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);
+        st = threaded
+                 ? packer_run(x, &pk, cfg, c, &plan->pieces[c->piece_begin], b,
+                              buf + RF_CHUNK_HEADER_BYTES, &e)
+                 : pack(ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);
         x->stats.pack_s += rf_time_now() - t0;
         if (st != RF_OK)
             goto fail;
@@ -131,12 +304,17 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         }
         rf_xfer_slot_sent(x, b);
     }
+    if (threaded)
+        packer_stop(&pk);
+    threaded = false;
     peer = -1;
     for (int b = 0; b < x->buffers; b++)
         RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, j > 0, &e), st, fail);
     return RF_OK;
 
 fail:
+    if (threaded)
+        packer_stop(&pk);
     return send_failed(x, cfg, st, &e, seq, stage, peer, err);
 }
 
@@ -257,7 +435,9 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
              * first to complete */
             double t0 = rf_time_now();
             peer = -1;
-            st = rf_ctl_wait_some(x->ctl, x->sreqs, S * per, cfg->deadline, 0, p2p_sent, &ps, &e);
+            /* chunks are on the wire: spin where setup allows it, as mpi_send */
+            st = rf_ctl_wait_some(x->ctl, x->sreqs, S * per, cfg->deadline, send_spin(x), p2p_sent,
+                                  &ps, &e);
             x->stats.wire_s += rf_time_now() - t0;
             if (st != RF_OK)
                 goto fail;
@@ -627,6 +807,13 @@ fail:
 /* A receiver on device storage gets pinned receive buffers (rf_xfer_setup's contract). */
 static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err)
 {
+    x->send_spin =
+        setup->send_spin < 0 ? rf_xfer_send_spin_default(x->nranks) != 0 : setup->send_spin != 0;
+    if (x->send_spin)
+        RF_LOG(RF_LOG_INFO,
+               "rank %d: as a sender, spins while its chunks stream and packs "
+               "beside the wire where the pack allows it",
+               x->rank);
     rf_accel_t *a = setup->accel;
     if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)
         return RF_OK;

@@ -52,6 +52,8 @@ struct rf_xfer {
     struct rf_accel_event **pin_ev; /* [buffers] */
     unsigned char *pin_pending; /* [buffers] pin_ev[b] recorded and not yet waited for */
     uint64_t pin_waits, pin_waited_ns; /* gates that found the copy still running; their wait */
+    bool send_spin;      /* mpi sender: spin while chunks stream, pack_thread packs on a
+                            helper thread (rf_xfer_setup_t.send_spin, resolved) */
     unsigned wait_flags; /* rf_ctl_wait_fn flags of rf_xfer_wait_one (mpi: RF_CTL_WAIT_SPIN once
                             an update's first chunk arrived; 0 otherwise) */
 };

@@ -45,9 +45,10 @@ enum {
 
 /* rf_ctl_wait_fn flags */
 #define RF_CTL_WAIT_NO_ABORT 1u /* do not poll ABORT (gate, drain: failures already known) */
-/* spin 0.25 s instead of 5 ms before backing off into sleeps: a message is streaming. The mpi chunk transport's waits once an
- * update's first chunk moved: a large message through shared memory without single-copy (CMA)
- * moves a FIFO's worth per MPI call on each side, so 1 ms sleeps between tests held the mpi
+/* spin 0.25 s instead of 5 ms before backing off into sleeps: a message is streaming. The mpi
+ * chunk transport's waits once an update's first chunk moved (a receiver with pinned buffers;
+ * a sender where its node has cores to spare, rf_xfer_send_spin_default): a large message
+ * through shared memory without single-copy (CMA) moves a FIFO's worth per MPI call on each side, so 1 ms sleeps between tests held the mpi
  * path into GPU storage on the H200 host to 0.3 GB/s against 7 GB/s for MPI_Wait (issue 18
  * item 3, docs/benchmarks.md). The wait still yields the core between tests; a peer stalled
  * past 0.25 s gets the sleeping backoff. */

@@ -78,6 +78,9 @@ typedef struct rf_job_opts {
     rf_job_fault_t fault;     /* kind RF_FAULT_NONE normally */
     bool verify_last;         /* only the last update goes through the oracle (benchmarks of
                                  large models: the host oracle is slower than the updates) */
+    bool checkpoint_all;      /* every update carries the checkpoint (--checkpoint-updates
+                                 all), not only the odd ones; the diff rule is skipped after
+                                 an update of the same checkpoint */
     bool verify_none;         /* no oracle at all (benchmarks whose bytes the GPU tests check
                                  against the host reference); the last line says so */
     const char *bench_json;   /* NULL, or rank 0 writes the update times (update begin to

@@ -129,6 +129,12 @@ typedef struct rf_trainer {
                                     (rf_trainer_use_device; borrowed, must outlive tr) */
     char *d2h_buf;               /* dev: host staging of one part's source rows (owned) */
     uint64_t d2h_cap;
+    bool stream_reads;           /* the caller allows streamed checkpoint production
+                                    (rf_trainer_produce): its transport packs every chunk on
+                                    the host from this rank's pack, broadcast (the session:
+                                    mpi, unless REFIT_CKPT_STREAM=0) */
+    rf_ckpt_t *stream_ck;        /* this update's checkpoint, read by the pack (borrowed);
+                                    NULL: the shard buffers hold the update */
 } rf_trainer_t;
 
 /*
@@ -207,6 +213,25 @@ rf_status_t rf_trainer_check_source(rf_trainer_t *tr, rf_ckpt_t *ck, rf_err_t *e
  * order, a rank without a shard of it taking part with nothing; a rank that fails keeps
  * taking part and returns its error at the end. */
 rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, rf_err_t *err);
+/*
+ * Streamed checkpoint production (issue 18 item 3): with tr->stream_reads set, ck non-NULL and
+ * this rank alone on its stage (rf_trainer_pack_local) with every entry it sends read as
+ * stored (the entry's dtype in the checkpoint, not quantized by the trainer, no scale, fp8 or
+ * weight_shape entry, whose values production checks or writes before any chunk moves; no
+ * wider master), rf_trainer_produce reads nothing: it sets tr->stream_ck = ck and leaves the
+ * shard buffers as they are, and the pack reads each piece's rows from ck straight into the
+ * chunk payload (the same rf_ckpt_read ranges production would read, so the same bytes; one
+ * copy fewer). A read error then fails the chunk's pack, naming the tensor, its rows and the
+ * file (the update FAILED, rollout ranks PAUSED, as for any failure after chunks moved).
+ * ck must stay open until the update's send returned; rf_trainer_begin and the next
+ * rf_trainer_produce clear stream_ck. Otherwise the shards are produced as above.
+ */
+
+/* Whether this rank packs every chunk of its stage from its own shards with no MPI (the
+ * stage sender and the stage's only trainer rank, every tensor of the stage whole here, host
+ * shards, every piece packed): its pack may run beside the wire (rf_xfer_config_t
+ * pack_thread). Local, pure. */
+bool rf_trainer_pack_local(const rf_trainer_t *tr);
 
 /*
  * rf_trainer_produce for a caller's unquantized shards (the session API's trainer of a quantized

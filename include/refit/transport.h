@@ -375,6 +375,15 @@ typedef struct rf_xfer_config {
                                      p2p sets it: one sender at a time in plan order makes a
                                      wavefront across the pairs (docs/simulate.md). 0: the
                                      plan's sequence order */
+    int pack_thread;              /* sender, mpi transport only (ipc, nccl ignore it): 1 = the
+                                     pack callback calls no MPI and touches nothing the
+                                     calling thread uses during rf_xfer_send, so it may run on
+                                     a helper thread while the calling thread keeps the chunks
+                                     already posted moving (where the sender spins, see
+                                     rf_xfer_setup: chunk k + 1 is packed, a checkpoint read
+                                     included, while chunk k is on the wire; a message through
+                                     shared memory without single-copy moves only inside MPI
+                                     calls). 0: packed on the calling thread */
 } rf_xfer_config_t;
 
 /* Counters of the current update (reset by rf_xfer_begin). */
@@ -424,7 +433,24 @@ typedef struct rf_xfer_setup {
     int pageable_recv;                   /* mpi receiver with a device accel: 1 keeps pageable
                                             receive buffers (the path before issue 18's
                                             pinned ones; benchmarks' A/B) */
+    int send_spin;                       /* mpi sender: whether its waits spin while an
+                                            update's chunks stream (RF_CTL_WAIT_SPIN) and its
+                                            pack may run on a helper thread (pack_thread):
+                                            -1 (what rf_xfer_send_spin_default gives), 0 no,
+                                            1 yes */
 } rf_xfer_setup_t;
+
+/*
+ * The mpi sender's default for rf_xfer_setup_t.send_spin: 1 when the node has two cores per
+ * local rank (a spinning main thread plus its pack thread), so a spin never takes a core a
+ * peer needs; 0 on an oversubscribed node (CI's jobs run 2 to 6 ranks on 2 cores: there a
+ * 0.25 s spin per wait would slow every peer, and no measurement says it helps). Local ranks:
+ * OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI), else MPI_LOCALNRANKS (MPICH), else world_size;
+ * cores: the process's CPU affinity mask. The environment's REFIT_MPI_SEND_SPIN=0 or 1
+ * overrides (benchmarks' A/B, the tests of the spinning path). Local, pure but for the
+ * environment.
+ */
+int rf_xfer_send_spin_default(int world_size);
 
 /*
  * Once, after rf_xfer_create, on every rank (collective over x's world): the transport's
@@ -434,7 +460,10 @@ typedef struct rf_xfer_setup {
  * callback may then leave h2d copies reading the segments enqueued on that accel's default
  * stream: the transport records an event there after each callback and waits for it before
  * the buffer takes another message (its next receive, the drain after a FAILED update, the
- * destroy), so a buffer is never overwritten while a copy still reads it). May add capability bits (ipc on a device backend: RF_XFER_CAP_DEVICE_PAYLOAD).
+ * destroy), so a buffer is never overwritten while a copy still reads it); an mpi sender
+ * with send_spin 1 spins in its waits once an update's chunks stream (RF_CTL_WAIT_SPIN, as a
+ * pinned receiver does) and runs a pack_thread pack on a helper thread beside the wire. May
+ * add capability bits (ipc on a device backend: RF_XFER_CAP_DEVICE_PAYLOAD).
  * RF_OK for a transport with nothing to set up (mpi); else the transport's errors.
  */
 rf_status_t rf_xfer_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err);

@@ -147,7 +147,7 @@ static rf_status_t transfer(fixture_t *f, uint32_t v, int integrity, rf_xfer_fau
     static const int zero = 0;
     const rf_chunk_plan_t *plan = integrity ? f->plan_integrity : f->plan;
     rf_xfer_config_t cfg = {v, plan, &zero, &zero, 1, rf_time_now() + secs, fault,
-                            integrity, items, 0, NULL, 0};
+                            integrity, items, 0, NULL, 0, 0};
     memset(tc, 0, sizeof(*tc));
     tc->update = v;
     for (int i = 0; i < NITEMS; i++) {

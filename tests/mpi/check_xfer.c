@@ -4,11 +4,13 @@
  * Payload bytes encode (item, row, byte, update) so receivers verify every byte and every row.
  * Cases: clean update (>= 3 chunks per stage, max_inflight_chunks == 2), ABORT from one rank,
  * a sender that never sends (timeout at a 2 s deadline), a dropped and a duplicated chunk
- * (then drain and a committed update on the same ranks), and a gate count mismatch.
+ * (then drain and a committed update on the same ranks), a gate count mismatch, and the
+ * sender's pack on its helper thread (send_spin 1, pack_thread): clean, a pack error, ABORT.
  * The tcases run in order in one process per rank (CK_FORK=no) and share one update counter.
  */
 #include <check.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,7 @@ static struct {
     char names[NITEMS][32];
     uint32_t update;
     rf_gate_expect_t expect;
+    pthread_t main_thread;
 } T;
 
 static unsigned char pattern(size_t item, uint64_t row, uint64_t byte, uint32_t update)
@@ -47,14 +50,18 @@ typedef struct payload_ctx {
     uint32_t update;
     uint64_t rows_seen[NITEMS];
     uint64_t bad_bytes;
+    int64_t fail_seq;      /* the pack fails on this chunk (-1: never) */
+    uint64_t packs_beside; /* packs that ran on another thread than the test's */
 } payload_ctx_t;
 
 static rf_status_t pack(void *vctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
                         void *payload, rf_err_t *err)
 {
-    (void)err;
     payload_ctx_t *c = vctx;
     unsigned char *p = payload;
+    c->packs_beside += !pthread_equal(pthread_self(), T.main_thread);
+    if ((int64_t)chunk->seq == c->fail_seq)
+        return rf_err_set(err, RF_ERR_IO, "test pack: chunk seq %u cannot be read", chunk->seq);
     for (size_t j = 0; j < chunk->piece_count; j++) {
         const rf_chunk_piece_t *pc = &pieces[j];
         for (uint64_t r = pc->row_begin; r < pc->row_end; r++)
@@ -92,6 +99,8 @@ typedef struct run_opts {
     rf_xfer_fault_t fault[NRANKS]; /* per sender rank */
     action_t act[NRANKS];
     int lie_rank;                  /* rank that reports one chunk fewer from rank 0, or -1 */
+    int pack_thread;               /* rf_xfer_config_t.pack_thread */
+    int64_t pack_fail_seq;         /* the senders' pack fails on this chunk, or -1 */
 } run_opts_t;
 
 typedef struct run_result {
@@ -120,6 +129,7 @@ static void opts_init(run_opts_t *o)
     for (int r = 0; r < NRANKS; r++)
         o->fault[r] = RF_XFER_FAULT_NONE;
     o->lie_rank = -1;
+    o->pack_fail_seq = -1;
 }
 
 /* One full update on every rank: begin, agree, transfer, gate, drain on FAILED. Collective. */
@@ -130,11 +140,13 @@ static void run_update(const run_opts_t *o, run_result_t *res)
     rf_err_t err;
     rf_err_clear(&err);
     rf_err_clear(&res->err);
+    res->pc.fail_seq = o->pack_fail_seq;
     ck_assert_int_eq(rf_ctl_begin(T.ctl, v, &err), RF_OK);
     double deadline = rf_deadline_for_update(o->timeout_s, 1.0, T.plan->payload_bytes, 0);
     ck_assert_int_eq(rf_ctl_agree(T.ctl, v, RF_OK, NULL, deadline, &err), RF_OK);
     ck_assert_int_eq(rf_xfer_begin(T.x, v, deadline, &err), RF_OK);
-    rf_xfer_config_t cfg = {v, T.plan, senders, receivers, 2, deadline, o->fault[T.rank], 0, NULL, 0, NULL, 0};
+    rf_xfer_config_t cfg = {v, T.plan, senders, receivers, 2, deadline,      o->fault[T.rank],
+                            0, NULL,   0,       NULL,      0, o->pack_thread};
     res->pc.update = v;
     double t0 = rf_time_now();
     switch (o->act[T.rank]) {
@@ -370,11 +382,64 @@ START_TEST(test_gate_count_mismatch)
 }
 END_TEST
 
+/* send_spin on this rank's transfer (rf_xfer_setup; collective) */
+static void set_send_spin(int on)
+{
+    rf_err_t err;
+    rf_err_clear(&err);
+    rf_xfer_setup_t xs = {.device = -1, .pair = -1, .send_spin = on};
+    ck_assert_int_eq(rf_xfer_setup(T.x, &xs, &err), RF_OK);
+}
+
+START_TEST(test_pack_thread)
+{
+    set_send_spin(1);
+    run_opts_t o;
+    opts_init(&o);
+    o.pack_thread = 1;
+    run_result_t res;
+    run_update(&o, &res);
+    assert_clean(&res);
+    if (T.rank < 2) /* every chunk packed on the helper thread */
+        ck_assert_uint_eq(res.pc.packs_beside, T.plan->stages[T.rank].chunk_count);
+    /* a pack that fails (a checkpoint read, say) fails the update with its text, everywhere */
+    o.pack_fail_seq = T.plan->stages[1].chunk_begin + 2;
+    run_update(&o, &res);
+    if (T.rank == 1) {
+        ck_assert_int_eq(res.st, RF_ERR_IO);
+        ck_assert_msg(strstr(res.err.msg, "cannot be read") != NULL &&
+                          strstr(res.err.msg, "stage 1") != NULL,
+                      "message: %s", res.err.msg);
+    }
+    assert_failed_everywhere(&res, 1, 1);
+    ck_assert_int_eq(res.verdict_code, RF_ERR_IO);
+    /* a receiver's ABORT while the senders pack beside the wire */
+    opts_init(&o);
+    o.pack_thread = 1;
+    o.act[3] = ACT_ABORT;
+    run_update(&o, &res);
+    if (T.rank < 2 && res.st != RF_OK)
+        ck_assert_int_eq(res.st, RF_ERR_PEER);
+    assert_failed_everywhere(&res, 3, 3);
+    /* after the drains the same ranks commit, the thread's bytes checked by the receivers */
+    opts_init(&o);
+    o.pack_thread = 1;
+    run_update(&o, &res);
+    assert_clean(&res);
+    set_send_spin(0);
+    /* without send_spin the pack stays on the calling thread */
+    run_update(&o, &res);
+    assert_clean(&res);
+    ck_assert_uint_eq(res.pc.packs_beside, 0);
+}
+END_TEST
+
 static void setup_fixture(void)
 {
     rf_err_t err;
     rf_err_clear(&err);
     MPI_Comm_rank(MPI_COMM_WORLD, &T.rank);
+    T.main_thread = pthread_self();
     /* per stage: a 100-row tensor split in two, then 30 + 20 rows together, then 40 rows */
     static const uint64_t rows[4] = {100, 30, 20, 40};
     for (int i = 0; i < NITEMS; i++) {
@@ -424,6 +489,7 @@ int main(int argc, char **argv)
     ADD_CASE("drop", test_drop);
     ADD_CASE("duplicate", test_duplicate);
     ADD_CASE("gate", test_gate_count_mismatch);
+    ADD_CASE("pack_thread", test_pack_thread);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);

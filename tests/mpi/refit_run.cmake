@@ -66,6 +66,8 @@ refit_run_test(refit_run_bad_steps 2 fail "--steps: 'zero' is not a positive int
                --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --steps zero)
 refit_run_test(refit_run_bad_verify 2 fail "--verify: 'bogus' is not all, last or none"
                --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --verify bogus)
+refit_run_test(refit_run_bad_checkpoint_updates 2 fail "--checkpoint-updates bogus: odd or all"
+               --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --checkpoint-updates bogus)
 refit_run_test(refit_run_missing_value 2 fail "option '--bench-json' needs a value"
                --topology ${TOPO}/llama-tiny-tp1-to-tp1.yaml --bench-json)
 refit_run_test(refit_run_help 1 ok "usage: mpirun -np N refit-run" --help)

@@ -19,12 +19,18 @@
  *                 even into BF16 / F16 bit patterns worked out by hand (ties, subnormals,
  *                 overflow to inf, infinities, NaN), random values against a reference
  *                 rounding; the dtype rule; device packs and production refuse a master
+ *   stream_*      streamed checkpoint production (stream_reads): every chunk of llama-tiny's
+ *                 checkpoint packed by reads in the pack == packed from the shard buffers
+ *                 production read, byte for byte, bytes_read the payload; a TP2 trainer (a
+ *                 stage gather) reads whole first; a checkpoint truncated after it was opened
+ *                 fails a chunk's pack with RF_ERR_IO naming the tensor
  */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "refit/accel.h"
 #include "refit/chunk.h"
@@ -688,6 +694,136 @@ START_TEST(test_master_f16)
 }
 END_TEST
 
+/* Trainer rank 0 of w (host shards of its own), stream_reads as given, produced from ck. */
+static void stream_trainer(world_t *w, rf_trainer_t *tr, bool stream, rf_ckpt_t *ck)
+{
+    rf_rank_info_t me;
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_topology_rank_info(&w->topo, 0, &me), RF_OK);
+    ck_assert_msg(
+        rf_trainer_init(tr, &w->topo, &w->inv, &w->man, w->plan, &me, MPI_COMM_NULL, &err) == RF_OK,
+        "%s", err.msg);
+    tr->stream_reads = stream;
+    ck_assert_msg(rf_trainer_produce(tr, 1, ck, &err) == RF_OK, "%s", err.msg);
+}
+
+START_TEST(test_stream_same_bytes)
+{
+    world_t w;
+    rf_trainer_t a, b;
+    rf_ckpt_t *ck = NULL;
+    rf_err_t err;
+    rf_err_clear(&err);
+    world_up(&w, "llama-tiny", NULL, "tp: 1", 64 << 10);
+    ck_assert_int_gt((int)w.plan->n_chunks, 8);
+    ck_assert_msg(rf_ckpt_open(REFIT_TEST_DATA "/llama-tiny", &ck, &err) == RF_OK, "%s", err.msg);
+    stream_trainer(&w, &a, false, ck);
+    ck_assert_ptr_null(a.stream_ck);
+    ck_assert_uint_eq(a.stats.bytes_read, w.man.payload_bytes);
+    stream_trainer(&w, &b, true, ck);
+    ck_assert_ptr_eq(b.stream_ck, ck); /* nothing read yet */
+    ck_assert_uint_eq(b.stats.bytes_read, 0);
+    ck_assert(rf_trainer_pack_local(&b));
+    char *pa = malloc(w.plan->chunk_bytes), *pb = malloc(w.plan->chunk_bytes);
+    uint64_t packed = 0;
+    for (size_t c = 0; c < w.plan->n_chunks; c++) {
+        const rf_chunk_t *ch = &w.plan->chunks[c];
+        memset(pa, 0x11, w.plan->chunk_bytes);
+        memset(pb, 0x22, w.plan->chunk_bytes);
+        ck_assert_msg(pack_chunk(&a, ch, pa, NULL, &err) == RF_OK, "%s", err.msg);
+        ck_assert_msg(pack_chunk(&b, ch, pb, NULL, &err) == RF_OK, "%s", err.msg);
+        for (size_t k = 0; k < ch->piece_count; k++) { /* the pieces (not the padding) */
+            const rf_chunk_piece_t *pc = &w.plan->pieces[ch->piece_begin + k];
+            ck_assert_msg(memcmp(pa + pc->offset, pb + pc->offset, (size_t)pc->bytes) == 0,
+                          "chunk %u: %s rows [%llu, %llu) differ", ch->seq,
+                          w.man.entries[pc->item].name, (unsigned long long)pc->row_begin,
+                          (unsigned long long)pc->row_end);
+            packed += pc->bytes;
+        }
+        /* a device pack or a p2p rectangle of a streamed update is refused */
+        if (c == 0) {
+            rf_accel_rows_t rows[64];
+            ck_assert_uint_le(ch->piece_count, 64);
+            ck_assert_int_eq(pack_chunk(&b, ch, pb, rows, &err), RF_ERR_INTERNAL);
+        }
+    }
+    ck_assert_uint_eq(packed, w.man.payload_bytes);
+    ck_assert_uint_eq(b.stats.bytes_read, w.man.payload_bytes);
+    /* the next update from the generator produces into the shard buffers again */
+    ck_assert_msg(rf_trainer_produce(&b, 2, NULL, &err) == RF_OK, "%s", err.msg);
+    ck_assert_ptr_null(b.stream_ck);
+    free(pa);
+    free(pb);
+    rf_trainer_free(&a);
+    rf_trainer_free(&b);
+    rf_ckpt_close(ck);
+    world_down(&w);
+}
+END_TEST
+
+START_TEST(test_stream_not_alone)
+{
+    world_t w;
+    rf_trainer_t tr;
+    rf_ckpt_t *ck = NULL;
+    rf_rank_info_t me;
+    rf_err_t err;
+    rf_err_clear(&err);
+    world_up(&w, "llama-tiny", NULL, "tp: 2", 64 << 10);
+    ck_assert_msg(rf_ckpt_open(REFIT_TEST_DATA "/llama-tiny", &ck, &err) == RF_OK, "%s", err.msg);
+    ck_assert_int_eq(rf_topology_rank_info(&w.topo, 0, &me), RF_OK);
+    ck_assert_int_eq(
+        rf_trainer_init(&tr, &w.topo, &w.inv, &w.man, w.plan, &me, MPI_COMM_NULL, &err), RF_OK);
+    tr.stream_reads = true;
+    ck_assert(!rf_trainer_pack_local(&tr)); /* the stage sender gathers its peer's halves */
+    ck_assert_msg(rf_trainer_produce(&tr, 1, ck, &err) == RF_OK, "%s", err.msg);
+    ck_assert_ptr_null(tr.stream_ck);
+    ck_assert_uint_gt(tr.stats.bytes_read, 0);
+    rf_trainer_free(&tr);
+    rf_ckpt_close(ck);
+    world_down(&w);
+}
+END_TEST
+
+START_TEST(test_stream_truncated)
+{
+    world_t w;
+    rf_trainer_t tr;
+    rf_ckpt_t *ck = NULL;
+    rf_err_t err;
+    rf_err_clear(&err);
+    char dir[] = "/tmp/check-trainer-stream-XXXXXX", cmd[512], path[600];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd), "cp %s/llama-tiny/*.safetensors %s/llama-tiny/*.json %s/",
+             REFIT_TEST_DATA, REFIT_TEST_DATA, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    world_up(&w, "llama-tiny", NULL, "tp: 1", 64 << 10);
+    ck_assert_msg(rf_ckpt_open(dir, &ck, &err) == RF_OK, "%s", err.msg);
+    stream_trainer(&w, &tr, true, ck);
+    ck_assert_ptr_eq(tr.stream_ck, ck);
+    /* the files shrink after the update's begin checked them */
+    for (int f = 1; f <= 3; f++) {
+        snprintf(path, sizeof(path), "%s/model-0000%d-of-00003.safetensors", dir, f);
+        ck_assert_int_eq(truncate(path, 4096), 0);
+    }
+    char *p = malloc(w.plan->chunk_bytes);
+    rf_status_t st = RF_OK;
+    for (size_t c = 0; c < w.plan->n_chunks && st == RF_OK; c++)
+        st = pack_chunk(&tr, &w.plan->chunks[c], p, NULL, &err);
+    ck_assert_int_eq(st, RF_ERR_IO);
+    ck_assert_msg(strstr(err.msg, "from the checkpoint as its chunk is packed") != NULL &&
+                      strstr(err.msg, "model.") != NULL,
+                  "message: %s", err.msg);
+    free(p);
+    rf_trainer_free(&tr);
+    rf_ckpt_close(ck);
+    world_down(&w);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *trainer_suite(void)
 {
     Suite *s = suite_create("trainer");
@@ -702,6 +838,9 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, test_fsdp_shards);
     tcase_add_test(tc, test_master_bf16);
     tcase_add_test(tc, test_master_f16);
+    tcase_add_test(tc, test_stream_same_bytes);
+    tcase_add_test(tc, test_stream_not_alone);
+    tcase_add_test(tc, test_stream_truncated);
     suite_add_tcase(s, tc);
     return s;
 }
