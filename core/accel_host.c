@@ -422,6 +422,19 @@ static rf_status_t host_checksum(rf_accel_t *accel, const void *buf, size_t byte
     return RF_OK;
 }
 
+static rf_status_t host_checksum_async(rf_accel_t *accel, const void *buf, size_t bytes,
+                                       uint64_t word0, void *acc, uint64_t *out,
+                                       rf_accel_stream_t *stream)
+{
+    (void)accel;
+    (void)stream;
+    if ((bytes && !buf) || !acc || !out)
+        return RF_ERR_INVALID;
+    *out = rf_accel_sum_words(buf, bytes, word0);
+    memcpy(acc, out, sizeof(*out)); /* as the device's accumulator would hold it */
+    return RF_OK;
+}
+
 /* No copy engines and no kernel on the host: every piece is already a memcpy. */
 static rf_status_t host_set_engine_min(rf_accel_t *accel, size_t bytes)
 {
@@ -433,14 +446,15 @@ static rf_status_t host_set_engine_min(rf_accel_t *accel, size_t bytes)
  * memory type and create. */
 #define HOST_OPS_SHARED                                                                            \
     .device_count = host_device_count, .destroy = host_destroy, .select = host_select,             \
-    .alloc = host_alloc, .free = host_free, .stream_create = host_stream_create, .stream_destroy = host_stream_destroy,                    \
-    .stream_sync = host_stream_sync, .event_create = host_event_create,                            \
-    .event_destroy = host_event_destroy, .event_record = host_event_record,                        \
-    .event_sync = host_event_sync, .event_query = host_event_query,                                \
-    .event_elapsed_ms = host_event_elapsed_ms, .copy = host_copy, .copy_2d = host_copy_2d,         \
-    .memset = host_memset, .copy_rows = host_copy_rows,                                            \
+    .alloc = host_alloc, .free = host_free, .stream_create = host_stream_create,                   \
+    .stream_destroy = host_stream_destroy, .stream_sync = host_stream_sync,                        \
+    .event_create = host_event_create, .event_destroy = host_event_destroy,                        \
+    .event_record = host_event_record, .event_sync = host_event_sync,                              \
+    .event_query = host_event_query, .event_elapsed_ms = host_event_elapsed_ms, .copy = host_copy, \
+    .copy_2d = host_copy_2d, .memset = host_memset, .copy_rows = host_copy_rows,                   \
     .copy_rows_batch = host_copy_rows_batch, .zero_rows = host_zero_rows,                          \
-    .checksum = host_checksum, .set_engine_min = host_set_engine_min
+    .checksum = host_checksum, .set_engine_min = host_set_engine_min,                              \
+    .checksum_async = host_checksum_async
 
 const rf_accel_ops_t rf_accel_host_ops = {
     .name = "host",
@@ -482,7 +496,7 @@ const rf_accel_ops_t rf_accel_host_device_ops = {
 
 /* ---- shared by every implementation ---------------------------------------------------- */
 
-uint64_t rf_accel_checksum(const void *buf, size_t bytes)
+uint64_t rf_accel_sum_words(const void *buf, size_t bytes, uint64_t word0)
 {
     const unsigned char *p = buf;
     uint64_t S = 0;
@@ -490,14 +504,19 @@ uint64_t rf_accel_checksum(const void *buf, size_t bytes)
     for (i = 0; i < nw; i++) {
         uint64_t w;
         memcpy(&w, p + 8 * i, 8); /* little-endian (the build refuses big-endian) */
-        S += rf_accel_sum_mix(w, i);
+        S += rf_accel_sum_mix(w, word0 + i);
     }
     if (bytes % 8) {
         uint64_t w = 0;
         memcpy(&w, p + 8 * nw, bytes % 8);
-        S += rf_accel_sum_mix(w, nw);
+        S += rf_accel_sum_mix(w, word0 + nw);
     }
-    return rf_accel_sum_final(S, bytes);
+    return S;
+}
+
+uint64_t rf_accel_checksum(const void *buf, size_t bytes)
+{
+    return rf_accel_sum_final(rf_accel_sum_words(buf, bytes, 0), bytes);
 }
 
 bool rf_accel_rows_convert(const rf_accel_rows_t *r)
