@@ -387,6 +387,9 @@ typedef struct rf_xfer_stats {
     int max_inflight_chunks; /* most chunks posted and not yet known complete / unpacked */
     uint64_t ipc_bytes_in_place; /* ipc receiver: bytes its loaders read from the pair's arena */
     uint64_t ipc_bytes_staged;   /* ipc receiver: bytes of pieces read from staging slots */
+    uint64_t h2d_chunks, h2d_bytes; /* mpi receiver checking on its device (refit-sum64
+                                       trailers, device storage): chunk payloads it copied h2d
+                                       into its device chunk buffers */
     double pack_s;
     double wire_s;           /* time waiting on the wire (send slot reuse, receive arrival) */
     double unpack_s;
