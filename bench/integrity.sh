@@ -15,8 +15,9 @@
 #         pinned host buffer (the path before this change)
 # each with --storage-digest (all three must agree) and --verify last. Colocated CUDA IPC:
 # build-gpu/ipc-integrity (bench/ipc-integrity.cu): a copy with a fused source checksum plus a
-# read of the destination against the copy alone. bench/integrity_report.py prints the tables
-# and writes $OUT/integrity.json.
+# read of the destination against the copy alone. build-gpu/digest-rate (bench/digest-rate.c):
+# the host's XXH3-64 and refit-sum64 rates over one 32 MiB chunk (the sender's seal).
+# bench/integrity_report.py prints the tables and writes $OUT/integrity.json.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build-gpu}
@@ -35,11 +36,13 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
         -DREFIT_TESTS=OFF -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$out/configure.log" 2>&1 ||
         { say "configure failed"; tail -20 "$out/configure.log"; exit 1; }
 fi
-cmake --build "$build" -j "$(nproc)" --target refit-run > "$out/build.log" 2>&1 ||
+cmake --build "$build" -j "$(nproc)" --target refit-run digest-rate > "$out/build.log" 2>&1 ||
     { say "build failed"; grep -E "error" "$out/build.log" | head -20; exit 1; }
 nvcc -O3 -arch=sm_90 -o "$build/ipc-integrity" "$root/bench/ipc-integrity.cu" >> "$out/build.log" 2>&1 ||
     { say "ipc-integrity build failed"; tail -5 "$out/build.log"; }
 say "built"
+"$build/digest-rate" $((32 << 20)) "$out/digest-rate.json" > "$out/digest-rate.log" 2>&1
+cat "$out/digest-rate.log"
 for r in ${RUNS:-off dev host}; do
     env=() args=(--integrity)
     [ "$r" = off ] && args=(--no-integrity)

@@ -77,6 +77,14 @@ def main():
     res["digests_equal"] = same
     print("storage digests equal across runs: %s" % same)
     ok = ok and same
+    dr = os.path.join(out, "digest-rate.json")
+    if os.path.exists(dr):
+        j = json.load(open(dr))
+        res["host_digest_rate"] = j
+        print("\nhost digest rates over %d MiB (bench/digest-rate.c, one thread):" %
+              (j["bytes"] >> 20))
+        for n, v in j["algorithms"].items():
+            print("  %-16s %8.3f ms %7.2f GB/s" % (n, v["ms"], v["GBps"]))
     ipc = os.path.join(out, "ipc-integrity.json")
     if os.path.exists(ipc):
         j = json.load(open(ipc))

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "refit/accel.h"
 #include "refit/dtype.h"
@@ -496,12 +499,48 @@ const rf_accel_ops_t rf_accel_host_device_ops = {
 
 /* ---- shared by every implementation ---------------------------------------------------- */
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The whole words of rf_accel_sum_words, eight lanes at a time with AVX-512 (the sender's seal
+ * over mpi into GPU storage: about 3x the scalar loop, which is bound by its 64-bit
+ * multiplies). The same sum mod 2^64: addition is associative, so lanes may add in any order.
+ * Returns the sum of words [0, *done) and sets *done (a multiple of 8, <= nw). */
+__attribute__((target("avx512f,avx512dq"))) static uint64_t
+sum_words_avx512(const unsigned char *p, size_t nw, uint64_t word0, size_t *done)
+{
+    const __m512i m1 = _mm512_set1_epi64((long long)0xFF51AFD7ED558CCDull);
+    const __m512i m2 = _mm512_set1_epi64((long long)0xC4CEB9FE1A85EC53ull);
+    const __m512i step = _mm512_set1_epi64((long long)(8 * 0x9E3779B97F4A7C15ull));
+    /* lane k's key: (word0 + i + k + 1) * K, advanced by 8K per iteration */
+    __m512i key = _mm512_mullo_epi64(_mm512_add_epi64(_mm512_set1_epi64((long long)(word0 + 1)),
+                                                      _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7)),
+                                     _mm512_set1_epi64((long long)0x9E3779B97F4A7C15ull));
+    __m512i acc = _mm512_setzero_si512();
+    size_t i = 0;
+    for (; i + 8 <= nw; i += 8) {
+        __m512i x = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p + 8 * i)), key);
+        x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+        x = _mm512_mullo_epi64(x, m1);
+        x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+        x = _mm512_mullo_epi64(x, m2);
+        x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 33));
+        acc = _mm512_add_epi64(acc, x);
+        key = _mm512_add_epi64(key, step);
+    }
+    *done = i;
+    return (uint64_t)_mm512_reduce_add_epi64(acc);
+}
+#endif
+
 uint64_t rf_accel_sum_words(const void *buf, size_t bytes, uint64_t word0)
 {
     const unsigned char *p = buf;
     uint64_t S = 0;
-    size_t nw = bytes / 8, i;
-    for (i = 0; i < nw; i++) {
+    size_t nw = bytes / 8, i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (nw >= 64 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
+        S = sum_words_avx512(p, nw, word0, &i);
+#endif
+    for (; i < nw; i++) {
         uint64_t w;
         memcpy(&w, p + 8 * i, 8); /* little-endian (the build refuses big-endian) */
         S += rf_accel_sum_mix(w, word0 + i);

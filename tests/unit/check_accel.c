@@ -491,6 +491,18 @@ START_TEST(test_checksum_parts)
             rf_accel_sum_words(buf, 8 * k, 0) + rf_accel_sum_words(buf + 8 * k, n - 8 * k, k);
         ck_assert_uint_eq(rf_accel_sum_final(S, n), ref_sum(buf, n));
     }
+    /* long enough for the host's eight-lane loop (64 words and up), from odd first words */
+    size_t big_n = 100003;
+    unsigned char *big = malloc(big_n);
+    for (size_t i = 0; i < big_n; i++)
+        big[i] = (unsigned char)(i * 7 + 1);
+    ck_assert_uint_eq(rf_accel_checksum(big, big_n), ref_sum(big, big_n));
+    for (size_t k = 1; k < 20; k += 3)
+        ck_assert_uint_eq(rf_accel_sum_final(rf_accel_sum_words(big, 8 * k, 0) +
+                                                 rf_accel_sum_words(big + 8 * k, big_n - 8 * k, k),
+                                             big_n),
+                          ref_sum(big, big_n));
+    free(big);
     const char *names[2] = {"host", "host-device"};
     for (int i = 0; i < 2; i++) {
         rf_accel_t *a = NULL;
@@ -520,6 +532,18 @@ END_TEST
  * zero size. */
 START_TEST(test_engine_min_and_ceilings)
 {
+    /* long enough for the host's eight-lane loop (64 words and up), from odd first words */
+    size_t big_n = 100003;
+    unsigned char *big = malloc(big_n);
+    for (size_t i = 0; i < big_n; i++)
+        big[i] = (unsigned char)(i * 7 + 1);
+    ck_assert_uint_eq(rf_accel_checksum(big, big_n), ref_sum(big, big_n));
+    for (size_t k = 1; k < 20; k += 3)
+        ck_assert_uint_eq(rf_accel_sum_final(rf_accel_sum_words(big, 8 * k, 0) +
+                                                 rf_accel_sum_words(big + 8 * k, big_n - 8 * k, k),
+                                             big_n),
+                          ref_sum(big, big_n));
+    free(big);
     const char *names[2] = {"host", "host-device"};
     for (int k = 0; k < 2; k++) {
         rf_accel_t *a = NULL;
