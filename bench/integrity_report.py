@@ -49,7 +49,7 @@ def run(out, r):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "integrity-out"
     res, ok = {"mpi_to_gpu": {}}, True
-    print("mpi to GPU (Llama-3.1-8B shape, 4 layers): median of the timed updates")
+    print("mpi to GPU: median of the timed updates")
     print("%-6s %-15s %10s %8s %10s %10s %8s %9s %9s" %
           ("run", "trailer", "update ms", "GB/s", "produce ms", "rest ms", "GB/s", "upd +%",
            "rest +%"))
