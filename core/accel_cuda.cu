@@ -860,7 +860,7 @@ __device__ static inline uint64_t d_fmix64(uint64_t x)
     return x;
 }
 
-__global__ void k_checksum(const unsigned char *p, uint64_t bytes, bool aligned,
+__global__ void k_checksum(const unsigned char *p, uint64_t bytes, bool aligned, uint64_t word0,
                            unsigned long long *acc)
 {
     __shared__ unsigned long long red[RF_CUDA_THREADS];
@@ -874,7 +874,7 @@ __global__ void k_checksum(const unsigned char *p, uint64_t bytes, bool aligned,
             for (uint64_t b = 0; b < 8 && 8 * i + b < bytes; b++)
                 w |= (uint64_t)p[8 * i + b] << (8 * b);
         }
-        S += d_fmix64(w ^ ((i + 1) * 0x9E3779B97F4A7C15ull));
+        S += d_fmix64(w ^ ((word0 + i + 1) * 0x9E3779B97F4A7C15ull));
     }
     red[threadIdx.x] = S;
     __syncthreads();
@@ -896,13 +896,32 @@ static rf_status_t cu_checksum(rf_accel_t *a, const void *buf, size_t bytes, uin
     RF_CUDA_CHECK(cudaMemsetAsync(c->d_scratch, 0, 2 * sizeof(unsigned long long), c->s));
     if (bytes) {
         k_checksum<<<rf_cuda_grid_for((bytes + 7) / 8), RF_CUDA_THREADS, 0, c->s>>>(
-            (const unsigned char *)buf, bytes, ((uintptr_t)buf & 7) == 0, c->d_scratch);
+            (const unsigned char *)buf, bytes, ((uintptr_t)buf & 7) == 0, 0, c->d_scratch);
         RF_CUDA_LAUNCH_CHECK();
     }
     RF_CUDA_CHECK(cudaMemcpyAsync(c->h_scratch, c->d_scratch, sizeof(unsigned long long),
                                   cudaMemcpyDeviceToHost, c->s));
     RF_CUDA_CHECK(cudaStreamSynchronize(c->s));
     *sum_p = rf_accel_sum_final(c->h_scratch[0], bytes);
+    return RF_OK;
+}
+
+/* The same sum into the caller's accumulator, copied to its pinned word; nothing waits. */
+static rf_status_t cu_checksum_async(rf_accel_t *a, const void *buf, size_t bytes, uint64_t word0,
+                                     void *acc, uint64_t *out, rf_accel_stream_t *s)
+{
+    if (!a || (bytes && !buf) || !acc || !out)
+        return RF_ERR_INVALID;
+    cuda_stream_t *c = stream_impl(a, s);
+    RF_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(unsigned long long), c->s));
+    if (bytes) {
+        k_checksum<<<rf_cuda_grid_for((bytes + 7) / 8), RF_CUDA_THREADS, 0, c->s>>>(
+            (const unsigned char *)buf, bytes, ((uintptr_t)buf & 7) == 0, word0,
+            (unsigned long long *)acc);
+        RF_CUDA_LAUNCH_CHECK();
+    }
+    RF_CUDA_CHECK(
+        cudaMemcpyAsync(out, acc, sizeof(unsigned long long), cudaMemcpyDeviceToHost, c->s));
     return RF_OK;
 }
 
@@ -934,4 +953,5 @@ extern "C" const rf_accel_ops_t rf_accel_cuda_ops = {
     /* .zero_rows = */ cu_zero_rows,
     /* .checksum = */ cu_checksum,
     /* .set_engine_min = */ cu_set_engine_min,
+    /* .checksum_async = */ cu_checksum_async,
 };

@@ -394,10 +394,12 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.layerwise_s = ps->layerwise_s;
         j->js.deferred_s = ps->deferred_s;
         j->js.derived_runs = ps->derived_runs;
-        j->js.stage_h2d = j->s->plan.stage_h2d;
+        /* staged by the plan, or by the mpi transport's device check (xfer_devck.c) */
+        const rf_xfer_stats_t *xst = rf_xfer_stats(j->s->xfer);
+        j->js.stage_h2d = j->s->plan.stage_h2d + xst->h2d_chunks;
         j->js.batch_launches = j->s->plan.batch_launches;
         j->js.batch_rows = j->s->plan.batch_rows;
-        j->js.stage_h2d_bytes = j->s->plan.stage_h2d_bytes;
+        j->js.stage_h2d_bytes = j->s->plan.stage_h2d_bytes + xst->h2d_bytes;
         j->js.dev = ps->dev;
     } else {
         j->js.bytes_produced = j->s->tr.stats.bytes_produced;

@@ -85,21 +85,28 @@ static void print_integrity(const job_t *j)
                   "integrity", j->integrity_off);
         return;
     }
+    /* the trailer algorithm (session_setup.c choose_trailer) */
+    const char *alg = j->s->trailer == RF_CHUNK_TRAILER_SUM64 ? "refit-sum64 v1" : "XXH3-64";
     if (j->s->ipc) {
         /* in-place reads copy straight from the pair's weights arena: no wire, no staging
          * buffer, nothing in between to corrupt or to check */
         job_print(j->o, RF_JOB_OUT,
-                  "  %-10s on: XXH3-64 over every SEQ message and its staged bytes, checked before "
+                  "  %-10s on: %s over every SEQ message and its staged bytes, checked before "
                   "unpacking; bytes read in place from the pair's arena are not checksummed%s\n",
-                  "integrity", j->s->ipc_dev ? "; staged chunks copied d2h to be hashed" : "");
+                  "integrity", alg, j->s->ipc_dev ? "; staged chunks copied d2h to be hashed" : "");
         return;
     }
-    job_print(j->o, RF_JOB_OUT,
-              "  %-10s on: XXH3-64 trailer on every chunk, checked before unpacking%s%s\n",
-              "integrity", j->s->nccl ? "; receivers copy each whole chunk d2h to check it" : "",
-              j->s->integrity_host_pack ? "; trainers pack on the host to hash it "
-                                       "(transfer.integrity: false packs device to device)"
-                                     : "");
+    /* mpi with refit-sum64: ranks with device storage check their device chunk buffer */
+    const bool on_dev = !j->s->nccl && j->s->trailer == RF_CHUNK_TRAILER_SUM64;
+    job_print(
+        j->o, RF_JOB_OUT, "  %-10s on: %s trailer on every chunk, checked before unpacking%s%s%s\n",
+        "integrity", alg, j->s->nccl ? "; receivers copy each whole chunk d2h to check it" : "",
+        on_dev ? "; rollout ranks with device storage check it on their device chunk "
+                 "buffer after the h2d copy"
+               : "",
+        j->s->integrity_host_pack ? "; trainers pack on the host to hash it "
+                                    "(transfer.integrity: false packs device to device)"
+                                  : "");
 }
 
 void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf_gate_verdict_t *v,
@@ -576,6 +583,8 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
         if (s->storage_unchanged >= 0)
             json_object_set_new(u, "storage_unchanged", json_boolean(s->storage_unchanged));
         json_object_set_new(u, "integrity", json_boolean(j->s->integrity));
+        if (j->s->integrity)
+            json_object_set_new(u, "trailer", json_string(rf_chunk_trailer_name(j->s->trailer)));
         if (s->dev.timeline)
             json_object_set_new(u, "device_timeline",
                                 json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "spans",

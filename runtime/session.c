@@ -614,7 +614,7 @@ static rf_status_t transfer(rf_session_t *s, const rf_session_hooks_t *h, rf_ses
                             .n_receivers = s->R,
                             .deadline = s->deadline,
                             .fault = h->fault,
-                            .integrity = s->integrity,
+                            .integrity = s->integrity ? s->trailer : 0,
                             .items = s->items,
                             .pack_device = s->nccl_resident,
                             .complete = rf_sink_complete};

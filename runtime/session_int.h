@@ -165,6 +165,8 @@ struct rf_session {
     rf_ctl_t *ctl;
     rf_xfer_t *xfer;
     bool p2p, integrity;
+    int trailer; /* integrity's trailer algorithm (rf_chunk_trailer_t), the same on every rank:
+                    choose_trailer in session_setup.c */
     rf_accel_t *accel; /* rollout with rollout.gpus (its storage), nccl and colocated ipc ranks
                           with a GPU, public-API trainers with trainer.gpus on mpi (their
                           registered tensors), the tests' host-device accelerator; NULL: host */

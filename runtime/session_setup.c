@@ -515,6 +515,30 @@ static rf_status_t setup_accel(rf_session_t *s, rf_err_t *err)
     return RF_OK;
 }
 
+/*
+ * integrity's trailer algorithm (issue #18 item 1; docs/design.md, transfer.integrity), one for
+ * the job: refit-sum64 v1 when some rollout rank on the mpi transport has device storage (it
+ * checks each chunk on its device chunk buffer, transport/xfer_devck.c, instead of hashing it
+ * on the host; broadcast senders seal one buffer for every receiver, so one such rank decides
+ * for all), XXH3-64 (the host's faster digest) otherwise: host storage, nccl (receivers check a
+ * d2h copy) and ipc (SEQ plus staged bytes, hashed on the host). REFIT_INTEGRITY_TRAILER=xxh3 or
+ * sum64 overrides it on every rank (the benchmarks' A/B: bench/integrity.sh). Collective.
+ */
+static rf_status_t choose_trailer(rf_session_t *s, rf_err_t *err)
+{
+    rf_status_t st = RF_OK;
+    int mine = rf_session_is_rollout(s) && !s->ipc && !s->nccl && s->accel != NULL &&
+               s->accel->ops->mem_type == RF_MEM_CUDA;
+    int any = 0;
+    RF_CHECK(
+        rf_session_allreduce(s, &mine, &any, 1, MPI_INT, MPI_MAX, "the trailer algorithm", err));
+    s->trailer = any ? RF_CHUNK_TRAILER_SUM64 : RF_CHUNK_TRAILER_XXH3;
+    const char *env = getenv("REFIT_INTEGRITY_TRAILER");
+    if (env != NULL && env[0] != '\0' && rf_chunk_trailer_parse(env, &s->trailer, NULL) != RF_OK)
+        st = rf_err_set(err, RF_ERR_INVALID, "REFIT_INTEGRITY_TRAILER=%s: not xxh3 or sum64", env);
+    return rf_session_agree(s, st, err);
+}
+
 /* Broadcast mode with more than one trainer rank per stage: the stage senders gather. */
 static bool stages_gather(const rf_session_t *s)
 {
@@ -864,6 +888,7 @@ static rf_status_t open_session(rf_session_t *s, MPI_Comm comm, const char *topo
     /* on by default (topology default true); the option or transfer.integrity: false turns
      * it off */
     s->integrity = s->opt.integrity > 0 || (s->opt.integrity == 0 && s->topo.integrity);
+    RF_CHECK(choose_trailer(s, err));
     if (MPI_Comm_split(s->comm, (int)s->me.role, s->rank, &s->role_comm) != MPI_SUCCESS) {
         s->role_comm = MPI_COMM_NULL;
         st = rf_err_set(err, RF_ERR_MPI, "rank %d: MPI_Comm_split failed", s->rank);

@@ -193,7 +193,8 @@ void rf_chunk_header_write(void *buf, uint32_t update, uint32_t seq, uint64_t pa
     unsigned char *p = buf;
     memcpy(p, &update, 4); /* little-endian targets only (CMakeLists.txt refuses others) */
     memcpy(p + 4, &seq, 4);
-    memcpy(p + 8, &payload_bytes, 8);
+    uint64_t v = payload_bytes & RF_CHUNK_PAYLOAD_MAX; /* byte 15, the trailer algorithm: 0 */
+    memcpy(p + 8, &v, 8);
 }
 
 void rf_chunk_header_read(const void *buf, rf_chunk_header_t *hdr_p)
@@ -201,7 +202,10 @@ void rf_chunk_header_read(const void *buf, rf_chunk_header_t *hdr_p)
     const unsigned char *p = buf;
     memcpy(&hdr_p->update, p, 4);
     memcpy(&hdr_p->seq, p + 4, 4);
-    memcpy(&hdr_p->payload_bytes, p + 8, 8);
+    uint64_t v;
+    memcpy(&v, p + 8, 8);
+    hdr_p->payload_bytes = v & RF_CHUNK_PAYLOAD_MAX;
+    hdr_p->trailer = p[15];
 }
 
 /*

@@ -3,8 +3,11 @@
  * every transport seals its chunks with and checks them against, and the "tensors a chunk
  * carries" text of the errors that name a chunk.
  *
- * One place computes the trailer: XXH3-64 with seed 0, one-shot over one part, streaming
- * over two (the same digest as over their concatenation), written little endian.
+ * One place computes the trailer, under the algorithm the header's byte 15 names: XXH3-64
+ * with seed 0 (one-shot over one part, streaming over two) or refit-sum64 v1 (the
+ * accelerator's definition, include/refit/accel.h; two parts are two word sums, the second
+ * numbered on from the first), each the same digest as over the parts' concatenation, written
+ * little endian.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 
 #include <xxhash.h>
 
+#include "refit/accel.h"
 #include "refit/chunk.h"
 
 void rf_chunk_u64le_write(void *p, uint64_t v)
@@ -30,9 +34,54 @@ uint64_t rf_chunk_u64le_read(const void *p)
     return v;
 }
 
-rf_status_t rf_chunk_digest(const void *a, size_t na, const void *b, size_t nb, uint64_t *h_p,
-                            rf_err_t *err)
+const char *rf_chunk_trailer_name(int alg)
 {
+    switch (alg) {
+    case RF_CHUNK_TRAILER_NONE:
+        return "none";
+    case RF_CHUNK_TRAILER_XXH3:
+        return "xxh3-64";
+    case RF_CHUNK_TRAILER_SUM64:
+        return "refit-sum64 v1";
+    default:
+        return "unknown";
+    }
+}
+
+rf_status_t rf_chunk_trailer_parse(const char *text, int *alg_p, rf_err_t *err)
+{
+    if (text != NULL && (strcmp(text, "xxh3") == 0 || strcmp(text, "xxh3-64") == 0)) {
+        *alg_p = RF_CHUNK_TRAILER_XXH3;
+        return RF_OK;
+    }
+    if (text != NULL && (strcmp(text, "sum64") == 0 || strcmp(text, "refit-sum64") == 0)) {
+        *alg_p = RF_CHUNK_TRAILER_SUM64;
+        return RF_OK;
+    }
+    return rf_err_set(err, RF_ERR_INVALID,
+                      "trailer algorithm '%s' unknown (xxh3-64 or refit-sum64)",
+                      text ? text : "(null)");
+}
+
+rf_status_t rf_chunk_digest(int alg, const void *a, size_t na, const void *b, size_t nb,
+                            uint64_t *h_p, rf_err_t *err)
+{
+    if (alg == RF_CHUNK_TRAILER_SUM64) {
+        if (b == NULL || nb == 0) {
+            *h_p = rf_accel_checksum(a, na);
+            return RF_OK;
+        }
+        if (na % 8 != 0)
+            return rf_err_set(err, RF_ERR_INVALID,
+                              "refit-sum64 over two parts: the first is %zu bytes, not a "
+                              "multiple of 8",
+                              na);
+        uint64_t S = rf_accel_sum_words(a, na, 0) + rf_accel_sum_words(b, nb, na / 8);
+        *h_p = rf_accel_sum_final(S, (uint64_t)na + nb);
+        return RF_OK;
+    }
+    if (alg != RF_CHUNK_TRAILER_XXH3)
+        return rf_err_set(err, RF_ERR_INVALID, "trailer algorithm %d unknown", alg);
     if (b == NULL || nb == 0) {
         *h_p = XXH3_64bits(a, na);
         return RF_OK;
@@ -48,29 +97,70 @@ rf_status_t rf_chunk_digest(const void *a, size_t na, const void *b, size_t nb, 
     return RF_OK;
 }
 
-rf_status_t rf_chunk_seal(void *trailer, const void *a, size_t na, const void *b, size_t nb,
+rf_status_t rf_chunk_seal(int alg, void *trailer, void *a, size_t na, const void *b, size_t nb,
                           rf_err_t *err)
 {
+    if (na < RF_CHUNK_HEADER_BYTES)
+        return rf_err_set(err, RF_ERR_INVALID, "sealing %zu bytes: no chunk header", na);
+    if (alg != RF_CHUNK_TRAILER_XXH3 && alg != RF_CHUNK_TRAILER_SUM64)
+        return rf_err_set(err, RF_ERR_INVALID, "trailer algorithm %d unknown", alg);
+    ((unsigned char *)a)[15] = (unsigned char)alg; /* the header names the algorithm */
     uint64_t h = 0;
-    RF_CHECK(rf_chunk_digest(a, na, b, nb, &h, err));
+    RF_CHECK(rf_chunk_digest(alg, a, na, b, nb, &h, err));
     rf_chunk_u64le_write(trailer, h);
     return RF_OK;
 }
 
-rf_status_t rf_chunk_check(const void *trailer, const void *a, size_t na, const void *b,
-                           size_t nb, const rf_chunk_plan_t *plan, const rf_chunk_item_t *items,
-                           const rf_chunk_t *c, rf_err_t *err)
+/* The header's algorithm byte against the job's: refused unchecked when they differ. */
+static rf_status_t alg_check(int alg, const void *header, rf_err_t *err)
 {
-    uint64_t have = 0, want = rf_chunk_u64le_read(trailer);
-    RF_CHECK(rf_chunk_digest(a, na, b, nb, &have, err));
-    if (have == want)
+    const unsigned char have = ((const unsigned char *)header)[15];
+    if (have == alg)
         return RF_OK;
+    return rf_err_set(err, RF_ERR_INTEGRITY,
+                      "trailer algorithm %u (%s) in the header, this job checks %d (%s): chunk "
+                      "refused unchecked",
+                      (unsigned)have, rf_chunk_trailer_name(have), alg, rf_chunk_trailer_name(alg));
+}
+
+static rf_status_t mismatch(const char *what, uint64_t have, uint64_t want,
+                            const rf_chunk_plan_t *plan, const rf_chunk_item_t *items,
+                            const rf_chunk_t *c, rf_err_t *err)
+{
     char names[RF_ERR_MSG_MAX / 2];
     rf_chunk_describe(plan, items, c, names, sizeof(names));
     return rf_err_set(err, RF_ERR_INTEGRITY,
-                      "checksum mismatch (xxh3 %016" PRIx64 ", trailer %016" PRIx64
+                      "checksum mismatch (%s %016" PRIx64 ", trailer %016" PRIx64
                       ") before unpacking; chunk carries %s",
-                      have, want, names);
+                      what, have, want, names);
+}
+
+rf_status_t rf_chunk_check(int alg, const void *trailer, const void *a, size_t na, const void *b,
+                           size_t nb, const rf_chunk_plan_t *plan, const rf_chunk_item_t *items,
+                           const rf_chunk_t *c, rf_err_t *err)
+{
+    if (na < RF_CHUNK_HEADER_BYTES)
+        return rf_err_set(err, RF_ERR_INVALID, "checking %zu bytes: no chunk header", na);
+    RF_CHECK(alg_check(alg, a, err));
+    uint64_t have = 0, want = rf_chunk_u64le_read(trailer);
+    RF_CHECK(rf_chunk_digest(alg, a, na, b, nb, &have, err));
+    if (have == want)
+        return RF_OK;
+    return mismatch(alg == RF_CHUNK_TRAILER_XXH3 ? "xxh3" : "refit-sum64 v1", have, want, plan,
+                    items, c, err);
+}
+
+rf_status_t rf_chunk_check_sum(const void *header, uint64_t payload_sum, uint64_t payload_bytes,
+                               uint64_t trailer, const rf_chunk_plan_t *plan,
+                               const rf_chunk_item_t *items, const rf_chunk_t *c, rf_err_t *err)
+{
+    RF_CHECK(alg_check(RF_CHUNK_TRAILER_SUM64, header, err));
+    uint64_t S = rf_accel_sum_words(header, RF_CHUNK_HEADER_BYTES, 0) + payload_sum;
+    uint64_t have = rf_accel_sum_final(S, RF_CHUNK_HEADER_BYTES + payload_bytes);
+    if (have == trailer)
+        return RF_OK;
+    return mismatch("refit-sum64 v1 on the device chunk buffer", have, trailer, plan, items, c,
+                    err);
 }
 
 void rf_chunk_describe(const rf_chunk_plan_t *plan, const rf_chunk_item_t *items,

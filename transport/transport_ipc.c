@@ -719,7 +719,7 @@ static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         rf_chunk_u64le_write(msg + 24, staged ? c->payload_bytes : 0);
         if (cfg->integrity) {
             /* the two-part seal: the message, then the staged payload */
-            RF_CHECK_GOTO(rf_chunk_seal(msg + bytes, msg, RF_IPC_SEQ_BYTES,
+            RF_CHECK_GOTO(rf_chunk_seal(cfg->integrity, msg + bytes, msg, RF_IPC_SEQ_BYTES,
                                         staged ? payload : NULL,
                                         staged ? (size_t)c->payload_bytes : 0, &e),
                           st, fail);
@@ -1004,10 +1004,10 @@ static rf_status_t ipc_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
                 RF_CHECK_GOTO(s->ops->to_host(hb, staging, c->payload_bytes, &e), st, fail);
                 pb = hb;
             }
-            RF_CHECK_GOTO(rf_chunk_check(msg + RF_IPC_SEQ_BYTES, msg, RF_IPC_SEQ_BYTES, pb,
-                                         pb != NULL ? (size_t)c->payload_bytes : 0, plan,
-                                         cfg->items, c, &e),
-                          st, fail);
+            RF_CHECK_GOTO(
+                rf_chunk_check(cfg->integrity, msg + RF_IPC_SEQ_BYTES, msg, RF_IPC_SEQ_BYTES, pb,
+                               pb != NULL ? (size_t)c->payload_bytes : 0, plan, cfg->items, c, &e),
+                st, fail);
         }
         /* a rank that slept past the deadline (the verdict may be out, the trainer may write
          * again) reads nothing more */

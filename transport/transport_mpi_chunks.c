@@ -284,7 +284,8 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
             goto fail;
         size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
         if (cfg->integrity) {
-            RF_CHECK_GOTO(rf_chunk_seal(buf + bytes, buf, bytes, NULL, 0, &e), st, fail);
+            RF_CHECK_GOTO(rf_chunk_seal(cfg->integrity, buf + bytes, buf, bytes, NULL, 0, &e), st,
+                          fail);
             bytes += RF_CHUNK_TRAILER_BYTES;
         }
         if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
@@ -461,7 +462,8 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
             goto fail;
         size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
         if (pc->integrity) {
-            RF_CHECK_GOTO(rf_chunk_seal(buf + bytes, buf, bytes, NULL, 0, &e), st, fail);
+            RF_CHECK_GOTO(rf_chunk_seal(cfg->integrity, buf + bytes, buf, bytes, NULL, 0, &e), st,
+                          fail);
             bytes += RF_CHUNK_TRAILER_BYTES;
         }
         if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
@@ -515,8 +517,8 @@ fail:
 
 /* Receiver: chunk c arrived in buf (got bytes): checks its header (update, seq, payload size)
  * and, in integrity mode, its trailer, then hands its pieces to the receive callback. */
-static rf_status_t take_chunk(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
-                              int b, size_t got, rf_xfer_recv_fn recv, void *ctx, rf_err_t *e)
+static rf_status_t take_chunk(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c, int b,
+                              size_t got, int src, rf_xfer_recv_fn recv, void *ctx, rf_err_t *e)
 {
     const unsigned char *buf = x->bufs[b];
     const rf_chunk_plan_t *plan = cfg->plan;
@@ -531,9 +533,14 @@ static rf_status_t take_chunk(rf_xfer_t *x, const rf_xfer_config_t *cfg, const r
                           "payload of %" PRIu64 " bytes (message %zu), expected %" PRIu64 "%s",
                           h.payload_bytes, got, c->payload_bytes,
                           trailer ? " plus an 8-byte checksum trailer" : "");
+    /* device storage with refit-sum64 trailers: checked on the device chunk buffer, handed on
+     * when the next chunk arrived (xfer_devck.c) */
+    if (rf_xfer_devck_on(x, cfg))
+        return rf_xfer_devck_take(x, cfg, c, b, src, recv, ctx, e);
     if (cfg->integrity) {
         const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-        RF_CHECK(rf_chunk_check(buf + covered, buf, covered, NULL, 0, plan, cfg->items, c, e));
+        RF_CHECK(rf_chunk_check(cfg->integrity, buf + covered, buf, covered, NULL, 0, plan,
+                                cfg->items, c, e));
     }
     double t0 = rf_time_now();
     rf_status_t st = rf_xfer_piece_segments(x, plan, c, buf + RF_CHUNK_HEADER_BYTES,
@@ -694,7 +701,7 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
             first_src = src;
         ahead += (size_t)c->seq != done; /* taken out of the plan's sequence order */
         x->wait_flags = stream_spin(x); /* the senders stream: no sleeps between tests */
-        RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
+        RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, src, recv, ctx, &e), st, fail);
         next[stage]++;
         if (posted < n && x->pin_ax != NULL) {
             hold = b;
@@ -705,6 +712,7 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
     }
     free(next);
     next = NULL;
+    RF_CHECK_GOTO(rf_xfer_devck_flush(x, cfg, recv, ctx, &e), st, fail); /* the last chunk */
     /* which sender came first, and how many chunks left the plan's order: the receive order
      * is the senders' readiness, not the plan's (tests read this line) */
     RF_LOG(RF_LOG_INFO, "update %u: rank %d took %zu chunks in arrival order, %zu of them out "
@@ -722,6 +730,7 @@ static rf_status_t mpi_recv_any(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xf
 fail:
     free(next);
     rf_xfer_cancel_posted(x);
+    (void)rf_xfer_devck_failed(x, &seq, &stage, &src); /* its chunk: one behind the one taken */
     {
         char where[160];
         if (stage >= 0)
@@ -768,7 +777,7 @@ static rf_status_t mpi_recv_seq(rf_xfer_t *x, const rf_xfer_config_t *cfg,
         size_t got = 0;
         RF_CHECK_GOTO(rf_xfer_recv_counted(x, &status, src, &got, &e), st, fail);
         x->wait_flags = stream_spin(x); /* the sender streams: no sleeps between tests */
-        RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, recv, ctx, &e), st, fail);
+        RF_CHECK_GOTO(take_chunk(x, cfg, c, b, got, src, recv, ctx, &e), st, fail);
         if (posted < n && x->pin_ax != NULL) {
             hold = b; /* re-posted by post_held, after its gate */
         } else if (posted < n) {
@@ -776,6 +785,7 @@ static rf_status_t mpi_recv_seq(rf_xfer_t *x, const rf_xfer_config_t *cfg,
             posted++;
         }
     }
+    RF_CHECK_GOTO(rf_xfer_devck_flush(x, cfg, recv, ctx, &e), st, fail); /* the last chunk */
     int extra = 0;
     st = rf_xfer_probe_extra(x, cfg, n, &extra, &e, err);
     if (extra)
@@ -790,6 +800,7 @@ fail_end:
     return st;
 fail:
     rf_xfer_cancel_posted(x);
+    (void)rf_xfer_devck_failed(x, &seq, &stage, &src); /* its chunk: one behind the one taken */
     {
         char where[160];
         if (stage >= 0)
@@ -829,6 +840,7 @@ static rf_status_t mpi_recv(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_r
                             void *ctx, rf_err_t *err)
 {
     x->wait_flags = 0;
+    rf_xfer_devck_reset(x);
     rf_status_t st = cfg->any_order ? mpi_recv_any(x, cfg, recv, ctx, err)
                                     : mpi_recv_seq(x, cfg, recv, ctx, err);
     x->wait_flags = 0;

@@ -273,7 +273,9 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                     goto fail;
                 size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
                 if (cfg->integrity)
-                    RF_CHECK_GOTO(rf_chunk_seal(h + covered, h, covered, NULL, 0, &e), st, fail);
+                    RF_CHECK_GOTO(
+                        rf_chunk_seal(cfg->integrity, h + covered, h, covered, NULL, 0, &e), st,
+                        fail);
                 if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
                     h[RF_CHUNK_HEADER_BYTES + c->payload_bytes / 2] ^= 0x10;
                     rf_warn("fault: rank %d flipped a payload byte of chunk %u (update %u)",
@@ -387,8 +389,8 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
             }
             if (cfg->integrity) {
                 const size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-                RF_CHECK_GOTO(rf_chunk_check(h + covered, h, covered, NULL, 0, plan, cfg->items,
-                                             c, &e),
+                RF_CHECK_GOTO(rf_chunk_check(cfg->integrity, h + covered, h, covered, NULL, 0, plan,
+                                             cfg->items, c, &e),
                               st, fail);
             }
             double t0 = rf_time_now();

@@ -100,6 +100,7 @@ void rf_xfer_destroy(rf_xfer_t *x)
     }
     if (x->rreqs != NULL)
         rf_ctl_cancel_recvs(x->rreqs, x->buffers + 1);
+    rf_xfer_devck_release(x); /* the device check's buffers, before the accel's pinned ones */
     rf_xfer_pin_release(x); /* after the receives: nothing lands in them any more */
     if (x->ops != NULL && x->ops->close != NULL)
         x->ops->close(x);
@@ -161,6 +162,10 @@ static rf_status_t check_config(const rf_xfer_t *x, const rf_xfer_config_t *cfg,
     if (cfg == NULL || cfg->plan == NULL || cfg->stage_senders == NULL ||
         (cfg->receivers == NULL && cfg->n_receivers > 0) || cfg->n_receivers < 0)
         return rf_err_set(err, RF_ERR_INVALID, "xfer: incomplete config");
+    if (cfg->integrity != 0 && cfg->integrity != RF_CHUNK_TRAILER_XXH3 &&
+        cfg->integrity != RF_CHUNK_TRAILER_SUM64)
+        return rf_err_set(err, RF_ERR_INVALID, "xfer: integrity %d is no trailer algorithm",
+                          cfg->integrity);
     if (cfg->plan->chunk_bytes != rf_xfer_plan_bytes(x->chunk_bytes, cfg->integrity))
         return rf_err_set(err, RF_ERR_INVALID,
                           "xfer: plan chunk_bytes %" PRIu64 " does not fit buffers of %" PRIu64

@@ -56,6 +56,7 @@ struct rf_xfer {
                             helper thread (rf_xfer_setup_t.send_spin, resolved) */
     unsigned wait_flags; /* rf_ctl_wait_fn flags of rf_xfer_wait_one (mpi: RF_CTL_WAIT_SPIN once
                             an update's first chunk arrived; 0 otherwise) */
+    struct rf_xfer_devck *dck; /* mpi receiver checking on the device (xfer_devck.c); NULL */
 };
 
 static inline int rf_xfer_sreq_count(const rf_xfer_t *x)
@@ -153,6 +154,37 @@ rf_status_t rf_xfer_pin_gate(rf_xfer_t *x, int b, rf_err_t *err);
 bool rf_xfer_pin_ready(rf_xfer_t *x, int b);
 /* rf_xfer_destroy: the gate on every buffer, then the pinned buffers and events freed. */
 void rf_xfer_pin_release(rf_xfer_t *x);
+
+/*
+ * The mpi receiver's integrity check on the device (issue #18 item 1; transport/xfer_devck.c).
+ * On with pinned buffers (x->pin_ax, device storage) and refit-sum64 trailers
+ * (cfg->integrity == RF_CHUNK_TRAILER_SUM64): a chunk whose header and size checked is not
+ * hashed on the host; its payload is copied h2d into one of two device chunk buffers and its
+ * word sum enqueued behind the copy (rf_accel_ops_t.checksum_async), both on pin_ax's default
+ * stream, and the receive buffer is released to the next message after them. The chunk is
+ * checked (rf_chunk_check_sum) and handed to the receive callback as device segments only when
+ * the next chunk has arrived (or at the end of the update, rf_xfer_devck_flush), so the copy
+ * and the sum run while the next message is on the wire, and nothing of a chunk is unpacked
+ * before its check. The callback's copies are enqueued on the same stream, so a device buffer's
+ * next copy in follows its readers.
+ */
+bool rf_xfer_devck_on(const rf_xfer_t *x, const rf_xfer_config_t *cfg);
+/* The start of a receive: forgets a chunk left pending by a failed update. */
+void rf_xfer_devck_reset(rf_xfer_t *x);
+/* Chunk c (its header and size checked) in receive buffer b, from rank src: the h2d copy and
+ * the sum enqueued, b's gate recorded (rf_xfer_pin_after); then the chunk before it, if one is
+ * pending, checked and handed on (rf_xfer_devck_flush). */
+rf_status_t rf_xfer_devck_take(rf_xfer_t *x, const rf_xfer_config_t *cfg, const rf_chunk_t *c,
+                               int b, int src, rf_xfer_recv_fn recv, void *ctx, rf_err_t *err);
+/* The pending chunk, if any, checked (waiting for its sum) and handed to recv as device
+ * segments; RF_ERR_INTEGRITY naming it on a mismatch (nothing of it unpacked). */
+rf_status_t rf_xfer_devck_flush(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_recv_fn recv,
+                                void *ctx, rf_err_t *err);
+/* After a failure: the chunk the device check failed on (its seq, stage, sender), for the
+ * receive loop's message; false when the failure was not the device check's. */
+bool rf_xfer_devck_failed(const rf_xfer_t *x, uint32_t *seq, int *stage, int *src);
+/* rf_xfer_destroy, before rf_xfer_pin_release: waits for the device work, frees it. */
+void rf_xfer_devck_release(rf_xfer_t *x);
 
 /* err = "<where>: <inner message>". */
 rf_status_t rf_xfer_wrap(rf_err_t *err, rf_status_t st, const rf_err_t *inner, const char *where);

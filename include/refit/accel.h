@@ -176,6 +176,14 @@ struct rf_accel_ops {
      * a piece takes never changes its bytes. Host implementations: accepted, no effect (every
      * piece is a memcpy). Applies to later calls on this accelerator; not collective. */
     rf_status_t (*set_engine_min)(rf_accel_t *accel, size_t bytes);
+    /* The word sum of refit-sum64 v1 (rf_accel_sum_words(buf, bytes, word0): no final step) of
+     * bytes [0, bytes) of device memory buf, enqueued on the stream without synchronizing (the
+     * integrity check of a device chunk buffer, issue #18 item 1): acc, 8 bytes of this
+     * accelerator's alloc memory, accumulates it, then it is copied into *out, 8 bytes of its
+     * alloc_host memory, valid once an event recorded behind this call completed; acc and out
+     * belong to the call until then. Host implementations compute it before returning. */
+    rf_status_t (*checksum_async)(rf_accel_t *accel, const void *buf, size_t bytes, uint64_t word0,
+                                  void *acc, uint64_t *out, rf_accel_stream_t *stream);
 };
 
 /* copy_rows_batch's default split: every piece through the batch kernel. Measured on one H200
@@ -277,6 +285,12 @@ int rf_accel_host_device_segment(const void *base, uint64_t *bytes_p, char *name
  * sequential value. Not cryptographic: it catches corruption, not an adversary.
  */
 uint64_t rf_accel_checksum(const void *buf, size_t bytes);
+/* S of the definition over bytes [0, bytes) of buf with its words numbered from word0 (the
+ * last one zero-padded), without the final step: rf_accel_checksum(buf, n) ==
+ * rf_accel_sum_final(rf_accel_sum_words(buf, n, 0), n), and for a buffer whose first 8k bytes
+ * are summed apart, S = rf_accel_sum_words(buf, 8k, 0) + rf_accel_sum_words(buf + 8k, n - 8k, k)
+ * (the chunk codec's header on the host, payload on the device). */
+uint64_t rf_accel_sum_words(const void *buf, size_t bytes, uint64_t word0);
 /* Its pieces, for implementations: mix of word i, and the final step. */
 static inline uint64_t rf_accel_fmix64(uint64_t x)
 {

@@ -198,7 +198,11 @@ typedef struct rf_xfer_fault {
  * every chunk message carries an 8-byte trailer after its payload (sealed and checked by the
  * chunk codec, include/refit/chunk.h, for every transport),
  *
- *     [16-byte header][payload, payload_bytes][u64 XXH3-64 of header + payload, little endian]
+ *     [16-byte header, byte 15 = algorithm][payload, payload_bytes][u64 digest, little endian]
+ *
+ * cfg->integrity is the algorithm (rf_chunk_trailer_t: 1 XXH3-64, 2 refit-sum64 v1), the same
+ * on every rank; an mpi receiver with pinned buffers checks refit-sum64 on its device chunk
+ * buffer (transport/xfer_int.h, "the mpi receiver's integrity check on the device").
  *
  * so a message is 16 + payload_bytes + 8 bytes. The chunk plan must then be built for
  * chunk_bytes - RF_CHUNK_TRAILER_BYTES (rf_xfer_plan_bytes) so that the largest message still
@@ -358,8 +362,9 @@ typedef struct rf_xfer_config {
     int n_receivers;
     double deadline;              /* absolute (rf_deadline_for_update) */
     rf_xfer_fault_t fault;        /* sender only; RF_XFER_FAULT_NONE normally */
-    int integrity;                /* 1: checksum trailer per chunk (plan built with
-                                     rf_xfer_plan_bytes); same on every rank */
+    int integrity;                /* 0: none; else the trailer algorithm of every chunk
+                                     (rf_chunk_trailer_t: 1 XXH3-64, 2 refit-sum64 v1; plan
+                                     built with rf_xfer_plan_bytes); same on every rank */
     const rf_chunk_item_t *items; /* optional: the plan's items, to name tensors in errors
                                      (required on ipc: row bytes) */
     int pack_device;              /* nccl only, integrity 0: the pack callback gets the DEVICE
@@ -396,6 +401,9 @@ typedef struct rf_xfer_stats {
     int max_inflight_chunks; /* most chunks posted and not yet known complete / unpacked */
     uint64_t ipc_bytes_in_place; /* ipc receiver: bytes its loaders read from the pair's arena */
     uint64_t ipc_bytes_staged;   /* ipc receiver: bytes of pieces read from staging slots */
+    uint64_t h2d_chunks, h2d_bytes; /* mpi receiver checking on its device (refit-sum64
+                                       trailers, device storage): chunk payloads it copied h2d
+                                       into its device chunk buffers */
     double pack_s;
     double wire_s;           /* time waiting on the wire (send slot reuse, receive arrival) */
     double unpack_s;

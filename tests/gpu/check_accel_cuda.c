@@ -724,6 +724,44 @@ START_TEST(test_checksum)
 }
 END_TEST
 
+/* checksum_async (the mpi receiver's device check): the word sum from word0 on the GPU, with
+ * nothing synchronizing until the event, equals the host's; two sums in flight on one stream
+ * into two accumulators do not disturb each other. */
+START_TEST(test_checksum_async)
+{
+    size_t sizes[] = {0, 5, 8, 4093, ((size_t)32 << 20) + 3};
+    size_t maxn = ((size_t)32 << 20) + 16;
+    unsigned char *h = malloc(maxn);
+    fill_random(h, maxn);
+    unsigned char *d = dev_upload(h, maxn);
+    void *acc = NULL;
+    uint64_t *out = NULL;
+    ck_assert_int_eq(G->ops->alloc(G, 16, &acc), RF_OK);
+    ck_assert_int_eq(G->ops->alloc_host(G, 16, (void **)&out), RF_OK);
+    rf_accel_event_t *ev = NULL;
+    ck_assert_int_eq(G->ops->event_create(G, &ev), RF_OK);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        for (uint64_t w0 = 0; w0 < 3; w0++) {
+            size_t n2 = sizes[i] / 2;
+            out[0] = out[1] = 1;
+            ck_assert_int_eq(G->ops->checksum_async(G, d + 16, sizes[i], w0, acc, &out[0], NULL),
+                             RF_OK);
+            ck_assert_int_eq(
+                G->ops->checksum_async(G, d + 3, n2, w0 + 7, (char *)acc + 8, &out[1], NULL),
+                RF_OK);
+            ck_assert_int_eq(G->ops->event_record(ev, NULL), RF_OK);
+            ck_assert_int_eq(G->ops->event_sync(ev), RF_OK);
+            ck_assert_uint_eq(out[0], rf_accel_sum_words(h + 16, sizes[i], w0));
+            ck_assert_uint_eq(out[1], rf_accel_sum_words(h + 3, n2, w0 + 7));
+        }
+    G->ops->event_destroy(ev);
+    G->ops->free_host(G, out);
+    G->ops->free(G, acc);
+    G->ops->free(G, d);
+    free(h);
+}
+END_TEST
+
 START_TEST(test_copies_events)
 {
     size_t n = 3000017;
@@ -827,6 +865,7 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_fp8_block_dequant);
     tcase_add_test(tc, test_quant_check_batch);
     tcase_add_test(tc, test_checksum);
+    tcase_add_test(tc, test_checksum_async);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -477,12 +477,73 @@ START_TEST(test_checksum)
 }
 END_TEST
 
+/* The word sum with a first word index (the chunk codec's device form): a buffer summed in two
+ * parts, the second numbered on from the first, completes to the whole buffer's checksum;
+ * checksum_async gives the same sum on the host and host-device implementations. */
+START_TEST(test_checksum_parts)
+{
+    unsigned char buf[1031];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (unsigned char)(i * 29 + 3);
+    for (size_t k = 0; k <= 16; k++) { /* first part of k words */
+        size_t n = sizeof(buf) - 5 * k;
+        uint64_t S =
+            rf_accel_sum_words(buf, 8 * k, 0) + rf_accel_sum_words(buf + 8 * k, n - 8 * k, k);
+        ck_assert_uint_eq(rf_accel_sum_final(S, n), ref_sum(buf, n));
+    }
+    /* long enough for the host's eight-lane loop (64 words and up), from odd first words */
+    size_t big_n = 100003;
+    unsigned char *big = malloc(big_n);
+    for (size_t i = 0; i < big_n; i++)
+        big[i] = (unsigned char)(i * 7 + 1);
+    ck_assert_uint_eq(rf_accel_checksum(big, big_n), ref_sum(big, big_n));
+    for (size_t k = 1; k < 20; k += 3)
+        ck_assert_uint_eq(rf_accel_sum_final(rf_accel_sum_words(big, 8 * k, 0) +
+                                                 rf_accel_sum_words(big + 8 * k, big_n - 8 * k, k),
+                                             big_n),
+                          ref_sum(big, big_n));
+    free(big);
+    const char *names[2] = {"host", "host-device"};
+    for (int i = 0; i < 2; i++) {
+        rf_accel_t *a = NULL;
+        ck_assert_int_eq(rf_accel_open(names[i], 0, &a), RF_OK);
+        void *acc = NULL;
+        uint64_t *out = NULL;
+        ck_assert_int_eq(a->ops->alloc(a, 8, &acc), RF_OK);
+        ck_assert_int_eq(a->ops->alloc_host(a, 8, (void **)&out), RF_OK);
+        ck_assert_int_eq(a->ops->checksum_async(a, buf + 16, sizeof(buf) - 16, 2, acc, out, NULL),
+                         RF_OK);
+        ck_assert_int_eq(rf_accel_sync(a), RF_OK);
+        ck_assert_uint_eq(rf_accel_sum_final(rf_accel_sum_words(buf, 16, 0) + *out, sizeof(buf)),
+                          ref_sum(buf, sizeof(buf)));
+        ck_assert_int_eq(a->ops->checksum_async(a, buf, 0, 0, acc, out, NULL), RF_OK);
+        ck_assert_uint_eq(*out, 0);
+        ck_assert_int_eq(a->ops->checksum_async(a, buf, 8, 0, NULL, out, NULL), RF_ERR_INVALID);
+        a->ops->free_host(a, out);
+        a->ops->free(a, acc);
+        rf_accel_close(a);
+    }
+}
+END_TEST
+
 /* The copy-engine split (set_engine_min) is accepted and changes nothing on the host and the
  * host-device emulation: a batch of contiguous and strided pieces gives the same bytes under
  * every setting. The two ceilings time a real copy (positive, best <= median) and refuse a
  * zero size. */
 START_TEST(test_engine_min_and_ceilings)
 {
+    /* long enough for the host's eight-lane loop (64 words and up), from odd first words */
+    size_t big_n = 100003;
+    unsigned char *big = malloc(big_n);
+    for (size_t i = 0; i < big_n; i++)
+        big[i] = (unsigned char)(i * 7 + 1);
+    ck_assert_uint_eq(rf_accel_checksum(big, big_n), ref_sum(big, big_n));
+    for (size_t k = 1; k < 20; k += 3)
+        ck_assert_uint_eq(rf_accel_sum_final(rf_accel_sum_words(big, 8 * k, 0) +
+                                                 rf_accel_sum_words(big + 8 * k, big_n - 8 * k, k),
+                                             big_n),
+                          ref_sum(big, big_n));
+    free(big);
     const char *names[2] = {"host", "host-device"};
     for (int k = 0; k < 2; k++) {
         rf_accel_t *a = NULL;
@@ -547,6 +608,7 @@ static Suite *accel_suite(void)
     tcase_add_test(tc, test_fp8_quantize);
     tcase_add_test(tc, test_wna16_quantize);
     tcase_add_test(tc, test_checksum);
+    tcase_add_test(tc, test_checksum_parts);
     tcase_add_test(tc, test_engine_min_and_ceilings);
     suite_add_tcase(s, tc);
     return s;

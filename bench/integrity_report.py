@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""The tables of bench/integrity.sh (docs/benchmarks.md, "Integrity on the device").
+
+    python3 bench/integrity_report.py OUT
+
+Reads OUT/prof-{off,dev,host}/profile-rank{0,1}.jsonl (refit-run --profile-dir), OUT/run-*.log
+(the storage digests) and OUT/ipc-integrity.json (bench/ipc-integrity.cu). The timed updates
+are the committed ones after the first; each figure is their median: the update (rank 0's
+verdict_s), the trainer's production (produce_s) and the rest (update - production: pack, wire,
+h2d, check, unpack). Overheads are against `off` of the same run; target: dev at most 3% of
+the update time. Prints the tables and writes OUT/integrity.json. Exits 1 when a run is missing
+or the storage digests differ.
+"""
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def lines(path):
+    with open(path) as f:
+        return [json.loads(x) for x in f if x.strip()]
+
+
+def run(out, r):
+    prof = os.path.join(out, "prof-" + r)
+    try:
+        trn = {u["update"]: u for u in lines(os.path.join(prof, "profile-rank0.jsonl"))}
+        roll = {u["update"]: u for u in lines(os.path.join(prof, "profile-rank1.jsonl"))}
+    except OSError:
+        return None
+    timed = [k for k, u in sorted(trn.items()) if k > 1 and u.get("status") == "RF_OK"]
+    if not timed:
+        return None
+    med = statistics.median
+    upd = med([trn[k]["verdict_s"] for k in timed])
+    prod = med([trn[k]["trainer"]["produce_s"] for k in timed])
+    rest = med([trn[k]["verdict_s"] - trn[k]["trainer"]["produce_s"] for k in timed])
+    nbytes = roll[timed[0]]["counters"]["bytes_received"]
+    digests = re.findall(r"update (\d+) storage digest ([0-9a-f]+)",
+                         open(os.path.join(out, "run-%s.log" % r)).read())
+    return {"updates": timed, "bytes": nbytes, "update_s": upd, "produce_s": prod,
+            "rest_s": rest, "update_GBps": nbytes / upd / 1e9, "rest_GBps": nbytes / rest / 1e9,
+            "trailer": trn[timed[0]].get("trailer"), "digests": dict(digests),
+            "all_updates_s": [trn[k]["verdict_s"] for k in timed]}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "integrity-out"
+    res, ok = {"mpi_to_gpu": {}}, True
+    print("mpi to GPU: median of the timed updates")
+    print("%-6s %-15s %10s %8s %10s %10s %8s %9s %9s" %
+          ("run", "trailer", "update ms", "GB/s", "produce ms", "rest ms", "GB/s", "upd +%",
+           "rest +%"))
+    runs = {}
+    for r in ("off", "dev", "host"):
+        x = run(out, r)
+        if x is None:
+            print("%-6s no timed update" % r)
+            ok = False
+            continue
+        runs[r] = x
+    base = runs.get("off")
+    for r, x in runs.items():
+        if base is not None:
+            x["update_overhead"] = x["update_s"] / base["update_s"] - 1
+            x["rest_overhead"] = x["rest_s"] / base["rest_s"] - 1
+        print("%-6s %-15s %10.1f %8.2f %10.1f %10.1f %8.2f %9s %9s" %
+              (r, x["trailer"] or "none", x["update_s"] * 1e3, x["update_GBps"],
+               x["produce_s"] * 1e3, x["rest_s"] * 1e3, x["rest_GBps"],
+               "%+.1f" % (100 * x["update_overhead"]) if base else "-",
+               "%+.1f" % (100 * x["rest_overhead"]) if base else "-"))
+        res["mpi_to_gpu"][r] = x
+    ds = [x["digests"] for x in runs.values()]
+    same = len(ds) > 1 and all(d and d == ds[0] for d in ds)
+    res["digests_equal"] = same
+    print("storage digests equal across runs: %s" % same)
+    ok = ok and same
+    dr = os.path.join(out, "digest-rate.json")
+    if os.path.exists(dr):
+        j = json.load(open(dr))
+        res["host_digest_rate"] = j
+        print("\nhost digest rates over %d MiB (bench/digest-rate.c, one thread):" %
+              (j["bytes"] >> 20))
+        for n, v in j["algorithms"].items():
+            print("  %-16s %8.3f ms %7.2f GB/s" % (n, v["ms"], v["GBps"]))
+    ipc = os.path.join(out, "ipc-integrity.json")
+    if os.path.exists(ipc):
+        j = json.load(open(ipc))
+        res["ipc"] = j
+        print("\ncolocated CUDA IPC (bench/ipc-integrity.cu, %s, best of %d)" %
+              (j["device"], j["reps"]))
+        print("%7s %-10s %10s %9s %9s %10s" % ("GiB", "variant", "ms", "GB/s", "vs copy",
+                                              "vs memcpy"))
+        for s in j["sizes"]:
+            for n, v in s["variants"].items():
+                print("%7.2f %-10s %10.3f %9.1f %8.3fx %9.3fx" %
+                      (s["GiB"], n, v["ms"], v["GBps"], v["vs_copy"], v["vs_memcpy"]))
+        print("source sum == destination sum: %s" % j["sums_equal"])
+        ok = ok and j["sums_equal"]
+    with open(os.path.join(out, "integrity.json"), "w") as f:
+        json.dump(res, f, indent=2, sort_keys=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
