@@ -165,6 +165,10 @@ static rf_status_t ipc_share_table(rf_session_t *s, rf_err_t *err)
         int k = s->ex_of_tensor[s->man.entries[i].tensor];
         if (k < 0 || !s->ex[k].registered || rf_signature_bytes(&s->ex[k].sig) == 0)
             continue;
+        /* a quantized linear's entries are refit's device buffers (runtime/session_quant.c),
+         * not the registered unquantized weight: staged (not held here) */
+        if (rf_session_quant_refit_owns(s, &s->inv.tensors[s->man.entries[i].tensor]))
+            continue;
         rf_accel_ptr_info_t pi;
         const char *data = s->ex[k].sig.data;
         rf_status_t ps = rf_accel_pointer_info(s->accel, data, &pi);
@@ -692,19 +696,11 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
     /* rollout.gpus: the rollout ranks register CUDA tensors as their runtime storage, chunks
      * through host memory (setup_accel opens each rank's GPU); trainer.gpus: the trainer
      * ranks register CUDA tensors, read through device-to-host copies into the host chunks
-     * (rf_trainer_use_device) on mpi, in place on colocated ipc */
-    bool dev_trainer = s->topo.t_ngpus > 0 || (emu_ranks() & EMU_TRAINER) != 0;
+     * (rf_trainer_use_device) on mpi, in place on colocated ipc; a quantized model's are
+     * quantized on the trainer's GPU (runtime/session_quant.c) */
     /* quantized models (runtime/session_quant.c): the formats and engines tested through
      * the session API; the others stay refused, named */
     rf_quant_t q = s->topo.quantization;
-    if (q != RF_QUANT_NONE && (s->ipc || dev_trainer))
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with %s: the session "
-                          "API moves quantized models from host trainer tensors over mpi only "
-                          "in this version (into host tensors or, with rollout.gpus, the "
-                          "engine's CUDA tensors; refit-run takes them)", s->topo.file,
-                          rf_quant_name(q),
-                          s->ipc ? "colocated ipc"
-                                 : "trainer.gpus (the quantizer reads host shards)");
     if (q != RF_QUANT_NONE && s->topo.r_backend != RF_BACKEND_TRITON)
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s on rollout.backend %s: "
                           "the session API moves quantized models into the triton engine "
@@ -1224,11 +1220,11 @@ void rf_session_release(rf_session_t *s, bool mpi)
     if (s->nccl_wdev != NULL)
         s->accel->ops->free(s->accel, s->nccl_wdev);
     rf_trainer_source_free(&s->src);
+    rf_session_quant_free(s); /* after the trainer; device buffers: before the accelerator */
     rf_accel_close(s->accel); /* after the storage and plan that used it */
     if (s->ck)
         rf_ckpt_close(s->ck);
     rf_session_ckpt_free(s); /* after the trainer, which pointed into its buffers */
-    rf_session_quant_free(s);
     rf_chunk_plan_destroy(s->cplan);
     rf_p2p_schedule_free(&s->p2p_s);
     rf_nccl_layout_free(&s->nccl_layout);

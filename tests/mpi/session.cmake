@@ -214,6 +214,7 @@ endforeach()
 # runtime tensors, checked after every update by refit-run's oracle (check_session_quant.c)
 add_executable(check_session_quant ${CMAKE_CURRENT_SOURCE_DIR}/check_session_quant.c)
 target_link_libraries(check_session_quant PRIVATE refit PkgConfig::CHECK)
+target_include_directories(check_session_quant PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
 foreach(case "fp8_block_tp1_np2;2;fp8-block-tp1-to-tp1" "fp8_block_tp2_np4;4;fp8-block-tp2-to-tp2"
              "fp8_block_tp2_p2p_np4;4;fp8-block-tp2-to-tp2-p2p" "wna16_tp1_np2;2;wna16-tp1-to-tp1"
              "wna16_tp2_np4;4;wna16-tp2-to-tp2" "wna16_tp2_p2p_np4;4;wna16-tp2-to-tp2-p2p"
@@ -371,8 +372,33 @@ foreach(case "moe_wna16_tp1_to_tp2ep2_np3;3;qwen3-moe-q128-wna16-tp1-to-tp2ep2"
                        TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
 endforeach()
-# ... and what stays refused at create, named: wna16 on marlin, fp8-block over colocated ipc
-# (device-emu: the ipc check passes on the host-device accelerator, so the quantized one answers)
+# ... from the trainer's CUDA tensors (trainer.gpus over mpi; colocated ipc), on the CPU (label
+# device-emu: host-device-trainer / -all give the trainer ranks the host-device accelerator,
+# colocated ipc's ranks have it under host-device): quantized by the format kernels' table on
+# the trainer's "GPU" (rf_trainer_produce_given_device), F32 masters and a non-finite weight
+# included; over colocated ipc the quantized pieces staged, the rest read in place
+foreach(case "fp8_block_tp2_p2p_np4;4;llama-q128-fp8-block-tp2-to-tp2-p2p;host-device-trainer"
+             "wna16_tp1_np2;2;llama-q128-wna16-tp1-to-tp1;host-device-all"
+             "fp8_tensor_tp1_to_tp2_np3;3;llama-q128-fp8-tensor-tp1-to-tp2;host-device-all"
+             "fp8_channel_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-channel-tp1-to-tp2-p2p;host-device-trainer"
+             "moe_wna16_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-wna16-tp2-to-tp2ep2-p2p;host-device-trainer"
+             "fp8_block_ipc_np2;2;llama-q128-fp8-block-tp1-to-tp1-colocated-ipc;host-device"
+             "wna16_tp2_ipc_np4;4;llama-q128-wna16-tp2-to-tp2-colocated-ipc;host-device"
+             "moe_wna16_ipc_np2;2;qwen3-moe-q128-wna16-tp1-to-tp1-colocated-ipc;host-device")
+  list(GET case 0 name)
+  list(GET case 1 np)
+  list(GET case 2 topo)
+  list(GET case 3 emu)
+  add_test(NAME emu_check_session_quant_device_trainer_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emu_check_session_quant_device_trainer_${name} PROPERTIES
+                       LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
+                       "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=${emu}")
+endforeach()
+# ... and what stays refused at create, named: wna16 on marlin
 add_test(NAME check_session_quant_wna16_marlin_refused_np2
          COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
                  -np 2 $<TARGET_FILE:check_session_quant>
@@ -381,15 +407,6 @@ add_test(NAME check_session_quant_wna16_marlin_refused_np2
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(check_session_quant_wna16_marlin_refused_np2 PROPERTIES LABELS mpi
                      TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
-add_test(NAME emu_check_session_quant_fp8_block_ipc_refused_np2
-         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                 -np 2 $<TARGET_FILE:check_session_quant>
-                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-fp8-block-colocated-ipc-refused.yaml
-                 --refused "quantization fp8-block with colocated ipc"
-         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(emu_check_session_quant_fp8_block_ipc_refused_np2 PROPERTIES
-                     LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
-                     "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
 # Issue 18 (pinned mpi receive buffers on device storage): check_session_device reads the
 # xfer's receive-buffer state (transport/xfer_int.h)
 target_include_directories(check_session_device PRIVATE ${CMAKE_SOURCE_DIR}/transport)
