@@ -93,7 +93,8 @@ rf_status_t rf_session_quant_borrow(rf_session_t *s, rf_err_t *err)
     }
     /* CUDA trainer tensors (trainer.gpus over mpi, colocated ipc): the quantizers run on the
      * trainer's GPU, into device buffers the packs read like the registered tensors */
-    bool dev = rf_session_mpi_device_trainer(s) || rf_session_ipc_trainer(s);
+    bool dev = (rf_session_mpi_device_trainer(s) || rf_session_ipc_trainer(s)) &&
+               s->ck_path == NULL; /* a registered checkpoint is read into host buffers */
     if (total > 0 && dev) {
         void *p = NULL;
         rf_status_t as = s->accel->ops->alloc(s->accel, (size_t)total, &p);

@@ -1155,8 +1155,17 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
     if (s->rank == 0 && s->ck != NULL)
         st = rf_ckpt_check_config(s->ck, s->so.checkpoint, &s->cfg, s->topo.quantization,
                                   s->topo.group_size, err);
+    /* a quantized model's registered checkpoint (runtime/session_ckpt.c): its headers decide
+     * each linear's source and the stored dtypes, as refit-run's manifest (trainer rank 0
+     * registered it, checked against its config there) */
+    rf_ckpt_t *mck = s->ck;
+    const char *mpath = s->so.checkpoint;
+    if (mck == NULL && s->src_ck != NULL && s->topo.quantization != RF_QUANT_NONE) {
+        mck = s->src_ck;
+        mpath = s->ck_path;
+    }
     if (s->rank == 0 && st == RF_OK)
-        st = rf_manifest_build(&s->inv, &s->topo, s->ck, s->so.checkpoint, &s->man, err);
+        st = rf_manifest_build(&s->inv, &s->topo, mck, mpath, &s->man, err);
     RF_CHECK(rf_session_agree(s, st, err));
     RF_CHECK(manifest_agree(s, err));
     st = RF_OK;

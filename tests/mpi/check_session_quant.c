@@ -16,7 +16,10 @@
  * quantized module (rf_verify_dequant_module). Wrong quantized registrations are refused naming
  * the tensor; a non-finite trainer weight fails the update on every rank naming it, with the
  * engine's bytes unchanged. With argv[2] "--refused TEXT": rf_session_create must fail on
- * every rank with TEXT in its message. CK_FORK=no. */
+ * every rank with TEXT in its message. With "--checkpoint DIR": the trainers register DIR
+ * (rf_session_register_checkpoint: a quantized model's checkpoint, its linears stored quantized
+ * or unquantized), and the oracle reads the same file (as stored, or the reference quantizer
+ * over its unquantized weight, runtime/job_oracle.c's rule). CK_FORK=no. */
 #include <check.h>
 #include <fcntl.h>
 #include <mpi.h>
@@ -27,6 +30,8 @@
 #include <unistd.h>
 
 #include "refit/accel.h"
+#include "refit/checkpoint.h"
+#include "refit/safetensors.h"
 
 #include "refit/format.h"
 #include "refit/formats.h"
@@ -43,6 +48,8 @@
 #define SENTINEL 0xa5
 
 static const char *topo_path, *refused;
+static const char *ck_dir; /* --checkpoint DIR: the trainers register it, the oracle reads it */
+static rf_ckpt_t *ck;      /* ... open on every rank for the oracle */
 static rf_status_t load_status; /* the loader's own answer to the topology (main) */
 static bool device_emu; /* REFIT_TEST_DEVICE_ACCEL=host-device / -all: rollout tensors on
                            device 0 */
@@ -304,6 +311,7 @@ static void trainer_fill(sess_t *x, uint64_t step)
 typedef struct expect {
     uint64_t step;
     char **buf;      /* per inventory tensor */
+    rf_dtype_t *dt;  /* per inventory tensor: the dtype of buf (a stored scale may be bf16) */
     void **slots;    /* the module's registered engine tensors */
 } expect_t;
 
@@ -329,9 +337,18 @@ static void expect_quantized(expect_t *c, const rf_tensor_t *t)
     ck_assert(logical && qb && sb);
     ck_assert_int_eq(lt.dtype, RF_DTYPE_BF16);
     uint64_t h = rf_gen_name_hash(lt.name);
-    for (uint64_t k = 0; k < (uint64_t)N * (uint64_t)K; k++)
-        ((uint16_t *)(void *)logical)[k] = logical_bits(h, k, c->step);
     rf_status_t st;
+    if (ck != NULL) { /* the checkpoint's unquantized weight, which the trainer quantizes */
+        const rf_st_entry_t *e = rf_ckpt_find(ck, lt.name);
+        ck_assert_msg(e != NULL, "%s", lt.name);
+        rf_err_t err;
+        rf_err_clear(&err);
+        ck_assert_msg(rf_ckpt_read(ck, e, 0, (uint64_t)N, 0, (uint64_t)K * es, logical,
+                                   (size_t)K * es, &err) == RF_OK, "%s", err.msg);
+    } else {
+        for (uint64_t k = 0; k < (uint64_t)N * (uint64_t)K; k++)
+            ((uint16_t *)(void *)logical)[k] = logical_bits(h, k, c->step);
+    }
     if (rowq || tensorq) /* the whole tensor at once: one scale per row / per tensor */
         st = rf_fp8_quantize_rows(logical, lt.dtype, N, K, K, rowq, (uint8_t *)qb, K,
                                   (float *)(void *)sb);
@@ -355,9 +372,22 @@ static const void *expect_bytes(void *ctx, int tensor)
         return c->buf[tensor];
     if (t->param == RF_PARAM_WEIGHT_SHAPE)
         return NULL;
-    if (inv.modules[t->module].quant != RF_QUANT_NONE && t->param != RF_PARAM_BIAS) {
+    if (inv.modules[t->module].quant != RF_QUANT_NONE && t->param != RF_PARAM_BIAS &&
+        (ck == NULL || rf_manifest_trainer_quantizes(&inv, t, ck))) {
         expect_quantized(c, t);
         return c->buf[tensor];
+    }
+    if (ck != NULL) { /* as stored (a quantized linear stored quantized included) */
+        const rf_st_entry_t *e = rf_ckpt_find(ck, t->name);
+        ck_assert_msg(e != NULL, "%s", t->name);
+        char *b = malloc(e->nbytes + 1);
+        uint64_t rows = rf_st_entry_rows(e), rb = rf_st_entry_row_bytes(e);
+        rf_err_t err;
+        rf_err_clear(&err);
+        ck_assert_msg(rf_ckpt_read(ck, e, 0, rows, 0, rb, b, rb, &err) == RF_OK, "%s", err.msg);
+        c->buf[tensor] = b;
+        c->dt[tensor] = e->dtype;
+        return b;
     }
     char *b = malloc(t->nbytes + 1);
     uint64_t rows = rf_tensor_rows(t);
@@ -366,6 +396,21 @@ static const void *expect_bytes(void *ctx, int tensor)
                      RF_OK);
     c->buf[tensor] = b;
     return b;
+}
+
+/* The dtype expect_bytes hands tensor out in (runtime/job_oracle.c's rule): the header's for a
+ * tensor compared as stored, else the inventory's (RF_DTYPE_INVALID). */
+static rf_dtype_t expect_dtype(void *ctx, int tensor)
+{
+    expect_t *c = ctx;
+    const rf_tensor_t *t = &inv.tensors[tensor];
+    if (c->buf[tensor] != NULL && c->dt[tensor] != RF_DTYPE_INVALID)
+        return c->dt[tensor];
+    if (ck == NULL || t->param == RF_PARAM_WEIGHT_SHAPE ||
+        rf_manifest_trainer_quantizes(&inv, t, ck))
+        return RF_DTYPE_INVALID;
+    const rf_st_entry_t *e = rf_ckpt_find(ck, t->name);
+    return e != NULL ? e->dtype : RF_DTYPE_INVALID;
 }
 
 static const void *expect_slot(void *ctx, int module, int slot)
@@ -450,9 +495,12 @@ static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t c
      * requantize_with_max_scale does (runtime/job_oracle.c sets the same flag) */
     rf_verify_opts_t vo = {topo.quantization == RF_QUANT_FP8_TENSOR ? RF_VERIFY_FP8_REQUANT_MAX
                                                                      : 0u,
-                           NULL};
+                           expect_dtype};
     bad[0] = '\0';
     c.buf = calloc((size_t)inv.ntensors + 1, sizeof(char *));
+    c.dt = malloc(((size_t)inv.ntensors + 1) * sizeof(rf_dtype_t));
+    for (int t = 0; t < inv.ntensors; t++)
+        c.dt[t] = RF_DTYPE_INVALID;
     for (int m = 0; m < inv.nmodules; m++) {
         rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS], rt[RF_MODULE_MAX_SLOTS];
         bool derived[RF_MODULE_MAX_SLOTS];
@@ -500,11 +548,13 @@ static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t c
         for (int t = 0; t < inv.ntensors; t++) {
             free(c.buf[t]);
             c.buf[t] = NULL;
+            c.dt[t] = RF_DTYPE_INVALID;
         }
         for (int k = 0; k < ns; k++)
             free(slots[k]);
     }
     free(c.buf);
+    free(c.dt);
     ck_assert_int_eq(i, x->n);
     ck_assert_int_gt(dequant, 0);
     /* a mixture-of-experts model: its quantized experts (w13 / w2) were checked here too */
@@ -652,6 +702,29 @@ START_TEST(test_quant_updates)
 }
 END_TEST
 
+/* --checkpoint DIR: the trainers register a quantized model's checkpoint (its quantized
+ * linears stored quantized, or unquantized in the model dtype: quantized on the trainer); the
+ * engine's bytes are the oracle's from the same file after each update. */
+START_TEST(test_quant_checkpoint)
+{
+    sess_t x;
+    rf_session_result_t r;
+    sess_open_as(&x, false);
+    if (me.role == RF_ROLE_TRAINER)
+        ck_assert_msg(rf_session_register_checkpoint(x.s, ck_dir) == RF_OK, "%s",
+                      rf_session_last_error(x.s));
+    else
+        ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
+                      rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_plan(x.s, NULL) == RF_OK, "%s", rf_session_last_error(x.s));
+    for (uint64_t v = 1; v <= 2; v++) {
+        ck_assert_int_eq(rf_session_update(x.s, v, &r), RF_OK);
+        check_committed(&x, &r, v);
+    }
+    sess_close(&x);
+}
+END_TEST
+
 /* F32 masters: rounded to nearest even to the bf16 checkpoint tensor, then quantized. */
 START_TEST(test_quant_masters)
 {
@@ -723,12 +796,10 @@ START_TEST(test_quant_bad)
             ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), nm));
         }
     }
-    /* a checkpoint source of a quantized model: refused, named (registered tensors only) */
+    /* a checkpoint directory without tensors: refused, naming it (nothing registered) */
     if (me.role == RF_ROLE_TRAINER) {
-        ck_assert_int_eq(rf_session_register_checkpoint(x.s, "tests/data/llama-q128"),
-                         RF_ERR_UNSUPPORTED);
+        ck_assert_int_ne(rf_session_register_checkpoint(x.s, "tests/data/llama-q128"), RF_OK);
         ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "tests/data/llama-q128"));
-        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), rf_quant_name(topo.quantization)));
     }
     /* everything else right: the plan fails everywhere with rank 0's first refusal */
     ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n), RF_OK);
@@ -757,9 +828,11 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc < 2 || (argc > 2 && (argc != 4 || strcmp(argv[2], "--refused") != 0))) {
+    if (argc < 2 || (argc > 2 && (argc != 4 || (strcmp(argv[2], "--refused") != 0 &&
+                                                strcmp(argv[2], "--checkpoint") != 0)))) {
         if (rank == 0)
-            fprintf(stderr, "usage: check_session_quant TOPOLOGY.yaml [--refused TEXT]\n");
+            fprintf(stderr, "usage: check_session_quant TOPOLOGY.yaml [--refused TEXT | "
+                            "--checkpoint DIR]\n");
         MPI_Finalize();
         return EXIT_FAILURE;
     }
@@ -769,7 +842,8 @@ int main(int argc, char **argv)
                                  strcmp(emu, "host-device-all") == 0);
     trainer_emu = emu != NULL && (strcmp(emu, "host-device-trainer") == 0 ||
                                   strcmp(emu, "host-device-all") == 0);
-    refused = argc == 4 ? argv[3] : NULL;
+    refused = argc == 4 && strcmp(argv[2], "--refused") == 0 ? argv[3] : NULL;
+    ck_dir = argc == 4 && strcmp(argv[2], "--checkpoint") == 0 ? argv[3] : NULL;
     rf_err_clear(&err);
     rf_status_t ls = rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err);
     if (ls == RF_OK)
@@ -800,8 +874,15 @@ int main(int argc, char **argv)
     Suite *s = suite_create("session_quant");
     TCase *tc = tcase_create("session_quant");
     tcase_set_timeout(tc, 120);
+    if (ck_dir != NULL && rf_ckpt_open(ck_dir, &ck, &err) != RF_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+        MPI_Finalize();
+        return EXIT_FAILURE;
+    }
     if (refused != NULL) {
         tcase_add_test(tc, test_quant_refused);
+    } else if (ck_dir != NULL) {
+        tcase_add_test(tc, test_quant_checkpoint);
     } else {
         tcase_add_test(tc, test_quant_updates);
         tcase_add_test(tc, test_quant_masters);
@@ -817,6 +898,8 @@ int main(int argc, char **argv)
     rf_inventory_free(&inv);
     rf_model_config_free(&cfg);
     rf_accel_close(gpu);
+    if (ck != NULL)
+        rf_ckpt_close(ck);
     MPI_Finalize();
     return any == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -398,6 +398,31 @@ foreach(case "fp8_block_tp2_p2p_np4;4;llama-q128-fp8-block-tp2-to-tp2-p2p;host-d
                        LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
                        "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=${emu}")
 endforeach()
+# ... from a registered checkpoint of the quantized model (rf_session_register_checkpoint): its
+# fp8 linears as stored (tests/data/qwen3-fp8-tiny; its scales stored as bf16, widened), its
+# bf16-source quantized on the trainer, or both in one file (make_quant_ckpt mixed: one linear
+# unquantized, its stale scale ignored), broadcast and p2p under rollout.layout hf (trainer TP 2
+# splits a 128-row fp8 block here: refused, as refit-run refuses it); the oracle reads the file
+set(SQCK ${CMAKE_BINARY_DIR}/quant-ckpt)
+foreach(case "ckpt_fp8_stored_np2;qwen3-fp8-tiny-tp1-to-tp1;${REFIT_TEST_DATA}/qwen3-fp8-tiny;"
+             "ckpt_fp8_bf16_source_np2;qwen3-fp8-tiny-tp1-to-tp1;${REFIT_TEST_DATA}/qwen3-fp8-tiny/bf16-source;"
+             "ckpt_fp8_mixed_hf_p2p_np2;qwen3-fp8-tiny-hf-tp1-to-tp1-p2p;${SQCK}/mixed;qck_mixed"
+             "ckpt_fp8_bf16_scales_np2;qwen3-fp8-tiny-tp1-to-tp1;${SQCK}/bf16-scales;qck_bf16-scales")
+  list(GET case 0 name)
+  list(GET case 1 topo)
+  list(GET case 2 dir)
+  list(GET case 3 fx)
+  add_test(NAME check_session_quant_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np 2 $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml --checkpoint ${dir}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
+                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+  if(fx)
+    set_tests_properties(check_session_quant_${name} PROPERTIES FIXTURES_REQUIRED ${fx})
+  endif()
+endforeach()
 # ... and what stays refused at create, named: wna16 on marlin
 add_test(NAME check_session_quant_wna16_marlin_refused_np2
          COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
