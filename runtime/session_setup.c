@@ -697,16 +697,10 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
      * through host memory (setup_accel opens each rank's GPU); trainer.gpus: the trainer
      * ranks register CUDA tensors, read through device-to-host copies into the host chunks
      * (rf_trainer_use_device) on mpi, in place on colocated ipc; a quantized model's are
-     * quantized on the trainer's GPU (runtime/session_quant.c) */
-    /* quantized models (runtime/session_quant.c): the formats and engines tested through
-     * the session API; the others stay refused, named */
-    rf_quant_t q = s->topo.quantization;
-    if (q != RF_QUANT_NONE && s->topo.r_backend != RF_BACKEND_TRITON)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s on rollout.backend %s: "
-                          "the session API moves quantized models into the triton engine "
-                          "layout only in this version (the %s runtime layout is refit-run's "
-                          "alone)", s->topo.file, rf_quant_name(q),
-                          rf_backend_name(s->topo.r_backend), rf_backend_name(s->topo.r_backend));
+     * quantized on the trainer's GPU (runtime/session_quant.c). Quantized models: every
+     * format and rollout.backend refit-run runs (triton, cutlass, marlin, rocm-fnuz: the
+     * engine registers the format owner's runtime tensors); the loader refuses what refit-run
+     * refuses (rollout.layout hf on marlin / rocm-fnuz) */
     return RF_OK;
 }
 
