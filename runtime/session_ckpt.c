@@ -12,6 +12,14 @@
  * runtime/trainer.c). Reopening is what makes "each update re-reads it" hold for a trainer
  * that writes a new file to the same path between updates (a rename leaves an old handle on
  * the old inode).
+ *
+ * A quantized model's checkpoint is read as refit-run reads it: each quantized linear from its
+ * quantized tensors as stored (an fp8 checkpoint) or from its unquantized weight in the model
+ * dtype, quantized on the trainer (a bf16 checkpoint), the choice made per linear by the
+ * checkpoint's headers (rf_manifest_quant_source); the manifest is then built from those
+ * headers (trainer rank 0, rf_session_build), so its dtypes are the stored ones (a bf16 block
+ * scale widened to fp32, an I32 weight_shape), and the buffers of the quantized linears are
+ * refit's (runtime/session_quant.c), filled by rf_trainer_produce from the file.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -49,6 +57,18 @@ static rf_status_t ckpt_open_checked(rf_session_t *s, const char *path, rf_ckpt_
     for (int i = 0; i < s->nex; i++) {
         const rf_tensor_t *t = &s->inv.tensors[s->ex[i].index];
         const rf_st_entry_t *se = rf_ckpt_find(ck, t->name);
+        if (s->ex[i].logical) {
+            /* a quantized linear: its quantized tensors as stored, or the unquantized weight
+             * in the model dtype that the trainer quantizes (runtime/manifest.c's rule) */
+            rf_err_t why;
+            rf_err_clear(&why);
+            if (rf_manifest_quant_source(&s->inv, t, ck, &why) == RF_QSOURCE_INVALID) {
+                rf_ckpt_close(ck);
+                return rf_err_set(err, why.status, "trainer rank %d: checkpoint %s: %s",
+                                  s->rank, path, why.msg);
+            }
+            continue;
+        }
         if (se == NULL)
             st = rf_err_set(err, RF_ERR_MISSING, "trainer rank %d: checkpoint %s (%s) has no "
                             "tensor %s of the topology's model (%s, %s)", s->rank, path,
@@ -121,13 +141,6 @@ static rf_status_t register_checkpoint(rf_session_t *s, const char *path, rf_err
         return rf_err_set(err, RF_ERR_STATE, "trainer rank %d: rf_session_register_checkpoint"
                           "(%s) after rf_session_plan (the checkpoint is registered before the "
                           "plan, and read again at every update)", s->rank, path);
-    if (s->topo.quantization != RF_QUANT_NONE) /* runtime/session_quant.c: registered only */
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "trainer rank %d: rf_session_register_"
-                          "checkpoint(%s): quantization %s: a checkpoint source of a quantized "
-                          "model is not supported by the session API in this version (register "
-                          "the unquantized shards, which refit quantizes; refit-run reads "
-                          "quantized checkpoints)", s->rank, path,
-                          rf_quant_name(s->topo.quantization));
     if (rf_session_mpi_device_trainer(s))
         return rf_err_set(err, RF_ERR_UNSUPPORTED, "trainer rank %d: rf_session_register_"
                           "checkpoint(%s): trainer.gpus puts this rank's tensors on CUDA device "

@@ -247,6 +247,7 @@ struct rf_session {
      * quantized linear on this rank (fp8 weight and scales, wna16 weight_packed, weight_scale,
      * weight_shape), written by the trainer-side quantizer at each update */
     char *q_arena;
+    bool q_dev; /* q_arena is device memory of s->accel (a trainer with CUDA tensors) */
     /* updates */
     uint32_t seq;     /* the update counter of the control channel and the chunks */
     uint64_t version; /* of the last COMMITTED update */

@@ -13,6 +13,15 @@
  * bytes are quantize(checkpoint tensor) exactly, what refit-run sends for that checkpoint. The
  * linear's other tensors (a bias) and every unquantized tensor are read in place as before.
  *
+ * A trainer with CUDA tensors (trainer.gpus over mpi, colocated ipc) registers CUDA shards:
+ * the buffers refit owns are then device memory of its GPU and the quantizers the format
+ * kernels there (rf_trainer_produce_given_device, formats/quant_cuda.cu: bit-exact with the
+ * host ones), so the weights never leave the GPU to be quantized; the packs read them as they
+ * read the registered tensors (device-to-host copies over mpi). On colocated ipc the pieces of
+ * the quantized tensors are staged (ipc_share_table leaves them out: refit's buffers are not
+ * among the caller's shared allocations), the stage sender packing them into the staging
+ * slots its pair reads on the GPU; the unquantized ones are read in place as before.
+ *
  * Rollout ranks register the format owner's runtime tensors (fmt.ops->runtime_slots under
  * rollout.layout vllm), as for an unquantized model: nothing here.
  */
@@ -82,7 +91,22 @@ rf_status_t rf_session_quant_borrow(rf_session_t *s, rf_err_t *err)
                   255) &
                  ~(uint64_t)255;
     }
-    if (total > 0) {
+    /* CUDA trainer tensors (trainer.gpus over mpi, colocated ipc): the quantizers run on the
+     * trainer's GPU, into device buffers the packs read like the registered tensors */
+    bool dev = (rf_session_mpi_device_trainer(s) || rf_session_ipc_trainer(s)) &&
+               s->ck_path == NULL; /* a registered checkpoint is read into host buffers */
+    if (total > 0 && dev) {
+        void *p = NULL;
+        rf_status_t as = s->accel->ops->alloc(s->accel, (size_t)total, &p);
+        if (as != RF_OK) {
+            free(off);
+            return rf_err_set(err, as, "trainer rank %d: no %llu bytes on %s device %d for its "
+                              "quantized shards", s->rank, (unsigned long long)total,
+                              s->accel->ops->name, s->accel->device);
+        }
+        s->q_arena = p;
+        s->q_dev = true;
+    } else if (total > 0) {
         s->q_arena = calloc(1, (size_t)total);
         if (s->q_arena == NULL) {
             free(off);
@@ -114,7 +138,9 @@ static rf_status_t quant_produce(void *ctx, rf_err_t *err)
         logical[e->entry] = e->sig.data;
         dt[e->entry] = e->sig.dtype;
     }
-    if (st == RF_OK)
+    if (st == RF_OK && s->q_dev) /* CUDA shards: the device quantizers */
+        st = rf_trainer_produce_given_device(&s->tr, logical, dt, s->accel, err);
+    else if (st == RF_OK)
         st = rf_trainer_produce_given(&s->tr, logical, dt, err);
     free(logical);
     free(dt);
@@ -135,6 +161,10 @@ const rf_session_hooks_t *rf_session_quant_hooks(rf_session_t *s, rf_session_hoo
 
 void rf_session_quant_free(rf_session_t *s)
 {
-    free(s->q_arena);
+    if (s->q_dev && s->q_arena != NULL)
+        s->accel->ops->free(s->accel, s->q_arena);
+    else
+        free(s->q_arena);
     s->q_arena = NULL;
+    s->q_dev = false;
 }

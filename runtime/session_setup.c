@@ -165,6 +165,10 @@ static rf_status_t ipc_share_table(rf_session_t *s, rf_err_t *err)
         int k = s->ex_of_tensor[s->man.entries[i].tensor];
         if (k < 0 || !s->ex[k].registered || rf_signature_bytes(&s->ex[k].sig) == 0)
             continue;
+        /* a quantized linear's entries are refit's device buffers (runtime/session_quant.c),
+         * not the registered unquantized weight: staged (not held here) */
+        if (rf_session_quant_refit_owns(s, &s->inv.tensors[s->man.entries[i].tensor]))
+            continue;
         rf_accel_ptr_info_t pi;
         const char *data = s->ex[k].sig.data;
         rf_status_t ps = rf_accel_pointer_info(s->accel, data, &pi);
@@ -716,25 +720,11 @@ static rf_status_t check_supported(const rf_session_t *s, rf_err_t *err)
     /* rollout.gpus: the rollout ranks register CUDA tensors as their runtime storage, chunks
      * through host memory (setup_accel opens each rank's GPU); trainer.gpus: the trainer
      * ranks register CUDA tensors, read through device-to-host copies into the host chunks
-     * (rf_trainer_use_device) on mpi, in place on colocated ipc */
-    bool dev_trainer = s->topo.t_ngpus > 0 || (emu_ranks() & EMU_TRAINER) != 0;
-    /* quantized models (runtime/session_quant.c): the formats and engines tested through
-     * the session API; the others stay refused, named */
-    rf_quant_t q = s->topo.quantization;
-    if (q != RF_QUANT_NONE && (s->ipc || dev_trainer))
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s with %s: the session "
-                          "API moves quantized models from host trainer tensors over mpi only "
-                          "in this version (into host tensors or, with rollout.gpus, the "
-                          "engine's CUDA tensors; refit-run takes them)", s->topo.file,
-                          rf_quant_name(q),
-                          s->ipc ? "colocated ipc"
-                                 : "trainer.gpus (the quantizer reads host shards)");
-    if (q != RF_QUANT_NONE && s->topo.r_backend != RF_BACKEND_TRITON)
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "%s: quantization %s on rollout.backend %s: "
-                          "the session API moves quantized models into the triton engine "
-                          "layout only in this version (the %s runtime layout is refit-run's "
-                          "alone)", s->topo.file, rf_quant_name(q),
-                          rf_backend_name(s->topo.r_backend), rf_backend_name(s->topo.r_backend));
+     * (rf_trainer_use_device) on mpi, in place on colocated ipc; a quantized model's are
+     * quantized on the trainer's GPU (runtime/session_quant.c). Quantized models: every
+     * format and rollout.backend refit-run runs (triton, cutlass, marlin, rocm-fnuz: the
+     * engine registers the format owner's runtime tensors); the loader refuses what refit-run
+     * refuses (rollout.layout hf on marlin / rocm-fnuz) */
     return RF_OK;
 }
 
@@ -1201,8 +1191,17 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
     if (s->rank == 0 && s->ck != NULL)
         st = rf_ckpt_check_config(s->ck, s->so.checkpoint, &s->cfg, s->topo.quantization,
                                   s->topo.group_size, err);
+    /* a quantized model's registered checkpoint (runtime/session_ckpt.c): its headers decide
+     * each linear's source and the stored dtypes, as refit-run's manifest (trainer rank 0
+     * registered it, checked against its config there) */
+    rf_ckpt_t *mck = s->ck;
+    const char *mpath = s->so.checkpoint;
+    if (mck == NULL && s->src_ck != NULL && s->topo.quantization != RF_QUANT_NONE) {
+        mck = s->src_ck;
+        mpath = s->ck_path;
+    }
     if (s->rank == 0 && st == RF_OK)
-        st = rf_manifest_build(&s->inv, &s->topo, s->ck, s->so.checkpoint, &s->man, err);
+        st = rf_manifest_build(&s->inv, &s->topo, mck, mpath, &s->man, err);
     RF_CHECK(rf_session_agree(s, st, err));
     RF_CHECK(manifest_agree(s, err));
     st = RF_OK;
@@ -1280,11 +1279,11 @@ void rf_session_release(rf_session_t *s, bool mpi)
     if (s->nccl_wdev != NULL)
         s->accel->ops->free(s->accel, s->nccl_wdev);
     rf_trainer_source_free(&s->src);
+    rf_session_quant_free(s); /* after the trainer; device buffers: before the accelerator */
     rf_accel_close(s->accel); /* after the storage and plan that used it */
     if (s->ck)
         rf_ckpt_close(s->ck);
     rf_session_ckpt_free(s); /* after the trainer, which pointed into its buffers */
-    rf_session_quant_free(s);
     rf_chunk_plan_destroy(s->cplan);
     rf_p2p_schedule_free(&s->p2p_s);
     rf_nccl_layout_free(&s->nccl_layout);

@@ -1071,8 +1071,9 @@ static rf_status_t check_device_scales(rf_trainer_t *tr, rf_accel_t *ax, char *d
                 break;
             }
         }
-        st = ax->ops->copy(ax, tmp, dev + ((const char *)tr->buf[i] - host), nb, RF_COPY_D2H,
-                           NULL);
+        /* host NULL: tr->buf[] are the device pointers themselves */
+        const char *src = host != NULL ? dev + ((const char *)tr->buf[i] - host) : tr->buf[i];
+        st = ax->ops->copy(ax, tmp, src, nb, RF_COPY_D2H, NULL);
         if (st == RF_OK)
             st = rf_accel_sync(ax);
         if (st != RF_OK)
@@ -1179,6 +1180,243 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
     free(db.shape);
     tr->stats.bytes_read = 0;
     tr->stats.header_bytes_read = 0;
+    produce_done(tr, t0);
+    return st;
+}
+
+/* ---- a caller's device shards of quantized linears (rf_trainer_produce_given_device) ---- */
+
+/* The geometry of primary entry ei's given shard: rows x cols of the logical (N, K) weight
+ * from row r0, column c0 (wna16 columns x 8), contiguous. */
+typedef struct given_geom {
+    int64_t r0, c0, rows, cols, K;
+} given_geom_t;
+
+static given_geom_t given_geom(const rf_trainer_t *tr, int ei)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+    const rf_region_t *r = &tr->reg[ei];
+    int64_t f = tr->inv->modules[t->module].quant == RF_QUANT_WNA16 ? 8 : 1;
+    return (given_geom_t){r->r0, r->c0 * f, r->r1 - r->r0, (r->c1 - r->c0) * f, t->shape[1] * f};
+}
+
+/* The given device shard src (sdt: the model dtype or an F32 master) of entry ei read back and
+ * narrowed into the model dtype on the host: *host_p (malloc'd, rows x cols). */
+static rf_status_t given_to_host(rf_trainer_t *tr, int ei, const void *src, rf_dtype_t sdt,
+                                 rf_accel_t *ax, void **host_p, rf_err_t *err)
+{
+    given_geom_t g = given_geom(tr, ei);
+    rf_dtype_t dt = tr->inv->cfg.dtype;
+    uint64_t n = (uint64_t)g.rows * (uint64_t)g.cols;
+    void *raw = malloc((size_t)n * rf_dtype_size(sdt) + 1);
+    void *out = malloc((size_t)n * rf_dtype_size(dt) + 1);
+    rf_status_t st = raw != NULL && out != NULL ? RF_OK : RF_ERR_NOMEM;
+    if (st == RF_OK && n > 0)
+        st = ax->ops->copy(ax, raw, src, (size_t)n * rf_dtype_size(sdt), RF_COPY_D2H, NULL);
+    if (st == RF_OK)
+        st = rf_accel_sync(ax);
+    if (st == RF_OK) {
+        rf_given_t gv = {raw, sdt};
+        given_narrow(out, dt, &gv, n);
+    }
+    free(raw);
+    if (st != RF_OK) {
+        free(out);
+        return rf_err_set(err, st, "trainer rank %d: reading %s's unquantized shard back from %s "
+                          "device %d failed", tr->me.world_rank, tr->man->entries[ei].name,
+                          ax->ops->name, ax->device);
+    }
+    *host_p = out;
+    return RF_OK;
+}
+
+/* A quantizer met bad input on entry ei: its first non-finite element named as the host path
+ * names it (RF_ERR_INVALID), found in the given shard read back; else `st` with `what`. */
+static rf_status_t given_bad_input(rf_trainer_t *tr, int ei, const void *src, rf_dtype_t sdt,
+                                   rf_accel_t *ax, rf_status_t st, const char *what,
+                                   rf_err_t *err)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+    given_geom_t g = given_geom(tr, ei);
+    void *h = NULL;
+    RF_CHECK(given_to_host(tr, ei, src, sdt, ax, &h, err));
+    float v = 0.0f;
+    int64_t k = rf_first_nonfinite(h, tr->inv->cfg.dtype, (uint64_t)g.rows * (uint64_t)g.cols, &v);
+    free(h);
+    const char *dot = strrchr(t->name, '.');
+    int plen = dot != NULL ? (int)(dot - t->name) : (int)strlen(t->name);
+    if (k < 0)
+        return rf_err_set(err, st, "trainer rank %d: quantizing %s on %s device %d failed (%s)",
+                          tr->me.world_rank, t->name, ax->ops->name, ax->device, what);
+    int64_t row = g.r0 + k / g.cols, col = g.c0 + k % g.cols;
+    return rf_err_set(err, RF_ERR_INVALID,
+                      "trainer rank %d: %.*s.weight element %lld (row %lld, column %lld) is %g: "
+                      "a weight the trainer quantizes must be finite",
+                      tr->me.world_rank, plen, t->name, (long long)(row * g.K + col),
+                      (long long)row, (long long)col, (double)v);
+}
+
+/* Enqueues the quantization of primary entry ei from the caller's device shard src into the
+ * entry's and its scale's device buffers (tr->buf: device memory). An F32 master is rounded
+ * on the host into the model dtype first (given_to_host) and copied into device scratch, so
+ * the quantizer sees the checkpoint tensor the master stands for. */
+static rf_status_t quantize_given_device(rf_trainer_t *tr, int ei, const void *src,
+                                         rf_dtype_t sdt, rf_accel_t *ax,
+                                         const rf_quant_ops_t *qo, void **scratch,
+                                         size_t *scratch_cap, dev_batch_t *db, rf_err_t *err)
+{
+    const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
+    rf_quant_t mq = tr->inv->modules[t->module].quant;
+    bool wna16 = mq == RF_QUANT_WNA16;
+    bool rowq = mq == RF_QUANT_FP8_TENSOR || mq == RF_QUANT_FP8_CHANNEL;
+    rf_dtype_t dt = tr->inv->cfg.dtype;
+    given_geom_t g = given_geom(tr, ei);
+    char prefix[RF_NAME_MAX - 16];
+    const char *dot = strrchr(t->name, '.');
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+    int si = entry_of(tr, prefix, wna16 || rowq ? "weight_scale" : "weight_scale_inv");
+    if (si < 0 || !tr->has[si])
+        return rf_err_set(err, RF_ERR_INTERNAL, "trainer: %s has no scale slice here", t->name);
+    if (rowq) { /* the scales read whole rows (per channel) or the whole tensor */
+        int64_t er0, er1;
+        fp8_rows_extent(t, &tr->reg[ei], mq == RF_QUANT_FP8_CHANNEL, &er0, &er1);
+        if (g.r0 != er0 || g.r0 + g.rows != er1 || g.c0 != 0 || g.cols != g.K)
+            return rf_err_set(err, RF_ERR_UNSUPPORTED,
+                              "trainer rank %d: %s: its %s scales need rows [%lld, %lld) of all "
+                              "%lld columns, beyond this rank's shard", tr->me.world_rank,
+                              t->name, mq == RF_QUANT_FP8_CHANNEL ? "per-channel" : "per-tensor",
+                              (long long)er0, (long long)er1, (long long)g.K);
+    }
+    const void *w = src;
+    if (sdt != dt) { /* an F32 master: rounded on the host, then in device scratch */
+        size_t need = (size_t)g.rows * (size_t)g.cols * rf_dtype_size(dt);
+        void *h = NULL;
+        RF_CHECK(given_to_host(tr, ei, src, sdt, ax, &h, err));
+        rf_status_t as = RF_OK;
+        if (need > *scratch_cap) {
+            if (*scratch != NULL) {
+                (void)rf_accel_sync(ax);
+                ax->ops->free(ax, *scratch);
+            }
+            *scratch = NULL;
+            *scratch_cap = 0;
+            as = ax->ops->alloc(ax, need ? need : 1, scratch);
+            *scratch_cap = as == RF_OK ? need : 0;
+        }
+        if (as == RF_OK && need > 0)
+            as = ax->ops->copy(ax, *scratch, h, need, RF_COPY_H2D, NULL);
+        if (as == RF_OK) /* h is freed next: the copy must be done */
+            as = rf_accel_sync(ax);
+        free(h);
+        if (as != RF_OK)
+            return rf_err_set(err, as, "trainer rank %d: no device copy of %s's rounded F32 "
+                              "master on %s device %d", tr->me.world_rank, t->name,
+                              ax->ops->name, ax->device);
+        w = *scratch;
+    }
+    void *q = tr->buf[ei], *sc = tr->buf[si];
+    int64_t spitch = tr->reg[si].c1 - tr->reg[si].c0;
+    rf_dtype_t sdt_scale = tr->man->entries[si].dtype;
+    rf_status_t st;
+    if (rowq)
+        st = qo->fp8_quantize_rows(ax, w, dt, g.rows, g.K, g.K, mq == RF_QUANT_FP8_CHANNEL,
+                                   (float *)sc, 0, g.rows, 0, g.K, (uint8_t *)q, g.K, NULL);
+    else if (wna16)
+        st = qo->wna16_quantize(ax, w, dt, g.rows, g.cols, g.cols, tr->inv->group_size,
+                                (uint32_t *)q, g.cols / 8, sc, sdt_scale, spitch, NULL);
+    else
+        st = qo->fp8_quantize(ax, w, dt, g.rows, g.cols, g.cols, (uint8_t *)q, g.cols, sc,
+                              sdt_scale, spitch, NULL);
+    if (st != RF_OK) /* the host table refuses non-finite input at once */
+        return given_bad_input(tr, ei, src, sdt, ax, st, "the quantizer refused it", err);
+    db->call_entry[db->ncalls++] = ei;
+    db->quant_scale[si] = true;
+    return RF_OK;
+}
+
+rf_status_t rf_trainer_produce_given_device(rf_trainer_t *tr, const void *const *logical,
+                                            const rf_dtype_t *dtypes, struct rf_accel *ax,
+                                            rf_err_t *err)
+{
+    double t0 = rf_time_now();
+    const rf_quant_ops_t *qo = rf_quant_ops_for(ax);
+    if (qo == NULL)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "trainer rank %d: no format kernels for the "
+                          "%s accelerator", tr->me.world_rank, ax->ops->name);
+    void *scratch = NULL;
+    size_t scratch_cap = 0;
+    size_t n = (size_t)(tr->man->n > 0 ? tr->man->n : 1);
+    dev_batch_t db = {malloc(n * sizeof(int)), 0, calloc(n, sizeof(bool)),
+                      malloc(n * sizeof(int64_t[2]))};
+    rf_status_t st = RF_OK;
+    if (!db.call_entry || !db.quant_scale || !db.shape)
+        st = rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory", tr->me.world_rank);
+    tr->stats.bytes_produced = 0;
+    tr->stats.bytes_read = 0;
+    for (int i = 0; i < tr->man->n && st == RF_OK; i++) {
+        const rf_manifest_entry_t *e = &tr->man->entries[i];
+        const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
+        if (!tr->has[i] || !rf_manifest_trainer_quantizes(tr->inv, t, NULL))
+            continue; /* the caller's own bytes, read in place by the pack */
+        const rf_region_t *r = &tr->reg[i];
+        tr->stats.bytes_produced +=
+            (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0) * entry_es(tr, i);
+        if (t->param == RF_PARAM_WEIGHT || t->param == RF_PARAM_WEIGHT_PACKED) {
+            if (logical[i] == NULL)
+                st = rf_err_set(err, RF_ERR_INTERNAL, "trainer rank %d: %s: no unquantized "
+                                "shard given to quantize", tr->me.world_rank, t->name);
+            else
+                st = quantize_given_device(tr, i, logical[i], dtypes[i], ax, qo, &scratch,
+                                           &scratch_cap, &db, err);
+        } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
+            char prefix[RF_NAME_MAX - 16];
+            const char *dot = strrchr(t->name, '.');
+            snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
+            int pi = entry_of(tr, prefix, "weight_packed");
+            const rf_tensor_t *pt = pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
+            int64_t *nk = db.shape[i]; /* lives until the synchronization below */
+            nk[0] = pt->shape[0];
+            nk[1] = pt->shape[1] * 8;
+            bool i32 = e->dtype == RF_DTYPE_I32;
+            if (i32) {
+                int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
+                memcpy(nk, v, sizeof(v));
+            }
+            st = ax->ops->copy(ax, tr->buf[i], nk, i32 ? sizeof(int32_t[2]) : sizeof(int64_t[2]),
+                               RF_COPY_H2D, NULL);
+            if (st != RF_OK)
+                rf_err_set(err, st, "trainer rank %d: writing %s on %s device %d failed",
+                           tr->me.world_rank, t->name, ax->ops->name, ax->device);
+        }
+        /* scales are written by their weight's quantization */
+    }
+    rf_status_t ss = rf_accel_sync(ax);
+    if (st == RF_OK && ss != RF_OK)
+        st = rf_err_set(err, ss, "trainer rank %d: the device quantizers failed on %s device %d",
+                        tr->me.world_rank, ax->ops->name, ax->device);
+    /* the quantizers' verdict, once for the whole production (no synchronization per call) */
+    int64_t bad = -1;
+    unsigned why = 0;
+    if (st == RF_OK && db.ncalls > 0) {
+        ss = qo->check(ax, NULL, &bad, &why);
+        if (ss != RF_OK) {
+            st = rf_err_set(err, ss, "trainer rank %d: the device quantizers failed on %s "
+                            "device %d", tr->me.world_rank, ax->ops->name, ax->device);
+        } else if (bad >= 0 && (bad >= db.ncalls || (why & RF_QUANT_BAD_INPUT))) {
+            int ei = bad < db.ncalls ? db.call_entry[bad] : -1;
+            st = ei >= 0 ? given_bad_input(tr, ei, logical[ei], dtypes[ei], ax, RF_ERR_INVALID,
+                                           "its unquantized values are not all finite", err)
+                         : rf_err_set(err, RF_ERR_INVALID, "trainer rank %d: a device quantizer "
+                                      "met non-finite input", tr->me.world_rank);
+        }
+    }
+    if (st == RF_OK) /* the scales the quantizers wrote are checked only when one was bad */
+        st = check_device_scales(tr, ax, NULL, NULL, bad >= 0 ? NULL : db.quant_scale, err);
+    if (scratch != NULL)
+        ax->ops->free(ax, scratch);
+    free(db.call_entry);
+    free(db.quant_scale);
+    free(db.shape);
     produce_done(tr, t0);
     return st;
 }

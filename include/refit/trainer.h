@@ -251,6 +251,25 @@ rf_status_t rf_trainer_produce_given(rf_trainer_t *tr, const void *const *logica
                                      const rf_dtype_t *dtypes, rf_err_t *err);
 
 /*
+ * rf_trainer_produce_given for a caller's CUDA shards (the session API's trainer of a quantized
+ * model with trainer.gpus, over mpi or colocated ipc; runtime/session_quant.c): the same bytes,
+ * with logical[primary] device memory of accelerator ax (rows x columns as there, contiguous)
+ * and every quantized entry's buffer (tr->buf) device memory of ax too. The format kernels of ax
+ * (rf_quant_ops_for: the "cuda" table on a GPU, the host one on the tests' "host-device")
+ * quantize on the device, enqueued without a synchronization per call and checked once
+ * (rf_quant_ops_t check); an F32 master is read back, rounded to nearest even on the host into
+ * the model dtype and copied into device scratch first (bit-exact with the host path, slower).
+ * wna16 weight_shape is copied host to device. Synchronizes ax before returning. Errors as
+ * rf_trainer_produce_given (a non-finite weight named by its element, found in the shard read
+ * back; fp8-tensor / fp8-channel beyond the shard RF_ERR_UNSUPPORTED), and the accelerator's,
+ * naming the tensor. Not collective.
+ */
+struct rf_accel;
+rf_status_t rf_trainer_produce_given_device(rf_trainer_t *tr, const void *const *logical,
+                                            const rf_dtype_t *dtypes, struct rf_accel *ax,
+                                            rf_err_t *err);
+
+/*
  * rf_trainer_produce from the generator, on a device: the same bytes, written by the
  * generator's device fill (rf_gen_ops_for) and the format kernels' fp8 / wna16 quantizers
  * (rf_quant_ops_for) for quantized linears into device memory. The shard buffers given to

@@ -2,7 +2,11 @@
  * runtime/session_quant.c) under the topology given as argv[1] (tests/data/llama-q128, fp8-block /
  * wna16 / fp8-tensor / fp8-channel; tests/data/qwen3-moe-q128, fp8-block / wna16 experts w13 /
  * w2, rollout EP 2 included; rollout.layout vllm and hf, rollout TP 1 and 2, broadcast and p2p;
- * with REFIT_TEST_DEVICE_ACCEL=host-device the rollout tensors are device tensors). Trainer
+ * with REFIT_TEST_DEVICE_ACCEL=host-device the rollout tensors are device tensors; with
+ * host-device-trainer / host-device-all, or over colocated ipc under host-device, the trainer's
+ * too, quantized on its "device" (label device-emu); with trainer.gpus / rollout.gpus in the
+ * topology (tests/gpu, label gpu) real CUDA tensors of GPU 0, the checks reading host copies
+ * of them). Trainer
  * ranks register their shards of the UNQUANTIZED checkpoint (bf16 from the generator at update
  * v's step, or F32 masters that round to those values); rollout ranks register the format
  * owner's runtime tensors (F8_E4M3 weights + F32 scales, I32 weight_packed + BF16 scales). After
@@ -12,12 +16,22 @@
  * quantized module (rf_verify_dequant_module). Wrong quantized registrations are refused naming
  * the tensor; a non-finite trainer weight fails the update on every rank naming it, with the
  * engine's bytes unchanged. With argv[2] "--refused TEXT": rf_session_create must fail on
- * every rank with TEXT in its message. CK_FORK=no. */
+ * every rank with TEXT in its message. With "--checkpoint DIR": the trainers register DIR
+ * (rf_session_register_checkpoint: a quantized model's checkpoint, its linears stored quantized
+ * or unquantized), and the oracle reads the same file (as stored, or the reference quantizer
+ * over its unquantized weight, runtime/job_oracle.c's rule). CK_FORK=no. */
 #include <check.h>
+#include <fcntl.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "refit/accel.h"
+#include "refit/checkpoint.h"
+#include "refit/safetensors.h"
 
 #include "refit/format.h"
 #include "refit/formats.h"
@@ -29,12 +43,22 @@
 #include "refit/topology.h"
 #include "refit/trainer.h"
 #include "refit/verify.h"
+#include "session_int.h" /* runtime/: where the trainer quantized, what ipc staged */
 
 #define SENTINEL 0xa5
 
 static const char *topo_path, *refused;
+static const char *ck_dir; /* --checkpoint DIR: the trainers register it, the oracle reads it */
+static rf_ckpt_t *ck;      /* ... open on every rank for the oracle */
 static rf_status_t load_status; /* the loader's own answer to the topology (main) */
-static bool device_emu; /* REFIT_TEST_DEVICE_ACCEL=host-device: rollout tensors on device 0 */
+static bool device_emu; /* REFIT_TEST_DEVICE_ACCEL=host-device / -all: rollout tensors on
+                           device 0 */
+static bool trainer_emu; /* host-device-trainer / -all (mpi), colocated ipc under host-device,
+                            or trainer.gpus (tests/gpu): the trainer's tensors are CUDA tensors
+                            of device 0 */
+static bool ipc_emu;     /* colocated ipc: the trainer's tensors in one declared shm segment */
+static rf_accel_t *gpu;  /* trainer.gpus / rollout.gpus (tests/gpu, label gpu): this rank's
+                            tensors are real CUDA tensors of GPU 0, x->buf their host copies */
 static int rank, size;
 static rf_topology_t topo;
 static rf_model_config_t cfg;
@@ -47,7 +71,71 @@ typedef struct sess {
     void **buf;
     size_t *bytes;
     rf_tensor_desc_t *descs;
+    char *dev;         /* gpu rank: one cudaMalloc holding its tensors (descs' data) */
+    char seg_name[64]; /* ipc_emu trainer: the shared memory segment holding its tensors */
+    unsigned char *seg;
+    size_t seg_bytes;
 } sess_t;
+
+#define SEG_ALIGN 512
+
+/* ipc_emu trainer: one shared memory segment for all its tensors, declared to the host-device
+ * accelerator as a CUDA allocation (so its pair opens it by name, as CUDA IPC would). */
+static void seg_map(sess_t *x)
+{
+    size_t total = SEG_ALIGN;
+    for (int i = 0; i < x->n; i++)
+        total += (x->bytes[i] + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
+    snprintf(x->seg_name, sizeof(x->seg_name), "/refit-test-squant-%d-%d", (int)getpid(), rank);
+    int fd = shm_open(x->seg_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    ck_assert_msg(fd >= 0, "shm_open %s", x->seg_name);
+    ck_assert_int_eq(ftruncate(fd, (off_t)total), 0);
+    x->seg = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ck_assert(x->seg != MAP_FAILED);
+    x->seg_bytes = total;
+    ck_assert_int_eq(rf_accel_host_device_declare(x->seg, total, x->seg_name, 0), RF_OK);
+    size_t off = SEG_ALIGN; /* no tensor at the segment's base */
+    for (int i = 0; i < x->n; i++) {
+        x->buf[i] = x->seg + off;
+        memset(x->buf[i], SENTINEL, x->bytes[i]);
+        x->descs[i].data = x->buf[i];
+        off += (x->bytes[i] + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
+    }
+}
+
+/* This rank's tensors are real CUDA tensors (tests/gpu): its role's gpus key is set. */
+static bool on_gpu(void)
+{
+    return gpu != NULL && (me.role == RF_ROLE_TRAINER ? topo.t_ngpus > 0 : topo.r_ngpus > 0);
+}
+
+/* gpu rank: one device allocation carved into its tensors, the host copies pushed there. */
+static void dev_map(sess_t *x)
+{
+    size_t total = SEG_ALIGN, off = 0;
+    for (int i = 0; i < x->n; i++)
+        total += (x->bytes[i] + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
+    void *p = NULL;
+    ck_assert_int_eq(gpu->ops->alloc(gpu, total, &p), RF_OK);
+    x->dev = p;
+    for (int i = 0; i < x->n; i++) {
+        x->descs[i].data = x->dev + off;
+        off += (x->bytes[i] + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
+    }
+}
+
+/* gpu rank: host copies -> its CUDA tensors (push) or back (pull). */
+static void dev_sync(const sess_t *x, bool push)
+{
+    for (int i = 0; x->dev != NULL && i < x->n; i++)
+        ck_assert_int_eq(gpu->ops->copy(gpu, push ? (void *)x->descs[i].data : x->buf[i],
+                                        push ? x->buf[i] : x->descs[i].data, x->bytes[i],
+                                        push ? RF_COPY_H2D : RF_COPY_D2H, NULL),
+                         RF_OK);
+    if (x->dev != NULL)
+        ck_assert_int_eq(rf_accel_sync(gpu), RF_OK);
+}
 
 static void sess_open_as(sess_t *x, bool masters)
 {
@@ -71,21 +159,40 @@ static void sess_open_as(sess_t *x, bool masters)
         if (masters && me.role == RF_ROLE_TRAINER)
             d->dtype = "F32";
         x->bytes[i] = numel * rf_dtype_size(rf_dtype_parse(d->dtype));
-        x->buf[i] = malloc(x->bytes[i] + 1);
-        memset(x->buf[i], SENTINEL, x->bytes[i]);
+        bool in_seg = ipc_emu && me.role == RF_ROLE_TRAINER;
+        x->buf[i] = in_seg ? NULL : malloc(x->bytes[i] + 1);
+        if (!in_seg)
+            memset(x->buf[i], SENTINEL, x->bytes[i]);
         d->data = x->buf[i];
         /* REFIT_TEST_DEVICE_ACCEL=host-device (label device-emu): the rollout ranks' storage is
          * the host-device accelerator's device 0, as rollout.gpus makes it a GPU's; a host
-         * tensor would be refused there, so registering these proves the device storage */
-        d->device = me.role == RF_ROLE_ROLLOUT && device_emu ? 0 : -1;
+         * tensor would be refused there, so registering these proves the device storage. The
+         * same for the trainer's tensors (trainer.gpus, colocated ipc): quantized on the
+         * "device" by the format kernels' table (rf_trainer_produce_given_device) */
+        d->device = (me.role == RF_ROLE_ROLLOUT ? device_emu : trainer_emu) ? 0 : -1;
+    }
+    if (ipc_emu && me.role == RF_ROLE_TRAINER)
+        seg_map(x);
+    if (on_gpu()) {
+        for (int i = 0; i < x->n; i++)
+            x->descs[i].device = 0;
+        dev_map(x);
+        dev_sync(x, true);
     }
 }
 
 static void sess_close(sess_t *x)
 {
     rf_session_destroy(x->s);
-    for (int i = 0; i < x->n; i++)
+    if (x->dev != NULL)
+        gpu->ops->free(gpu, x->dev);
+    for (int i = 0; i < x->n && x->seg == NULL; i++)
         free(x->buf[i]);
+    if (x->seg != NULL) {
+        rf_accel_host_device_forget(x->seg);
+        munmap(x->seg, x->seg_bytes);
+        shm_unlink(x->seg_name);
+    }
     free(x->buf);
     free(x->bytes);
     free(x->descs);
@@ -180,8 +287,8 @@ static void trainer_fill(sess_t *x, uint64_t step)
         uint64_t cols = t.numel / rf_tensor_rows(&t), h = rf_gen_name_hash(t.name);
         bool master = rf_dtype_parse(x->descs[i].dtype) == RF_DTYPE_F32;
         bool quantized = primary_of(x->descs[i].name, (char[RF_NAME_MAX]){0}, RF_NAME_MAX) >= 0;
-        uint16_t *b = x->descs[i].data;
-        uint32_t *f = x->descs[i].data;
+        uint16_t *b = x->buf[i];
+        uint32_t *f = x->buf[i];
         int64_t w = reg.c1 - reg.c0;
         ck_assert_int_eq(x->descs[i].shape[0], reg.r1 - reg.r0);
         for (int64_t r = 0; r < reg.r1 - reg.r0; r++)
@@ -195,6 +302,8 @@ static void trainer_fill(sess_t *x, uint64_t step)
                     b[r * w + c] = v;
             }
     }
+    if (me.role == RF_ROLE_TRAINER)
+        dev_sync(x, true);
 }
 
 /* ---- the oracle's expected checkpoint tensors (runtime/job_oracle.c's, generator case) ---- */
@@ -202,6 +311,7 @@ static void trainer_fill(sess_t *x, uint64_t step)
 typedef struct expect {
     uint64_t step;
     char **buf;      /* per inventory tensor */
+    rf_dtype_t *dt;  /* per inventory tensor: the dtype of buf (a stored scale may be bf16) */
     void **slots;    /* the module's registered engine tensors */
 } expect_t;
 
@@ -227,9 +337,18 @@ static void expect_quantized(expect_t *c, const rf_tensor_t *t)
     ck_assert(logical && qb && sb);
     ck_assert_int_eq(lt.dtype, RF_DTYPE_BF16);
     uint64_t h = rf_gen_name_hash(lt.name);
-    for (uint64_t k = 0; k < (uint64_t)N * (uint64_t)K; k++)
-        ((uint16_t *)(void *)logical)[k] = logical_bits(h, k, c->step);
     rf_status_t st;
+    if (ck != NULL) { /* the checkpoint's unquantized weight, which the trainer quantizes */
+        const rf_st_entry_t *e = rf_ckpt_find(ck, lt.name);
+        ck_assert_msg(e != NULL, "%s", lt.name);
+        rf_err_t err;
+        rf_err_clear(&err);
+        ck_assert_msg(rf_ckpt_read(ck, e, 0, (uint64_t)N, 0, (uint64_t)K * es, logical,
+                                   (size_t)K * es, &err) == RF_OK, "%s", err.msg);
+    } else {
+        for (uint64_t k = 0; k < (uint64_t)N * (uint64_t)K; k++)
+            ((uint16_t *)(void *)logical)[k] = logical_bits(h, k, c->step);
+    }
     if (rowq || tensorq) /* the whole tensor at once: one scale per row / per tensor */
         st = rf_fp8_quantize_rows(logical, lt.dtype, N, K, K, rowq, (uint8_t *)qb, K,
                                   (float *)(void *)sb);
@@ -253,9 +372,22 @@ static const void *expect_bytes(void *ctx, int tensor)
         return c->buf[tensor];
     if (t->param == RF_PARAM_WEIGHT_SHAPE)
         return NULL;
-    if (inv.modules[t->module].quant != RF_QUANT_NONE && t->param != RF_PARAM_BIAS) {
+    if (inv.modules[t->module].quant != RF_QUANT_NONE && t->param != RF_PARAM_BIAS &&
+        (ck == NULL || rf_manifest_trainer_quantizes(&inv, t, ck))) {
         expect_quantized(c, t);
         return c->buf[tensor];
+    }
+    if (ck != NULL) { /* as stored (a quantized linear stored quantized included) */
+        const rf_st_entry_t *e = rf_ckpt_find(ck, t->name);
+        ck_assert_msg(e != NULL, "%s", t->name);
+        char *b = malloc(e->nbytes + 1);
+        uint64_t rows = rf_st_entry_rows(e), rb = rf_st_entry_row_bytes(e);
+        rf_err_t err;
+        rf_err_clear(&err);
+        ck_assert_msg(rf_ckpt_read(ck, e, 0, rows, 0, rb, b, rb, &err) == RF_OK, "%s", err.msg);
+        c->buf[tensor] = b;
+        c->dt[tensor] = e->dtype;
+        return b;
     }
     char *b = malloc(t->nbytes + 1);
     uint64_t rows = rf_tensor_rows(t);
@@ -264,6 +396,21 @@ static const void *expect_bytes(void *ctx, int tensor)
                      RF_OK);
     c->buf[tensor] = b;
     return b;
+}
+
+/* The dtype expect_bytes hands tensor out in (runtime/job_oracle.c's rule): the header's for a
+ * tensor compared as stored, else the inventory's (RF_DTYPE_INVALID). */
+static rf_dtype_t expect_dtype(void *ctx, int tensor)
+{
+    expect_t *c = ctx;
+    const rf_tensor_t *t = &inv.tensors[tensor];
+    if (c->buf[tensor] != NULL && c->dt[tensor] != RF_DTYPE_INVALID)
+        return c->dt[tensor];
+    if (ck == NULL || t->param == RF_PARAM_WEIGHT_SHAPE ||
+        rf_manifest_trainer_quantizes(&inv, t, ck))
+        return RF_DTYPE_INVALID;
+    const rf_st_entry_t *e = rf_ckpt_find(ck, t->name);
+    return e != NULL ? e->dtype : RF_DTYPE_INVALID;
 }
 
 static const void *expect_slot(void *ctx, int module, int slot)
@@ -299,14 +446,14 @@ static void runtime_to_model(sess_t *x, int i0, int m, const rf_slot_shape_t *sh
             rt[k].sig.shape[a] = d->shape[a];
             rt[k].sig.stride[a] = d->strides[a];
         }
-        rt[k].sig.data = d->data;
-        rt[k].sig.storage_base = d->data;
+        rt[k].sig.data = x->buf[i0 + k]; /* the host copy (gpu: pulled) */
+        rt[k].sig.storage_base = x->buf[i0 + k];
         rt[k].sig.storage_bytes = x->bytes[i0 + k];
         rtp[k] = &rt[k];
     }
     if (f.ops->identity != NULL && f.ops->identity(&f, &inv, m)) {
         for (int k = 0; k < ns; k++)
-            memcpy(out[k], x->descs[i0 + k].data, x->bytes[i0 + k]);
+            memcpy(out[k], x->buf[i0 + k], x->bytes[i0 + k]);
         return;
     }
     rf_err_t err;
@@ -337,6 +484,7 @@ static bool scales_differ(expect_t *c, int m)
  * mismatches' count, the first error's text in bad. */
 static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t cap)
 {
+    dev_sync(x, false);
     expect_t c = {.step = step};
     uint64_t nbad = 0;
     int i = 0, dequant = 0, moe = 0, fused_requant = 0;
@@ -347,9 +495,12 @@ static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t c
      * requantize_with_max_scale does (runtime/job_oracle.c sets the same flag) */
     rf_verify_opts_t vo = {topo.quantization == RF_QUANT_FP8_TENSOR ? RF_VERIFY_FP8_REQUANT_MAX
                                                                      : 0u,
-                           NULL};
+                           expect_dtype};
     bad[0] = '\0';
     c.buf = calloc((size_t)inv.ntensors + 1, sizeof(char *));
+    c.dt = malloc(((size_t)inv.ntensors + 1) * sizeof(rf_dtype_t));
+    for (int t = 0; t < inv.ntensors; t++)
+        c.dt[t] = RF_DTYPE_INVALID;
     for (int m = 0; m < inv.nmodules; m++) {
         rf_slot_shape_t sh[RF_MODULE_MAX_SLOTS], rt[RF_MODULE_MAX_SLOTS];
         bool derived[RF_MODULE_MAX_SLOTS];
@@ -397,11 +548,13 @@ static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t c
         for (int t = 0; t < inv.ntensors; t++) {
             free(c.buf[t]);
             c.buf[t] = NULL;
+            c.dt[t] = RF_DTYPE_INVALID;
         }
         for (int k = 0; k < ns; k++)
             free(slots[k]);
     }
     free(c.buf);
+    free(c.dt);
     ck_assert_int_eq(i, x->n);
     ck_assert_int_gt(dequant, 0);
     /* a mixture-of-experts model: its quantized experts (w13 / w2) were checked here too */
@@ -415,6 +568,8 @@ static uint64_t rollout_mismatches(sess_t *x, uint64_t step, char *bad, size_t c
 static uint64_t rollout_hash(const sess_t *x)
 {
     uint64_t h = 0;
+    if (me.role == RF_ROLE_ROLLOUT)
+        dev_sync(x, false);
     for (int i = 0; me.role == RF_ROLE_ROLLOUT && i < x->n; i++)
         h ^= rf_hash64(x->buf[i], x->bytes[i]) + (uint64_t)i * 0x9e3779b97f4a7c15ull;
     return h;
@@ -466,6 +621,40 @@ static void check_expected(const sess_t *x)
     ck_assert_int_gt(quantized, 0);
 }
 
+/* A trainer with CUDA tensors (trainer_emu) quantized into device buffers, and its packs read
+ * them (and the registered tensors) through device-to-host copies; on colocated ipc some pieces
+ * were staged (the quantized ones) and some read in place. Collective. */
+static void check_device_path(const sess_t *x)
+{
+    const rf_session_t *s = x->s;
+    int ok = 1;
+    if (me.role == RF_ROLE_TRAINER && trainer_emu) {
+        ok &= s->accel != NULL && s->accel->ops->mem_type != RF_MEM_HOST;
+        ok &= s->q_arena == NULL || s->q_dev; /* a rank with quantized shards: on the device */
+        ok &= s->tr.dev == s->accel;
+    }
+    int any_q = me.role == RF_ROLE_TRAINER && s->q_arena != NULL, all_q = 0;
+    MPI_Allreduce(&any_q, &all_q, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    ok &= all_q > 0;
+    if (topo.transport == RF_TRANSPORT_IPC && me.role == RF_ROLE_ROLLOUT) {
+        uint64_t staged = 0, inplace = 0;
+        for (size_t k = 0; k < s->cplan->n_pieces; k++) {
+            const rf_chunk_piece_t *pc = &s->cplan->pieces[k];
+            const rf_tensor_t *t = &inv.tensors[s->man.entries[pc->item].tensor];
+            bool q = rf_session_quant_refit_owns(s, t);
+            if (!s->ipc_pieces[k].staged && s->ipc_pieces[k].row_hi == s->ipc_pieces[k].row_lo)
+                continue; /* nothing of it read here */
+            staged += s->ipc_pieces[k].staged;
+            inplace += !s->ipc_pieces[k].staged;
+            ok &= !q || s->ipc_pieces[k].staged; /* refit's buffers are not shared */
+        }
+        ok &= staged > 0 && inplace > 0;
+    }
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    ck_assert_msg(all == 1, "rank %d: the device trainer's path is not the one expected", rank);
+}
+
 /* Updates at two steps: the engine's bytes are the oracle's every time. */
 START_TEST(test_quant_updates)
 {
@@ -481,6 +670,7 @@ START_TEST(test_quant_updates)
     ck_assert_int_eq(pi.tensors, inv.ntensors);
     ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
     check_committed(&x, &r, 1);
+    check_device_path(&x);
     trainer_fill(&x, 7);
     ck_assert_int_eq(rf_session_update(x.s, 7, &r), RF_OK);
     check_committed(&x, &r, 7);
@@ -496,6 +686,7 @@ START_TEST(test_quant_updates)
         for (int i = 0; i < x.n; i++)
             if (x.descs[i].name == nan_name)
                 ((uint16_t *)x.buf[i])[3] = 0x7fc0; /* bf16 NaN */
+        dev_sync(&x, true);
     } else {
         trainer_fill(&x, 8);
     }
@@ -507,6 +698,29 @@ START_TEST(test_quant_updates)
     trainer_fill(&x, 9);
     ck_assert_int_eq(rf_session_update(x.s, 9, &r), RF_OK);
     check_committed(&x, &r, 9);
+    sess_close(&x);
+}
+END_TEST
+
+/* --checkpoint DIR: the trainers register a quantized model's checkpoint (its quantized
+ * linears stored quantized, or unquantized in the model dtype: quantized on the trainer); the
+ * engine's bytes are the oracle's from the same file after each update. */
+START_TEST(test_quant_checkpoint)
+{
+    sess_t x;
+    rf_session_result_t r;
+    sess_open_as(&x, false);
+    if (me.role == RF_ROLE_TRAINER)
+        ck_assert_msg(rf_session_register_checkpoint(x.s, ck_dir) == RF_OK, "%s",
+                      rf_session_last_error(x.s));
+    else
+        ck_assert_msg(rf_session_register(x.s, x.descs, x.n) == RF_OK, "%s",
+                      rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_plan(x.s, NULL) == RF_OK, "%s", rf_session_last_error(x.s));
+    for (uint64_t v = 1; v <= 2; v++) {
+        ck_assert_int_eq(rf_session_update(x.s, v, &r), RF_OK);
+        check_committed(&x, &r, v);
+    }
     sess_close(&x);
 }
 END_TEST
@@ -582,12 +796,10 @@ START_TEST(test_quant_bad)
             ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), nm));
         }
     }
-    /* a checkpoint source of a quantized model: refused, named (registered tensors only) */
+    /* a checkpoint directory without tensors: refused, naming it (nothing registered) */
     if (me.role == RF_ROLE_TRAINER) {
-        ck_assert_int_eq(rf_session_register_checkpoint(x.s, "tests/data/llama-q128"),
-                         RF_ERR_UNSUPPORTED);
+        ck_assert_int_ne(rf_session_register_checkpoint(x.s, "tests/data/llama-q128"), RF_OK);
         ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "tests/data/llama-q128"));
-        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), rf_quant_name(topo.quantization)));
     }
     /* everything else right: the plan fails everywhere with rank 0's first refusal */
     ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n), RF_OK);
@@ -616,16 +828,22 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc < 2 || (argc > 2 && (argc != 4 || strcmp(argv[2], "--refused") != 0))) {
+    if (argc < 2 || (argc > 2 && (argc != 4 || (strcmp(argv[2], "--refused") != 0 &&
+                                                strcmp(argv[2], "--checkpoint") != 0)))) {
         if (rank == 0)
-            fprintf(stderr, "usage: check_session_quant TOPOLOGY.yaml [--refused TEXT]\n");
+            fprintf(stderr, "usage: check_session_quant TOPOLOGY.yaml [--refused TEXT | "
+                            "--checkpoint DIR]\n");
         MPI_Finalize();
         return EXIT_FAILURE;
     }
     topo_path = argv[1];
     const char *emu = getenv("REFIT_TEST_DEVICE_ACCEL");
-    device_emu = emu != NULL && strcmp(emu, "host-device") == 0;
-    refused = argc == 4 ? argv[3] : NULL;
+    device_emu = emu != NULL && (strcmp(emu, "host-device") == 0 ||
+                                 strcmp(emu, "host-device-all") == 0);
+    trainer_emu = emu != NULL && (strcmp(emu, "host-device-trainer") == 0 ||
+                                  strcmp(emu, "host-device-all") == 0);
+    refused = argc == 4 && strcmp(argv[2], "--refused") == 0 ? argv[3] : NULL;
+    ck_dir = argc == 4 && strcmp(argv[2], "--checkpoint") == 0 ? argv[3] : NULL;
     rf_err_clear(&err);
     rf_status_t ls = rf_model_load_topology(topo_path, MPI_COMM_WORLD, &topo, &cfg, &err);
     if (ls == RF_OK)
@@ -637,6 +855,17 @@ int main(int argc, char **argv)
     /* --refused: a topology the loader refuses (rollout.layout hf with wna16 experts) needs no
      * inventory here; rf_session_create must refuse it, on every rank, naming why */
     load_status = ls;
+    /* tests/gpu: trainer.gpus / rollout.gpus name GPU 0, the ranks' tensors live there */
+    if (ls == RF_OK && (topo.t_ngpus > 0 || topo.r_ngpus > 0) &&
+        rf_accel_open("cuda", 0, &gpu) != RF_OK) {
+        fprintf(stderr, "rank %d: %s names GPUs, but CUDA device 0 cannot be opened\n", rank,
+                topo_path);
+        MPI_Finalize();
+        return EXIT_FAILURE;
+    }
+    /* colocated ipc under host-device: every rank's tensors are CUDA tensors of device 0 */
+    ipc_emu = ls == RF_OK && topo.transport == RF_TRANSPORT_IPC && device_emu;
+    trainer_emu = trainer_emu || ipc_emu || (ls == RF_OK && topo.t_ngpus > 0);
     if (ls != RF_OK && refused == NULL) {
         fprintf(stderr, "rank %d: %s\n", rank, err.msg);
         MPI_Finalize();
@@ -645,8 +874,15 @@ int main(int argc, char **argv)
     Suite *s = suite_create("session_quant");
     TCase *tc = tcase_create("session_quant");
     tcase_set_timeout(tc, 120);
+    if (ck_dir != NULL && rf_ckpt_open(ck_dir, &ck, &err) != RF_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+        MPI_Finalize();
+        return EXIT_FAILURE;
+    }
     if (refused != NULL) {
         tcase_add_test(tc, test_quant_refused);
+    } else if (ck_dir != NULL) {
+        tcase_add_test(tc, test_quant_checkpoint);
     } else {
         tcase_add_test(tc, test_quant_updates);
         tcase_add_test(tc, test_quant_masters);
@@ -661,6 +897,9 @@ int main(int argc, char **argv)
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     rf_inventory_free(&inv);
     rf_model_config_free(&cfg);
+    rf_accel_close(gpu);
+    if (ck != NULL)
+        rf_ckpt_close(ck);
     MPI_Finalize();
     return any == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
