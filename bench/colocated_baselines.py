@@ -24,8 +24,7 @@ After each baseline every engine slice is compared with its trainer tensor (torc
 through per-tensor IPC, untimed); the engine's parameters are zeroed before each baseline.
 
 --floor-bytes N[,N...] --json F (one process, no MPI peer): only the copy floor of each size,
-the torch ceiling bench/colocated.sh measures for every refit shape in the same script run,
-twice: from torch.empty (as the baselines' own floor) and from uniform bf16 values.
+the torch ceiling bench/colocated.sh measures for every refit shape in the same script run.
 
 Run (from the repository root, on the GPU host):
   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
@@ -214,14 +213,8 @@ def ask(*msg):
     return comm.recv(source=1)
 
 
-def copy_floor(nbytes, dev, reps=5, uniform=False):
-    """Best of reps dst.copy_(src) of nbytes (uint8). uniform: src holds bf16 values uniform
-    in [-1, 1), bytes like the payload's (refit's generator: uniform magnitude, random sign);
-    else torch.empty's (a fresh allocation, in practice zeros). The H200 copies the second
-    kind about 20% faster (docs/benchmarks.md "Copy rate")."""
+def copy_floor(nbytes, dev, reps=5):
     src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    if uniform:
-        src[: nbytes // 2 * 2].view(torch.bfloat16).uniform_(-1.0, 1.0)
     dst = torch.empty_like(src)
     dst.copy_(src)  # warm-up
     torch.cuda.synchronize()
@@ -340,14 +333,10 @@ def main():
         floors = []
         for n in [int(x) for x in args.floor_bytes.split(",") if x]:
             best = copy_floor(n, dev)
-            ubest = copy_floor(n, dev, uniform=True)
             floors.append(dict(bytes=n, best_s=best, GBps=n / best / 1e9, reps=5,
-                               method="dst.copy_(src), uint8, CUDA events",
-                               data="torch.empty", uniform_bf16_best_s=ubest,
-                               uniform_bf16_GBps=n / ubest / 1e9))
+                               method="dst.copy_(src), uint8, CUDA events"))
             print(f"torch copy floor {n / 1e9:8.3f} GB: {best * 1e3:9.3f} ms "
-                  f"{n / best / 1e9:8.1f} GB/s (torch.empty); {ubest * 1e3:9.3f} ms "
-                  f"{n / ubest / 1e9:8.1f} GB/s (uniform bf16)", flush=True)
+                  f"{n / best / 1e9:8.1f} GB/s", flush=True)
         out = dict(torch=torch.__version__, device=torch.cuda.get_device_name(0), floors=floors)
         if args.json:
             with open(args.json, "w") as f:

@@ -45,22 +45,6 @@ def ceilings(r, floors):
     return c.get("best_s"), k.get("best_s"), t, name, best * r["payload_bytes"] / nbytes
 
 
-def ceilings_gen(r, ufloors):
-    """The same three ceilings on bytes like the payload's (the refit-run JSON's
-    copy_ceiling_gen / kernel_ceiling_gen: the generator's bf16 values; torch: uniform bf16),
-    as ceilings() returns them; all None for a run without them."""
-    c, k = r.get("copy_ceiling_gen") or {}, r.get("kernel_ceiling_gen") or {}
-    nbytes = c.get("bytes") or k.get("bytes")
-    t = ufloors.get(nbytes) if nbytes else None
-    got = [(n, x) for n, x in (("cudaMemcpyAsync", c.get("best_s")),
-                               ("refit kernel", k.get("best_s")),
-                               ("torch copy_", t)) if x]
-    if not got:
-        return None, None, None, None, None
-    name, best = min(got, key=lambda nx: nx[1])
-    return c.get("best_s"), k.get("best_s"), t, name, best * r["payload_bytes"] / nbytes
-
-
 def ms(x):
     return "%.3f" % (x * 1e3) if x else "-"
 
@@ -70,8 +54,6 @@ def main():
     base = load(os.path.join(out, "baselines.json")) or {}
     tf = load(os.path.join(out, "torch-floor.json")) or {}
     floors = {f["bytes"]: f["best_s"] for f in tf.get("floors", [])}
-    ufloors = {f["bytes"]: f["uniform_bf16_best_s"] for f in tf.get("floors", [])
-               if f.get("uniform_bf16_best_s")}
     bshapes = {s.get("shape"): s for s in base.get("shapes", [])}
     rows, summary = [], {"refit": {}, "baselines": bshapes, "torch_floor": tf, "targets": {}}
     print("| shape | format | tensors | payload GB | refit best ms | median ms | GB/s | "
@@ -100,27 +82,6 @@ def main():
             "%.1f" % (b_ms * 1e3) if b_ms else nb,
             "%.1fx" % (b_ms / r["best_s"]) if b_ms else "-"))
         rows.append((name, fmt, r))
-    # the same ceilings copying bytes like the payload's (a device copy's rate depends on the
-    # bytes it moves: docs/benchmarks.md "Copy rate"), where the run measured them
-    gen = []
-    for name, fmt, r in rows:
-        gm, gk, gt, gname, gbest = ceilings_gen(r, ufloors)
-        if gbest:
-            r["best_ceiling_gen"] = {"name": gname, "payload_s": gbest,
-                                     "fraction": gbest / r["best_s"]}
-            gen.append((name, fmt, r, gm, gk, gt, gname, gbest))
-    if gen:
-        print()
-        print("Ceilings on bytes like the payload's (the generator's bf16 values; torch: uniform "
-              "bf16):")
-        print()
-        print("| shape | format | refit best ms | cudaMemcpyAsync ms | refit kernel ms | "
-              "torch copy_ ms | % of the fastest |")
-        print("|---|---|---:|---:|---:|---:|---:|")
-        for name, fmt, r, gm, gk, gt, gname, gbest in gen:
-            print("| %s | %s | %.3f | %s | %s | %s | %.1f%% (%s) |" % (
-                name, fmt, r["best_s"] * 1e3, ms(gm), ms(gk), ms(gt),
-                100 * gbest / r["best_s"], gname))
     refit = summary["refit"]
     t = summary["targets"]
     # issue #18 item 2: bf16 at 95% or more of the fastest same-run ceiling, fp8-block at 90%,
@@ -131,10 +92,6 @@ def main():
         if f:
             t["%s >= %d%% of the fastest ceiling" % (name, round(goal * 100))] = {
                 "value": f, "met": f >= goal}
-        g = refit.get(name, {}).get("best_ceiling_gen", {}).get("fraction")
-        if g:
-            t["%s >= %d%% of the fastest ceiling on payload-like bytes" % (
-                name, round(goal * 100))] = {"value": g, "met": g >= goal}
     bf, wn = refit.get("qwen3-30b-a3b-24l-bf16"), refit.get("qwen3-30b-a3b-24l-wna16")
     if bf and wn:
         per_b = (wn["best_s"] / wn["payload_bytes"]) / (bf["best_s"] / bf["payload_bytes"])

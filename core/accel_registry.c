@@ -119,9 +119,8 @@ static rf_status_t ceiling_copy(rf_accel_t *accel, void *dst, const void *src, s
     return accel->ops->copy_rows_batch(accel, &r, 1, NULL);
 }
 
-/* src NULL: a source buffer of its own, memset to 0x5a; else the caller's (left as it is). */
-static rf_status_t ceiling_run(rf_accel_t *accel, const void *src, size_t bytes, int reps,
-                               bool kernel, double *best_s, double *median_s)
+static rf_status_t ceiling_run(rf_accel_t *accel, size_t bytes, int reps, bool kernel,
+                               double *best_s, double *median_s)
 {
     if (!accel || bytes == 0 || bytes > (size_t)INT64_MAX || reps < 1 || reps > 1000)
         return RF_ERR_INVALID;
@@ -130,21 +129,19 @@ static rf_status_t ceiling_run(rf_accel_t *accel, const void *src, size_t bytes,
     rf_accel_event_t *e0 = NULL, *e1 = NULL;
     double *t = calloc((size_t)reps, sizeof(double));
     rf_status_t st = t ? RF_OK : RF_ERR_NOMEM;
-    if (st == RF_OK && src == NULL)
+    if (st == RF_OK)
         st = o->alloc(accel, bytes, &a);
     if (st == RF_OK)
         st = o->alloc(accel, bytes, &b);
-    if (st == RF_OK && src == NULL) /* touch both once (first-use mapping is not the copy's) */
+    if (st == RF_OK) /* touch both once (first-use page mapping is not the copy's cost) */
         st = o->memset(accel, a, 0x5a, bytes, NULL);
-    if (src == NULL)
-        src = a;
     if (st == RF_OK)
         st = o->memset(accel, b, 0, bytes, NULL);
     /* the kernel: untimed copies first, one per descriptor buffer of the CUDA batch ring (8,
      * core/accel_cuda.cu), each pinned and allocated on its first use; an update's first
      * (warm-up) update does the same */
     for (int w = 0; kernel && w < 8 && st == RF_OK; w++)
-        st = ceiling_copy(accel, b, src, bytes, true);
+        st = ceiling_copy(accel, b, a, bytes, true);
     if (st == RF_OK)
         st = o->event_create(accel, &e0);
     if (st == RF_OK)
@@ -154,7 +151,7 @@ static rf_status_t ceiling_run(rf_accel_t *accel, const void *src, size_t bytes,
         float ms = 0;
         st = o->event_record(e0, NULL);
         if (st == RF_OK)
-            st = ceiling_copy(accel, b, src, bytes, kernel);
+            st = ceiling_copy(accel, b, a, bytes, kernel);
         if (st == RF_OK)
             st = o->event_record(e1, NULL);
         if (st == RF_OK)
@@ -184,41 +181,18 @@ static rf_status_t ceiling_run(rf_accel_t *accel, const void *src, size_t bytes,
 rf_status_t rf_accel_copy_ceiling(rf_accel_t *accel, size_t bytes, int reps, double *best_s,
                                   double *median_s)
 {
-    return ceiling_run(accel, NULL, bytes, reps, false, best_s, median_s);
-}
-
-/* The batch kernel's ceiling from src (NULL: a memset buffer of its own). */
-static rf_status_t rows_ceiling(rf_accel_t *accel, const void *src, size_t bytes, int reps,
-                                double *best_s, double *median_s)
-{
-    if (!accel || !accel->ops->set_engine_min)
-        return RF_ERR_INVALID;
-    RF_CHECK(accel->ops->set_engine_min(accel, SIZE_MAX)); /* the kernel for every byte */
-    rf_status_t st = ceiling_run(accel, src, bytes, reps, true, best_s, median_s);
-    rf_status_t rs = accel->ops->set_engine_min(accel, 0);
-    return st != RF_OK ? st : rs;
+    return ceiling_run(accel, bytes, reps, false, best_s, median_s);
 }
 
 rf_status_t rf_accel_rows_ceiling(rf_accel_t *accel, size_t bytes, int reps, double *best_s,
                                   double *median_s)
 {
-    return rows_ceiling(accel, NULL, bytes, reps, best_s, median_s);
-}
-
-rf_status_t rf_accel_copy_ceiling_from(rf_accel_t *accel, const void *src, size_t bytes,
-                                       int reps, double *best_s, double *median_s)
-{
-    if (src == NULL)
+    if (!accel || !accel->ops->set_engine_min)
         return RF_ERR_INVALID;
-    return ceiling_run(accel, src, bytes, reps, false, best_s, median_s);
-}
-
-rf_status_t rf_accel_rows_ceiling_from(rf_accel_t *accel, const void *src, size_t bytes,
-                                       int reps, double *best_s, double *median_s)
-{
-    if (src == NULL)
-        return RF_ERR_INVALID;
-    return rows_ceiling(accel, src, bytes, reps, best_s, median_s);
+    RF_CHECK(accel->ops->set_engine_min(accel, SIZE_MAX)); /* the kernel for every byte */
+    rf_status_t st = ceiling_run(accel, bytes, reps, true, best_s, median_s);
+    rf_status_t rs = accel->ops->set_engine_min(accel, 0);
+    return st != RF_OK ? st : rs;
 }
 
 /* ---- tests: declared host-device segments (include/refit/accel.h) ------------------------ */

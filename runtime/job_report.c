@@ -20,7 +20,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "refit/generator.h"
 #include "refit/log.h"
 #include "job_int.h"
 
@@ -611,34 +610,6 @@ static int cmp_double_job(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The two copy ceilings (cudaMemcpyAsync, refit's kernel) on a buffer of `bytes` holding the
- * generator's bf16 values, as the trainer writes its weights (a row of 4096, the last row cut
- * short), rather than a memset one: on the H200 those copy about 20% slower (docs/benchmarks.md
- * "Copy rate"). */
-static rf_status_t gen_ceilings(rf_accel_t *ax, size_t bytes, double *cbest, double *cmed,
-                                double *kbest, double *kmed)
-{
-    const uint64_t cols = 4096, rb = cols * 2, rows = ((uint64_t)bytes + rb - 1) / rb;
-    const rf_gen_ops_t *go = rf_gen_ops_for(ax);
-    void *src = NULL;
-    if (go == NULL)
-        return RF_ERR_UNSUPPORTED;
-    rf_status_t st = ax->ops->alloc(ax, (size_t)(rows * rb), &src);
-    rf_accel_gen_t g = {rf_gen_name_hash("refit.bench.copy_ceiling.weight"), 1, RF_DTYPE_BF16,
-                        cols, 0, rows, 0, cols, src, (size_t)rb};
-    if (st == RF_OK)
-        st = go->fill(ax, &g, NULL);
-    if (st == RF_OK)
-        st = rf_accel_sync(ax);
-    if (st == RF_OK)
-        st = rf_accel_copy_ceiling_from(ax, src, bytes, 5, cbest, cmed);
-    if (st == RF_OK)
-        st = rf_accel_rows_ceiling_from(ax, src, bytes, 5, kbest, kmed);
-    if (src != NULL)
-        ax->ops->free(ax, src);
-    return st;
-}
-
 /* Rank 0, after teardown (the arenas are freed, so the copy buffers fit): the copy ceiling on
  * rank 0's device, then the JSON. Updates after the first are the timed ones (the first
  * allocates, maps and warms up). Returns 0 on success. */
@@ -658,10 +629,6 @@ int job_bench_write(const rf_job_opts_t *o, const job_bench_info_t *bi, const do
      * the update is measured against the faster of the two, and torch's copy_ in the report) */
     if (st == RF_OK)
         st = rf_accel_rows_ceiling(ax, bytes, 5, &kbest, &kmed);
-    /* the same two on bytes like the payload's (a copy's rate depends on the bytes it moves) */
-    double gcbest = 0, gcmed = 0, gkbest = 0, gkmed = 0;
-    if (st == RF_OK)
-        st = gen_ceilings(ax, bytes, &gcbest, &gcmed, &gkbest, &gkmed);
     const char *where = ax ? ax->ops->name : "none";
     rf_accel_close(ax);
     if (st != RF_OK)
@@ -720,23 +687,6 @@ int job_bench_write(const rf_job_opts_t *o, const job_bench_info_t *bi, const do
         json_object_set_new(k, "median_s", json_real(kmed));
         json_object_set_new(k, "GBps", json_real((double)bytes / kbest / 1e9));
         json_object_set_new(root, "kernel_ceiling", k);
-        json_object_set_new(c, "data", json_string("memset 0x5a"));
-        json_object_set_new(k, "data", json_string("memset 0x5a"));
-        const char *gname[2] = {"copy_ceiling_gen", "kernel_ceiling_gen"};
-        const double gb[2] = {gcbest, gkbest}, gm[2] = {gcmed, gkmed};
-        for (int i = 0; i < 2; i++) {
-            json_t *q = json_object();
-            json_object_set_new(q, "accelerator", json_string(where));
-            json_object_set_new(q, "method", json_string(i ? "copy_rows_batch, copy engines off"
-                                                            : "device copy"));
-            json_object_set_new(q, "data", json_string("generator bf16 values"));
-            json_object_set_new(q, "bytes", json_integer((json_int_t)bytes));
-            json_object_set_new(q, "reps", json_integer(5));
-            json_object_set_new(q, "best_s", json_real(gb[i]));
-            json_object_set_new(q, "median_s", json_real(gm[i]));
-            json_object_set_new(q, "GBps", json_real((double)bytes / gb[i] / 1e9));
-            json_object_set_new(root, gname[i], q);
-        }
         if (m > 0) {
             json_object_set_new(root, "fraction_of_ceiling",
                                 json_real(((double)bi->payload / t[0]) / ((double)bytes / cbest)));
@@ -751,17 +701,12 @@ int job_bench_write(const rf_job_opts_t *o, const job_bench_info_t *bi, const do
         job_print(o, RF_JOB_OUT,
                   "refit: bench: payload %.2f GB, update best %.3f ms median %.3f ms (%d timed) = "
                   "%.1f GB/s; copy ceiling (%s, %.2f GB, best of 5) %.3f ms = %.1f GB/s; kernel "
-                  "ceiling %.3f ms = %.1f GB/s; %.1f%% of the ceiling (the faster); on "
-                  "generator bytes: copy %.3f ms = %.1f GB/s, kernel %.3f ms = %.1f GB/s, "
-                  "%.1f%% of the faster\n",
+                  "ceiling %.3f ms = %.1f GB/s; %.1f%% of the ceiling (the faster)\n",
                   (double)bi->payload / 1e9, t[0] * 1e3,
                   (m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2])) * 1e3, m,
                   (double)bi->payload / t[0] / 1e9, where, (double)bytes / 1e9, cbest * 1e3,
                   (double)bytes / cbest / 1e9, kbest * 1e3, (double)bytes / kbest / 1e9,
-                  100.0 * ((double)bi->payload / t[0]) / ((double)bytes / fast), gcbest * 1e3,
-                  (double)bytes / gcbest / 1e9, gkbest * 1e3, (double)bytes / gkbest / 1e9,
-                  100.0 * ((double)bi->payload / t[0]) /
-                      ((double)bytes / (gkbest < gcbest ? gkbest : gcbest)));
+                  100.0 * ((double)bi->payload / t[0]) / ((double)bytes / fast));
     json_decref(root);
     free(t);
     return rc != 0 || st != RF_OK;

@@ -311,15 +311,6 @@ rf_status_t rf_accel_copy_ceiling(rf_accel_t *accel, size_t bytes, int reps, dou
  * host copy_rows (a memcpy). Same errors; not collective. */
 rf_status_t rf_accel_rows_ceiling(rf_accel_t *accel, size_t bytes, int reps, double *best_s,
                                   double *median_s);
-/* The same two ceilings copying the caller's device buffer `src` of `bytes` bytes (left
- * unchanged) instead of a memset one: the rate of a device copy depends on the bytes it moves
- * (on an H200 a buffer of the generator's bf16 values copies about 20% slower than a memset
- * one, docs/benchmarks.md "Copy rate"), so a benchmark times a ceiling on bytes like its
- * payload's. RF_ERR_INVALID for a NULL src, else the errors above; not collective. */
-rf_status_t rf_accel_copy_ceiling_from(rf_accel_t *accel, const void *src, size_t bytes,
-                                       int reps, double *best_s, double *median_s);
-rf_status_t rf_accel_rows_ceiling_from(rf_accel_t *accel, const void *src, size_t bytes,
-                                       int reps, double *best_s, double *median_s);
 
 /* Validates a row-copy descriptor the same way for every implementation: RF_ERR_INVALID for
  * negative sizes, src_pitch < cols, esize not 1 / 2 / 4 / 8, or a source dtype that is neither

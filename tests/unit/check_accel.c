@@ -480,8 +480,7 @@ END_TEST
 /* The copy-engine split (set_engine_min) is accepted and changes nothing on the host and the
  * host-device emulation: a batch of contiguous and strided pieces gives the same bytes under
  * every setting. The two ceilings time a real copy (positive, best <= median) and refuse a
- * zero size; from the caller's buffer (the _from pair) they leave its bytes as they were and
- * refuse a NULL one. */
+ * zero size. */
 START_TEST(test_engine_min_and_ceilings)
 {
     const char *names[2] = {"host", "host-device"};
@@ -525,28 +524,6 @@ START_TEST(test_engine_min_and_ceilings)
         ck_assert(b > 0 && b <= med);
         ck_assert_int_eq(rf_accel_rows_ceiling(a, 0, 3, &b, &med), RF_ERR_INVALID);
         ck_assert_int_eq(rf_accel_rows_ceiling(NULL, 64, 3, &b, &med), RF_ERR_INVALID);
-        /* the same from the caller's buffer, which is left as it was */
-        {
-            const size_t n = (size_t)1 << 20;
-            unsigned char *own = NULL;
-            ck_assert_int_eq(a->ops->alloc(a, n, (void **)&own), RF_OK);
-            for (size_t i = 0; i < n; i++)
-                own[i] = (unsigned char)(i * 131 + 7);
-            b = med = -1;
-            ck_assert_int_eq(rf_accel_copy_ceiling_from(a, own, n, 3, &b, &med), RF_OK);
-            ck_assert(b > 0 && b <= med);
-            b = med = -1;
-            ck_assert_int_eq(rf_accel_rows_ceiling_from(a, own, n, 3, &b, &med), RF_OK);
-            ck_assert(b > 0 && b <= med);
-            for (size_t i = 0; i < n; i++)
-                ck_assert_uint_eq(own[i], (unsigned char)(i * 131 + 7));
-            ck_assert_int_eq(rf_accel_copy_ceiling_from(a, NULL, n, 3, &b, &med), RF_ERR_INVALID);
-            ck_assert_int_eq(rf_accel_rows_ceiling_from(a, NULL, n, 3, &b, &med), RF_ERR_INVALID);
-            ck_assert_int_eq(rf_accel_rows_ceiling_from(a, own, 0, 3, &b, &med), RF_ERR_INVALID);
-            ck_assert_int_eq(rf_accel_copy_ceiling_from(NULL, own, n, 3, &b, &med),
-                             RF_ERR_INVALID);
-            a->ops->free(a, own);
-        }
         rf_accel_close(a);
     }
 }
