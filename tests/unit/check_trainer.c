@@ -702,7 +702,7 @@ static void stream_trainer(world_t *w, rf_trainer_t *tr, bool stream, rf_ckpt_t 
     rf_err_clear(&err);
     ck_assert_int_eq(rf_topology_rank_info(&w->topo, 0, &me), RF_OK);
     ck_assert_msg(
-        rf_trainer_init(tr, &w->topo, &w->inv, &w->man, w->plan, &me, MPI_COMM_NULL, &err) == RF_OK,
+        rf_trainer_init(tr, &w->topo, &w->inv, &w->man, w->plan, &me, MPI_COMM_NULL, MPI_COMM_NULL, &err) == RF_OK,
         "%s", err.msg);
     tr->stream_reads = stream;
     ck_assert_msg(rf_trainer_produce(tr, 1, ck, &err) == RF_OK, "%s", err.msg);
@@ -774,7 +774,7 @@ START_TEST(test_stream_not_alone)
     ck_assert_msg(rf_ckpt_open(REFIT_TEST_DATA "/llama-tiny", &ck, &err) == RF_OK, "%s", err.msg);
     ck_assert_int_eq(rf_topology_rank_info(&w.topo, 0, &me), RF_OK);
     ck_assert_int_eq(
-        rf_trainer_init(&tr, &w.topo, &w.inv, &w.man, w.plan, &me, MPI_COMM_NULL, &err), RF_OK);
+        rf_trainer_init(&tr, &w.topo, &w.inv, &w.man, w.plan, &me, MPI_COMM_NULL, MPI_COMM_NULL, &err), RF_OK);
     tr.stream_reads = true;
     ck_assert(!rf_trainer_pack_local(&tr)); /* the stage sender gathers its peer's halves */
     ck_assert_msg(rf_trainer_produce(&tr, 1, ck, &err) == RF_OK, "%s", err.msg);
