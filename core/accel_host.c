@@ -527,7 +527,13 @@ sum_words_avx512(const unsigned char *p, size_t nw, uint64_t word0, size_t *done
         key = _mm512_add_epi64(key, step);
     }
     *done = i;
-    return (uint64_t)_mm512_reduce_add_epi64(acc);
+    /* the lanes summed unsigned (gcc 12's _mm512_reduce_add_epi64 adds them as signed long
+     * long, which UBSan reports as overflow) */
+    uint64_t lanes[8], S = 0;
+    _mm512_storeu_si512((void *)lanes, acc);
+    for (int k = 0; k < 8; k++)
+        S += lanes[k];
+    return S;
 }
 #endif
 
