@@ -584,6 +584,15 @@ rf_status_t rf_model_config_parse(const char *text, size_t len, const char *path
                         path);
         goto out;
     }
+    if (cfg.num_experts > 0 && cfg.decoder_sparse_step <= 0) { /* every MoE family: the
+        * sparse-layer rule divides by it (rf_model_layer_is_moe; fuzz_model_config found a
+        * qwen3_next config with 0) */
+        st = rf_err_set(err, RF_ERR_CONFIG,
+                        "%s: decoder_sparse_step %lld: a model with experts needs a positive "
+                        "decoder_sparse_step (every layer whose index + 1 it divides is sparse)",
+                        path, (long long)cfg.decoder_sparse_step);
+        goto out;
+    }
     {
         json_t *mol = json_object_get(root, "mlp_only_layers");
         if (mol != NULL && !json_is_null(mol)) {
