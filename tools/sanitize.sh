@@ -20,7 +20,12 @@ cmake --build "$build" -j"$(nproc)"
 
 export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1:fast_unwind_on_malloc=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
+# use_tls=0: LSan does not take thread-local storage as roots. On a host seen on 2026-12-02
+# (kernel 6.18, gcc 12's libsanitizer) LSan's tracer read a bogus dynamic-TLS range of a rank
+# ("DTLS 12 at 0x3cf3-0x400004df5") and crashed at exit ("Tracer caught signal 11") in about
+# a fifth of the MPI tests, main's tree as well. Fewer roots can only add leak reports, never
+# hide one, so the check stays at least as strict.
+export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0:use_tls=0"
 export OMPI_MCA_mca_base_component_disable_dlclose=1
 # ASan + UBSan run the tests 2-5x slower: Check's per-test timeouts (tcase_set_timeout) scale
 export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-4}
