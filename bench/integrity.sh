@@ -13,9 +13,12 @@
 #         (the default for device storage over mpi)
 #   host  --integrity with REFIT_INTEGRITY_TRAILER=xxh3: XXH3-64 hashed on the receiver's
 #         pinned host buffer (the path before this change)
-# each with --storage-digest (all three must agree; no --verify: the oracle's host pass over
-# 3.85 GB would dwarf the updates). The first H200 attempt (2026-12-02) ran out of its 160 s
-# limit inside `off` with STEPS=3 and --verify last: give the mpi runs several minutes. The
+# each with --storage-digest (all three must agree) and --verify none: refit-run's default,
+# --verify all, runs the host oracle over the 3.85 GB after every update (about 30 s each on the
+# H200): that, not the updates, is what made the runs of 2026-12-02 and 2026-12-03 outlast
+# their limits. CKDIR=DIR: the trainer reads the safetensors checkpoint in DIR on every update
+# (--checkpoint DIR --checkpoint-updates all; bench/mpi-pinned.sh writes one to
+# /tmp/refit-mpi-pinned-ckpt) instead of the generator. The
 # colocated and host-rate programs below run first (seconds). Colocated CUDA IPC:
 # build-gpu/ipc-integrity (bench/ipc-integrity.cu): a copy with a fused source checksum plus a
 # read of the destination against the copy alone. build-gpu/digest-rate (bench/digest-rate.c):
@@ -55,8 +58,9 @@ for r in ${RUNS:-off dev host}; do
     [ "$r" = off ] && args=(--no-integrity)
     [ "$r" = host ] && env=(-x REFIT_INTEGRITY_TRAILER=xxh3)
     rm -rf "$out/prof-$r"
+    [ -n "${CKDIR:-}" ] && args+=(--checkpoint "$CKDIR" --checkpoint-updates all)
     "${mpirun[@]}" "${env[@]}" -np 2 "$build/refit-run" --topology "$topo" "${args[@]}" \
-        --steps "$steps" --storage-digest --profile-dir "$out/prof-$r" \
+        --steps "$steps" --verify none --storage-digest --profile-dir "$out/prof-$r" \
         > "$out/run-$r.log" 2>&1
     say "run $r rc $?: $(grep -E '^refit: (COMMITTED|FAILED)' "$out/run-$r.log" | tail -1)"
 done
