@@ -754,8 +754,6 @@ static rf_status_t run_finish(rf_session_t *s, rf_status_t st, const rf_session_
                                       "before production", err);
         if (st == RF_OK && h->produce != NULL)
             st = h->produce(h->ctx, err);
-        if (st == RF_OK)
-            st = rf_xfer_sources(s->xfer, v, RF_XFER_SOURCES_READY, err);
         if (st != RF_OK && !s->agree_produce)
             rf_ctl_abort(s->ctl, st, err->msg);
     }
@@ -774,6 +772,13 @@ static rf_status_t run_finish(rf_session_t *s, rf_status_t st, const rf_session_
             st = ag;
             rf_err_set(err, ag, "%s", e2.msg);
         }
+    }
+    /* the receivers may read this trainer's sources now (ipc: READY to its pair), only once
+     * production is agreed */
+    if (st == RF_OK && !is_rollout(s)) {
+        st = rf_xfer_sources(s->xfer, v, RF_XFER_SOURCES_READY, err);
+        if (st != RF_OK)
+            rf_ctl_abort(s->ctl, st, err->msg);
     }
     if (st == RF_OK)
         st = transfer(s, h, tm, err);

@@ -596,6 +596,8 @@ static void check_everywhere(bool ok, const char *mine)
         return;
     snprintf(text, sizeof(text), "%s", rank == first && mine != NULL ? mine : "");
     MPI_Bcast(text, (int)sizeof(text), MPI_CHAR, first, MPI_COMM_WORLD);
+    if (rank == first) /* now: check's own report waits for the suite's end */
+        fprintf(stderr, "rank %d: %s\n", first, text);
     ck_abort_msg("rank %d: %s", first, text);
 }
 
