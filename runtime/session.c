@@ -734,8 +734,9 @@ static rf_status_t run_begin(rf_session_t *s, uint64_t version, uint64_t agreed,
     return st;
 }
 
-/* The second half (rf_session_run, rf_session_finish): production, transfer, finalize, the
- * completion gate, the drain on FAILED. st: this rank's status going in. */
+/* The second half (rf_session_run, rf_session_finish): production (and its agreement where
+ * it can fail), transfer, finalize, the completion gate, the drain on FAILED. st: this rank's
+ * status going in. */
 static rf_status_t run_finish(rf_session_t *s, rf_status_t st, const rf_session_hooks_t *h,
                               rf_gate_verdict_t *verdict, rf_session_times_t *tm, rf_err_t *err)
 {
@@ -745,10 +746,37 @@ static rf_status_t run_finish(rf_session_t *s, rf_status_t st, const rf_session_
     uint32_t v = s->seq;
     double t, t_begin = s->run_t0;
     if (st == RF_OK && !is_rollout(s)) {
+        /* tests: REFIT_TEST_SESSION_BEFORE_PRODUCE=stall:S on one trainer rank holds its
+         * production back, so without the agreement below the other trainers' chunks would
+         * reach the engine first (check_session_quant) */
         if (h->produce != NULL)
+            st = rf_session_test_stop(s, "REFIT_TEST_SESSION_BEFORE_PRODUCE",
+                                      "before production", err);
+        if (st == RF_OK && h->produce != NULL)
             st = h->produce(h->ctx, err);
-        if (st == RF_OK)
-            st = rf_xfer_sources(s->xfer, v, RF_XFER_SOURCES_READY, err);
+        if (st != RF_OK && !s->agree_produce)
+            rf_ctl_abort(s->ctl, st, err->msg);
+    }
+    /* Where production can fail (s->agree_produce: a quantized model, a checkpoint source),
+     * every rank, trainers and rollouts alike, agrees on it before the first chunk moves: an
+     * ABORT alone came too late, another trainer having produced fine and sent its chunks
+     * (p2p, trainer TP > 1), which the engine applied before the ABORT arrived. So a NaN
+     * weight, a bad scale or an unreadable checkpoint fails the update on every rank with no
+     * chunk sent and the engine's tensors unchanged (issue 15). One small agreement per
+     * update, under the update's deadline; this rank's failure so far goes in, so every rank
+     * takes part whatever it knows. */
+    if (s->agree_produce) {
+        rf_err_clear(&e2);
+        rf_status_t ag = rf_ctl_agree_produced(s->ctl, v, st, err->msg, s->deadline, &e2);
+        if (st == RF_OK && ag != RF_OK) {
+            st = ag;
+            rf_err_set(err, ag, "%s", e2.msg);
+        }
+    }
+    /* the receivers may read this trainer's sources now (ipc: READY to its pair), only once
+     * production is agreed */
+    if (st == RF_OK && !is_rollout(s)) {
+        st = rf_xfer_sources(s->xfer, v, RF_XFER_SOURCES_READY, err);
         if (st != RF_OK)
             rf_ctl_abort(s->ctl, st, err->msg);
     }

@@ -184,6 +184,7 @@ rf_status_t rf_session_ckpt_agree(rf_session_t *s, rf_err_t *err)
     int mine = !rf_session_is_rollout(s) && s->ck_path != NULL, n = 0;
     RF_CHECK(rf_session_allreduce(s, &mine, &n, 1, MPI_INT, MPI_SUM, "the trainers' sources",
                                   err));
+    s->ck_trainers = n > 0 && n == s->T;
     if (n == 0 || n == s->T)
         return RF_OK;
     /* the same numbers everywhere: the same text on every rank */

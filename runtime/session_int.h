@@ -243,6 +243,12 @@ struct rf_session {
     char *ck_path;    /* owned copy of the caller's path; NULL: registered tensors */
     rf_ckpt_t *src_ck; /* opened at the registration, again at each update's begin */
     char *ck_arena;   /* the shard buffers (owned) */
+    bool ck_trainers; /* every rank: the trainers registered a checkpoint (rf_session_ckpt_agree) */
+    /* every rank, from rf_session_build (the topology and the trainers' sources, the same
+     * everywhere): the trainers' production after GO can fail (a quantizer's non-finite weight
+     * or bad scale, a checkpoint read), so every update agrees on it before the first chunk
+     * moves (rf_ctl_agree_produced, run_finish in runtime/session.c) */
+    bool agree_produce;
     /* trainer, quantized model (runtime/session_quant.c): the buffers of every entry of a
      * quantized linear on this rank (fp8 weight and scales, wna16 weight_packed, weight_scale,
      * weight_shape), written by the trainer-side quantizer at each update */

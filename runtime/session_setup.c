@@ -1237,6 +1237,14 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
     RF_CHECK(build_transport(s, err));
     /* the public API's trainer reads the registered tensors in place */
     st = !s->so.owned && !rf_session_is_rollout(s) ? borrow_trainer(s, err) : RF_OK;
+    /* production after GO that can fail: a quantized model's trainer-side quantizer, a
+     * checkpoint's reads (the public API's registered one, refit-run's --checkpoint); not
+     * refit-run's colocated ipc, whose training step writes the arena before the update and
+     * reports a failure at the begin agreement. From what every rank holds alike, never from a
+     * trainer's hooks: the agreement is collective */
+    s->agree_produce = s->topo.quantization != RF_QUANT_NONE || s->ck_trainers || s->ck != NULL;
+    if (s->so.owned && s->ipc)
+        s->agree_produce = false;
     return rf_session_agree(s, st, err);
 }
 

@@ -175,7 +175,7 @@ rf_status_t rf_ctl_begin(rf_ctl_t *ctl, uint32_t update, rf_err_t *err)
         uint32_t u = update - back;
         if ((u & 0xffu) == (update & 0xffu))
             continue;
-        for (int kind = RF_CTL_ABORT; kind <= RF_CTL_GATE_VERDICT; kind++)
+        for (int kind = RF_CTL_ABORT; kind <= RF_CTL_KIND_LAST; kind++)
             RF_CHECK(discard_tag(ctl, RF_CTL_TAG(kind, u), err));
     }
     return RF_OK;
@@ -394,12 +394,16 @@ void rf_ctl_cancel_recvs(MPI_Request *reqs, int n)
     }
 }
 
-rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_status,
-                         const char *local_msg, double deadline, rf_err_t *err)
+/* One agreement of an update (rf_ctl_agree, rf_ctl_agree_produced): its own report and answer
+ * kinds, so a late message of one never matches a receive of the other; phase names it in the
+ * texts ("begin", "production"). */
+static rf_status_t agree(rf_ctl_t *ctl, int kind_rep, int kind_ans, const char *phase,
+                         uint32_t update, rf_status_t local_status, const char *local_msg,
+                         double deadline, rf_err_t *err)
 {
     const int n = ctl->size;
-    const int tag_rep = RF_CTL_TAG(RF_CTL_AGREE_REPORT, update);
-    const int tag_ans = RF_CTL_TAG(RF_CTL_AGREE_ANSWER, update);
+    const int tag_rep = RF_CTL_TAG(kind_rep, update);
+    const int tag_ans = RF_CTL_TAG(kind_ans, update);
     rf_ctl_agree_msg_t answer;
     memset(&answer, 0, sizeof(answer));
     rf_status_t st = RF_OK;
@@ -412,7 +416,7 @@ rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_statu
         if (reps == NULL || reqs == NULL) {
             free(reps);
             free(reqs);
-            return rf_err_set(err, RF_ERR_NOMEM, "begin agreement: out of memory");
+            return rf_err_set(err, RF_ERR_NOMEM, "%s agreement: out of memory", phase);
         }
         reps[0].status = local_status;
         snprintf(reps[0].reason, sizeof(reps[0].reason), "%s", local_msg ? local_msg : "");
@@ -439,7 +443,7 @@ rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_statu
                 answer.status = RF_ERR_TIMEOUT;
                 answer.rank = r;
                 snprintf(answer.reason, sizeof(answer.reason),
-                         "no begin report from rank %d by the deadline", r);
+                         "no %s report from rank %d by the deadline", phase, r);
                 break;
             }
             if (reps[r].status != RF_OK) {
@@ -457,7 +461,7 @@ rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_statu
         if (out == NULL || sreqs == NULL) {
             free(out);
             free(sreqs);
-            st = rf_err_set(err, RF_ERR_NOMEM, "begin agreement: out of memory");
+            st = rf_err_set(err, RF_ERR_NOMEM, "%s agreement: out of memory", phase);
             goto out_root;
         }
         *out = answer;
@@ -482,7 +486,7 @@ rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_statu
         if (rep == NULL || sreq == NULL) {
             free(rep);
             free(sreq);
-            return rf_err_set(err, RF_ERR_NOMEM, "begin agreement: out of memory");
+            return rf_err_set(err, RF_ERR_NOMEM, "%s agreement: out of memory", phase);
         }
         rep->status = local_status;
         rep->rank = ctl->rank;
@@ -503,9 +507,9 @@ rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_statu
             rf_ctl_cancel_recvs(&rreq, 1);
             if (st == RF_ERR_TIMEOUT)
                 return rf_err_set(err, st,
-                                  "begin of update %u: no answer from rank 0 by the deadline",
-                                  update);
-            return rf_err_set(err, st, "begin of update %u: %s", update, werr.msg);
+                                  "%s of update %u: no answer from rank 0 by the deadline",
+                                  phase, update);
+            return rf_err_set(err, st, "%s of update %u: %s", phase, update, werr.msg);
         }
     }
     if (answer.status == RF_OK)
@@ -514,6 +518,20 @@ rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_statu
     rf_status_t code = answer.rank == ctl->rank ? (rf_status_t)answer.status : RF_ERR_PEER;
     if (answer.rank == ctl->rank && code == RF_OK)
         code = RF_ERR_INTERNAL;
-    return rf_err_set(err, code, "begin of update %u failed at rank %d: %s", update,
+    return rf_err_set(err, code, "%s of update %u failed at rank %d: %s", phase, update,
                       answer.rank, answer.reason);
+}
+
+rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_status,
+                         const char *local_msg, double deadline, rf_err_t *err)
+{
+    return agree(ctl, RF_CTL_AGREE_REPORT, RF_CTL_AGREE_ANSWER, "begin", update, local_status,
+                 local_msg, deadline, err);
+}
+
+rf_status_t rf_ctl_agree_produced(rf_ctl_t *ctl, uint32_t update, rf_status_t local_status,
+                                  const char *local_msg, double deadline, rf_err_t *err)
+{
+    return agree(ctl, RF_CTL_PRODUCED_REPORT, RF_CTL_PRODUCED_ANSWER, "production", update,
+                 local_status, local_msg, deadline, err);
 }

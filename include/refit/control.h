@@ -37,6 +37,9 @@ enum {
     RF_CTL_AGREE_ANSWER = 3,
     RF_CTL_GATE_REPORT = 4,
     RF_CTL_GATE_VERDICT = 5,
+    RF_CTL_PRODUCED_REPORT = 6, /* the production agreement (rf_ctl_agree_produced) */
+    RF_CTL_PRODUCED_ANSWER = 7,
+    RF_CTL_KIND_LAST = RF_CTL_PRODUCED_ANSWER,
 };
 #define RF_CTL_TAG(kind, update) (0x4000 | (int)(((update) & 0xffu) << 4) | (kind))
 
@@ -173,6 +176,16 @@ rf_status_t rf_ctl_outbox_add(rf_ctl_t *ctl, void *buf, MPI_Request *reqs, int n
  */
 rf_status_t rf_ctl_agree(rf_ctl_t *ctl, uint32_t update, rf_status_t local_status,
                          const char *local_msg, double deadline, rf_err_t *err);
+
+/*
+ * Production agreement: rf_ctl_agree again, after GO, on the trainers' production (a
+ * quantizer, a checkpoint read that can fail after GO) and before any chunk is posted, so a
+ * production failure fails the update on every rank with nothing sent (runtime/session.c
+ * run_finish). Its own tags (RF_CTL_PRODUCED_*): a late begin message never matches it. Texts
+ * "production of update V failed at rank R: reason". Collective; same returns as rf_ctl_agree.
+ */
+rf_status_t rf_ctl_agree_produced(rf_ctl_t *ctl, uint32_t update, rf_status_t local_status,
+                                  const char *local_msg, double deadline, rf_err_t *err);
 
 /* ---- completion gate -------------------------------------------------------------------- */
 

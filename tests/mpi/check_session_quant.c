@@ -584,21 +584,44 @@ static void same_text_everywhere(const char *text, const char *needle)
     ck_assert_msg(strstr(text, needle) != NULL, "'%s' does not name '%s'", text, needle);
 }
 
+/* ok asserted on every rank (collective): a failed ck_assert on one rank alone would leave
+ * the others waiting in its next collective. The text names the lowest failing rank and is
+ * that rank's own (mine). */
+static void check_everywhere(bool ok, const char *mine)
+{
+    int me_bad = ok ? size : rank, first = size;
+    char text[512];
+    MPI_Allreduce(&me_bad, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size)
+        return;
+    snprintf(text, sizeof(text), "%s", rank == first && mine != NULL ? mine : "");
+    MPI_Bcast(text, (int)sizeof(text), MPI_CHAR, first, MPI_COMM_WORLD);
+    if (rank == first) /* now: check's own report waits for the suite's end */
+        fprintf(stderr, "rank %d: %s\n", first, text);
+    ck_abort_msg("rank %d: %s", first, text);
+}
+
 static void check_committed(sess_t *x, const rf_session_result_t *r, uint64_t version)
 {
     char bad[512];
     if (!r->committed) /* now: check's own report waits for the suite's end */
         fprintf(stderr, "rank %d: update %llu FAILED: %s\n", rank, (unsigned long long)version,
                 r->reason);
-    ck_assert_msg(r->committed, "rank %d: update FAILED: %s", rank, r->reason);
-    ck_assert_uint_eq(r->version, version);
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "update %llu FAILED: %s", (unsigned long long)version, r->reason);
+    check_everywhere(r->committed, msg);
+    snprintf(msg, sizeof(msg), "update %llu committed as version %llu",
+             (unsigned long long)version, (unsigned long long)r->version);
+    check_everywhere(r->version == version, msg);
+    bad[0] = '\0';
     uint64_t nbad = me.role == RF_ROLE_ROLLOUT ? rollout_mismatches(x, version, bad, sizeof(bad))
                                                : 0;
     if (nbad != 0)
         fprintf(stderr, "rank %d: %llu elements wrong after update %llu; first: %s\n", rank,
                 (unsigned long long)nbad, (unsigned long long)version, bad);
-    ck_assert_msg(nbad == 0, "rank %d: %llu elements wrong after update %llu; first: %s", rank,
-                  (unsigned long long)nbad, (unsigned long long)version, bad);
+    snprintf(msg, sizeof(msg), "%llu elements wrong after update %llu; first: %s",
+             (unsigned long long)nbad, (unsigned long long)version, bad);
+    check_everywhere(nbad == 0, msg);
 }
 
 /* What each rank is asked for: trainers the unquantized weights (no scale), rollout ranks the
@@ -680,20 +703,31 @@ START_TEST(test_quant_updates)
     for (int i = 0; i < x.n && nan_name == NULL; i++)
         if (primary_of(x.descs[i].name, (char[RF_NAME_MAX]){0}, RF_NAME_MAX) >= 0)
             nan_name = x.descs[i].name;
+    check_everywhere(me.role != RF_ROLE_TRAINER || nan_name != NULL, "no quantized weight");
+    trainer_fill(&x, 8);
     if (me.role == RF_ROLE_TRAINER && rank == 0) {
-        ck_assert_ptr_nonnull(nan_name);
-        trainer_fill(&x, 8);
         for (int i = 0; i < x.n; i++)
             if (x.descs[i].name == nan_name)
                 ((uint16_t *)x.buf[i])[3] = 0x7fc0; /* bf16 NaN */
         dev_sync(&x, true);
-    } else {
-        trainer_fill(&x, 8);
+        /* its production held back (runtime/session.c run_finish): without the production
+         * agreement the other trainer's chunks would reach the engine first, every time */
+        setenv("REFIT_TEST_SESSION_BEFORE_PRODUCE", "stall:0.3", 1);
     }
-    ck_assert_int_eq(rf_session_update(x.s, 8, &r), RF_OK);
-    ck_assert(!r.committed);
+    rf_status_t ust = rf_session_update(x.s, 8, &r);
+    unsetenv("REFIT_TEST_SESSION_BEFORE_PRODUCE");
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "rf_session_update: %s", rf_session_last_error(x.s));
+    check_everywhere(ust == RF_OK, msg);
+    check_everywhere(!r.committed, "the update with a NaN weight committed");
     same_text_everywhere(r.reason, "must be finite");
-    ck_assert_uint_eq(rollout_hash(&x), h7);
+    snprintf(msg, sizeof(msg), "the verdict names rank %d, not trainer rank 0", r.failed_rank);
+    check_everywhere(r.failed_rank == 0, msg);
+    /* agreed before the first chunk: nothing sent, nothing received, nothing applied */
+    snprintf(msg, sizeof(msg), "%llu chunk(s) sent, %llu received by a FAILED production",
+             (unsigned long long)r.chunks_sent, (unsigned long long)r.chunks_received);
+    check_everywhere(r.chunks_sent == 0 && r.chunks_received == 0, msg);
+    check_everywhere(rollout_hash(&x) == h7, "the engine's bytes changed by a FAILED update");
     /* and the next one commits */
     trainer_fill(&x, 9);
     ck_assert_int_eq(rf_session_update(x.s, 9, &r), RF_OK);

@@ -376,11 +376,11 @@ endforeach()
 # device-emu: host-device-trainer / -all give the trainer ranks the host-device accelerator,
 # colocated ipc's ranks have it under host-device): quantized by the format kernels' table on
 # the trainer's "GPU" (rf_trainer_produce_given_device), F32 masters and a non-finite weight
-# included; over colocated ipc the quantized pieces staged, the rest read in place. (Trainer TP 2
-# in p2p mode is left out here: there a production failure on one trainer rank does not stop
-# the other's chunks, so the engine's bytes may change before the FAILED verdict, which the
-# "engine unchanged" check cannot tell from a fault; broadcast sends from one rank only.)
+# included; over colocated ipc the quantized pieces staged, the rest read in place; trainer TP 2
+# in p2p mode too (the production agreement keeps the other trainer's chunks back when one
+# trainer's production fails: runtime/session.c run_finish)
 foreach(case "fp8_block_tp2_np4;4;llama-q128-fp8-block-tp2-to-tp2;host-device-trainer"
+             "fp8_block_tp2_p2p_np4;4;llama-q128-fp8-block-tp2-to-tp2-p2p;host-device-trainer"
              "wna16_tp1_np2;2;llama-q128-wna16-tp1-to-tp1;host-device-all"
              "fp8_tensor_tp1_to_tp2_np3;3;llama-q128-fp8-tensor-tp1-to-tp2;host-device-all"
              "fp8_channel_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-channel-tp1-to-tp2-p2p;host-device-trainer"
