@@ -19,6 +19,7 @@
 #include "refit/accel.h"
 #include "refit/accel_cuda.h"
 #include "refit/checks.h"
+#include "refit/env.h"
 #include "refit/log.h"
 
 /* Per accelerator: the default stream. Per stream: 16 bytes of device scratch (checksum
@@ -152,22 +153,19 @@ static rf_status_t cu_stream_sync(rf_accel_stream_t *s)
     return RF_OK;
 }
 
-/* REFIT_CUDA_ENGINE_MIN (bytes, a decimal integer) overrides RF_ACCEL_ENGINE_MIN_DEFAULT for
- * A/B runs (docs/gpu.md); a value that is not one is named in a warning and ignored. */
-static size_t engine_min_env(void)
+/* REFIT_CUDA_ENGINE_MIN (bytes, a positive decimal integer) overrides
+ * RF_ACCEL_ENGINE_MIN_DEFAULT for A/B runs (docs/gpu.md); another value is refused, naming it
+ * (rf_env_count; create has no rf_err_t: logged here and RF_ERR_INVALID returned; the session
+ * reads the variable through the same parser before it opens a device, so its error says it). */
+static rf_status_t engine_min_env(size_t *bytes_p)
 {
-    const char *v = getenv("REFIT_CUDA_ENGINE_MIN");
-    if (!v || !*v)
-        return RF_ACCEL_ENGINE_MIN_DEFAULT;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno != 0 || !end || *end != '\0' || x == 0 || v[0] == '-') {
-        rf_warn("REFIT_CUDA_ENGINE_MIN=%s: expected a byte count (a positive decimal integer); "
-                "using the default %zu", v, (size_t)RF_ACCEL_ENGINE_MIN_DEFAULT);
-        return RF_ACCEL_ENGINE_MIN_DEFAULT;
-    }
-    return x > SIZE_MAX ? SIZE_MAX : (size_t)x;
+    rf_err_t e;
+    rf_err_clear(&e);
+    rf_status_t st = rf_env_count("REFIT_CUDA_ENGINE_MIN", "bytes", RF_ACCEL_ENGINE_MIN_DEFAULT,
+                                  bytes_p, &e);
+    if (st != RF_OK)
+        rf_error("cuda: %s", e.msg);
+    return st;
 }
 
 static rf_status_t cu_set_engine_min(rf_accel_t *a, size_t bytes)
@@ -188,6 +186,8 @@ static rf_status_t cu_create(int device, rf_accel_t **accel_p)
         rf_error("cuda: device %d unavailable (%d devices)", device, n);
         return RF_ERR_UNSUPPORTED;
     }
+    size_t engine_min = 0;
+    RF_CHECK(engine_min_env(&engine_min));
     RF_CUDA_CHECK(cudaSetDevice(device));
     rf_accel_t *a = (rf_accel_t *)calloc(1, sizeof(*a));
     cuda_accel_t *c = (cuda_accel_t *)calloc(1, sizeof(*c));
@@ -199,7 +199,7 @@ static rf_status_t cu_create(int device, rf_accel_t **accel_p)
     a->ops = &rf_accel_cuda_ops;
     a->device = device;
     a->impl = c;
-    c->engine_default = engine_min_env();
+    c->engine_default = engine_min;
     c->engine_min = c->engine_default;
     rf_status_t st = cu_stream_create(a, &c->dflt);
     if (st != RF_OK) {

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "formats_names_int.h"
+#include "refit/env.h"
 #include "refit/hdf5.h"
 #include "refit/model.h"
 
@@ -37,6 +38,7 @@ struct rf_ckpt {
     _Atomic uint64_t header_bytes_read;
     rf_h5_file_t *h5; /* an HDF5 checkpoint (its one file adopted): reads go through it */
     rf_h5_file_t *h5_all;  /* the MPI-IO handle between collective begin and end, or NULL */
+    bool collective;       /* REFIT_HDF5_COLLECTIVE (read at open): 0 keeps independent reads */
     uint64_t coll_reads, indep_reads; /* of handles closed by rf_ckpt_collective_end */
 };
 
@@ -262,11 +264,16 @@ rf_status_t rf_ckpt_open(const char *dir, rf_ckpt_t **ck_p, rf_err_t *err)
     char *ipath = NULL, *spath = NULL, *hpath = NULL;
     const char **names = NULL;
     struct stat sb;
+    /* read here, not when an update's reads begin: a value other than 0 or 1 is refused at
+     * setup */
+    bool collective = true;
+    RF_CHECK(rf_env_flag("REFIT_HDF5_COLLECTIVE", true, &collective, err));
     rf_ckpt_t *ck = calloc(1, sizeof(*ck));
     if (ck == NULL || (ck->dir = strdup(dir)) == NULL) {
         free(ck);
         return rf_err_set(err, RF_ERR_NOMEM, "%s: out of memory", dir);
     }
+    ck->collective = collective;
     ipath = path_join(dir, RF_ST_INDEX_NAME);
     spath = path_join(dir, RF_ST_SINGLE_NAME);
     hpath = path_join(dir, RF_H5_SINGLE_NAME);
@@ -467,9 +474,8 @@ rf_status_t rf_ckpt_collective_begin(rf_ckpt_t *ck, MPI_Comm comm, bool *on, rf_
     /* one rank has no peer to read with; REFIT_HDF5_COLLECTIVE=0 keeps independent reads
      * where MPI-IO is slower than the sec2 driver (docs/benchmarks.md) */
     int n = 0;
-    const char *env = getenv("REFIT_HDF5_COLLECTIVE");
     MPI_Comm_size(comm, &n);
-    if (n < 2 || (env != NULL && strcmp(env, "0") == 0))
+    if (n < 2 || !ck->collective)
         return RF_OK;
     if (ck->h5_all != NULL)
         return rf_err_set(err, RF_ERR_STATE, "%s: collective reads begun twice", ck->dir);

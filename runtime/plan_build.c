@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "plan_int.h"
+#include "refit/env.h"
 #include "refit/hashmap.h"
 #include "refit/log.h"
 #include "refit/plan.h"
@@ -266,12 +267,9 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
     p->policy = policy;
     p->host_ax.ops = &rf_accel_host_ops;
     p->dev = rf_storage_on_device(st);
-    const char *tl = getenv("REFIT_DEVICE_TIMELINE");
-    bool tl_asked = tl != NULL && strcmp(tl, "1") == 0;
+    bool tl_asked = false;
+    RF_CHECK(rf_env_flag("REFIT_DEVICE_TIMELINE", false, &tl_asked, err));
     p->tl.on = p->dev && tl_asked;
-    if (tl != NULL && !tl_asked && strcmp(tl, "0") != 0)
-        rf_warn("REFIT_DEVICE_TIMELINE=%s: expected 1 (on) or 0 (off); the device timeline is "
-                "off", tl);
     if (!p->dev && tl_asked)
         rf_warn("REFIT_DEVICE_TIMELINE=1: this rank's runtime storage is on the host; the "
                 "device timeline covers device storage only");

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "refit/env.h"
 #include "refit/formats.h"
 #include "refit/hashes.h"
 #include "refit/loader.h"
@@ -505,6 +506,11 @@ static rf_status_t setup_accel(rf_session_t *s, rf_err_t *err)
                           "CUDA or that CUDA device is not present (%d found)",
                           s->topo.file, rf_session_is_rollout(s) ? "rollout" : "trainer", s->rank,
                           s->place.device, n);
+    /* what the cuda accelerator reads when created (core/accel_cuda.cu), refused here with
+     * its name in err rather than only in the accelerator's log line */
+    size_t engine_min = 0;
+    RF_CHECK(rf_env_count("REFIT_CUDA_ENGINE_MIN", "bytes", RF_ACCEL_ENGINE_MIN_DEFAULT,
+                          &engine_min, err));
     rf_status_t as = rf_accel_open("cuda", s->place.device, &s->accel);
     if (as != RF_OK)
         return rf_err_set(err, as, "%s: rank %d: cannot open CUDA device %d (%s.gpus)",
@@ -1050,7 +1056,9 @@ static rf_status_t build_transfer(rf_session_t *s, rf_err_t *err)
  * shared memory), pair and piece placement; the trainer's stage gather; the ipc arenas. */
 static rf_status_t build_transport(rf_session_t *s, rf_err_t *err)
 {
-    rf_status_t st;
+    /* REFIT_MPI_RECV_PAGEABLE=1: the pageable receive buffers of before issue 18 (A/B) */
+    bool pageable = false;
+    rf_status_t st = rf_env_flag("REFIT_MPI_RECV_PAGEABLE", false, &pageable, err);
     rf_xfer_setup_t xs = {
         .device = s->place.device,
         .accel = s->accel,
@@ -1062,12 +1070,11 @@ static rf_status_t build_transport(rf_session_t *s, rf_err_t *err)
         .pair = s->pair_of != NULL ? s->pair_of[s->rank] : -1,
         .staged = s->ipc_staged,
         .pieces = s->ipc_pieces,
-        /* REFIT_MPI_RECV_PAGEABLE=1: the pageable receive buffers of before issue 18 (A/B) */
-        .pageable_recv = getenv("REFIT_MPI_RECV_PAGEABLE") != NULL &&
-                         strcmp(getenv("REFIT_MPI_RECV_PAGEABLE"), "1") == 0,
+        .pageable_recv = pageable,
         .send_spin = -1, /* rf_xfer_send_spin_default: cores to spare, or REFIT_MPI_SEND_SPIN */
     };
-    st = s->nccl ? rf_nccl_layout_build(&s->topo, &s->nccl_layout, err) : RF_OK;
+    if (st == RF_OK && s->nccl)
+        st = rf_nccl_layout_build(&s->topo, &s->nccl_layout, err);
     if (st == RF_OK)
         st = rf_xfer_setup(s->xfer, &xs, err);
     RF_CHECK(rf_session_agree(s, st, err));
@@ -1226,10 +1233,11 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
         s->tr_ready = st == RF_OK;
         /* a checkpoint update is read as its chunks are packed where the mpi transport packs
          * them on the host (rf_trainer_produce; issue 18 item 3); REFIT_CKPT_STREAM=0: read
-         * whole first, as before (benchmarks' A/B) */
-        const char *cs = getenv("REFIT_CKPT_STREAM");
-        s->tr.stream_reads = s->topo.transport == RF_TRANSPORT_MPI && !s->p2p &&
-                             !(cs != NULL && strcmp(cs, "0") == 0);
+         * whole first, as before (benchmarks' A/B); another value is refused */
+        bool stream = true;
+        if (st == RF_OK)
+            st = rf_env_flag("REFIT_CKPT_STREAM", true, &stream, err);
+        s->tr.stream_reads = s->topo.transport == RF_TRANSPORT_MPI && !s->p2p && stream;
     }
     RF_CHECK(rf_session_agree(s, st, err));
     st = s->so.configured ? s->so.configured(s->so.ctx, s, err) : RF_OK;

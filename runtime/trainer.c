@@ -457,8 +457,9 @@ static void given_narrow(void *dst, rf_dtype_t dt, const rf_given_t *g, uint64_t
         h[k] = dt == RF_DTYPE_BF16 ? rf_f32_to_bf16(f[k]) : rf_f32_to_f16(f[k]);
 }
 
-/* wna16 weight_shape entry i: the logical (N, K) of its linear, in the entry's integer dtype. */
-static void put_weight_shape(rf_trainer_t *tr, int i)
+/* wna16 weight_shape entry i: the logical (N, K) of its linear, in the entry's integer dtype,
+ * written at out (16 bytes of room); returns the bytes written (8: an i32 pair, 16: i64). */
+static size_t weight_shape_bytes(const rf_trainer_t *tr, int i, void *out)
 {
     const rf_manifest_entry_t *e = &tr->man->entries[i];
     const rf_tensor_t *t = &tr->inv->tensors[e->tensor];
@@ -470,10 +471,16 @@ static void put_weight_shape(rf_trainer_t *tr, int i)
     int64_t nk[2] = {pt->shape[0], pt->shape[1] * 8};
     if (e->dtype == RF_DTYPE_I32) {
         int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
-        memcpy(tr->buf[i], v, sizeof(v));
-    } else {
-        memcpy(tr->buf[i], nk, sizeof(nk));
+        memcpy(out, v, sizeof(v));
+        return sizeof(v);
     }
+    memcpy(out, nk, sizeof(nk));
+    return sizeof(nk);
+}
+
+static void put_weight_shape(rf_trainer_t *tr, int i)
+{
+    (void)weight_shape_bytes(tr, i, tr->buf[i]);
 }
 
 /*
@@ -971,6 +978,20 @@ typedef struct dev_batch {
     int64_t (*shape)[2]; /* [n]: entry i's weight_shape values (wna16) */
 } dev_batch_t;
 
+/* put_weight_shape on the device: the values staged in db->shape[i] (they live until the
+ * production's synchronization), copied h2d to d on ax's default stream. */
+static rf_status_t put_weight_shape_device(rf_trainer_t *tr, int i, rf_accel_t *ax, void *d,
+                                           dev_batch_t *db, rf_err_t *err)
+{
+    size_t nb = weight_shape_bytes(tr, i, db->shape[i]);
+    rf_status_t st = ax->ops->copy(ax, d, db->shape[i], nb, RF_COPY_H2D, NULL);
+    if (st != RF_OK)
+        rf_err_set(err, st, "trainer rank %d: writing %s on %s device %d failed",
+                   tr->me.world_rank, tr->inv->tensors[tr->man->entries[i].tensor].name,
+                   ax->ops->name, ax->device);
+    return st;
+}
+
 /* The generator's logical (unquantized) region of the linear holding quantized entry ei into
  * device scratch, quantized on the device into the entry's and its scale's device slices. */
 static rf_status_t produce_quantized_device(rf_trainer_t *tr, int ei, uint64_t step,
@@ -1115,27 +1136,7 @@ rf_status_t rf_trainer_produce_device(rf_trainer_t *tr, uint64_t step, rf_accel_
                 st = produce_quantized_device(tr, i, step, ax, dev, host, &scratch, &scratch_cap,
                                               &db, err);
             } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
-                char prefix[RF_NAME_MAX - 16];
-                const char *dot = strrchr(t->name, '.');
-                snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
-                int pi = entry_of(tr, prefix, "weight_packed");
-                const rf_tensor_t *pt =
-                    pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
-                /* db.shape[i] lives until the synchronization after the loop; an i32 pair is
-                 * written over its first 8 bytes */
-                int64_t *nk = db.shape[i];
-                nk[0] = pt->shape[0];
-                nk[1] = pt->shape[1] * 8;
-                bool i32 = e->dtype == RF_DTYPE_I32;
-                if (i32) {
-                    int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
-                    memcpy(nk, v, sizeof(v));
-                }
-                st = ax->ops->copy(ax, d, nk, i32 ? sizeof(int32_t[2]) : sizeof(int64_t[2]),
-                                   RF_COPY_H2D, NULL);
-                if (st != RF_OK)
-                    rf_err_set(err, st, "trainer rank %d: writing %s on %s device %d failed",
-                               tr->me.world_rank, t->name, ax->ops->name, ax->device);
+                st = put_weight_shape_device(tr, i, ax, d, &db, err);
             }
             continue; /* scales are written by their weight's quantization */
         }
@@ -1369,24 +1370,7 @@ rf_status_t rf_trainer_produce_given_device(rf_trainer_t *tr, const void *const 
                 st = quantize_given_device(tr, i, logical[i], dtypes[i], ax, qo, &scratch,
                                            &scratch_cap, &db, err);
         } else if (t->param == RF_PARAM_WEIGHT_SHAPE) {
-            char prefix[RF_NAME_MAX - 16];
-            const char *dot = strrchr(t->name, '.');
-            snprintf(prefix, sizeof(prefix), "%.*s", (int)(dot - t->name), t->name);
-            int pi = entry_of(tr, prefix, "weight_packed");
-            const rf_tensor_t *pt = pi >= 0 ? &tr->inv->tensors[tr->man->entries[pi].tensor] : t;
-            int64_t *nk = db.shape[i]; /* lives until the synchronization below */
-            nk[0] = pt->shape[0];
-            nk[1] = pt->shape[1] * 8;
-            bool i32 = e->dtype == RF_DTYPE_I32;
-            if (i32) {
-                int32_t v[2] = {(int32_t)nk[0], (int32_t)nk[1]};
-                memcpy(nk, v, sizeof(v));
-            }
-            st = ax->ops->copy(ax, tr->buf[i], nk, i32 ? sizeof(int32_t[2]) : sizeof(int64_t[2]),
-                               RF_COPY_H2D, NULL);
-            if (st != RF_OK)
-                rf_err_set(err, st, "trainer rank %d: writing %s on %s device %d failed",
-                           tr->me.world_rank, t->name, ax->ops->name, ax->device);
+            st = put_weight_shape_device(tr, i, ax, tr->buf[i], &db, err);
         }
         /* scales are written by their weight's quantization */
     }

@@ -33,6 +33,7 @@
 
 #include "refit/accel.h"
 #include "refit/control.h"
+#include "refit/env.h"
 #include "refit/log.h"
 #include "refit/transport.h"
 #include "xfer_int.h"
@@ -74,11 +75,11 @@ static unsigned send_spin(const rf_xfer_t *x)
     return x->send_spin ? RF_CTL_WAIT_SPIN : stream_spin(x);
 }
 
-int rf_xfer_send_spin_default(int world_size)
+rf_status_t rf_xfer_send_spin_default(int world_size, bool *spin_p, rf_err_t *err)
 {
     const char *o = getenv("REFIT_MPI_SEND_SPIN");
-    if (o != NULL && (strcmp(o, "0") == 0 || strcmp(o, "1") == 0))
-        return o[0] == '1';
+    if (o != NULL && o[0] != '\0') /* 0 or 1; anything else refused naming it */
+        return rf_env_flag("REFIT_MPI_SEND_SPIN", false, spin_p, err);
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (ls == NULL)
         ls = getenv("MPI_LOCALNRANKS");
@@ -88,7 +89,8 @@ int rf_xfer_send_spin_default(int world_size)
     cpu_set_t set;
     CPU_ZERO(&set);
     long cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    return 2 * local <= cores;
+    *spin_p = 2 * local <= cores;
+    return RF_OK;
 }
 
 /* Waits (ABORT + deadline) until every send from slot b completed; spin: without sleeps (the
@@ -818,8 +820,10 @@ fail:
 /* A receiver on device storage gets pinned receive buffers (rf_xfer_setup's contract). */
 static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_t *err)
 {
-    x->send_spin =
-        setup->send_spin < 0 ? rf_xfer_send_spin_default(x->nranks) != 0 : setup->send_spin != 0;
+    bool spin = setup->send_spin != 0;
+    if (setup->send_spin < 0)
+        RF_CHECK(rf_xfer_send_spin_default(x->nranks, &spin, err));
+    x->send_spin = spin;
     if (x->send_spin)
         RF_LOG(RF_LOG_INFO,
                "rank %d: as a sender, spins while its chunks stream and packs "

@@ -44,6 +44,8 @@ typedef struct rf_ckpt rf_ckpt_t;
  * mapped to another file) is RF_ERR_PARSE naming tensor, file and index; a file the index
  * names that does not exist is RF_ERR_PARSE naming the index, tensor and file. Without an
  * index: model.safetensors. Neither: RF_ERR_IO naming dir. Other errors as rf_st_file_open.
+ * REFIT_HDF5_COLLECTIVE (rf_ckpt_collective_begin) is read here: a value other than unset,
+ * empty, 0 or 1 is RF_ERR_INVALID naming it, whatever the checkpoint's format.
  * *ck_p is caller-owned (rf_ckpt_close) and set only on success. The counters start with
  * header_bytes_read = the header bytes open read (index JSON not counted), bytes_read = 0.
  */
@@ -93,7 +95,8 @@ rf_status_t rf_ckpt_read(rf_ckpt_t *ck, const rf_st_entry_t *e, uint64_t row_beg
  * comm calls it for the same entry in the same order, each with its own range (an empty
  * range takes part reading nothing; a refused range still takes part, then fails on its
  * rank). Otherwise (safetensors, serial libhdf5, comm MPI_COMM_NULL or of one rank, or the
- * environment's REFIT_HDF5_COLLECTIVE=0, read on every rank alike) *on is false, begin and
+ * environment's REFIT_HDF5_COLLECTIVE=0 as rf_ckpt_open read it, alike on every rank: another
+ * value than 0 or 1 makes rf_ckpt_open fail, RF_ERR_INVALID naming it) *on is false, begin and
  * end do nothing, and rf_ckpt_read_all is rf_ckpt_read (an empty range reads nothing).
  * bytes_read counts each rank's own bytes. end closes the handle (collective; nothing to do
  * when begin failed or turned nothing on). rf_ckpt_collective_counts: the collective reads

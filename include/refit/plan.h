@@ -204,7 +204,8 @@ rf_status_t rf_plan_alloc_storage(const rf_inventory_t *inv, const rf_rollout_co
 
 /* Builds the plan against the registered storage. Does not touch slot memory. Device storage
  * (st->accel a device accelerator) needs fmt->accel == st->accel and an owner that is not
- * host_only. */
+ * host_only. REFIT_DEVICE_TIMELINE other than unset, empty, 0 or 1: RF_ERR_INVALID naming it
+ * (rf_env_flag), on every rank. */
 rf_status_t rf_plan_build(rf_plan_t *p, const rf_inventory_t *inv, const rf_rollout_coords_t *rc,
                           rf_storage_t *st, rf_format_t *fmt, rf_reload_policy_t policy,
                           rf_err_t *err);

@@ -37,6 +37,7 @@
 #define REFIT_TRANSPORT_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -455,10 +456,11 @@ typedef struct rf_xfer_setup {
  * 0.25 s spin per wait would slow every peer, and no measurement says it helps). Local ranks:
  * OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI), else MPI_LOCALNRANKS (MPICH), else world_size;
  * cores: the process's CPU affinity mask. The environment's REFIT_MPI_SEND_SPIN=0 or 1
- * overrides (benchmarks' A/B, the tests of the spinning path). Local, pure but for the
- * environment.
+ * overrides (benchmarks' A/B, the tests of the spinning path); any other non-empty value is
+ * refused (RF_ERR_INVALID naming it, rf_env_flag). *spin_p is set only on success. Local, pure
+ * but for the environment.
  */
-int rf_xfer_send_spin_default(int world_size);
+rf_status_t rf_xfer_send_spin_default(int world_size, bool *spin_p, rf_err_t *err);
 
 /*
  * Once, after rf_xfer_create, on every rank (collective over x's world): the transport's

@@ -37,6 +37,23 @@ endforeach()
 refit_run_test(refit_run_llama_tiny_tp4_refused 5 fail "refit: FAILED: .*num_attention_heads 6 is not divisible by 4"
                --topology ${TTOPO}/llama-tiny-tp1-to-tp4.yaml --checkpoint ${DATA}/llama-tiny)
 
+# environment switches with a value they do not know: refused at setup naming the variable,
+# the value and the accepted ones (include/refit/env.h), never ignored. Read by the trainer's
+# setup (REFIT_CKPT_STREAM), the checkpoint's open (REFIT_HDF5_COLLECTIVE, whatever the
+# format), the mpi transport's setup (REFIT_MPI_SEND_SPIN on a sender, REFIT_MPI_RECV_PAGEABLE
+# on every rank); REFIT_DEVICE_TIMELINE: tests/gpu (emu_ipc_device_timeline_bad_value)
+foreach(case "REFIT_CKPT_STREAM;maybe" "REFIT_HDF5_COLLECTIVE;on" "REFIT_MPI_SEND_SPIN;2"
+             "REFIT_MPI_RECV_PAGEABLE;yes")
+  list(GET case 0 var)
+  list(GET case 1 val)
+  string(TOLOWER ${var} n)
+  refit_run_test(refit_run_env_${n}_refused 2 fail
+                 "refit: FAILED: .*${var}=${val}: expected 0 \\(off\\) or 1 \\(on\\)$"
+                 --topology ${TTOPO}/llama-tiny-tp1-to-tp1-small-chunks.yaml
+                 --checkpoint ${DATA}/llama-tiny --steps 1)
+  set_tests_properties(refit_run_env_${n}_refused PROPERTIES ENVIRONMENT "${var}=${val}")
+endforeach()
+
 # reload policies and format owners: LAYERWISE and the deferred stage, same bytes
 # a directory given as the topology or as model.config: named as such (fopen opens a
 # directory; reading it gave "Cannot allocate memory" / a bogus size before)

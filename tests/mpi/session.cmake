@@ -215,6 +215,23 @@ endforeach()
 add_executable(check_session_quant ${CMAKE_CURRENT_SOURCE_DIR}/check_session_quant.c)
 target_link_libraries(check_session_quant PRIVATE refit PkgConfig::CHECK)
 target_include_directories(check_session_quant PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
+# session_quant_test(TEST NP TOPO EMU [ARGS...]): check_session_quant at NP ranks on
+# topologies/session-TOPO.yaml with ARGS (label mpi); EMU not empty: REFIT_TEST_DEVICE_ACCEL=EMU
+# too (label device-emu)
+function(session_quant_test tname np topo emu)
+  add_test(NAME ${tname}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                   -np ${np} $<TARGET_FILE:check_session_quant>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml ${ARGN}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set(env "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+  set(labels mpi)
+  if(emu)
+    set(env "${env};REFIT_TEST_DEVICE_ACCEL=${emu}")
+    set(labels "mpi;device-emu")
+  endif()
+  set_tests_properties(${tname} PROPERTIES LABELS "${labels}" TIMEOUT 300 ENVIRONMENT "${env}")
+endfunction()
 foreach(case "fp8_block_tp1_np2;2;fp8-block-tp1-to-tp1" "fp8_block_tp2_np4;4;fp8-block-tp2-to-tp2"
              "fp8_block_tp2_p2p_np4;4;fp8-block-tp2-to-tp2-p2p" "wna16_tp1_np2;2;wna16-tp1-to-tp1"
              "wna16_tp2_np4;4;wna16-tp2-to-tp2" "wna16_tp2_p2p_np4;4;wna16-tp2-to-tp2-p2p"
@@ -222,23 +239,12 @@ foreach(case "fp8_block_tp1_np2;2;fp8-block-tp1-to-tp1" "fp8_block_tp2_np4;4;fp8
   list(GET case 0 name)
   list(GET case 1 np)
   list(GET case 2 topo)
-  add_test(NAME check_session_quant_${name}
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                   -np ${np} $<TARGET_FILE:check_session_quant>
-                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-${topo}.yaml
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
-                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+  session_quant_test(check_session_quant_${name} ${np} llama-q128-${topo} "")
 endforeach()
 # ... and what stays refused at create, named: fp8-channel scales beyond a trainer TP 2 shard
-add_test(NAME check_session_quant_fp8_channel_tp2_refused_np3
-         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                 -np 3 $<TARGET_FILE:check_session_quant>
-                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-llama-q128-fp8-channel-tp2-to-tp1.yaml
-                 --refused "lacks the whole rows its scale is computed over"
-         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(check_session_quant_fp8_channel_tp2_refused_np3 PROPERTIES LABELS mpi
-                     TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+session_quant_test(check_session_quant_fp8_channel_tp2_refused_np3 3
+                   llama-q128-fp8-channel-tp2-to-tp1 ""
+                   --refused "lacks the whole rows its scale is computed over")
 # ... and from Python: a bf16 torch trainer and an fp8-block engine registering torch.uint8
 # tensors as F8_E4M3 (torch 1.13 has no float8), checked against a pure-torch quantizer
 add_test(NAME python_session_quant_fp8_block_np2
@@ -312,22 +318,11 @@ foreach(case "moe_fp8_block_tp1_np2;2;qwen3-moe-q128-fp8-block-tp1-to-tp1"
              "moe_wna16_tp1_np2;2;qwen3-moe-q128-wna16-tp1-to-tp1"
              "moe_wna16_tp2_to_tp2ep2_p2p_np4;4;qwen3-moe-q128-wna16-tp2-to-tp2ep2-p2p"
              "fp8_tensor_tp1_np2;2;llama-q128-fp8-tensor-tp1-to-tp1"
-             "fp8_tensor_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-tensor-tp1-to-tp2-p2p")
-  list(GET case 0 name)
-  list(GET case 1 np)
-  list(GET case 2 topo)
-  add_test(NAME check_session_quant_${name}
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                   -np ${np} $<TARGET_FILE:check_session_quant>
-                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
-                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
-endforeach()
-# ... under rollout.layout hf (every checkpoint tensor of a quantized linear its own parameter;
-# fp8-block experts FP8Experts' gate_up_proj / down_proj and their scales), and wna16 experts
-# under hf refused on every rank as refit-run refuses them
-foreach(case "fp8_block_hf_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-block-hf-tp1-to-tp2-p2p"
+             "fp8_tensor_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-tensor-tp1-to-tp2-p2p"
+             # ... under rollout.layout hf (every checkpoint tensor of a quantized linear its own
+             # parameter; fp8-block experts FP8Experts' gate_up_proj / down_proj and their
+             # scales), and wna16 experts under hf refused on every rank as refit-run refuses them
+             "fp8_block_hf_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-block-hf-tp1-to-tp2-p2p"
              "wna16_hf_tp2_to_tp2_np4;4;llama-q128-wna16-hf-tp2-to-tp2-broadcast"
              "fp8_tensor_hf_tp1_to_tp2_np3;3;llama-q128-fp8-tensor-hf-tp1-to-tp2-broadcast"
              "fp8_channel_hf_tp1_np2;2;llama-q128-fp8-channel-hf-tp1-to-tp1-broadcast"
@@ -335,22 +330,11 @@ foreach(case "fp8_block_hf_tp1_to_tp2_p2p_np3;3;llama-q128-fp8-block-hf-tp1-to-t
   list(GET case 0 name)
   list(GET case 1 np)
   list(GET case 2 topo)
-  add_test(NAME check_session_quant_${name}
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                   -np ${np} $<TARGET_FILE:check_session_quant>
-                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
-                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+  session_quant_test(check_session_quant_${name} ${np} ${topo} "")
 endforeach()
-add_test(NAME check_session_quant_moe_wna16_hf_refused_np2
-         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                 -np 2 $<TARGET_FILE:check_session_quant>
-                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-qwen3-moe-q128-wna16-hf-refused.yaml
-                 --refused "rollout.layout hf with model.quantization wna16 is not supported for MoE experts"
-         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(check_session_quant_moe_wna16_hf_refused_np2 PROPERTIES LABELS mpi
-                     TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+session_quant_test(check_session_quant_moe_wna16_hf_refused_np2 2
+                   qwen3-moe-q128-wna16-hf-refused ""
+                   --refused "rollout.layout hf with model.quantization wna16 is not supported for MoE experts")
 # ... into the engine's CUDA tensors (rollout.gpus), on the CPU (label device-emu: the
 # host-device accelerator stands for each rollout rank's GPU, so the format owners' device
 # branches run: fp8-tensor's fp8_requant, wna16's device repack / expert transpose; broadcast
@@ -363,14 +347,7 @@ foreach(case "moe_wna16_tp1_to_tp2ep2_np3;3;qwen3-moe-q128-wna16-tp1-to-tp2ep2"
   list(GET case 0 name)
   list(GET case 1 np)
   list(GET case 2 topo)
-  add_test(NAME emu_check_session_quant_${name}
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                   -np ${np} $<TARGET_FILE:check_session_quant>
-                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(emu_check_session_quant_${name} PROPERTIES LABELS "mpi;device-emu"
-                       TIMEOUT 300 ENVIRONMENT
-                       "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=host-device")
+  session_quant_test(emu_check_session_quant_${name} ${np} ${topo} host-device)
 endforeach()
 # ... from the trainer's CUDA tensors (trainer.gpus over mpi; colocated ipc), on the CPU (label
 # device-emu: host-device-trainer / -all give the trainer ranks the host-device accelerator,
@@ -392,14 +369,7 @@ foreach(case "fp8_block_tp2_np4;4;llama-q128-fp8-block-tp2-to-tp2;host-device-tr
   list(GET case 1 np)
   list(GET case 2 topo)
   list(GET case 3 emu)
-  add_test(NAME emu_check_session_quant_device_trainer_${name}
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                   -np ${np} $<TARGET_FILE:check_session_quant>
-                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(emu_check_session_quant_device_trainer_${name} PROPERTIES
-                       LABELS "mpi;device-emu" TIMEOUT 300 ENVIRONMENT
-                       "CK_FORK=no;CK_DEFAULT_TIMEOUT=120;REFIT_TEST_DEVICE_ACCEL=${emu}")
+  session_quant_test(emu_check_session_quant_device_trainer_${name} ${np} ${topo} ${emu})
 endforeach()
 # ... from a registered checkpoint of the quantized model (rf_session_register_checkpoint): its
 # fp8 linears as stored (tests/data/qwen3-fp8-tiny; its scales stored as bf16, widened), its
@@ -415,13 +385,7 @@ foreach(case "ckpt_fp8_stored_np2;qwen3-fp8-tiny-tp1-to-tp1;${REFIT_TEST_DATA}/q
   list(GET case 1 topo)
   list(GET case 2 dir)
   list(GET case 3 fx)
-  add_test(NAME check_session_quant_${name}
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                   -np 2 $<TARGET_FILE:check_session_quant>
-                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml --checkpoint ${dir}
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(check_session_quant_${name} PROPERTIES LABELS mpi TIMEOUT 300
-                       ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+  session_quant_test(check_session_quant_${name} 2 ${topo} "" --checkpoint ${dir})
   if(fx)
     set_tests_properties(check_session_quant_${name} PROPERTIES FIXTURES_REQUIRED ${fx})
   endif()
@@ -437,30 +401,14 @@ foreach(case "wna16_marlin_tp1_np2;2;llama-q128-wna16-marlin-tp1-to-tp1;"
   list(GET case 1 np)
   list(GET case 2 topo)
   list(GET case 3 emu)
-  set(env "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
-  set(labels mpi)
   set(tname check_session_quant_${name})
   if(emu)
     set(tname emu_check_session_quant_${name})
-    set(env "${env};REFIT_TEST_DEVICE_ACCEL=${emu}")
-    set(labels "mpi;device-emu")
   endif()
-  add_test(NAME ${tname}
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                   -np ${np} $<TARGET_FILE:check_session_quant>
-                   ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-${topo}.yaml
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(${tname} PROPERTIES LABELS "${labels}" TIMEOUT 300
-                       ENVIRONMENT "${env}")
+  session_quant_test(${tname} ${np} ${topo} "${emu}")
 endforeach()
-add_test(NAME check_session_quant_hf_fnuz_refused_np2
-         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
-                 -np 2 $<TARGET_FILE:check_session_quant>
-                 ${CMAKE_CURRENT_SOURCE_DIR}/topologies/session-qwen3-fp8-tiny-hf-fnuz-refused.yaml
-                 --refused "rollout.backend rocm-fnuz with rollout.layout hf is not supported"
-         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(check_session_quant_hf_fnuz_refused_np2 PROPERTIES LABELS mpi
-                     TIMEOUT 300 ENVIRONMENT "CK_FORK=no;CK_DEFAULT_TIMEOUT=120")
+session_quant_test(check_session_quant_hf_fnuz_refused_np2 2 qwen3-fp8-tiny-hf-fnuz-refused ""
+                   --refused "rollout.backend rocm-fnuz with rollout.layout hf is not supported")
 # Issue 18 (pinned mpi receive buffers on device storage): check_session_device reads the
 # xfer's receive-buffer state (transport/xfer_int.h)
 target_include_directories(check_session_device PRIVATE ${CMAKE_SOURCE_DIR}/transport)

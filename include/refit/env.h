@@ -1,0 +1,41 @@
+/*
+ * refit: environment switches (the ground floor, core/env.c).
+ *
+ * The REFIT_* variables that change what a job does (A/B switches for the benchmarks, the
+ * CUDA copy split) are read at setup or create through these parsers, never at update time:
+ * a value the switch does not know is refused with RF_ERR_INVALID naming the variable, the
+ * value and the accepted values, instead of being ignored. Unset or empty: the default.
+ * The variables and what they do: docs/design.md, "Environment switches". Local.
+ */
+#ifndef REFIT_ENV_H
+#define REFIT_ENV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "refit/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A 0/1 switch: "1" on, "0" off, unset or empty dflt. *on_p is set only on success. Errors:
+ * RF_ERR_INVALID for any other value ("NAME=VALUE: expected 0 (off) or 1 (on)"); name and on_p
+ * must not be NULL (RF_ERR_INVALID).
+ */
+rf_status_t rf_env_flag(const char *name, bool dflt, bool *on_p, rf_err_t *err);
+
+/*
+ * A positive count (what it counts: unit, for the message, e.g. "bytes"): a decimal integer of
+ * digits only, at least 1, at most SIZE_MAX; unset or empty dflt. *out_p is set only on
+ * success. Errors: RF_ERR_INVALID for anything else ("NAME=VALUE: expected a positive decimal
+ * integer (bytes)"), naming overflow too.
+ */
+rf_status_t rf_env_count(const char *name, const char *unit, size_t dflt, size_t *out_p,
+                         rf_err_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REFIT_ENV_H */

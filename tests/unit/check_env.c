@@ -1,0 +1,153 @@
+/*
+ * refit: unit tests of the environment switches' parsers (include/refit/env.h): a 0/1 switch
+ * and a positive count take their default when unset or empty, their value when it is one the
+ * switch knows, and refuse anything else with RF_ERR_INVALID naming the variable, the value
+ * and what is accepted, leaving the output untouched.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refit/env.h"
+
+#define VAR "REFIT_TEST_ENV_SWITCH"
+
+static void teardown(void)
+{
+    unsetenv(VAR);
+}
+
+/* rf_env_flag with VAR set to v (NULL: unset); *on_p starts as `start` */
+static rf_status_t flag(const char *v, bool dflt, bool start, bool *on_p, rf_err_t *err)
+{
+    if (v != NULL)
+        setenv(VAR, v, 1);
+    else
+        unsetenv(VAR);
+    rf_err_clear(err);
+    *on_p = start;
+    return rf_env_flag(VAR, dflt, on_p, err);
+}
+
+START_TEST(test_flag_values)
+{
+    rf_err_t err;
+    bool on;
+    ck_assert_int_eq(flag(NULL, true, false, &on, &err), RF_OK);
+    ck_assert(on);
+    ck_assert_int_eq(flag(NULL, false, true, &on, &err), RF_OK);
+    ck_assert(!on);
+    ck_assert_int_eq(flag("", true, false, &on, &err), RF_OK);
+    ck_assert(on);
+    ck_assert_int_eq(flag("1", false, false, &on, &err), RF_OK);
+    ck_assert(on);
+    ck_assert_int_eq(flag("0", true, true, &on, &err), RF_OK);
+    ck_assert(!on);
+    ck_assert_int_eq(err.status, RF_OK);
+}
+END_TEST
+
+START_TEST(test_flag_refused)
+{
+    static const char *bad[] = {"maybe", "yes", "true", "on", "2", "01", "1 ", " 1", "-1", "10"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rf_err_t err;
+        bool on;
+        ck_assert_int_eq(flag(bad[i], true, false, &on, &err), RF_ERR_INVALID);
+        ck_assert_int_eq(err.status, RF_ERR_INVALID);
+        ck_assert_msg(!on, "%s: output set on failure", bad[i]);
+        char want[128];
+        snprintf(want, sizeof(want), VAR "=%s: expected 0 (off) or 1 (on)", bad[i]);
+        ck_assert_str_eq(err.msg, want);
+    }
+}
+END_TEST
+
+static rf_status_t count(const char *v, size_t dflt, size_t *out_p, rf_err_t *err)
+{
+    if (v != NULL)
+        setenv(VAR, v, 1);
+    else
+        unsetenv(VAR);
+    rf_err_clear(err);
+    *out_p = 777;
+    return rf_env_count(VAR, "bytes", dflt, out_p, err);
+}
+
+START_TEST(test_count_values)
+{
+    rf_err_t err;
+    size_t n;
+    ck_assert_int_eq(count(NULL, 42, &n, &err), RF_OK);
+    ck_assert_uint_eq(n, 42);
+    ck_assert_int_eq(count("", SIZE_MAX, &n, &err), RF_OK);
+    ck_assert_uint_eq(n, SIZE_MAX);
+    ck_assert_int_eq(count("1", 42, &n, &err), RF_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(count("1048576", 42, &n, &err), RF_OK);
+    ck_assert_uint_eq(n, 1048576);
+    ck_assert_int_eq(count("007", 42, &n, &err), RF_OK);
+    ck_assert_uint_eq(n, 7);
+    char max[32];
+    snprintf(max, sizeof(max), "%zu", (size_t)SIZE_MAX);
+    ck_assert_int_eq(count(max, 42, &n, &err), RF_OK);
+    ck_assert_uint_eq(n, SIZE_MAX);
+}
+END_TEST
+
+START_TEST(test_count_refused)
+{
+    static const char *bad[] = {"abc", "-1", "+5", " 5", "5 ", "0x10", "1e6", "12k", "1.5"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rf_err_t err;
+        size_t n;
+        ck_assert_int_eq(count(bad[i], 42, &n, &err), RF_ERR_INVALID);
+        ck_assert_uint_eq(n, 777);
+        char want[128];
+        snprintf(want, sizeof(want), VAR "=%s: expected a positive decimal integer (bytes)",
+                 bad[i]);
+        ck_assert_str_eq(err.msg, want);
+    }
+    rf_err_t err;
+    size_t n;
+    ck_assert_int_eq(count("0", 42, &n, &err), RF_ERR_INVALID);
+    ck_assert_str_eq(err.msg, VAR "=0: expected a positive decimal integer (bytes), not 0");
+    ck_assert_uint_eq(n, 777);
+    /* one past SIZE_MAX (64-bit): refused, not wrapped or clamped */
+    ck_assert_int_eq(count("18446744073709551616", 42, &n, &err), RF_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, VAR "=18446744073709551616: expected a positive "
+                                              "decimal integer (bytes) of at most"));
+    ck_assert_uint_eq(n, 777);
+}
+END_TEST
+
+START_TEST(test_null_refused)
+{
+    rf_err_t err;
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_env_flag(VAR, true, NULL, &err), RF_ERR_INVALID);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_env_count(NULL, "bytes", 1, &(size_t){0}, &err), RF_ERR_INVALID);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("env");
+    TCase *tc = tcase_create("switches");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_flag_values);
+    tcase_add_test(tc, test_flag_refused);
+    tcase_add_test(tc, test_count_values);
+    tcase_add_test(tc, test_count_refused);
+    tcase_add_test(tc, test_null_refused);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
