@@ -396,10 +396,21 @@ class Session:
         On the mpi transport with trainer.gpus, trainer ranks register CUDA tensors of their
         GPU (the model's dtype or float32 masters), which refit copies to the host when it
         packs them: finish their writes before update() as well.
-        Raises refit.Error naming the first bad tensor (those before it stay registered)."""
+        Raises refit.Error naming the first bad tensor (those before it stay registered),
+        also for a value that is not a torch.Tensor (a numpy array: torch.from_numpy(a))."""
         s = self._handle()
         for name, v in tensors.items():
-            t, dtype = v if isinstance(v, tuple) else (v, None)
+            t, dtype = v if isinstance(v, tuple) and len(v) == 2 else (v, None)
+            torch = sys.modules.get("torch")  # loaded by whoever made a tensor
+            bad = t if dtype is None or isinstance(dtype, str) else v
+            if torch is None or not isinstance(t, torch.Tensor) or \
+                    not (dtype is None or isinstance(dtype, str)):
+                raise Error("RF_ERR_INVALID", "rank %d (%s): %s: a %s.%s, not a torch.Tensor: "
+                            "register accepts torch tensors (contiguous; CPU, or CUDA where "
+                            "the topology puts this rank on a GPU) or (tensor, \"REFIT_DTYPE\") "
+                            "pairs (torch.from_numpy(a) wraps a numpy array's memory)"
+                            % (self._rank, self.role, name, type(bad).__module__,
+                               type(bad).__qualname__))
             if t.dim() > MAX_DIMS:
                 raise Error("RF_ERR_INVALID", "rank %d (%s): %s: %d dims (at most %d)" %
                             (self._rank, self.role, name, t.dim(), MAX_DIMS))
