@@ -16,7 +16,11 @@ A ctypes binding of librefit's session API (include/refit/session.h; docs/api.md
 librefit.so is found through $REFIT_LIB (a file), else beside this package, else the build
 tree (<repo>/build). Its ABI version is checked at import. Errors raise refit.Error carrying
 the library's message; register raises on the calling rank only, plan on every rank or none;
-update returns a FAILED result (committed False) rather than raising.
+update returns a FAILED result (committed False, reason) for an update that ran to a verdict
+and raises only without one: before plan() (RF_ERR_STATE) and on a lost session (a failed
+join: RF_ERR_TIMEOUT, RF_ERR_PEER; every later call then raises RF_ERR_STATE). A version
+given to update() need not increase (committed as given; None: the last + 1).
+A runnable trainer + engine pair: python/examples/quickstart.py.
 
 A rank that raises between calls would leave the others waiting in their next collective
 call, so close() at exit after an uncaught exception (and Session.__exit__ with one) is local
@@ -462,6 +466,10 @@ class Session:
 
     def update(self, version=None):
         """Collective: one update; returns a Result (committed or not, on every rank alike).
+        version: trainer rank 0's is the update's (None or 0: the last committed + 1; not
+        required to increase: committed as given, s.version then reads it). Raises
+        refit.Error before plan() (RF_ERR_STATE) and on a lost session (a failed join,
+        RF_ERR_TIMEOUT / RF_ERR_PEER; every later call then raises RF_ERR_STATE).
         Tensors that moved since they were registered (a new data_ptr, e.g. p.data = ...) are
         found by a check that runs on a helper thread while the update runs (it costs no time
         before the C call): a move fails that attempt on every rank (RF_ERR_MOVED; nothing
