@@ -67,8 +67,9 @@
  * until rf_session_destroy (which closes the pair's mappings before it returns).
  * Unquantized models and, into host tensors over mpi, dense fp8-block, fp8-channel and wna16
  * ones on rollout.backend triton (below); the topology's
- * trainer.layout: megatron (DESIGN.md section 6: every trainer rank registers its shard of
- * each checkpoint tensor it holds, as refit-run's trainer holds it) or fsdp (torch FSDP2's
+ * trainer.layout: megatron (docs/design.md, "Trainer shards and the stage gather": every
+ * trainer rank registers its shard of each checkpoint tensor it holds, as refit-run's trainer
+ * holds it) or fsdp (torch FSDP2's
  * Shard(0): rank d of a stage's trainer.dp registers torch.chunk(tensor, dp, 0)[d] of each
  * tensor of its stage, include/refit/trainer.h), each shard in the checkpoint's dtype or as
  * an F32 master of a BF16 / F16 tensor (rounded to nearest even when packed), and rollout
@@ -267,8 +268,9 @@ rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, 
  * shards come from the checkpoint at path (a safetensors directory: model.safetensors or
  * shards with model.safetensors.index.json; or a refit HDF5 file, .h5 / .hdf5, or a directory
  * holding model.h5: docs/formats.md), read by refit into buffers it allocates, exactly as
- * refit-run --checkpoint reads it: this rank's rows and columns only (DESIGN.md section 6,
- * trainer.layout megatron or fsdp), with collective MPI-IO reads by the trainer ranks of each
+ * refit-run --checkpoint reads it: this rank's rows and columns only (docs/design.md,
+ * "Trainer shards and the stage gather"; trainer.layout megatron or fsdp), with collective
+ * MPI-IO reads by the trainer ranks of each
  * stage where libhdf5 is parallel. Checked here: the checkpoint opens, its own config (an HDF5
  * root attribute config, or config.json beside the safetensors) agrees with the topology's
  * model, and it holds every tensor of this rank's stage with the inventory's dtype and shape.
@@ -304,6 +306,8 @@ rf_status_t rf_session_plan(rf_session_t *s, rf_session_plan_info_t *info);
  * Collective: one weight update. version: the trainer's number for these weights (0: the last
  * version + 1); trainer rank 0's is the update's, and any other trainer rank passing a
  * different non-zero one fails the update; rollout ranks pass 0 (their value is ignored).
+ * Versions need not increase: one equal to or below the last is committed as given
+ * (rf_session_version then returns it).
  * Begin (every rank agrees to go, or the update FAILED: a refused registration, an
  * rf_session_abort, a rebuilt plan that no longer fits), transfer (trainer ranks read their
  * registered shards in place; rollout ranks write into their registered tensors), finish

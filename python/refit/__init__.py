@@ -16,7 +16,11 @@ A ctypes binding of librefit's session API (include/refit/session.h; docs/api.md
 librefit.so is found through $REFIT_LIB (a file), else beside this package, else the build
 tree (<repo>/build). Its ABI version is checked at import. Errors raise refit.Error carrying
 the library's message; register raises on the calling rank only, plan on every rank or none;
-update returns a FAILED result (committed False) rather than raising.
+update returns a FAILED result (committed False, reason) for an update that ran to a verdict
+and raises only without one: before plan() (RF_ERR_STATE) and on a lost session (a failed
+join: RF_ERR_TIMEOUT, RF_ERR_PEER; every later call then raises RF_ERR_STATE). A version
+given to update() need not increase (committed as given; None: the last + 1).
+A runnable trainer + engine pair: python/examples/quickstart.py.
 
 A rank that raises between calls would leave the others waiting in their next collective
 call, so close() at exit after an uncaught exception (and Session.__exit__ with one) is local
@@ -396,10 +400,21 @@ class Session:
         On the mpi transport with trainer.gpus, trainer ranks register CUDA tensors of their
         GPU (the model's dtype or float32 masters), which refit copies to the host when it
         packs them: finish their writes before update() as well.
-        Raises refit.Error naming the first bad tensor (those before it stay registered)."""
+        Raises refit.Error naming the first bad tensor (those before it stay registered),
+        also for a value that is not a torch.Tensor (a numpy array: torch.from_numpy(a))."""
         s = self._handle()
         for name, v in tensors.items():
-            t, dtype = v if isinstance(v, tuple) else (v, None)
+            t, dtype = v if isinstance(v, tuple) and len(v) == 2 else (v, None)
+            torch = sys.modules.get("torch")  # loaded by whoever made a tensor
+            bad = t if dtype is None or isinstance(dtype, str) else v
+            if torch is None or not isinstance(t, torch.Tensor) or \
+                    not (dtype is None or isinstance(dtype, str)):
+                raise Error("RF_ERR_INVALID", "rank %d (%s): %s: a %s.%s, not a torch.Tensor: "
+                            "register accepts torch tensors (contiguous; CPU, or CUDA where "
+                            "the topology puts this rank on a GPU) or (tensor, \"REFIT_DTYPE\") "
+                            "pairs (torch.from_numpy(a) wraps a numpy array's memory)"
+                            % (self._rank, self.role, name, type(bad).__module__,
+                               type(bad).__qualname__))
             if t.dim() > MAX_DIMS:
                 raise Error("RF_ERR_INVALID", "rank %d (%s): %s: %d dims (at most %d)" %
                             (self._rank, self.role, name, t.dim(), MAX_DIMS))
@@ -451,6 +466,10 @@ class Session:
 
     def update(self, version=None):
         """Collective: one update; returns a Result (committed or not, on every rank alike).
+        version: trainer rank 0's is the update's (None or 0: the last committed + 1; not
+        required to increase: committed as given, s.version then reads it). Raises
+        refit.Error before plan() (RF_ERR_STATE) and on a lost session (a failed join,
+        RF_ERR_TIMEOUT / RF_ERR_PEER; every later call then raises RF_ERR_STATE).
         Tensors that moved since they were registered (a new data_ptr, e.g. p.data = ...) are
         found by a check that runs on a helper thread while the update runs (it costs no time
         before the C call): a move fails that attempt on every rank (RF_ERR_MOVED; nothing

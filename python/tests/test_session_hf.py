@@ -8,8 +8,9 @@ per expert, as the checkpoint names them) with AdamW on random tokens between up
 register their parameters once (trainer TP 1: all of each; --fsdp: FSDP2's Shard(0)). After
 every update the engine's parameters equal the trainer's bit for bit, its logits equal the
 trainer's exactly, and no registered data_ptr changed; a wrong hf shape raises refit.Error
-naming the tensor, and so does a session over an hf topology with an fp8 model (every rank); an aborted update leaves the engine unchanged and committed False on every
-rank.
+naming the tensor (so does a numpy array: not a torch.Tensor), and so does a session over an
+hf topology with an fp8 model (every rank); an aborted update leaves the engine unchanged and
+committed False on every rank.
 
     mpiexec -np N /usr/bin/python3 python/tests/test_session_hf.py TOPOLOGY CONFIG_JSON [--fsdp]
 """
@@ -237,6 +238,19 @@ else:
     mine = {n: tuple(t.shape) for n, t in params.items()}
     check(mine == want, "the engine's named_parameters() %r, refit expects %r" % (mine, want))
     ptrs = {n: t.data_ptr() for n, t in params.items()}
+
+# a numpy array (no torch tensor interface) raises refit.Error naming the tensor and what is
+# accepted (not AttributeError), locally, and leaves nothing for the plan to carry
+import numpy  # noqa: E402
+for v in (numpy.zeros((3, 3), dtype=numpy.uint16), (numpy.zeros(3), "BF16")):
+    try:
+        s.register({"model.norm.weight": v})
+        check(False, "a numpy array registered")
+    except refit.Error as e:
+        check(e.status == "RF_ERR_INVALID" and "model.norm.weight: a numpy.ndarray, not a "
+              "torch.Tensor: register accepts torch tensors" in str(e), "numpy error: %s" % e)
+    except Exception as e:
+        check(False, "numpy register raised %s: %s" % (type(e).__name__, e))
 
 # a wrong hf shape raises naming the tensor, locally; the plan after it raises on every rank
 bad = "model.layers.1.self_attn.k_proj.weight"

@@ -38,6 +38,20 @@ add_test(NAME python_session_llama_np2
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(python_session_llama_np2 PROPERTIES LABELS "mpi;python" TIMEOUT 300
                      ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1")
+# the README's quickstart (python/examples/quickstart.py, jobs/topologies/
+# llama-tiny-hf-tp1-to-tp1.yaml) as a user runs it: three AdamW steps, each update COMMITTED and
+# the engine's 30 tensors equal to the trainer's (PASS needs the last update's line and "ok";
+# any FAILED or MISMATCH line fails it)
+add_test(NAME python_session_quickstart_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --bind-to none
+                 -x REFIT_LIB -np 2 /usr/bin/python3
+                 ${CMAKE_SOURCE_DIR}/python/examples/quickstart.py
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(python_session_quickstart_np2 PROPERTIES LABELS "mpi;python" TIMEOUT 300
+                     ENVIRONMENT "REFIT_LIB=$<TARGET_FILE:refit_shared>;OMP_NUM_THREADS=1"
+                     PASS_REGULAR_EXPRESSION
+                     "update 3: COMMITTED \\(version 3, [0-9]+ bytes\\): 30 of 30 engine tensors equal the trainer's\nquickstart: ok"
+                     FAIL_REGULAR_EXPRESSION "FAILED;MISMATCH;Traceback")
 # trainer.layout fsdp: 3 trainer ranks register p.chunk(3, 0)[d] (broadcast); 2 ranks train
 # float32 masters and register their chunks (p2p): the engine's bf16 is torch's rounding
 foreach(case "fsdp3_np4;4;session-llama-tiny-fsdp3-to-tp1.yaml;--fsdp"
