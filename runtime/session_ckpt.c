@@ -174,8 +174,10 @@ rf_status_t rf_session_register_checkpoint(rf_session_t *s, const char *path)
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: the session's plan failed past the "
                           "registration check: destroy it", s->rank);
     rf_status_t st = register_checkpoint(s, path, &s->last);
-    if (st != RF_OK && s->reg_err.status == RF_OK)
+    if (st != RF_OK && s->reg_err.status == RF_OK) {
         rf_err_set(&s->reg_err, st, "%s", s->last.msg); /* the next collective carries it */
+        s->reg_err_call = false;                        /* until then */
+    }
     return st;
 }
 
