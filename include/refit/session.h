@@ -468,7 +468,9 @@ void rf_session_offline_close(rf_session_offline_t *o);
  * update and the engine must not serve them before the next COMMITTED update (as any failure
  * during a transfer; include/refit/session.h rf_session_update). An update whose own status
  * failed before the gate does not wait. Errors: RF_ERR_INVALID (NULL s or ticket_p, timeout_s
- * not in (0, 3600]), RF_ERR_STATE (before a plan, a lost session, a ticket armed already).
+ * not in (0, 3600]), RF_ERR_STATE (before a plan, a ticket armed already). On a lost session
+ * it returns RF_OK with a ticket that arms nothing (its post is refused, RF_ERR_STATE): the
+ * rf_session_update or rf_session_finish it precedes reports the loss, naming itself.
  *
  * rf_session_check_post, local, from ANY thread of the process (it locks the check's mutex
  * and makes no MPI call; so the MPI thread level rf_session_create requires is all this
