@@ -841,6 +841,18 @@ START_TEST(test_destroy_local)
         ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
         ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "the session is lost"));
         ck_assert_int_eq(rf_session_begin(x.s, 0), RF_ERR_STATE);
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s),
+                                     "rf_session_begin: the session is lost"));
+        /* the binding's update: a check armed first; the update names itself, not the arm */
+        uint64_t ticket = 0;
+        ck_assert_int_eq(rf_session_check_arm(x.s, 5.0, &ticket), RF_OK);
+        ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
+        ck_assert_msg(strstr(rf_session_last_error(x.s), "rank ") != NULL &&
+                          strstr(rf_session_last_error(x.s),
+                                 "rf_session_update: the session is lost") != NULL,
+                      "%s", rf_session_last_error(x.s));
+        ck_assert_int_eq(rf_session_check_post(x.s, ticket, RF_OK, NULL), RF_ERR_STATE);
+        ck_assert_int_eq(rf_session_check_arm(x.s, 5.0, &ticket), RF_OK); /* again: no "armed" */
     }
     sess_close(&x); /* local on the lost session, a no-op on the leaver */
     rf_session_destroy_local(NULL, NULL);
