@@ -50,3 +50,24 @@ rf_status_t rf_env_count(const char *name, const char *unit, size_t dflt, size_t
     *out_p = (size_t)x;
     return RF_OK;
 }
+
+/* every switch read through the parsers above (include/refit/env.h, rf_env_check) */
+static const char *const env_flags[] = {"REFIT_CKPT_STREAM", "REFIT_HDF5_COLLECTIVE",
+                                        "REFIT_MPI_SEND_SPIN", "REFIT_MPI_RECV_PAGEABLE",
+                                        "REFIT_DEVICE_TIMELINE"};
+static const struct {
+    const char *name, *unit;
+} env_counts[] = {{"REFIT_CUDA_ENGINE_MIN", "bytes"}};
+
+rf_status_t rf_env_check(rf_err_t *err)
+{
+    for (size_t i = 0; i < sizeof(env_flags) / sizeof(env_flags[0]); i++) {
+        bool on;
+        RF_CHECK(rf_env_flag(env_flags[i], false, &on, err));
+    }
+    for (size_t i = 0; i < sizeof(env_counts) / sizeof(env_counts[0]); i++) {
+        size_t n;
+        RF_CHECK(rf_env_count(env_counts[i].name, env_counts[i].unit, 1, &n, err));
+    }
+    return RF_OK;
+}

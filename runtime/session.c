@@ -287,10 +287,15 @@ static rf_status_t check_device(const rf_session_t *s, const rf_tensor_desc_t *d
     return RF_OK;
 }
 
-static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int k,
-                                rf_err_t *err)
+/* Descriptor k of a register call checked against what this rank holds, nothing changed:
+ * *i_p its expected tensor (-1: an empty shard, accepted and ignored) and *sig_p its
+ * signature. mark: the call's tensors so far (a name twice in one call is refused). Local. */
+static rf_status_t check_one(rf_session_t *s, const rf_tensor_desc_t *d, int k,
+                             const unsigned char *mark, int *i_p, rf_signature_t *sig_p,
+                             rf_err_t *err)
 {
     const char *role = rf_session_role_name(s);
+    *i_p = -1;
     if (d->name == NULL)
         return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): descriptor %d has no name",
                           s->rank, role, k);
@@ -304,7 +309,10 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
     if (i < 0)
         return rf_err_set(err, RF_ERR_EXTRA, "rank %d (%s): %s is not a tensor this rank holds "
                           "(%s)", s->rank, role, d->name, hold_hint(s));
-    sess_tensor_t *e = &s->ex[i];
+    const sess_tensor_t *e = &s->ex[i];
+    if (mark[i])
+        return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): %s given twice in one "
+                          "rf_session_register call", s->rank, role, d->name);
     if (dt == RF_DTYPE_INVALID)
         return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): %s: unknown dtype %s", s->rank,
                           role, d->name, d->dtype ? d->dtype : "(NULL)");
@@ -348,37 +356,78 @@ static rf_status_t register_one(rf_session_t *s, const rf_tensor_desc_t *d, int 
     rf_status_t st = rf_signature_check(&sig, &want, d->name, &e2);
     if (st != RF_OK)
         return rf_err_set(err, st, "rank %d (%s): %s", s->rank, role, e2.msg);
+    if (!s->planned && e->registered)
+        return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): %s registered twice", s->rank,
+                          role, d->name);
+    /* colocated ipc: the plan shared the allocation the tensor was in, and the pair reads it
+     * at that offset */
+    if (s->planned && !is_rollout(s) && s->ipc && d->data != e->sig.data)
+        return rf_err_set(err, RF_ERR_UNSUPPORTED, "rank %d (%s): %s moved after the plan (%p, "
+                          "planned at %p): on colocated ipc the pair reads each trainer tensor "
+                          "where it was at rf_session_plan; keep its memory for the session",
+                          s->rank, role, d->name, d->data, e->sig.data);
+    *i_p = i;
+    *sig_p = sig;
+    return RF_OK;
+}
+
+/* Expected tensor i takes the checked signature sig (check_one). */
+static rf_status_t apply_one(rf_session_t *s, int i, const rf_signature_t *sig, rf_err_t *err)
+{
+    const char *role = rf_session_role_name(s);
+    sess_tensor_t *e = &s->ex[i];
     if (!s->planned) {
-        if (e->registered)
-            return rf_err_set(err, RF_ERR_INVALID, "rank %d (%s): %s registered twice", s->rank,
-                              role, d->name);
         e->registered = true;
-        e->sig = sig;
+        e->sig = *sig;
         s->nreg++;
         return RF_OK;
     }
     /* after the plan: the caller re-allocated the tensor; refit uses the new memory from the
      * next update on (rollout: the plan sees the new signature and rebuilds at its begin) */
     if (is_rollout(s)) {
-        st = rf_storage_rebind(&s->st, e->name, &sig, &e2);
+        rf_err_t e2;
+        rf_err_clear(&e2);
+        /* cannot fail past check_one (the same dtype and shape): kept as a guard */
+        rf_status_t st = rf_storage_rebind(&s->st, e->name, sig, &e2);
         if (st != RF_OK)
             return rf_err_set(err, st, "rank %d (%s): %s", s->rank, role, e2.msg);
-    } else if (s->ipc && d->data != e->sig.data) {
-        /* colocated ipc: the plan shared the allocation the tensor was in, and the pair reads
-         * it at that offset */
-        return rf_err_set(err, RF_ERR_UNSUPPORTED, "rank %d (%s): %s moved after the plan (%p, "
-                          "planned at %p): on colocated ipc the pair reads each trainer tensor "
-                          "where it was at rf_session_plan; keep its memory for the session",
-                          s->rank, role, d->name, d->data, e->sig.data);
     } else if (!e->logical) { /* a quantized linear's weight: read at the next production */
-        s->tr.buf[e->entry] = d->data;
+        s->tr.buf[e->entry] = sig->data;
     }
-    e->sig = sig;
+    e->sig = *sig;
     if (s->in_update && s->moved_err.status == RF_OK) /* the update in flight fails */
         rf_err_set(&s->moved_err, RF_ERR_MOVED, "rank %d (%s): %s registered again during "
                    "update %u (between rf_session_begin and rf_session_finish): that update "
-                   "fails, the next one uses the new memory", s->rank, role, d->name, s->seq);
+                   "fails, the next one uses the new memory", s->rank, role, e->name, s->seq);
     return RF_OK;
+}
+
+/* All or nothing: every descriptor checked first; the first bad one refuses the whole call
+ * (nothing registered or re-bound), else every one is applied. */
+static rf_status_t register_all(rf_session_t *s, const rf_tensor_desc_t *descs, int n,
+                                rf_err_t *err)
+{
+    if (n == 0)
+        return RF_OK;
+    unsigned char *mark = calloc((size_t)s->nex + 1, 1);
+    int *idx = malloc((size_t)n * sizeof(int));
+    rf_signature_t *sigs = malloc((size_t)n * sizeof(rf_signature_t));
+    rf_status_t st = RF_OK;
+    if (mark == NULL || idx == NULL || sigs == NULL)
+        st = rf_err_set(err, RF_ERR_NOMEM, "rank %d (%s): rf_session_register: out of memory",
+                        s->rank, rf_session_role_name(s));
+    for (int k = 0; k < n && st == RF_OK; k++) {
+        st = check_one(s, &descs[k], k, mark, &idx[k], &sigs[k], err);
+        if (st == RF_OK && idx[k] >= 0)
+            mark[idx[k]] = 1;
+    }
+    for (int k = 0; k < n && st == RF_OK; k++)
+        if (idx[k] >= 0)
+            st = apply_one(s, idx[k], &sigs[k], err);
+    free(mark);
+    free(idx);
+    free(sigs);
+    return st;
 }
 
 rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, int n)
@@ -393,10 +442,17 @@ rf_status_t rf_session_register(rf_session_t *s, const rf_tensor_desc_t *descs, 
     if (n < 0 || (n > 0 && descs == NULL))
         st = rf_err_set(&s->last, RF_ERR_INVALID, "rank %d (%s): rf_session_register: %s",
                         s->rank, rf_session_role_name(s), n < 0 ? "n < 0" : "NULL descs");
-    for (int k = 0; k < n && st == RF_OK; k++)
-        st = register_one(s, &descs[k], k, &s->last);
-    if (st != RF_OK && s->reg_err.status == RF_OK)
+    if (st == RF_OK)
+        st = register_all(s, descs, n, &s->last);
+    if (st != RF_OK && s->reg_err.status == RF_OK) {
         rf_err_set(&s->reg_err, st, "%s", s->last.msg); /* the next collective carries it */
+        s->reg_err_call = !s->planned;
+    } else if (st == RF_OK && s->reg_err_call && !s->planned) {
+        /* a refused call before the plan left nothing registered; the caller registered
+         * again: forgotten (a tensor still missing fails the plan, named) */
+        rf_err_clear(&s->reg_err);
+        s->reg_err_call = false;
+    }
     return st;
 }
 

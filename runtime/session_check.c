@@ -66,9 +66,13 @@ rf_status_t rf_session_check_arm(rf_session_t *s, double timeout_s, uint64_t *ti
         return rf_err_set(&s->last, RF_ERR_INVALID, "rank %d: rf_session_check_arm: %s",
                           s->rank, ticket_p == NULL ? "NULL ticket_p"
                                                     : "timeout_s not in (0, 3600] seconds");
-    if (s->lost)
-        return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_check_arm: the session is "
-                          "lost (%s)", s->rank, s->lost_err.msg);
+    if (s->lost) { /* a ticket that arms nothing: the call it precedes (rf_session_update,
+                    * rf_session_finish) refuses itself, naming the call the user made */
+        pthread_mutex_lock(&s->check.mu);
+        *ticket_p = ++s->check.last;
+        pthread_mutex_unlock(&s->check.mu);
+        return RF_OK;
+    }
     if (!s->planned)
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: rf_session_check_arm before a "
                           "successful rf_session_plan", s->rank);

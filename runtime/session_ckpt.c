@@ -30,6 +30,16 @@
 #include "refit/log.h"
 #include "session_int.h"
 
+/* A checkpoint error (e2, from the checkpoint's code) as this rank's: the path named once
+ * (the checkpoint's own texts name the file or directory at fault, mostly). Local. */
+static rf_status_t ckpt_err(const rf_session_t *s, rf_status_t st, const char *path,
+                            const rf_err_t *e2, rf_err_t *err)
+{
+    if (strstr(e2->msg, path) != NULL)
+        return rf_err_set(err, st, "trainer rank %d: %s", s->rank, e2->msg);
+    return rf_err_set(err, st, "trainer rank %d: checkpoint %s: %s", s->rank, path, e2->msg);
+}
+
 /* The checkpoint at path opened, its aliases applied and checked against what this trainer
  * rank holds (its config, and every expected tensor's presence, dtype and shape). Local. */
 static rf_status_t ckpt_open_checked(rf_session_t *s, const char *path, rf_ckpt_t **ck_p,
@@ -41,7 +51,7 @@ static rf_status_t ckpt_open_checked(rf_session_t *s, const char *path, rf_ckpt_
     *ck_p = NULL;
     rf_status_t st = rf_ckpt_open(path, &ck, &e2);
     if (st != RF_OK) /* rf_ckpt_open's text names the file or directory at fault */
-        return rf_err_set(err, st, "trainer rank %d: checkpoint %s: %s", s->rank, path, e2.msg);
+        return ckpt_err(s, st, path, &e2, err);
     /* OPT's published decoder.* names (DESIGN.md 4), as the job's setup renames them */
     const char *from[4], *to[4];
     int na = rf_family_aliases(s->inv.cfg.family, from, to, 4);
@@ -52,7 +62,7 @@ static rf_status_t ckpt_open_checked(rf_session_t *s, const char *path, rf_ckpt_
                                   &e2);
     if (st != RF_OK) {
         rf_ckpt_close(ck);
-        return rf_err_set(err, st, "trainer rank %d: checkpoint %s: %s", s->rank, path, e2.msg);
+        return ckpt_err(s, st, path, &e2, err);
     }
     for (int i = 0; i < s->nex; i++) {
         const rf_tensor_t *t = &s->inv.tensors[s->ex[i].index];
@@ -174,8 +184,10 @@ rf_status_t rf_session_register_checkpoint(rf_session_t *s, const char *path)
         return rf_err_set(&s->last, RF_ERR_STATE, "rank %d: the session's plan failed past the "
                           "registration check: destroy it", s->rank);
     rf_status_t st = register_checkpoint(s, path, &s->last);
-    if (st != RF_OK && s->reg_err.status == RF_OK)
+    if (st != RF_OK && s->reg_err.status == RF_OK) {
         rf_err_set(&s->reg_err, st, "%s", s->last.msg); /* the next collective carries it */
+        s->reg_err_call = false;                        /* until then */
+    }
     return st;
 }
 

@@ -178,6 +178,8 @@ struct rf_session {
     bool exmap_ok;
     int *ex_of_tensor;  /* trainer: [inv.ntensors] ex index or -1 */
     rf_err_t reg_err;   /* the first refused registration not yet reported */
+    bool reg_err_call;  /* reg_err is a refused rf_session_register call before the plan
+                           (forgotten by the next accepted one) */
     rf_err_t abort_err; /* rf_session_abort, for the next update */
     rf_err_t last;      /* the last failing call's text */
     /* plan */

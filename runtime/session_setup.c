@@ -851,6 +851,15 @@ static rf_status_t check_p2p(const rf_session_t *s, rf_err_t *err)
     return RF_OK;
 }
 
+/* The REFIT_* switches' values (rf_env_check), the error naming this rank. Local. */
+static rf_status_t check_env(const rf_session_t *s, rf_err_t *err)
+{
+    rf_err_t e;
+    rf_err_clear(&e);
+    rf_status_t st = rf_env_check(&e);
+    return st == RF_OK ? RF_OK : rf_err_set(err, st, "rank %d: %s", s->rank, e.msg);
+}
+
 static rf_status_t open_session(rf_session_t *s, MPI_Comm comm, const char *topology,
                                 rf_err_t *err)
 {
@@ -865,6 +874,9 @@ static rf_status_t open_session(rf_session_t *s, MPI_Comm comm, const char *topo
     MPI_Comm_size(s->comm, &s->size);
     st = s->so.owned ? RF_OK : check_mpi(err);
     RF_CHECK(rf_session_agree(s, st, err));
+    /* every REFIT_* switch, before anything is built: a bad value (the environment is per
+     * process: maybe on one rank only) fails create on every rank, never a later step */
+    RF_CHECK(rf_session_agree(s, check_env(s, err), err));
     RF_CHECK(rf_model_load_topology(topology, s->comm, &s->topo, &s->cfg, err));
     s->cfg_ok = true;
     s->T = rf_topology_trainer_size(&s->topo);

@@ -35,6 +35,15 @@ rf_status_t rf_env_flag(const char *name, bool dflt, bool *on_p, rf_err_t *err);
 rf_status_t rf_env_count(const char *name, const char *unit, size_t dflt, size_t *out_p,
                          rf_err_t *err);
 
+/*
+ * Every REFIT_* switch read through rf_env_flag / rf_env_count anywhere in the library
+ * (REFIT_CKPT_STREAM, REFIT_HDF5_COLLECTIVE, REFIT_MPI_SEND_SPIN, REFIT_MPI_RECV_PAGEABLE,
+ * REFIT_DEVICE_TIMELINE, REFIT_CUDA_ENGINE_MIN), checked at once: the first bad one's error
+ * as its parser gives it. rf_session_create (and refit-run's setup) calls it before anything
+ * else, so the later readers cannot fail; a new switch is added to core/env.c's list. Local.
+ */
+rf_status_t rf_env_check(rf_err_t *err);
+
 #ifdef __cplusplus
 }
 #endif

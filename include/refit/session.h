@@ -240,20 +240,23 @@ const char *rf_session_expected(const rf_session_t *s, int i, const char **dtype
  * even whenever it packs it (rf_session_plan_info_t.narrowed counts them); any other dtype is
  * RF_ERR_MISMATCH. A trainer tensor of this rank's stage whose shard is empty here (fsdp:
  * torch.chunk gives the last ranks of a small tensor no rows) is not expected, but a
- * registration of it with 0 rows and the tensor's other dims is accepted and ignored. The first
- * bad one stops the call: RF_ERR_INVALID (NULL s or descs with n > 0, n < 0, a NULL name or
+ * registration of it with 0 rows and the tensor's other dims is accepted and ignored. All or
+ * nothing: every descriptor of the call is checked first, and the first bad one refuses the
+ * whole call (none of its tensors registered, or re-bound after the plan): RF_ERR_INVALID (NULL s or descs with n > 0, n < 0, a NULL name or
  * data, an unknown dtype spelling, ndim out of range, non-contiguous strides), RF_ERR_EXTRA (a
  * name this rank does not hold), RF_ERR_MISMATCH (dtype or shape; both named),
  * RF_ERR_UNSUPPORTED (device >= 0 where this rank's tensors are host memory), RF_ERR_MISMATCH
  * (a device other than this rank's GPU, or a pointer that is not device memory of the
- * descriptor's ordinal: host, pinned or managed memory, another GPU), RF_ERR_INVALID too for a name registered twice before
- * rf_session_plan; the message names the tensor and this rank. Descriptors before it stay
- * registered; the bad one and those after it are not.
+ * descriptor's ordinal: host, pinned or managed memory, another GPU), RF_ERR_INVALID too for a
+ * name given twice in the call or registered twice before rf_session_plan; the message names
+ * the tensor and this rank.
  *
  * A refused registration is remembered: the next collective call that uses the registered
  * set fails on every rank carrying its text (before a plan: rf_session_plan; after: the next
  * rf_session_update, which then moves nothing), then it is forgotten and the session is
- * usable again: register what was wrong, and plan or update again.
+ * usable again: register what was wrong, and plan or update again. Before the plan, an
+ * accepted rf_session_register call after the refused one forgets it at once (the refused
+ * call registered nothing; a tensor still missing fails the plan, named).
  *
  * After a successful rf_session_plan, a registration must name a registered tensor with the
  * same dtype (the one it was registered with: a master stays a master) and shape (the caller
@@ -472,7 +475,9 @@ void rf_session_offline_close(rf_session_offline_t *o);
  * update and the engine must not serve them before the next COMMITTED update (as any failure
  * during a transfer; include/refit/session.h rf_session_update). An update whose own status
  * failed before the gate does not wait. Errors: RF_ERR_INVALID (NULL s or ticket_p, timeout_s
- * not in (0, 3600]), RF_ERR_STATE (before a plan, a lost session, a ticket armed already).
+ * not in (0, 3600]), RF_ERR_STATE (before a plan, a ticket armed already). On a lost session
+ * it returns RF_OK with a ticket that arms nothing (its post is refused, RF_ERR_STATE): the
+ * rf_session_update or rf_session_finish it precedes reports the loss, naming itself.
  *
  * rf_session_check_post, local, from ANY thread of the process (it locks the check's mutex
  * and makes no MPI call; so the MPI thread level rf_session_create requires is all this

@@ -154,13 +154,9 @@ def main():
         check(False, "%s on %s registered" % (first, bad.device))
     except refit.Error as e:
         check(first in str(e), "refusal does not name %s: %s" % (first, e))
+    # the refused call registered nothing; the accepted ones after it forget it (include/
+    # refit/session.h rf_session_register): the plan goes on
     s.register(reg)
-    want = comm.bcast(first if rank == 0 else None, root=0)
-    try:
-        s.plan()
-        check(False, "plan after a refused registration succeeded")
-    except refit.Error as e:
-        check(want in str(e), "plan's error does not carry rank 0's text: %s" % e)
     plan = s.plan()
     check(sum(plan.counts.values()) > 0, "plan counts %s" % plan.counts)
     ptrs = {n: t.data_ptr() for n, t in reg.items()}

@@ -146,11 +146,8 @@ else:
                   "engine refusal: %s" % e)
     s.register({n: ((t, "F8_E4M3") if expected[n][0] == "F8_E4M3" else t) for n, t in ew.items()})
     ptrs = {n: t.data_ptr() for n, t in ew.items()}
-try:  # the refusals are carried to the plan, on every rank (rank 0's first), then forgotten
-    s.plan()
-    check(False, "a plan after refused registrations succeeded")
-except refit.Error as e:
-    check("rank 0 (trainer)" in str(e) and "F8_E4M3" in str(e), "plan refusal: %s" % e)
+# the refusals left nothing registered and the accepted registrations after them forget
+# them (include/refit/session.h rf_session_register): the plan goes on
 plan = s.plan()
 check(sum(plan.counts.values()) > 0, "plan counts %s" % plan.counts)
 

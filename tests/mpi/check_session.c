@@ -361,13 +361,14 @@ START_TEST(test_bad_inputs)
         }
     /* update before plan: refused on every rank, nothing communicated */
     ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
-    /* all but the last registered: the plan fails everywhere with rank 0's first refusal */
-    ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n - 1), RF_OK);
+    /* the refusals, remembered until an accepted call: the plan fails everywhere with rank
+     * 0's first */
     rf_status_t st = rf_session_plan(x.s, NULL);
     ck_assert_int_eq(st, RF_ERR_INVALID);
     same_text_everywhere(rf_session_last_error(x.s), "rank 0 (trainer)");
     same_text_everywhere(rf_session_last_error(x.s), "NULL descs");
-    /* that refusal is reported and forgotten: now the missing tensor fails it, named */
+    /* reported and forgotten; all but the last registered: the missing tensor fails it */
+    ck_assert_int_eq(rf_session_register(x.s, x.descs, x.n - 1), RF_OK);
     st = rf_session_plan(x.s, NULL);
     ck_assert_int_eq(st, RF_ERR_MISSING);
     same_text_everywhere(rf_session_last_error(x.s), "not registered");
@@ -399,6 +400,44 @@ START_TEST(test_bad_inputs)
     same_int_everywhere(r.committed);
     same_text_everywhere(r.reason, "lm_head.bias");
     ck_assert_uint_eq(rollout_hash(&x), h0);
+    sess_close(&x);
+}
+END_TEST
+
+/* A register call is all or nothing: 3 descriptors with the middle one bad register none
+ * (the error names it); an accepted call after it forgets the refusal (the plan names what is
+ * still missing); the same 3 corrected register, and the plan and an update commit. */
+START_TEST(test_register_all_or_nothing)
+{
+    sess_t x;
+    rf_session_result_t r;
+    sess_open(&x);
+    ck_assert_int_ge(x.n, 4);
+    if (me.role == RF_ROLE_TRAINER)
+        trainer_fill(&x, 1);
+    int k0 = x.n - 3;
+    rf_tensor_desc_t three[3] = {x.descs[k0], x.descs[k0 + 1], x.descs[k0 + 2]};
+    three[1].shape[0] += 1;
+    ck_assert_int_eq(rf_session_register(x.s, three, 3), RF_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), three[1].name));
+    /* a name twice in one call: refused, none registered */
+    rf_tensor_desc_t twice[2] = {x.descs[k0], x.descs[k0]};
+    ck_assert_int_eq(rf_session_register(x.s, twice, 2), RF_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "twice in one"));
+    ck_assert_msg(rf_session_register(x.s, x.descs, k0) == RF_OK, "%s",
+                  rf_session_last_error(x.s));
+    ck_assert_int_eq(rf_session_plan(x.s, NULL), RF_ERR_MISSING);
+    same_text_everywhere(rf_session_last_error(x.s), "(3 of ");
+    char want[300];
+    snprintf(want, sizeof(want), "%s not registered (3 of %d", x.descs[k0].name, x.n);
+    if (rank == 0)
+        ck_assert_msg(strstr(rf_session_last_error(x.s), want) != NULL, "%s",
+                      rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_register(x.s, &x.descs[k0], 3) == RF_OK, "%s",
+                  rf_session_last_error(x.s));
+    ck_assert_msg(rf_session_plan(x.s, NULL) == RF_OK, "%s", rf_session_last_error(x.s));
+    ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_OK);
+    check_committed(&x, &r, 1);
     sess_close(&x);
 }
 END_TEST
@@ -802,6 +841,18 @@ START_TEST(test_destroy_local)
         ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
         ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s), "the session is lost"));
         ck_assert_int_eq(rf_session_begin(x.s, 0), RF_ERR_STATE);
+        ck_assert_ptr_nonnull(strstr(rf_session_last_error(x.s),
+                                     "rf_session_begin: the session is lost"));
+        /* the binding's update: a check armed first; the update names itself, not the arm */
+        uint64_t ticket = 0;
+        ck_assert_int_eq(rf_session_check_arm(x.s, 5.0, &ticket), RF_OK);
+        ck_assert_int_eq(rf_session_update(x.s, 0, &r), RF_ERR_STATE);
+        ck_assert_msg(strstr(rf_session_last_error(x.s), "rank ") != NULL &&
+                          strstr(rf_session_last_error(x.s),
+                                 "rf_session_update: the session is lost") != NULL,
+                      "%s", rf_session_last_error(x.s));
+        ck_assert_int_eq(rf_session_check_post(x.s, ticket, RF_OK, NULL), RF_ERR_STATE);
+        ck_assert_int_eq(rf_session_check_arm(x.s, 5.0, &ticket), RF_OK); /* again: no "armed" */
     }
     sess_close(&x); /* local on the lost session, a no-op on the leaver */
     rf_session_destroy_local(NULL, NULL);
@@ -820,6 +871,33 @@ START_TEST(test_create_errors)
     rf_session_destroy(NULL);
     ck_assert_int_eq(rf_session_abi_version(), RF_SESSION_ABI_VERSION);
     ck_assert_str_eq(rf_session_status_name(RF_ERR_MISMATCH), "RF_ERR_MISMATCH");
+}
+END_TEST
+
+/* A bad REFIT_* switch on one rank only (the environment is per process): create fails on
+ * every rank with that rank's text naming the variable and value; unset, create succeeds. */
+START_TEST(test_create_bad_env)
+{
+    static const char *const cases[][2] = {{"REFIT_CKPT_STREAM", "maybe"},
+                                           {"REFIT_MPI_SEND_SPIN", "yes"},
+                                           {"REFIT_CUDA_ENGINE_MIN", "0x10"}};
+    int bad = size - 1;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        rf_session_t *s = (rf_session_t *)&s;
+        if (rank == bad)
+            setenv(cases[c][0], cases[c][1], 1);
+        rf_status_t st = rf_session_create(MPI_COMM_WORLD, topo_path, NULL, &s);
+        if (rank == bad)
+            unsetenv(cases[c][0]);
+        ck_assert_int_eq(st, RF_ERR_INVALID);
+        ck_assert_ptr_null(s);
+        char want[128];
+        snprintf(want, sizeof(want), "rank %d: %s=%s: expected ", bad, cases[c][0], cases[c][1]);
+        same_text_everywhere(rf_session_last_error(NULL), want);
+    }
+    sess_t x;
+    sess_open(&x);
+    sess_close(&x);
 }
 END_TEST
 
@@ -855,6 +933,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_local_check);
     tcase_add_test(tc, test_fp32_masters);
     tcase_add_test(tc, test_create_errors);
+    tcase_add_test(tc, test_create_bad_env);
+    tcase_add_test(tc, test_register_all_or_nothing);
     tcase_add_test(tc, test_destroy_local);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

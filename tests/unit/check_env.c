@@ -133,6 +133,35 @@ START_TEST(test_null_refused)
 }
 END_TEST
 
+/* rf_env_check: every library switch, the first bad one named; unset or valid: RF_OK */
+START_TEST(test_check_all)
+{
+    static const char *const bad[][2] = {
+        {"REFIT_CKPT_STREAM", "maybe"},    {"REFIT_HDF5_COLLECTIVE", "on"},
+        {"REFIT_MPI_SEND_SPIN", "2"},      {"REFIT_MPI_RECV_PAGEABLE", "yes"},
+        {"REFIT_DEVICE_TIMELINE", "true"}, {"REFIT_CUDA_ENGINE_MIN", "-1"}};
+    rf_err_t err;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        unsetenv(bad[i][0]);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_env_check(&err), RF_OK);
+    setenv("REFIT_CKPT_STREAM", "0", 1);
+    setenv("REFIT_CUDA_ENGINE_MIN", "4096", 1);
+    ck_assert_int_eq(rf_env_check(&err), RF_OK);
+    unsetenv("REFIT_CKPT_STREAM");
+    unsetenv("REFIT_CUDA_ENGINE_MIN");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char want[96];
+        snprintf(want, sizeof(want), "%s=%s: expected ", bad[i][0], bad[i][1]);
+        setenv(bad[i][0], bad[i][1], 1);
+        rf_err_clear(&err);
+        ck_assert_int_eq(rf_env_check(&err), RF_ERR_INVALID);
+        ck_assert_msg(strstr(err.msg, want) != NULL, "%s", err.msg);
+        unsetenv(bad[i][0]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("env");
@@ -144,6 +173,7 @@ int main(void)
     tcase_add_test(tc, test_count_values);
     tcase_add_test(tc, test_count_refused);
     tcase_add_test(tc, test_null_refused);
+    tcase_add_test(tc, test_check_all);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
