@@ -72,6 +72,7 @@ static const expect_file_t k_files[] = {
     {"qwen3-0.6b-tp2-to-2xtp1.yaml", "qwen3-0.6b-tp2-to-2xtp1", 2, 2, 2, 1, 2, 1, 28},
     {"qwen3-0.6b-tp2pp2-to-tp4.yaml", "qwen3-0.6b-tp2pp2-to-tp4", 4, 4, 2, 2, 1, 4, 14},
     {"llama-tiny-tp1-to-tp1.yaml", "llama-tiny-tp1-to-tp1", 1, 1, 1, 1, 1, 1, 3},
+    {"llama-tiny-hf-tp1-to-tp1.yaml", "llama-tiny-hf-tp1-to-tp1", 1, 1, 1, 1, 1, 1, 3},
     {"llama-tiny-tp1pp3-to-tp2.yaml", "llama-tiny-tp1pp3-to-tp2", 3, 2, 1, 3, 1, 2, 1},
     {"llama-tiny-tp2-to-2xtp1.yaml", "llama-tiny-tp2-to-2xtp1", 2, 2, 2, 1, 2, 1, 3},
     {"llama-tiny-tp2pp2-to-tp2.yaml", "llama-tiny-tp2pp2-to-tp2", 4, 2, 2, 2, 1, 2, 2},
