@@ -400,15 +400,18 @@ class Session:
         On the mpi transport with trainer.gpus, trainer ranks register CUDA tensors of their
         GPU (the model's dtype or float32 masters), which refit copies to the host when it
         packs them: finish their writes before update() as well.
-        Raises refit.Error naming the first bad tensor (those before it stay registered),
-        also for a value that is not a torch.Tensor (a numpy array: torch.from_numpy(a))."""
+        All or nothing: every tensor is checked first (here and by librefit, in one
+        rf_session_register call); a bad one raises refit.Error naming it and registers none
+        of the dict, so the corrected dict can be registered whole. A value that is not a
+        torch.Tensor (a numpy array: torch.from_numpy(a)) is refused the same way."""
         s = self._handle()
+        items = []
         for name, v in tensors.items():
             t, dtype = v if isinstance(v, tuple) and len(v) == 2 else (v, None)
             torch = sys.modules.get("torch")  # loaded by whoever made a tensor
-            bad = t if dtype is None or isinstance(dtype, str) else v
             if torch is None or not isinstance(t, torch.Tensor) or \
                     not (dtype is None or isinstance(dtype, str)):
+                bad = t if dtype is None or isinstance(dtype, str) else v
                 raise Error("RF_ERR_INVALID", "rank %d (%s): %s: a %s.%s, not a torch.Tensor: "
                             "register accepts torch tensors (contiguous; CPU, or CUDA where "
                             "the topology puts this rank on a GPU) or (tensor, \"REFIT_DTYPE\") "
@@ -430,15 +433,20 @@ class Session:
                             "dtype is given only for bytes torch has no dtype for, held in an "
                             "integer tensor (e.g. F8_E4M3 in torch.uint8); register %s as it "
                             "is" % (self._rank, self.role, name, dtype, t.dtype, name))
-            d = _Desc()
+            items.append((name, t, dtype))
+        if not items:
+            return
+        descs = (_Desc * len(items))()
+        for d, (name, t, dtype) in zip(descs, items):
             d.name, d.ndim = name.encode(), t.dim()
             d.dtype = (dtype if dtype is not None else str(t.dtype)).encode()
             for k in range(t.dim()):
                 d.shape[k], d.strides[k] = t.shape[k], t.stride(k)
             d.data = t.data_ptr() or None
             d.device = t.device.index if t.device.type == "cuda" else -1
-            self._fast = None
-            self._check(_lib.rf_session_register(s, ctypes.byref(d), 1))
+        self._fast = None
+        self._check(_lib.rf_session_register(s, descs, len(items)))
+        for name, t, dtype in items:
             self._tensors[name] = t
             self._held[name] = _storage(t)
             if dtype is not None:

@@ -268,6 +268,16 @@ except refit.Error as e:
     msg = comm.allgather(str(e))
     check(all(m == msg[0] for m in msg), "plan errors differ: %r" % msg)
 
+# all or nothing: a dict with one bad tensor between two good ones raises naming it and
+# registers none of them, so the whole corrected dict registers next (no "registered twice")
+names = sorted(params)
+first, last = names[0], names[-1]
+try:
+    s.register({first: params[first], bad: torch.zeros(3, 3, dtype=torch.bfloat16),
+                last: params[last]})
+    check(False, "a dict with a wrong shape registered")
+except refit.Error as e:
+    check(bad in str(e) and e.status == "RF_ERR_MISMATCH", "dict register error: %s" % e)
 s.register(params)
 plan = s.plan()
 hashes = comm.allgather((plan.hash, plan.counts))
