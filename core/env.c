@@ -3,6 +3,7 @@
 #include "refit/env.h"
 
 #include <errno.h>
+#include <sched.h> /* sched_getaffinity, CPU_COUNT: _GNU_SOURCE from CMake */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,13 +52,30 @@ rf_status_t rf_env_count(const char *name, const char *unit, size_t dflt, size_t
     return RF_OK;
 }
 
+void rf_env_node_share(int world_size, long *cores_p, long *local_p)
+{
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (ls == NULL)
+        ls = getenv("MPI_LOCALNRANKS");
+    long local = ls != NULL ? strtol(ls, NULL, 10) : 0;
+    if (local <= 0)
+        local = world_size > 0 ? world_size : 1;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    long cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    *cores_p = cores > 0 ? cores : 1;
+    *local_p = local;
+}
+
 /* every switch read through the parsers above (include/refit/env.h, rf_env_check) */
 static const char *const env_flags[] = {"REFIT_CKPT_STREAM", "REFIT_HDF5_COLLECTIVE",
                                         "REFIT_MPI_SEND_SPIN", "REFIT_MPI_RECV_PAGEABLE",
                                         "REFIT_DEVICE_TIMELINE"};
 static const struct {
     const char *name, *unit;
-} env_counts[] = {{"REFIT_CUDA_ENGINE_MIN", "bytes"}};
+    size_t max; /* 0: SIZE_MAX */
+} env_counts[] = {{"REFIT_CUDA_ENGINE_MIN", "bytes", 0},
+                  {"REFIT_CKPT_READ_THREADS", "threads", RF_ENV_READ_THREADS_MAX}};
 
 rf_status_t rf_env_check(rf_err_t *err)
 {
@@ -68,6 +86,9 @@ rf_status_t rf_env_check(rf_err_t *err)
     for (size_t i = 0; i < sizeof(env_counts) / sizeof(env_counts[0]); i++) {
         size_t n;
         RF_CHECK(rf_env_count(env_counts[i].name, env_counts[i].unit, 1, &n, err));
+        if (env_counts[i].max != 0 && n > env_counts[i].max)
+            return rf_err_set(err, RF_ERR_INVALID, "%s=%zu: at most %zu %s", env_counts[i].name,
+                              n, env_counts[i].max, env_counts[i].unit);
     }
     return RF_OK;
 }

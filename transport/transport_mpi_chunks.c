@@ -80,15 +80,8 @@ rf_status_t rf_xfer_send_spin_default(int world_size, bool *spin_p, rf_err_t *er
     const char *o = getenv("REFIT_MPI_SEND_SPIN");
     if (o != NULL && o[0] != '\0') /* 0 or 1; anything else refused naming it */
         return rf_env_flag("REFIT_MPI_SEND_SPIN", false, spin_p, err);
-    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (ls == NULL)
-        ls = getenv("MPI_LOCALNRANKS");
-    long local = ls != NULL ? strtol(ls, NULL, 10) : 0;
-    if (local <= 0)
-        local = world_size > 0 ? world_size : 1;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    long cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    long cores, local;
+    rf_env_node_share(world_size, &cores, &local);
     *spin_p = 2 * local <= cores;
     return RF_OK;
 }

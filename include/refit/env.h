@@ -35,11 +35,22 @@ rf_status_t rf_env_flag(const char *name, bool dflt, bool *on_p, rf_err_t *err);
 rf_status_t rf_env_count(const char *name, const char *unit, size_t dflt, size_t *out_p,
                          rf_err_t *err);
 
+/* REFIT_CKPT_READ_THREADS: at most this many threads read one streamed chunk */
+#define RF_ENV_READ_THREADS_MAX 64
+
+/*
+ * This process's share of its node: *cores_p = the CPUs it may run on (sched_getaffinity, at
+ * least 1), *local_p = the ranks of its job on this node (OMPI_COMM_WORLD_LOCAL_SIZE, else
+ * MPI_LOCALNRANKS, else world_size, at least 1). The defaults that spend spare cores (the mpi
+ * sender's spin, the checkpoint read threads) start here. Local, no MPI call.
+ */
+void rf_env_node_share(int world_size, long *cores_p, long *local_p);
+
 /*
  * Every REFIT_* switch read through rf_env_flag / rf_env_count anywhere in the library
  * (REFIT_CKPT_STREAM, REFIT_HDF5_COLLECTIVE, REFIT_MPI_SEND_SPIN, REFIT_MPI_RECV_PAGEABLE,
- * REFIT_DEVICE_TIMELINE, REFIT_CUDA_ENGINE_MIN), checked at once: the first bad one's error
- * as its parser gives it. rf_session_create (and refit-run's setup) calls it before anything
+ * REFIT_DEVICE_TIMELINE, REFIT_CUDA_ENGINE_MIN, REFIT_CKPT_READ_THREADS), checked at once: the first bad one's error
+ * as its parser gives it (a count above its bound: "NAME=N: at most MAX unit"). rf_session_create (and refit-run's setup) calls it before anything
  * else, so the later readers cannot fail; a new switch is added to core/env.c's list. Local.
  */
 rf_status_t rf_env_check(rf_err_t *err);

@@ -139,7 +139,8 @@ START_TEST(test_check_all)
     static const char *const bad[][2] = {
         {"REFIT_CKPT_STREAM", "maybe"},    {"REFIT_HDF5_COLLECTIVE", "on"},
         {"REFIT_MPI_SEND_SPIN", "2"},      {"REFIT_MPI_RECV_PAGEABLE", "yes"},
-        {"REFIT_DEVICE_TIMELINE", "true"}, {"REFIT_CUDA_ENGINE_MIN", "-1"}};
+        {"REFIT_DEVICE_TIMELINE", "true"}, {"REFIT_CUDA_ENGINE_MIN", "-1"},
+        {"REFIT_CKPT_READ_THREADS", "0"}};
     rf_err_t err;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         unsetenv(bad[i][0]);
@@ -159,6 +160,35 @@ START_TEST(test_check_all)
         ck_assert_msg(strstr(err.msg, want) != NULL, "%s", err.msg);
         unsetenv(bad[i][0]);
     }
+    /* a count above its bound: named with the bound; the bound itself is accepted */
+    setenv("REFIT_CKPT_READ_THREADS", "65", 1);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_env_check(&err), RF_ERR_INVALID);
+    ck_assert_str_eq(err.msg, "REFIT_CKPT_READ_THREADS=65: at most 64 threads");
+    setenv("REFIT_CKPT_READ_THREADS", "64", 1);
+    ck_assert_int_eq(rf_env_check(&err), RF_OK);
+    unsetenv("REFIT_CKPT_READ_THREADS");
+}
+END_TEST
+
+/* rf_env_node_share: the launcher's local size, else the world size; at least one core */
+START_TEST(test_node_share)
+{
+    long cores = 0, local = 0;
+    unsetenv("MPI_LOCALNRANKS");
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "3", 1);
+    rf_env_node_share(8, &cores, &local);
+    ck_assert_int_eq(local, 3);
+    ck_assert_int_ge(cores, 1);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    setenv("MPI_LOCALNRANKS", "5", 1);
+    rf_env_node_share(8, &cores, &local);
+    ck_assert_int_eq(local, 5);
+    unsetenv("MPI_LOCALNRANKS");
+    rf_env_node_share(8, &cores, &local);
+    ck_assert_int_eq(local, 8);
+    rf_env_node_share(0, &cores, &local);
+    ck_assert_int_eq(local, 1);
 }
 END_TEST
 
@@ -173,6 +203,7 @@ int main(void)
     tcase_add_test(tc, test_count_values);
     tcase_add_test(tc, test_count_refused);
     tcase_add_test(tc, test_null_refused);
+    tcase_add_test(tc, test_node_share);
     tcase_add_test(tc, test_check_all);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
