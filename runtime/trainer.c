@@ -278,6 +278,7 @@ void rf_trainer_free(rf_trainer_t *tr)
     free(tr->gather_buf);
     free(tr->d2h_buf);
     rf_xfer_gather_destroy(tr->gather);
+    trainer_stream_pool_free(tr);
     memset(tr, 0, sizeof(*tr));
 }
 
@@ -825,7 +826,8 @@ static bool stream_ok(const rf_trainer_t *tr, rf_ckpt_t *ck)
 }
 
 rf_status_t trainer_stream_part(rf_trainer_t *tr, int ei, const rf_chunk_piece_t *pc,
-                                const rf_region_t *part, char *payload, rf_err_t *err)
+                                const rf_region_t *part, char *payload, uint64_t *bytes,
+                                rf_err_t *err)
 {
     const rf_tensor_t *t = &tr->inv->tensors[tr->man->entries[ei].tensor];
     const rf_st_entry_t *se = rf_ckpt_find(tr->stream_ck, t->name);
@@ -849,7 +851,7 @@ rf_status_t trainer_stream_part(rf_trainer_t *tr, int ei, const rf_chunk_piece_t
                           "checkpoint as its chunk is packed: %s",
                           tr->me.world_rank, (long long)part->r0, (long long)part->r1, t->name,
                           e2.msg);
-    tr->stats.bytes_read += (uint64_t)(part->r1 - part->r0) * (uint64_t)(part->c1 - part->c0) * es;
+    *bytes += (uint64_t)(part->r1 - part->r0) * (uint64_t)(part->c1 - part->c0) * es;
     return RF_OK;
 }
 
@@ -857,6 +859,7 @@ rf_status_t rf_trainer_produce(rf_trainer_t *tr, uint64_t step, rf_ckpt_t *ck, r
 {
     double t0 = rf_time_now();
     tr->stream_ck = NULL;
+    tr->stats.read_threads = 0;
     if (stream_ok(tr, ck)) {
         /* streamed: the pack reads (the shard buffers keep what they hold) */
         tr->stats.bytes_produced = 0;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "refit/dtype.h"
+#include "refit/quant.h" /* rf_f32_to_f16 */
 #include "refit/trainer.h"
 
 static inline uint64_t tensor_cols(const rf_tensor_t *t)
@@ -61,8 +62,22 @@ static inline void put_elems(const rf_trainer_t *tr, int i, void *dst, const cha
 }
 
 /* Streamed production (rf_trainer_produce, tr->stream_ck): rows part->r0..r1 of entry ei,
- * whole width, from the checkpoint into piece pc of the payload at their offsets. */
+ * whole width, from the checkpoint into piece pc of the payload at their offsets; adds the
+ * bytes read to *bytes. Safe from several threads on distinct rows (runtime/trainer_stream.c). */
 rf_status_t trainer_stream_part(rf_trainer_t *tr, int ei, const rf_chunk_piece_t *pc,
-                                const rf_region_t *part, char *payload, rf_err_t *err);
+                                const rf_region_t *part, char *payload, uint64_t *bytes,
+                                rf_err_t *err);
+
+/* Whether plan piece gi is read from the streamed checkpoint by the pack: packed (tr->gathered)
+ * and intersecting this rank's shard; its rows in *part (runtime/trainer_pack.c). */
+bool trainer_stream_piece(const rf_trainer_t *tr, size_t gi, rf_region_t *part);
+
+/* Every streamed part of chunk c read into payload, by tr->read_threads threads (the calling
+ * one and a pool started at the first call); adds to stats.bytes_read (trainer_stream.c). */
+rf_status_t trainer_stream_chunk(rf_trainer_t *tr, const rf_chunk_t *c, char *payload,
+                                 rf_err_t *err);
+
+/* Joins and frees the read threads (rf_trainer_free). */
+void trainer_stream_pool_free(rf_trainer_t *tr);
 
 #endif /* REFIT_TRAINER_INT_H */

@@ -37,6 +37,12 @@ static bool piece_on(const rf_trainer_t *tr, size_t gi)
     return tr->gathered == NULL || tr->gathered[gi] != 0;
 }
 
+bool trainer_stream_piece(const rf_trainer_t *tr, size_t gi, rf_region_t *part)
+{
+    int ei = (int)tr->plan->pieces[gi].item;
+    return piece_on(tr, gi) && tr->has[ei] && piece_part(&tr->reg[ei], &tr->plan->pieces[gi], part);
+}
+
 /* Bytes owner `rank` contributes to chunk c. */
 static uint64_t contribution_bytes(const rf_trainer_t *tr, const rf_chunk_t *c, int rank)
 {
@@ -165,17 +171,17 @@ static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk
     if (npeers > 0)
         RF_CHECK(rf_xfer_gather_recv(tr->gather, update, c->seq, peers, sizes, npeers,
                                      tr->gather_buf, err));
-    /* own parts while the peers' parts travel */
-    for (size_t k = 0; k < c->piece_count; k++) {
+    /* own parts while the peers' parts travel; streamed checkpoint production: their rows
+     * from the file, here, by the read threads (a streamed update has no peers) */
+    if (tr->stream_ck != NULL)
+        RF_CHECK(trainer_stream_chunk(tr, c, payload, err));
+    for (size_t k = 0; k < c->piece_count && tr->stream_ck == NULL; k++) {
         if (!piece_on(tr, c->piece_begin + k))
             continue;
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         int ei = (int)pc->item;
         rf_region_t part;
-        if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part) && tr->stream_ck != NULL) {
-            /* streamed checkpoint production: its rows from the file, here */
-            RF_CHECK(trainer_stream_part(tr, ei, pc, &part, payload, err));
-        } else if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part)) {
+        if (tr->has[ei] && piece_part(&tr->reg[ei], pc, &part)) {
             const char *src;
             size_t pitch;
             RF_CHECK(shard_read(tr, ei, part.r0, part.r1, part.c0, part.c1, &src, &pitch, err));

@@ -94,6 +94,8 @@ typedef struct rf_trainer_stats {
     uint64_t bytes_d2h;         /* device shards (rf_trainer_use_device): bytes copied to the
                                    host staging buffer this update (rf_trainer_begin zeroes) */
     uint64_t d2h_copies;        /* ... in this many copies */
+    int read_threads;           /* threads that read this update's streamed chunks (0: not
+                                   streamed; rf_trainer_produce zeroes) */
     double produce_s, gather_s, pack_s;
 } rf_trainer_stats_t;
 
@@ -135,6 +137,12 @@ typedef struct rf_trainer {
                                     mpi, unless REFIT_CKPT_STREAM=0) */
     rf_ckpt_t *stream_ck;        /* this update's checkpoint, read by the pack (borrowed);
                                     NULL: the shard buffers hold the update */
+    int read_threads;            /* threads reading one chunk's streamed parts (the pack's
+                                    own and read_threads - 1 helpers; <= 1: the pack's
+                                    alone; safetensors only; the session: spare cores, or
+                                    REFIT_CKPT_READ_THREADS) */
+    struct rf_stream_pool *readers; /* the helpers, started at the first streamed chunk
+                                       (owned; runtime/trainer_stream.c) */
 } rf_trainer_t;
 
 /*

@@ -722,6 +722,9 @@ START_TEST(test_stream_same_bytes)
     ck_assert_ptr_null(a.stream_ck);
     ck_assert_uint_eq(a.stats.bytes_read, w.man.payload_bytes);
     stream_trainer(&w, &b, true, ck);
+    /* the loop: one read thread, two, five (each chunk's rows cut in that many ranges) */
+    static const int threads[] = {1, 2, 5};
+    b.read_threads = threads[_i];
     ck_assert_ptr_eq(b.stream_ck, ck); /* nothing read yet */
     ck_assert_uint_eq(b.stats.bytes_read, 0);
     ck_assert(rf_trainer_pack_local(&b));
@@ -750,6 +753,7 @@ START_TEST(test_stream_same_bytes)
     }
     ck_assert_uint_eq(packed, w.man.payload_bytes);
     ck_assert_uint_eq(b.stats.bytes_read, w.man.payload_bytes);
+    ck_assert_int_eq(b.stats.read_threads, threads[_i]);
     /* the next update from the generator produces into the shard buffers again */
     ck_assert_msg(rf_trainer_produce(&b, 2, NULL, &err) == RF_OK, "%s", err.msg);
     ck_assert_ptr_null(b.stream_ck);
@@ -801,6 +805,7 @@ START_TEST(test_stream_truncated)
     world_up(&w, "llama-tiny", NULL, "tp: 1", 64 << 10);
     ck_assert_msg(rf_ckpt_open(dir, &ck, &err) == RF_OK, "%s", err.msg);
     stream_trainer(&w, &tr, true, ck);
+    tr.read_threads = 1 + 2 * _i; /* the loop: 1, then 3 read threads */
     ck_assert_ptr_eq(tr.stream_ck, ck);
     /* the files shrink after the update's begin checked them */
     for (int f = 1; f <= 3; f++) {
@@ -838,9 +843,9 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, test_fsdp_shards);
     tcase_add_test(tc, test_master_bf16);
     tcase_add_test(tc, test_master_f16);
-    tcase_add_test(tc, test_stream_same_bytes);
+    tcase_add_loop_test(tc, test_stream_same_bytes, 0, 3);
     tcase_add_test(tc, test_stream_not_alone);
-    tcase_add_test(tc, test_stream_truncated);
+    tcase_add_loop_test(tc, test_stream_truncated, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
