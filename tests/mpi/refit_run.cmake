@@ -53,6 +53,17 @@ foreach(case "REFIT_CKPT_STREAM;maybe" "REFIT_HDF5_COLLECTIVE;on" "REFIT_MPI_SEN
                  --checkpoint ${DATA}/llama-tiny --steps 1)
   set_tests_properties(refit_run_env_${n}_refused PROPERTIES ENVIRONMENT "${var}=${val}")
 endforeach()
+# the checkpoint read threads (runtime/trainer_stream.c): a positive count, at most 64
+foreach(case "0;expected a positive decimal integer \\(threads\\), not 0" "65;at most 64 threads")
+  list(GET case 0 val)
+  list(GET case 1 msg)
+  refit_run_test(refit_run_env_ckpt_read_threads_${val}_refused 2 fail
+                 "refit: FAILED: .*REFIT_CKPT_READ_THREADS=${val}: ${msg}$"
+                 --topology ${TTOPO}/llama-tiny-tp1-to-tp1-small-chunks.yaml
+                 --checkpoint ${DATA}/llama-tiny --steps 1)
+  set_tests_properties(refit_run_env_ckpt_read_threads_${val}_refused PROPERTIES
+                       ENVIRONMENT "REFIT_CKPT_READ_THREADS=${val}")
+endforeach()
 
 # reload policies and format owners: LAYERWISE and the deferred stage, same bytes
 # a directory given as the topology or as model.config: named as such (fopen opens a
