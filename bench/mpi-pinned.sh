@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # bench/mpi-pinned.sh: a safetensors checkpoint in the page cache into GPU storage over the mpi
 # transport (issue 18 item 3), held against each stage's own rate measured in the same run
-# (bench/mpi-stages.c: page-cache read with the trainer's one thread, MPI point-to-point at the
-# chunk size, h2d from pinned and from pageable memory). Runs, all on pinned receive buffers:
+# (bench/mpi-stages.c: page-cache read with one thread and with READ_THREADS, MPI
+# point-to-point at the chunk size, h2d from pinned and from pageable memory). Runs, all on
+# pinned receive buffers:
 #   A  the sender of before: its waits back off into sleeps, the checkpoint read whole before
 #      the first send (REFIT_MPI_SEND_SPIN=0 REFIT_CKPT_STREAM=0);
 #   B  the spinning sender, still read then send (REFIT_MPI_SEND_SPIN=1 REFIT_CKPT_STREAM=0);
-#   C  today's default: spinning sender, each chunk's pieces read from the checkpoint as it is
-#      packed, on the sender's pack thread while the previous chunk is on the wire;
+#   C1 spinning sender, each chunk's pieces read from the checkpoint as it is packed, on the
+#      sender's pack thread while the previous chunk is on the wire, by one thread
+#      (REFIT_CKPT_READ_THREADS=1: the default of session 7);
+#   C  today's default: C1 with the chunk's rows read by the read threads (READ_THREADS,
+#      default 4: what refit picks from 16 cores and 2 ranks; REFIT_CKPT_READ_THREADS);
 #   P  (only when RUNS names it) pageable receive buffers, REFIT_MPI_RECV_PAGEABLE=1, with C's
 #      sender.
 # On the GPU host (source tools/gpu-env.sh first, as tools/gpu-run.sh does), from the repository
@@ -18,7 +22,7 @@
 # Steps: configure + build refit-run, refit-convert and mpi-stages (CUDA on); refit-convert
 # --generate writes the topology's checkpoint (jobs/topologies/gpu/bench/mpi-llama-3.1-8b-4l.yaml,
 # about 3.9 GB) to CKDIR (default /tmp/refit-mpi-pinned-ckpt, the host's local disk), read once
-# to warm the page cache; mpi-stages; refit-run once per run in RUNS (default "A B C"; STEPS
+# to warm the page cache; mpi-stages; refit-run once per run in RUNS (default "B C1 C"; STEPS
 # updates, default 3, every one carrying the checkpoint, --checkpoint-updates all: no
 # generator production between them; the first is the warm-up), each with --storage-digest
 # (every run's must be equal), --verify last on the runs of VERIFY (default C; the others
@@ -34,6 +38,7 @@ steps=${STEPS:-3}
 topo=${TOPO:-jobs/topologies/gpu/bench/mpi-llama-3.1-8b-4l.yaml}
 ck=${CKDIR:-/tmp/refit-mpi-pinned-ckpt}
 chunk=${CHUNK:-$((32 << 20))} # the topology's chunk_bytes
+rt=${READ_THREADS:-4}         # run C's read threads, and mpi-stages' read_mt
 mpirun=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 t0=$(date +%s)
 say() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/steps.log"; }
@@ -53,18 +58,19 @@ if [ ! -f "$ck/model.safetensors" ]; then
 fi
 cat "$ck"/*.safetensors > /dev/null # into the page cache
 say "checkpoint $(du -sh "$ck" | cut -f1) in $ck, warm"
-"${mpirun[@]}" -np 2 "$build/mpi-stages" "$ck/model.safetensors" "$chunk" 0 "$out/stages.json" \
+"${mpirun[@]}" -np 2 "$build/mpi-stages" "$ck/model.safetensors" "$chunk" 0 "$out/stages.json" "$rt" \
     > "$out/stages.log" 2>&1 || { say "mpi-stages failed"; tail -5 "$out/stages.log"; }
 cat "$out/stages.log"
 say "stages measured"
-runs=${RUNS:-A B C}
+runs=${RUNS:-B C1 C}
 for ab in $runs; do
     case $ab in
     A) env=(-x REFIT_MPI_SEND_SPIN=0 -x REFIT_CKPT_STREAM=0) ;;
     B) env=(-x REFIT_MPI_SEND_SPIN=1 -x REFIT_CKPT_STREAM=0) ;;
-    C) env=() ;; # the defaults: send_spin from the cores (rf_xfer_send_spin_default)
-    P) env=(-x REFIT_MPI_SEND_SPIN=1 -x REFIT_MPI_RECV_PAGEABLE=1) ;;
-    *) say "unknown run $ab (RUNS: A B C P)"; continue ;;
+    C1) env=(-x REFIT_CKPT_READ_THREADS=1) ;;
+    C) env=(-x REFIT_CKPT_READ_THREADS="$rt") ;; # send_spin from the cores (rf_xfer_send_spin_default)
+    P) env=(-x REFIT_MPI_SEND_SPIN=1 -x REFIT_MPI_RECV_PAGEABLE=1 -x REFIT_CKPT_READ_THREADS="$rt") ;;
+    *) say "unknown run $ab (RUNS: A B C1 C P)"; continue ;;
     esac
     rm -rf "$out/prof-$ab"
     verify=none # the host oracle of the 3.85 GB is slow: on the runs of VERIFY only
