@@ -34,6 +34,10 @@
  *       trainer's gen_fill each update); the control is rewritten by the importer likewise
  *   V7  importer holds 16 GiB of its own (cudaMalloc + memset) before it opens the handle
  *   V8  all of V2 + V5 + V6: closest to refit-run's update
+ *   V9-V13 which part of V2 (added after the first H200 run, where V2 alone read the arena at
+ *       80% of the control): V9 the storage as one allocation (modules inside it); V10 the
+ *       arena allocated before the storage; V11 the arena 16 GiB exactly; V12 each module
+ *       rounded up to 2 MiB; V13 V0 with the arena of refit's size and a kernel fill
  *
  * refit-run sets no cudaDeviceSetLimit, cudaSetDeviceFlags or stream priority (grep of core/
  * and runtime/), so none is a variant. Prints a table and writes JSON (argv[1]).
@@ -106,6 +110,11 @@ enum {
     F_POLLQUERY = 1 << 6, /* exporter busy-polls cudaStreamQuery */
     F_REWRITE = 1 << 7,   /* source rewritten by a kernel before every timed copy */
     F_OWNFIRST = 1 << 8,  /* importer holds 16 GiB before opening the handle */
+    F_SLAB = 1 << 9,      /* F_REFIT: the importer's storage as one allocation */
+    F_ARENAFIRST = 1 << 10, /* F_REFIT: the exporter's arena before the importer's storage */
+    F_EXACT16 = 1 << 11,  /* F_REFIT: the arena 16 GiB exactly (not the tensors' 16.06 GB) */
+    F_ALIGN2M = 1 << 12,  /* F_REFIT: each module rounded up to 2 MiB */
+    F_SIZEONLY = 1 << 13, /* the arena of refit's size (16.06 GB), nothing else of F_REFIT */
 };
 
 struct variant_t {
@@ -125,6 +134,11 @@ static const variant_t VARIANTS[] = {
     {"V6", F_REWRITE | F_KFILL, "source rewritten by a kernel before every timed copy"},
     {"V7", F_OWNFIRST, "importer holds 16 GiB of its own before opening the handle"},
     {"V8", F_REFIT | F_KFILL | F_REWRITE | F_POLLPIPE, "V2 + V5 + V6 (closest to refit-run)"},
+    {"V9", F_REFIT | F_KFILL | F_SLAB, "V2, the importer's storage as one allocation"},
+    {"V10", F_REFIT | F_KFILL | F_ARENAFIRST, "V2, the arena allocated before the storage"},
+    {"V11", F_REFIT | F_KFILL | F_EXACT16, "V2, the arena 16 GiB exactly"},
+    {"V12", F_REFIT | F_KFILL | F_ALIGN2M, "V2, each storage module rounded up to 2 MiB"},
+    {"V13", F_SIZEONLY | F_KFILL, "V0 with the arena of refit's size (16.06 GB), kernel fill"},
 };
 #define NVARIANTS (int)(sizeof(VARIANTS) / sizeof(VARIANTS[0]))
 
@@ -372,8 +386,10 @@ static int exporter_main(const variant_t *v, int rfd, int wfd)
     std::vector<tensor_t> ts;
     std::vector<uint64_t> mods;
     uint64_t bytes = 16 * GiB;
-    if (f & F_REFIT)
+    if (f & (F_REFIT | F_SIZEONLY))
         llama(ts, mods, &bytes);
+    if (f & F_EXACT16)
+        bytes = 16 * GiB;
     expect_line(rfd, line, sizeof(line), "go"); /* the importer's go: when to allocate */
     std::vector<void *> frag;
     if (f & F_FRAG) {
@@ -501,16 +517,32 @@ static int importer_main(const variant_t *v, int out)
     std::vector<uint64_t> mods;
     uint64_t abytes = 0;
     std::vector<void *> store;
-    if (f & F_REFIT) { /* build_rollout: the storage, one module at a time, before the arena */
+    if (f & F_REFIT) /* build_rollout: the storage, one module at a time, before the arena */
         llama(ts, mods, &abytes);
+    auto build_storage = [&]() {
+        if (f & F_SLAB) { /* one allocation, the modules inside it */
+            uint64_t total = 0;
+            for (uint64_t mb : mods)
+                total += (mb + 255) / 256 * 256;
+            void *p;
+            CK(cudaMalloc(&p, total));
+            CK(cudaMemsetAsync(p, 0, total, a.s));
+            CK(cudaStreamSynchronize(a.s));
+            for (uint64_t o = 0, i = 0; i < mods.size(); o += (mods[i] + 255) / 256 * 256, i++)
+                store.push_back((char *)p + o);
+            return;
+        }
         for (uint64_t mb : mods) {
             void *p;
-            CK(cudaMalloc(&p, mb));
-            CK(cudaMemsetAsync(p, 0, mb, a.s));
+            uint64_t n = (f & F_ALIGN2M) ? (mb + (2u << 20) - 1) / (2u << 20) * (2u << 20) : mb;
+            CK(cudaMalloc(&p, n));
+            CK(cudaMemsetAsync(p, 0, n, a.s));
             CK(cudaStreamSynchronize(a.s));
             store.push_back(p);
         }
-    }
+    };
+    if ((f & F_REFIT) && !(f & F_ARENAFIRST))
+        build_storage();
     void *own16 = NULL;
     if (f & F_OWNFIRST) {
         CK(cudaMalloc(&own16, 16 * GiB));
@@ -547,6 +579,8 @@ static int importer_main(const variant_t *v, int out)
     if (G > ebytes)
         die("IPCENV_GIB %llu is more than the exporter's %llu bytes", (unsigned long long)gib,
             ebytes);
+    if ((f & F_REFIT) && (f & F_ARENAFIRST)) /* the exporter allocated its arena first */
+        build_storage();
     void *ipc;
     CK(cudaIpcOpenMemHandle(&ipc, h, cudaIpcMemLazyEnablePeerAccess));
     if (f & F_REFIT) { /* the batch kernel's first ring buffer (core/accel_cuda.cu) */
