@@ -5,8 +5,8 @@
  * so a sender that reads each chunk's pieces as it packs them is bound by its one read
  * thread. Here the chunk's bytes are cut, by rows, into tr->read_threads contiguous ranges of
  * about equal size, and each range is read by one thread: the calling (pack) thread takes the
- * first, a persistent pool of read_threads - 1 helper threads the others (started at the first
- * streamed chunk, joined by rf_trainer_free). The bytes land exactly where the one-thread
+ * first, a persistent pool of read_threads - 1 helper threads the others (rf_pool, started at
+ * the first streamed chunk, joined by rf_trainer_free). The bytes land exactly where the one-thread
  * read puts them; only safetensors checkpoints are split (pread on one descriptor from several
  * threads, atomic counters: include/refit/checkpoint.h); an HDF5 checkpoint (serial HDF5 is
  * not thread safe) is read by the calling thread alone.
@@ -15,12 +15,11 @@
  * error is returned (it names the tensor and rows), after every reader finished, so the
  * payload is never written behind the caller's back.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "refit/checkpoint.h"
-#include "refit/log.h"
+#include "refit/pool.h"
 #include "refit/trainer.h"
 #include "trainer_int.h"
 
@@ -38,129 +37,33 @@ typedef struct {
     rf_err_t err;
 } stream_result_t;
 
-struct rf_stream_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t *th;
-    int helpers; /* threads started: readers 1..helpers */
-    uint64_t gen; /* bumped per chunk; a helper runs once per generation */
-    int pending;  /* helpers still reading this generation */
-    bool quit;
-    /* this generation's job (written under mu before gen moves) */
+/* One chunk's reads, shared by the workers of tr->readers (include/refit/pool.h). */
+typedef struct {
     rf_trainer_t *tr;
     char *payload;
     const stream_task_t *tasks;
     size_t ntasks;
-    stream_result_t *res; /* [helpers + 1] */
-};
+    stream_result_t res[RF_POOL_MAX];
+} stream_job_t;
 
-static void run_reader(rf_trainer_t *tr, char *payload, const stream_task_t *tasks,
-                       size_t ntasks, int who, stream_result_t *r)
+static void reader_main(void *ctx, int who, int n)
 {
+    (void)n;
+    stream_job_t *j = ctx;
+    stream_result_t *r = &j->res[who];
     r->bytes = 0;
     r->st = RF_OK;
     rf_err_clear(&r->err);
-    for (size_t i = 0; i < ntasks && r->st == RF_OK; i++)
-        if (tasks[i].who == who)
-            r->st = trainer_stream_part(tr, tasks[i].ei, tasks[i].pc, &tasks[i].part, payload,
-                                        &r->bytes, &r->err);
-}
-
-typedef struct {
-    struct rf_stream_pool *p;
-    int who;
-} helper_arg_t;
-
-static void *helper_main(void *arg)
-{
-    helper_arg_t a = *(helper_arg_t *)arg;
-    free(arg);
-    struct rf_stream_pool *p = a.p;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->quit && p->gen == seen)
-            pthread_cond_wait(&p->go, &p->mu);
-        if (p->quit)
-            break;
-        seen = p->gen;
-        rf_trainer_t *tr = p->tr;
-        char *payload = p->payload;
-        const stream_task_t *tasks = p->tasks;
-        size_t ntasks = p->ntasks;
-        stream_result_t *r = &p->res[a.who];
-        pthread_mutex_unlock(&p->mu);
-        run_reader(tr, payload, tasks, ntasks, a.who, r);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
-            pthread_cond_signal(&p->done);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
+    for (size_t i = 0; i < j->ntasks && r->st == RF_OK; i++)
+        if (j->tasks[i].who == who)
+            r->st = trainer_stream_part(j->tr, j->tasks[i].ei, j->tasks[i].pc, &j->tasks[i].part,
+                                        j->payload, &r->bytes, &r->err);
 }
 
 void trainer_stream_pool_free(rf_trainer_t *tr)
 {
-    struct rf_stream_pool *p = tr->readers;
-    if (p == NULL)
-        return;
-    pthread_mutex_lock(&p->mu);
-    p->quit = true;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->helpers; i++)
-        pthread_join(p->th[i], NULL);
-    pthread_cond_destroy(&p->go);
-    pthread_cond_destroy(&p->done);
-    pthread_mutex_destroy(&p->mu);
-    free(p->th);
-    free(p->res);
-    free(p);
+    rf_pool_destroy(tr->readers);
     tr->readers = NULL;
-}
-
-/* The pool of n - 1 helpers (n readers in all); fewer helpers when threads cannot start (the
- * reads then go to the readers that exist: the cut adapts to p->helpers + 1). */
-static rf_status_t pool_start(rf_trainer_t *tr, int n, rf_err_t *err)
-{
-    struct rf_stream_pool *p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory",
-                          tr->me.world_rank);
-    p->th = calloc((size_t)n, sizeof(pthread_t));
-    p->res = calloc((size_t)n, sizeof(stream_result_t));
-    if (p->th == NULL || p->res == NULL || pthread_mutex_init(&p->mu, NULL) != 0) {
-        free(p->th);
-        free(p->res);
-        free(p);
-        return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory",
-                          tr->me.world_rank);
-    }
-    if (pthread_cond_init(&p->go, NULL) != 0 || pthread_cond_init(&p->done, NULL) != 0) {
-        pthread_mutex_destroy(&p->mu);
-        free(p->th);
-        free(p->res);
-        free(p);
-        return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: no condition variable",
-                          tr->me.world_rank);
-    }
-    tr->readers = p;
-    for (int i = 1; i < n; i++) {
-        helper_arg_t *a = malloc(sizeof(*a));
-        if (a == NULL)
-            break;
-        a->p = p;
-        a->who = i;
-        if (pthread_create(&p->th[p->helpers], NULL, helper_main, a) != 0) {
-            free(a);
-            break;
-        }
-        p->helpers++;
-    }
-    if (p->helpers + 1 < n)
-        rf_warn("trainer rank %d: %d of %d checkpoint read threads started", tr->me.world_rank,
-                p->helpers + 1, n);
-    return RF_OK;
 }
 
 /* The chunk's streamed parts cut into n row ranges of about equal bytes, in payload order.
@@ -219,46 +122,35 @@ rf_status_t trainer_stream_chunk(rf_trainer_t *tr, const rf_chunk_t *c, char *pa
                                  rf_err_t *err)
 {
     int n = tr->read_threads > 1 ? tr->read_threads : 1;
+    if (n > RF_POOL_MAX)
+        n = RF_POOL_MAX;
     if (n > 1 && strcmp(rf_ckpt_format(tr->stream_ck), "safetensors") != 0)
         n = 1; /* serial HDF5 is not thread safe */
     if (n > 1 && tr->readers == NULL)
-        RF_CHECK(pool_start(tr, n, err));
-    struct rf_stream_pool *p = n > 1 ? tr->readers : NULL;
-    if (p != NULL && p->helpers + 1 < n)
-        n = p->helpers + 1;
+        RF_CHECK(rf_pool_create(n, &tr->readers, err));
+    rf_pool_t *pool = n > 1 ? tr->readers : NULL;
+    n = rf_pool_threads(pool); /* the helpers that started */
+    stream_job_t *j = malloc(sizeof(*j));
     stream_task_t *tasks = malloc((c->piece_count + 2 * (size_t)n) * sizeof(*tasks));
-    if (tasks == NULL)
+    if (j == NULL || tasks == NULL) {
+        free(j);
+        free(tasks);
         return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory",
                           tr->me.world_rank);
-    size_t nt = cut_tasks(tr, c, n, tasks);
+    }
+    *j = (stream_job_t){.tr = tr, .payload = payload, .tasks = tasks};
+    j->ntasks = cut_tasks(tr, c, n, tasks);
     if (n > tr->stats.read_threads)
         tr->stats.read_threads = n;
-    stream_result_t mine;
-    if (n == 1 || nt == 0) {
-        run_reader(tr, payload, tasks, nt, 0, &mine);
-    } else {
-        pthread_mutex_lock(&p->mu);
-        p->tr = tr;
-        p->payload = payload;
-        p->tasks = tasks;
-        p->ntasks = nt;
-        p->pending = n - 1;
-        p->gen++;
-        pthread_cond_broadcast(&p->go);
-        pthread_mutex_unlock(&p->mu);
-        run_reader(tr, payload, tasks, nt, 0, &mine);
-        pthread_mutex_lock(&p->mu);
-        while (p->pending > 0)
-            pthread_cond_wait(&p->done, &p->mu);
-        pthread_mutex_unlock(&p->mu);
+    rf_pool_run(pool, reader_main, j);
+    const stream_result_t *bad = NULL;
+    for (int w = 0; w < n; w++) {
+        tr->stats.bytes_read += j->res[w].bytes;
+        if (bad == NULL && j->res[w].st != RF_OK)
+            bad = &j->res[w];
     }
+    rf_status_t st = bad != NULL ? rf_err_set(err, bad->st, "%s", bad->err.msg) : RF_OK;
     free(tasks);
-    const stream_result_t *bad = mine.st != RF_OK ? &mine : NULL;
-    tr->stats.bytes_read += mine.bytes;
-    for (int w = 1; w < n && p != NULL; w++) {
-        tr->stats.bytes_read += p->res[w].bytes;
-        if (bad == NULL && p->res[w].st != RF_OK)
-            bad = &p->res[w];
-    }
-    return bad != NULL ? rf_err_set(err, bad->st, "%s", bad->err.msg) : RF_OK;
+    free(j);
+    return st;
 }

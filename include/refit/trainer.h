@@ -141,8 +141,8 @@ typedef struct rf_trainer {
                                     own and read_threads - 1 helpers; <= 1: the pack's
                                     alone; safetensors only; the session: spare cores, or
                                     REFIT_CKPT_READ_THREADS) */
-    struct rf_stream_pool *readers; /* the helpers, started at the first streamed chunk
-                                       (owned; runtime/trainer_stream.c) */
+    struct rf_pool *readers;     /* the helpers, started at the first streamed chunk
+                                    (owned; runtime/trainer_stream.c) */
 } rf_trainer_t;
 
 /*
