@@ -17,6 +17,7 @@
 
 #include "refit/accel.h"
 #include "refit/chunk.h"
+#include "refit/pool.h"
 
 void rf_chunk_u64le_write(void *p, uint64_t v)
 {
@@ -108,6 +109,42 @@ rf_status_t rf_chunk_seal(int alg, void *trailer, void *a, size_t na, const void
     uint64_t h = 0;
     RF_CHECK(rf_chunk_digest(alg, a, na, b, nb, &h, err));
     rf_chunk_u64le_write(trailer, h);
+    return RF_OK;
+}
+
+/* rf_chunk_seal_pool: worker `who` of n sums its slice of whole words. */
+typedef struct {
+    const unsigned char *msg;
+    size_t bytes, slice; /* slice: a multiple of 8 */
+    uint64_t S[RF_POOL_MAX];
+} seal_job_t;
+
+static void seal_slice(void *ctx, int who, int n)
+{
+    (void)n;
+    seal_job_t *j = ctx;
+    size_t b = (size_t)who * j->slice;
+    size_t len = b >= j->bytes ? 0 : j->bytes - b < j->slice ? j->bytes - b : j->slice;
+    j->S[who] = len ? rf_accel_sum_words(j->msg + b, len, b / 8) : 0;
+}
+
+rf_status_t rf_chunk_seal_pool(int alg, void *msg, size_t covered, rf_pool_t *pool,
+                               rf_err_t *err)
+{
+    int n = rf_pool_threads(pool);
+    if (alg != RF_CHUNK_TRAILER_SUM64 || n < 2 || covered < RF_CHUNK_SEAL_POOL_MIN)
+        return rf_chunk_seal(alg, (unsigned char *)msg + covered, msg, covered, NULL, 0, err);
+    if (covered < RF_CHUNK_HEADER_BYTES)
+        return rf_err_set(err, RF_ERR_INVALID, "sealing %zu bytes: no chunk header", covered);
+    ((unsigned char *)msg)[15] = (unsigned char)alg; /* the header names the algorithm */
+    seal_job_t j = {.msg = msg, .bytes = covered};
+    size_t words = (covered + 7) / 8;
+    j.slice = (words + (size_t)n - 1) / (size_t)n * 8;
+    rf_pool_run(pool, seal_slice, &j);
+    uint64_t S = 0;
+    for (int w = 0; w < n; w++)
+        S += j.S[w];
+    rf_chunk_u64le_write((unsigned char *)msg + covered, rf_accel_sum_final(S, covered));
     return RF_OK;
 }
 

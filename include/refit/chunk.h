@@ -181,6 +181,20 @@ rf_status_t rf_chunk_seal(int alg, void *trailer, void *a, size_t na, const void
                           rf_err_t *err);
 
 /*
+ * rf_chunk_seal's one-part form (msg of `covered` bytes, its trailer written at msg + covered)
+ * with a refit-sum64 message of at least RF_CHUNK_SEAL_POOL_MIN bytes summed by the workers of
+ * pool (include/refit/pool.h): each sums one slice of whole 8-byte words numbered from the
+ * slice's first, the slice sums added mod 2^64 (the sum is associative: the trailer is
+ * rf_chunk_seal's, bit for bit). XXH3, a NULL or one-thread pool, or a shorter message:
+ * rf_chunk_seal on the caller. The mpi sender seals with it on its pack thread (issue 18 item
+ * 1: one thread's seal beside the wire took more than the wire). Errors as rf_chunk_seal's.
+ */
+#define RF_CHUNK_SEAL_POOL_MIN (1u << 20)
+struct rf_pool;
+rf_status_t rf_chunk_seal_pool(int alg, void *msg, size_t covered, struct rf_pool *pool,
+                               rf_err_t *err);
+
+/*
  * Checks: a starts with the chunk header. A header naming an algorithm other than alg is
  * refused unchecked: RF_ERR_INTEGRITY "trailer algorithm <header's> in the header, this job
  * checks <alg's>". Else recomputes the digest of a + b and compares it with the trailer.

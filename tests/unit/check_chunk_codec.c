@@ -3,7 +3,8 @@
  * item 1): the header's trailer byte, sealing and checking under both algorithms (XXH3-64 and
  * refit-sum64 v1) against their definitions computed here, a flipped payload, header or trailer
  * byte caught, a header naming another or an unknown algorithm refused unchecked, the two-part
- * digests, and the device form of the check (header on the host, payload word sum elsewhere).
+ * digests, the device form of the check (header on the host, payload word sum elsewhere), and
+ * the seal summed by a thread pool (rf_chunk_seal_pool) equal to the one-thread seal.
  */
 #include <check.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 
 #include "refit/accel.h"
 #include "refit/chunk.h"
+#include "refit/pool.h"
 
 #define CB 8192u
 static const int ALGS[2] = {RF_CHUNK_TRAILER_XXH3, RF_CHUNK_TRAILER_SUM64};
@@ -258,6 +260,56 @@ START_TEST(test_names)
 }
 END_TEST
 
+/* rf_chunk_seal_pool: the trailer (and the header's algorithm byte) of rf_chunk_seal, bit for
+ * bit, at 1..5 workers and sizes around the pool's minimum, odd lengths (a last partial word)
+ * included; XXH3 through the pool is the plain seal; a flipped byte still fails the check */
+START_TEST(test_seal_pool)
+{
+    const size_t sizes[] = {RF_CHUNK_SEAL_POOL_MIN - 8, RF_CHUNK_SEAL_POOL_MIN,
+                            RF_CHUNK_SEAL_POOL_MIN + 5, 3 * RF_CHUNK_SEAL_POOL_MIN + 4099};
+    size_t cap = sizes[3] + RF_CHUNK_TRAILER_BYTES;
+    unsigned char *a = malloc(cap), *b = malloc(cap);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    uint64_t x = 0x243F6A8885A308D3ull;
+    for (size_t i = 0; i < cap; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = (unsigned char)(x >> 56);
+    }
+    rf_chunk_header_write(a, 7, 3, sizes[3] - RF_CHUNK_HEADER_BYTES);
+    rf_err_t err;
+    rf_err_clear(&err);
+    for (int threads = 1; threads <= 5; threads++) {
+        rf_pool_t *pool = NULL;
+        ck_assert_int_eq(rf_pool_create(threads, &pool, &err), RF_OK);
+        ck_assert_int_eq(rf_pool_threads(pool), threads);
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
+            for (int g = 0; g < 2; g++) {
+                size_t n = sizes[k];
+                memcpy(b, a, cap);
+                ck_assert_int_eq(rf_chunk_seal(ALGS[g], a + n, a, n, NULL, 0, &err), RF_OK);
+                ck_assert_int_eq(rf_chunk_seal_pool(ALGS[g], b, n, pool, &err), RF_OK);
+                ck_assert_msg(memcmp(a, b, n + RF_CHUNK_TRAILER_BYTES) == 0,
+                              "%s, %zu bytes, %d threads: the pool's seal differs",
+                              rf_chunk_trailer_name(ALGS[g]), n, threads);
+                b[n / 2] ^= 0x04;
+                ck_assert_int_eq(rf_chunk_check(ALGS[g], b + n, b, n, NULL, 0, g_plan, g_items,
+                                                &g_plan->chunks[0], &err),
+                                 RF_ERR_INTEGRITY);
+            }
+        rf_pool_destroy(pool);
+    }
+    /* a NULL pool seals on the caller */
+    size_t n = sizes[1];
+    memcpy(b, a, cap);
+    ck_assert_int_eq(rf_chunk_seal(RF_CHUNK_TRAILER_SUM64, a + n, a, n, NULL, 0, &err), RF_OK);
+    ck_assert_int_eq(rf_chunk_seal_pool(RF_CHUNK_TRAILER_SUM64, b, n, NULL, &err), RF_OK);
+    ck_assert_mem_eq(a + n, b + n, RF_CHUNK_TRAILER_BYTES);
+    free(a);
+    free(b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("chunk_codec");
@@ -271,6 +323,7 @@ int main(void)
     tcase_add_test(tc, test_two_parts);
     tcase_add_test(tc, test_device_form);
     tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_seal_pool);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
