@@ -67,6 +67,14 @@ void rf_env_node_share(int world_size, long *cores_p, long *local_p)
     *local_p = local;
 }
 
+int rf_env_spare_threads(int world_size)
+{
+    long cores, local;
+    rf_env_node_share(world_size, &cores, &local);
+    long spare = cores / local - 2;
+    return spare < 1 ? 1 : spare > 4 ? 4 : (int)spare;
+}
+
 /* every switch read through the parsers above (include/refit/env.h, rf_env_check) */
 static const char *const env_flags[] = {"REFIT_CKPT_STREAM", "REFIT_HDF5_COLLECTIVE",
                                         "REFIT_MPI_SEND_SPIN", "REFIT_MPI_RECV_PAGEABLE",
@@ -75,7 +83,8 @@ static const struct {
     const char *name, *unit;
     size_t max; /* 0: SIZE_MAX */
 } env_counts[] = {{"REFIT_CUDA_ENGINE_MIN", "bytes", 0},
-                  {"REFIT_CKPT_READ_THREADS", "threads", RF_ENV_READ_THREADS_MAX}};
+                  {"REFIT_CKPT_READ_THREADS", "threads", RF_ENV_THREADS_MAX},
+                  {"REFIT_MPI_SEAL_THREADS", "threads", RF_ENV_THREADS_MAX}};
 
 rf_status_t rf_env_check(rf_err_t *err)
 {

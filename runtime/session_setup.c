@@ -1252,16 +1252,13 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
         s->tr.stream_reads = s->topo.transport == RF_TRANSPORT_MPI && !s->p2p && stream;
         /* threads reading each streamed chunk: the cores a rank of this node can spare
          * beyond its main and pack threads (1 on CI's 2 cores, 4 on the H200 host's 16 with
-         * 2 ranks), or REFIT_CKPT_READ_THREADS (1..RF_ENV_READ_THREADS_MAX) */
-        long cores, local;
-        rf_env_node_share(s->size, &cores, &local);
-        long spare = cores / local - 2;
-        size_t rt = spare < 1 ? 1 : spare > 4 ? 4 : (size_t)spare;
+         * 2 ranks), or REFIT_CKPT_READ_THREADS (1..RF_ENV_THREADS_MAX) */
+        size_t rt = (size_t)rf_env_spare_threads(s->size);
         if (st == RF_OK)
             st = rf_env_count("REFIT_CKPT_READ_THREADS", "threads", rt, &rt, err);
-        if (st == RF_OK && rt > RF_ENV_READ_THREADS_MAX) /* rf_env_check refused it first */
+        if (st == RF_OK && rt > RF_ENV_THREADS_MAX) /* rf_env_check refused it first */
             st = rf_err_set(err, RF_ERR_INVALID, "REFIT_CKPT_READ_THREADS=%zu: at most %d threads",
-                            rt, RF_ENV_READ_THREADS_MAX);
+                            rt, RF_ENV_THREADS_MAX);
         s->tr.read_threads = (int)rt;
     }
     RF_CHECK(rf_session_agree(s, st, err));

@@ -34,6 +34,7 @@
 #include "refit/accel.h"
 #include "refit/control.h"
 #include "refit/env.h"
+#include "refit/pool.h"
 #include "refit/log.h"
 #include "refit/transport.h"
 #include "xfer_int.h"
@@ -86,6 +87,15 @@ rf_status_t rf_xfer_send_spin_default(int world_size, bool *spin_p, rf_err_t *er
     return RF_OK;
 }
 
+/* The seal's workers for trailer alg: started at the first refit-sum64 send of a spinning
+ * sender (x->seal_threads), kept for the job; NULL (the calling thread) otherwise. */
+static rf_status_t seal_pool(rf_xfer_t *x, int alg, rf_err_t *err)
+{
+    if (alg != RF_CHUNK_TRAILER_SUM64 || x->seal_threads < 2 || x->seal_pool != NULL)
+        return RF_OK;
+    return rf_pool_create(x->seal_threads, &x->seal_pool, err);
+}
+
 /* Waits (ABORT + deadline) until every send from slot b completed; spin: without sleeps (the
  * update's chunks are streaming, RF_CTL_WAIT_SPIN, where send_spin allows it). */
 static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, bool spin, rf_err_t *err)
@@ -106,7 +116,10 @@ static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, bool spin, rf
  * requests of the chunks already posted, so MPI keeps moving them (a large shared-memory
  * message without single-copy progresses only inside MPI calls): chunk k + 1 is packed, a
  * checkpoint read included (rf_trainer_produce's streamed reads), while chunk k is on the
- * wire. The calling thread hands over one chunk at a time and waits for it before posting it;
+ * wire; the chunk's seal too, in integrity mode (rf_chunk_seal_pool over x->seal_pool: with
+ * one thread a refit-sum64 seal of 32 MiB took about as long as the chunk's wire, and the
+ * calling thread did not drive MPI meanwhile). The calling thread hands over one chunk at a
+ * time and waits for it before posting it;
  * on an ABORT or the deadline it still waits for the pack in progress (a bounded read or
  * copy) before returning, so nothing writes a slot after rf_xfer_send returned.
  */
@@ -121,6 +134,10 @@ typedef struct packer {
     const rf_chunk_t *c;
     const rf_chunk_piece_t *pieces;
     void *payload;
+    int alg;              /* integrity: seal msg[0, covered) after the pack; 0: none */
+    unsigned char *msg;
+    size_t covered;
+    struct rf_pool *pool; /* the seal's workers (x->seal_pool) */
     rf_status_t st;
     rf_err_t e;
 } packer_t;
@@ -138,6 +155,8 @@ static void *packer_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         rf_err_clear(&p->e);
         p->st = p->pack(p->ctx, p->c, p->pieces, p->payload, &p->e);
+        if (p->st == RF_OK && p->alg != 0)
+            p->st = rf_chunk_seal_pool(p->alg, p->msg, p->covered, p->pool, &p->e);
         atomic_store_explicit(&p->done, 1, memory_order_release);
         pthread_mutex_lock(&p->mu);
     }
@@ -166,11 +185,16 @@ static rf_status_t packer_start(packer_t *p, rf_xfer_pack_fn pack, void *ctx, rf
 }
 
 static void packer_post(packer_t *p, const rf_chunk_t *c, const rf_chunk_piece_t *pieces,
-                        void *payload)
+                        void *payload, int alg, unsigned char *msg, size_t covered,
+                        struct rf_pool *pool)
 {
     p->c = c;
     p->pieces = pieces;
     p->payload = payload;
+    p->alg = alg;
+    p->msg = msg;
+    p->covered = covered;
+    p->pool = pool;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
     p->job = 1;
@@ -214,13 +238,15 @@ static int pack_wait_test(void *vctx, rf_err_t *err)
     return 0;
 }
 
-/* Hands chunk c to the pack thread and waits for it (ABORT + deadline), the other slots'
- * sends progressing meanwhile; after a failed wait, still until the pack returned. */
+/* Hands chunk c to the pack thread (its pack into slot b's message msg and, in integrity mode,
+ * the seal) and waits for it (ABORT + deadline), the other slots' sends progressing
+ * meanwhile; after a failed wait, still until the pack returned. */
 static rf_status_t packer_run(rf_xfer_t *x, packer_t *p, const rf_xfer_config_t *cfg,
                               const rf_chunk_t *c, const rf_chunk_piece_t *pieces, int b,
-                              void *payload, rf_err_t *err)
+                              unsigned char *msg, rf_err_t *err)
 {
-    packer_post(p, c, pieces, payload);
+    packer_post(p, c, pieces, msg + RF_CHUNK_HEADER_BYTES, cfg->integrity, msg,
+                RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes, x->seal_pool);
     pack_wait_t w = {x, p, b};
     rf_status_t st = rf_ctl_wait_fn(x->ctl, pack_wait_test, &w, cfg->deadline, send_spin(x), err);
     while (!atomic_load_explicit(&p->done, memory_order_acquire))
@@ -250,6 +276,7 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
     /* sends of an earlier update never drained: complete them first */
     for (int b = 0; b < x->buffers; b++)
         RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
+    RF_CHECK_GOTO(seal_pool(x, cfg->integrity, &e), st, fail);
     if (cfg->pack_thread && x->send_spin) {
         RF_CHECK_GOTO(packer_start(&pk, pack, ctx, &e), st, fail);
         threaded = true;
@@ -270,19 +297,18 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         unsigned char *buf = x->bufs[b];
         rf_chunk_header_write(buf, cfg->update, c->seq, c->payload_bytes);
         double t0 = rf_time_now();
-        st = threaded
-                 ? packer_run(x, &pk, cfg, c, &plan->pieces[c->piece_begin], b,
-                              buf + RF_CHUNK_HEADER_BYTES, &e)
+        st = threaded /* the pack thread seals too */
+                 ? packer_run(x, &pk, cfg, c, &plan->pieces[c->piece_begin], b, buf, &e)
                  : pack(ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);
         x->stats.pack_s += rf_time_now() - t0;
         if (st != RF_OK)
             goto fail;
         size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-        if (cfg->integrity) {
-            RF_CHECK_GOTO(rf_chunk_seal(cfg->integrity, buf + bytes, buf, bytes, NULL, 0, &e), st,
+        if (cfg->integrity && !threaded)
+            RF_CHECK_GOTO(rf_chunk_seal_pool(cfg->integrity, buf, bytes, x->seal_pool, &e), st,
                           fail);
+        if (cfg->integrity)
             bytes += RF_CHUNK_TRAILER_BYTES;
-        }
         if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
             buf[RF_CHUNK_HEADER_BYTES + c->payload_bytes / 2] ^= 0x10; /* after the checksum */
             rf_warn("fault: rank %d flipped a payload byte of chunk %u (update %u)", x->rank,
@@ -385,6 +411,7 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
     /* sends of an earlier update never drained: complete them first */
     for (int b = 0; b < x->slots; b++)
         RF_CHECK_GOTO(wait_slot(x, b, cfg->deadline, false, &e), st, fail);
+    RF_CHECK_GOTO(seal_pool(x, cfg->integrity, &e), st, fail);
 
     for (size_t i = 0; i < n; i++)
         ps.next[i] = p2p_own_chunk(&ps, i, 0);
@@ -457,7 +484,7 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
             goto fail;
         size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
         if (pc->integrity) {
-            RF_CHECK_GOTO(rf_chunk_seal(cfg->integrity, buf + bytes, buf, bytes, NULL, 0, &e), st,
+            RF_CHECK_GOTO(rf_chunk_seal_pool(cfg->integrity, buf, bytes, x->seal_pool, &e), st,
                           fail);
             bytes += RF_CHUNK_TRAILER_BYTES;
         }
@@ -817,11 +844,17 @@ static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_
     if (setup->send_spin < 0)
         RF_CHECK(rf_xfer_send_spin_default(x->nranks, &spin, err));
     x->send_spin = spin;
-    if (x->send_spin)
+    if (x->send_spin) {
+        /* the seal's workers: the spare cores beside the main and pack threads, or
+         * REFIT_MPI_SEAL_THREADS (rf_env_check bounded it) */
+        size_t n = (size_t)rf_env_spare_threads(x->nranks);
+        RF_CHECK(rf_env_count("REFIT_MPI_SEAL_THREADS", "threads", n, &n, err));
+        x->seal_threads = n > RF_POOL_MAX ? RF_POOL_MAX : (int)n;
         RF_LOG(RF_LOG_INFO,
-               "rank %d: as a sender, spins while its chunks stream and packs "
-               "beside the wire where the pack allows it",
-               x->rank);
+               "rank %d: as a sender, spins while its chunks stream and packs and seals "
+               "beside the wire where the pack allows it (%d seal thread(s) for refit-sum64)",
+               x->rank, x->seal_threads);
+    }
     rf_accel_t *a = setup->accel;
     if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)
         return RF_OK;

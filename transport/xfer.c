@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "refit/pool.h"
 #include "refit/control.h"
 #include "refit/log.h"
 #include "refit/transport.h"
@@ -101,6 +102,7 @@ void rf_xfer_destroy(rf_xfer_t *x)
     if (x->rreqs != NULL)
         rf_ctl_cancel_recvs(x->rreqs, x->buffers + 1);
     rf_xfer_devck_release(x); /* the device check's buffers, before the accel's pinned ones */
+    rf_pool_destroy(x->seal_pool);
     rf_xfer_pin_release(x); /* after the receives: nothing lands in them any more */
     if (x->ops != NULL && x->ops->close != NULL)
         x->ops->close(x);

@@ -54,6 +54,10 @@ struct rf_xfer {
     uint64_t pin_waits, pin_waited_ns; /* gates that found the copy still running; their wait */
     bool send_spin;      /* mpi sender: spin while chunks stream, pack_thread packs on a
                             helper thread (rf_xfer_setup_t.send_spin, resolved) */
+    int seal_threads;          /* spinning mpi sender: the workers of its refit-sum64 seal
+                                  (rf_env_spare_threads or REFIT_MPI_SEAL_THREADS; 1: the
+                                  calling thread alone) */
+    struct rf_pool *seal_pool; /* ... started at its first refit-sum64 send (NULL: one) */
     unsigned wait_flags; /* rf_ctl_wait_fn flags of rf_xfer_wait_one (mpi: RF_CTL_WAIT_SPIN once
                             an update's first chunk arrived; 0 otherwise) */
     struct rf_xfer_devck *dck; /* mpi receiver checking on the device (xfer_devck.c); NULL */

@@ -35,8 +35,9 @@ rf_status_t rf_env_flag(const char *name, bool dflt, bool *on_p, rf_err_t *err);
 rf_status_t rf_env_count(const char *name, const char *unit, size_t dflt, size_t *out_p,
                          rf_err_t *err);
 
-/* REFIT_CKPT_READ_THREADS: at most this many threads read one streamed chunk */
-#define RF_ENV_READ_THREADS_MAX 64
+/* REFIT_CKPT_READ_THREADS / REFIT_MPI_SEAL_THREADS: at most this many threads read one
+ * streamed chunk / seal one chunk (RF_POOL_MAX, include/refit/pool.h) */
+#define RF_ENV_THREADS_MAX 64
 
 /*
  * This process's share of its node: *cores_p = the CPUs it may run on (sched_getaffinity, at
@@ -47,9 +48,17 @@ rf_status_t rf_env_count(const char *name, const char *unit, size_t dflt, size_t
 void rf_env_node_share(int world_size, long *cores_p, long *local_p);
 
 /*
+ * The threads one rank may spend on a chunk's host work beside its main and pack threads
+ * (the streamed checkpoint reads' default, the mpi sender's seal): cores / local ranks - 2
+ * (rf_env_node_share), clamped to [1, 4]: 1 on CI's 2 cores, 4 on the H200 host's 16 cores
+ * with 2 ranks. Local.
+ */
+int rf_env_spare_threads(int world_size);
+
+/*
  * Every REFIT_* switch read through rf_env_flag / rf_env_count anywhere in the library
  * (REFIT_CKPT_STREAM, REFIT_HDF5_COLLECTIVE, REFIT_MPI_SEND_SPIN, REFIT_MPI_RECV_PAGEABLE,
- * REFIT_DEVICE_TIMELINE, REFIT_CUDA_ENGINE_MIN, REFIT_CKPT_READ_THREADS), checked at once: the first bad one's error
+ * REFIT_DEVICE_TIMELINE, REFIT_CUDA_ENGINE_MIN, REFIT_CKPT_READ_THREADS, REFIT_MPI_SEAL_THREADS), checked at once: the first bad one's error
  * as its parser gives it (a count above its bound: "NAME=N: at most MAX unit"). rf_session_create (and refit-run's setup) calls it before anything
  * else, so the later readers cannot fail; a new switch is added to core/env.c's list. Local.
  */

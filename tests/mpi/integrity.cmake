@@ -62,3 +62,24 @@ add_test(NAME profile_oracle_failed_recorded
                  -- sh -c "cat ${NOINT_PROFILE}/profile-rank3.jsonl ${NOINT_PROFILE}/profile-rank0.json | tr -d '\\n' | sed 's/}{/}\\n{/g'; echo")
 set_tests_properties(profile_oracle_failed_recorded PROPERTIES LABELS mpi
                      DEPENDS faults_corrupt_chunk_integrity_off_topology)
+
+# the spinning mpi sender's refit-sum64 seal summed by a thread pool (rf_chunk_seal_pool;
+# REFIT_MPI_SEAL_THREADS=3 where CI's 2 cores would give 1): 2 MiB chunks of a widened llama
+# (its 26 MB from the generator) above the pool's 1 MiB minimum, checked by the receiver on
+# the host: every update commits and the oracle verifies it, so the pooled trailer equals the
+# receiver's one-thread sum on every chunk; a flipped byte after the seal is still caught
+set(SEAL_POOL_ENV "REFIT_LOG_LEVEL=info;REFIT_MPI_SEND_SPIN=1;REFIT_MPI_SEAL_THREADS=3;REFIT_INTEGRITY_TRAILER=sum64")
+set(SEAL_POOL_OK "rank 0: as a sender, spins .* \\(3 seal thread\\(s\\) for refit-sum64\\)"
+                 "integrity +on: refit-sum64 v1 trailer on every chunk"
+                 "payload +[0-9.]+ MB in [0-9]+ chunks of 2.10 MB"
+                 "refit: COMMITTED 3 update\\(s\\), verified 30 tensors")
+refit_run_test(integrity_seal_pool_sum64 2 ok "${SEAL_POOL_OK}"
+               --topology ${TTOPO}/llama-wide-tp1-to-tp1-sum64.yaml --steps 3)
+set_tests_properties(integrity_seal_pool_sum64 PROPERTIES ENVIRONMENT "${SEAL_POOL_ENV}")
+set(SEAL_POOL_CAUGHT "refit update 2/3: FAILED"
+                     "verdict +rank 1: RF_ERR_INTEGRITY: update 2: chunk seq 0 .*checksum mismatch \\(refit-sum64 v1 .*before unpacking; chunk carries model.embed_tokens.weight"
+                     "rollout paused: yes; storage unchanged: yes" ${RECOVERED})
+refit_run_test(integrity_seal_pool_corrupt_chunk 2 fail "${SEAL_POOL_CAUGHT}"
+               --topology ${TTOPO}/llama-wide-tp1-to-tp1-sum64.yaml --steps 3
+               --inject-fault corrupt-chunk)
+set_tests_properties(integrity_seal_pool_corrupt_chunk PROPERTIES ENVIRONMENT "${SEAL_POOL_ENV}")

@@ -53,16 +53,20 @@ foreach(case "REFIT_CKPT_STREAM;maybe" "REFIT_HDF5_COLLECTIVE;on" "REFIT_MPI_SEN
                  --checkpoint ${DATA}/llama-tiny --steps 1)
   set_tests_properties(refit_run_env_${n}_refused PROPERTIES ENVIRONMENT "${var}=${val}")
 endforeach()
-# the checkpoint read threads (runtime/trainer_stream.c): a positive count, at most 64
-foreach(case "0;expected a positive decimal integer \\(threads\\), not 0" "65;at most 64 threads")
-  list(GET case 0 val)
-  list(GET case 1 msg)
-  refit_run_test(refit_run_env_ckpt_read_threads_${val}_refused 2 fail
-                 "refit: FAILED: .*REFIT_CKPT_READ_THREADS=${val}: ${msg}$"
+# the checkpoint read threads (runtime/trainer_stream.c) and the mpi sender's seal threads
+# (rf_chunk_seal_pool): a positive count, at most 64
+foreach(case "CKPT_READ;0;expected a positive decimal integer \\(threads\\), not 0"
+             "CKPT_READ;65;at most 64 threads" "MPI_SEAL;65;at most 64 threads")
+  list(GET case 0 what)
+  list(GET case 1 val)
+  list(GET case 2 msg)
+  string(TOLOWER ${what} n)
+  refit_run_test(refit_run_env_${n}_threads_${val}_refused 2 fail
+                 "refit: FAILED: .*REFIT_${what}_THREADS=${val}: ${msg}$"
                  --topology ${TTOPO}/llama-tiny-tp1-to-tp1-small-chunks.yaml
                  --checkpoint ${DATA}/llama-tiny --steps 1)
-  set_tests_properties(refit_run_env_ckpt_read_threads_${val}_refused PROPERTIES
-                       ENVIRONMENT "REFIT_CKPT_READ_THREADS=${val}")
+  set_tests_properties(refit_run_env_${n}_threads_${val}_refused PROPERTIES
+                       ENVIRONMENT "REFIT_${what}_THREADS=${val}")
 endforeach()
 
 # reload policies and format owners: LAYERWISE and the deferred stage, same bytes

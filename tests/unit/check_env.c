@@ -140,7 +140,7 @@ START_TEST(test_check_all)
         {"REFIT_CKPT_STREAM", "maybe"},    {"REFIT_HDF5_COLLECTIVE", "on"},
         {"REFIT_MPI_SEND_SPIN", "2"},      {"REFIT_MPI_RECV_PAGEABLE", "yes"},
         {"REFIT_DEVICE_TIMELINE", "true"}, {"REFIT_CUDA_ENGINE_MIN", "-1"},
-        {"REFIT_CKPT_READ_THREADS", "0"}};
+        {"REFIT_CKPT_READ_THREADS", "0"},  {"REFIT_MPI_SEAL_THREADS", "four"}};
     rf_err_t err;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         unsetenv(bad[i][0]);
@@ -189,6 +189,14 @@ START_TEST(test_node_share)
     ck_assert_int_eq(local, 8);
     rf_env_node_share(0, &cores, &local);
     ck_assert_int_eq(local, 1);
+    /* spare threads: cores / local - 2 in [1, 4]; more local ranks than cores: 1 */
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "100000", 1);
+    ck_assert_int_eq(rf_env_spare_threads(8), 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
+    rf_env_node_share(1, &cores, &local);
+    long want = cores - 2 < 1 ? 1 : cores - 2 > 4 ? 4 : cores - 2;
+    ck_assert_int_eq(rf_env_spare_threads(1), want);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 }
 END_TEST
 
