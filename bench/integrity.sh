@@ -7,13 +7,14 @@
 #
 # mpi to GPU: refit-run on jobs/topologies/gpu/bench/mpi-llama-3.1-8b-4l.yaml (the Llama-3.1-8B
 # shape at 4 layers, 3.85 GB of bf16, 32 MiB chunks; trainer on the host, rollout storage on GPU
-# 0), generator source, STEPS updates (default 3, the first a warm-up), three runs back to back:
+# 0), generator source, STEPS updates (default 3, the first a warm-up), four runs back to back:
 #   off   --no-integrity (the topology's transfer.integrity: false)
 #   dev   --integrity: refit-sum64 v1 trailers, checked on the receiver's device chunk buffer
-#         (the default for device storage over mpi)
+#         (the default for device storage over mpi), the sender's seal summed by its pool
+#   dev1  dev with the sender's seal on one thread (REFIT_MPI_SEAL_THREADS=1)
 #   host  --integrity with REFIT_INTEGRITY_TRAILER=xxh3: XXH3-64 hashed on the receiver's
 #         pinned host buffer (the path before this change)
-# each with --storage-digest (all three must agree) and --verify none: refit-run's default,
+# each with --storage-digest (all must agree) and --verify none: refit-run's default,
 # --verify all, runs the host oracle over the 3.85 GB after every update (about 30 s each on the
 # H200): that, not the updates, is what made the runs of 2026-12-02 and 2026-12-03 outlast
 # their limits. CKDIR=DIR: the trainer reads the safetensors checkpoint in DIR on every update
@@ -53,9 +54,10 @@ if [ -x "$build/ipc-integrity" ]; then
     "$build/ipc-integrity" "$out/ipc-integrity.json" > "$out/ipc-integrity.log" 2>&1
     say "ipc-integrity rc $?"
 fi
-for r in ${RUNS:-off dev host}; do
+for r in ${RUNS:-off dev dev1 host}; do
     env=() args=(--integrity)
     [ "$r" = off ] && args=(--no-integrity)
+    [ "$r" = dev1 ] && env=(-x REFIT_MPI_SEAL_THREADS=1) # the sender's seal on one thread
     [ "$r" = host ] && env=(-x REFIT_INTEGRITY_TRAILER=xxh3)
     rm -rf "$out/prof-$r"
     [ -n "${CKDIR:-}" ] && args+=(--checkpoint "$CKDIR" --checkpoint-updates all)

@@ -3,11 +3,12 @@
 
     python3 bench/integrity_report.py OUT
 
-Reads OUT/prof-{off,dev,host}/profile-rank{0,1}.jsonl (refit-run --profile-dir), OUT/run-*.log
+Reads OUT/prof-{off,dev,dev1,host}/profile-rank{0,1}.jsonl (RUNS names others) (refit-run --profile-dir), OUT/run-*.log
 (the storage digests) and OUT/ipc-integrity.json (bench/ipc-integrity.cu). The timed updates
 are the committed ones after the first; each figure is their median: the update (rank 0's
 verdict_s), the trainer's production (produce_s) and the rest (update - production: pack, wire,
-h2d, check, unpack). Overheads are against `off` of the same run; target: dev at most 3% of
+h2d, check, unpack). dev1 is dev with the sender's seal on one thread (REFIT_MPI_SEAL_THREADS=1)
+against dev's pool. Overheads are against `off` of the same run; target: dev at most 3% of
 the update time. Prints the tables and writes OUT/integrity.json. Exits 1 when a run is missing
 or the storage digests differ.
 """
@@ -54,8 +55,11 @@ def main():
           ("run", "trailer", "update ms", "GB/s", "produce ms", "rest ms", "GB/s", "upd +%",
            "rest +%"))
     runs = {}
-    for r in ("off", "dev", "host"):
+    names = os.environ.get("RUNS", "").split() or ["off", "dev", "dev1", "host"]
+    for r in names:
         x = run(out, r)
+        if x is None and r == "dev1" and not os.environ.get("RUNS"):
+            continue  # an output of before dev1 existed
         if x is None:
             print("%-6s no timed update" % r)
             ok = False
