@@ -37,7 +37,8 @@
  *   V9-V13 which part of V2 (added after the first H200 run, where V2 alone read the arena at
  *       80% of the control): V9 the storage as one allocation (modules inside it); V10 the
  *       arena allocated before the storage; V11 the arena 16 GiB exactly; V12 each module
- *       rounded up to 2 MiB; V13 V0 with the arena of refit's size and a kernel fill
+ *       rounded up to 2 MiB; V13 V0 with the arena of refit's size and a kernel fill;
+ *       V14 / V15: V13 / V2 with the arena's allocation rounded up to a multiple of 2 MiB
  *
  * refit-run sets no cudaDeviceSetLimit, cudaSetDeviceFlags or stream priority (grep of core/
  * and runtime/), so none is a variant. Prints a table and writes JSON (argv[1]).
@@ -115,6 +116,7 @@ enum {
     F_EXACT16 = 1 << 11,  /* F_REFIT: the arena 16 GiB exactly (not the tensors' 16.06 GB) */
     F_ALIGN2M = 1 << 12,  /* F_REFIT: each module rounded up to 2 MiB */
     F_SIZEONLY = 1 << 13, /* the arena of refit's size (16.06 GB), nothing else of F_REFIT */
+    F_ROUND2M = 1 << 14,  /* the arena's allocation rounded up to a multiple of 2 MiB */
 };
 
 struct variant_t {
@@ -139,6 +141,8 @@ static const variant_t VARIANTS[] = {
     {"V11", F_REFIT | F_KFILL | F_EXACT16, "V2, the arena 16 GiB exactly"},
     {"V12", F_REFIT | F_KFILL | F_ALIGN2M, "V2, each storage module rounded up to 2 MiB"},
     {"V13", F_SIZEONLY | F_KFILL, "V0 with the arena of refit's size (16.06 GB), kernel fill"},
+    {"V14", F_SIZEONLY | F_KFILL | F_ROUND2M, "V13, the allocation rounded up to 2 MiB"},
+    {"V15", F_REFIT | F_KFILL | F_ROUND2M, "V2, the arena's allocation rounded up to 2 MiB"},
 };
 #define NVARIANTS (int)(sizeof(VARIANTS) / sizeof(VARIANTS[0]))
 
@@ -390,6 +394,8 @@ static int exporter_main(const variant_t *v, int rfd, int wfd)
         llama(ts, mods, &bytes);
     if (f & F_EXACT16)
         bytes = 16 * GiB;
+    if (f & F_ROUND2M) /* 16,060,522,496 B is 7658.25 x 2 MiB */
+        bytes = (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
     expect_line(rfd, line, sizeof(line), "go"); /* the importer's go: when to allocate */
     std::vector<void *> frag;
     if (f & F_FRAG) {

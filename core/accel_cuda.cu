@@ -240,7 +240,7 @@ static rf_status_t cu_alloc(rf_accel_t *a, size_t bytes, void **ptr_p)
     void *p = NULL;
     if (bytes) {
         RF_CUDA_CHECK(cudaSetDevice(a->device));
-        RF_CUDA_CHECK(cudaMalloc(&p, bytes));
+        RF_CUDA_CHECK(cudaMalloc(&p, (size_t)rf_accel_alloc_round(bytes))); /* accel.h */
     }
     *ptr_p = p;
     return RF_OK;

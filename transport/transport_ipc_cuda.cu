@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "refit/accel.h"
 #include "refit/log.h"
 #include "refit/transport.h"
 
@@ -113,7 +114,9 @@ static rf_status_t cuda_export(const char *name, uint64_t bytes, rf_ipc_arena_t 
     int dev = -1;
     RF_CHECK(current_uuid(a->handle.device, sizeof(a->handle.device), &dev, err));
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, (size_t)bytes);
+    /* a whole number of 2 MiB (rf_accel_alloc_round, include/refit/accel.h: an unrounded
+     * 16.06 GB arena was read at 80% of the rounded one's rate) */
+    cudaError_t e = cudaMalloc(&p, (size_t)rf_accel_alloc_round(bytes));
     if (e != cudaSuccess)
         return cuda_fail(err, "cudaMalloc for", name, e);
     cudaIpcMemHandle_t h;

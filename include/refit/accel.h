@@ -117,8 +117,8 @@ struct rf_accel_ops {
     rf_status_t (*select)(rf_accel_t *accel);
 
     /* ---- memory ---- */
-    /* Device arena: cudaMalloc (never managed) / 256-byte aligned host memory. bytes 0 gives
-     * NULL and RF_OK. */
+    /* Device arena: cudaMalloc (never managed) of bytes rounded up to RF_ACCEL_ALLOC_GRAIN /
+     * 256-byte aligned host memory. bytes 0 gives NULL and RF_OK. */
     rf_status_t (*alloc)(rf_accel_t *accel, size_t bytes, void **ptr_p);
     void (*free)(rf_accel_t *accel, void *ptr);
     /* Host memory for transfers: pinned (cudaMallocHost) / aligned host memory. */
@@ -292,6 +292,19 @@ uint64_t rf_accel_checksum(const void *buf, size_t bytes);
  * (the chunk codec's header on the host, payload on the device). */
 uint64_t rf_accel_sum_words(const void *buf, size_t bytes, uint64_t word0);
 /* Its pieces, for implementations: mix of word i, and the final step. */
+/*
+ * Device allocations are made in whole 2 MiB (the cuda accelerator's alloc, the CUDA ipc arena):
+ * on the H200 an allocation of 16,060,522,496 bytes (7658.25 x 2 MiB: refit-run's Llama-3.1-8B
+ * arena) was read at 80% of the rate of the same allocation rounded up to 2 MiB, through CUDA
+ * IPC and in its own process alike (bench/ipc-env.cu, variants V13 / V14 / V15;
+ * docs/benchmarks.md). PyTorch's caching allocator rounds large segments to 2 MiB already.
+ */
+#define RF_ACCEL_ALLOC_GRAIN ((uint64_t)2 << 20)
+static inline uint64_t rf_accel_alloc_round(uint64_t bytes)
+{
+    return (bytes + RF_ACCEL_ALLOC_GRAIN - 1) / RF_ACCEL_ALLOC_GRAIN * RF_ACCEL_ALLOC_GRAIN;
+}
+
 static inline uint64_t rf_accel_fmix64(uint64_t x)
 {
     x ^= x >> 33;
