@@ -59,7 +59,7 @@ grep 'refit:' "$out/configure.log" >> "$summary"
 [ $rc -eq 0 ] || { echo "see $out/configure.log"; exit 1; }
 
 cmake --build "$build" -j "$(nproc)" --target check_accel_cuda check_accel refit-run refit_shared gpu_probe \
-    make_nan_fp8 make_fp8_ckpt refit-plan check_nccl check_nccl_gather nccl-bw > "$out/build.log" 2>&1
+    make_nan_fp8 make_fp8_ckpt refit-plan check_nccl check_nccl_gather nccl-bw check_session_quant > "$out/build.log" 2>&1
 rc=$?
 step build $rc
 [ $rc -eq 0 ] || { tail -40 "$out/build.log"; exit 1; }
