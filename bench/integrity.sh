@@ -56,9 +56,11 @@ if [ -x "$build/ipc-integrity" ]; then
 fi
 for r in ${RUNS:-off dev dev1 host}; do
     env=() args=(--integrity)
-    [ "$r" = off ] && args=(--no-integrity)
-    [ "$r" = dev1 ] && env=(-x REFIT_MPI_SEAL_THREADS=1) # the sender's seal on one thread
-    [ "$r" = host ] && env=(-x REFIT_INTEGRITY_TRAILER=xxh3)
+    case $r in # a run's kind is its name's start: RUNS="off dev offb devb" repeats the pair
+    off*) args=(--no-integrity) ;;
+    dev1*) env=(-x REFIT_MPI_SEAL_THREADS=1) ;; # the sender's seal on one thread
+    host*) env=(-x REFIT_INTEGRITY_TRAILER=xxh3) ;;
+    esac
     rm -rf "$out/prof-$r"
     [ -n "${CKDIR:-}" ] && args+=(--checkpoint "$CKDIR" --checkpoint-updates all)
     "${mpirun[@]}" "${env[@]}" -np 2 "$build/refit-run" --topology "$topo" "${args[@]}" \

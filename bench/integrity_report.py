@@ -65,8 +65,15 @@ def main():
             ok = False
             continue
         runs[r] = x
-    base = runs.get("off")
+    # each run against the last off* run before it in RUNS (RUNS="off dev offb devb": dev
+    # against off, devb against offb), else against off
+    base, bases = runs.get("off"), {}
+    for r in runs:
+        if r.startswith("off"):
+            base = runs[r]
+        bases[r] = base
     for r, x in runs.items():
+        base = bases[r]
         if base is not None:
             x["update_overhead"] = x["update_s"] / base["update_s"] - 1
             x["rest_overhead"] = x["rest_s"] / base["rest_s"] - 1
