@@ -44,7 +44,7 @@ source "$root/tools/gpu-env.sh" "$root"
     echo "PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-} PKG_CONFIG_SYSROOT_DIR=${PKG_CONFIG_SYSROOT_DIR:-}"
 } > "$out/env.log" 2>&1
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_CUDA=ON \
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_CUDA=ON -DREFIT_TESTS=ON \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$out/configure.log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && ! grep -q 'refit: CUDA ON' "$out/configure.log"; then
