@@ -16,6 +16,7 @@
 #include "refit/log.h"
 #include "refit/quant.h"
 #include "refit/quant_ops.h"
+#include "refit/pool.h"
 #include "refit/trainer.h"
 #include "trainer_int.h"
 
@@ -278,7 +279,7 @@ void rf_trainer_free(rf_trainer_t *tr)
     free(tr->gather_buf);
     free(tr->d2h_buf);
     rf_xfer_gather_destroy(tr->gather);
-    trainer_stream_pool_free(tr);
+    rf_pool_destroy(tr->readers); /* the streamed reads' helpers (runtime/trainer_stream.c) */
     memset(tr, 0, sizeof(*tr));
 }
 

@@ -22,6 +22,24 @@ static inline uint64_t tensor_cols(const rf_tensor_t *t)
 
 static inline bool region_empty(const rf_region_t *r) { return r->r1 <= r->r0 || r->c1 <= r->c0; }
 
+/* Intersection of an owner's region with piece rows; false when empty. */
+static inline bool piece_part(const rf_region_t *reg, const rf_chunk_piece_t *pc,
+                              rf_region_t *out)
+{
+    *out = *reg;
+    if ((int64_t)pc->row_begin > out->r0)
+        out->r0 = (int64_t)pc->row_begin;
+    if ((int64_t)pc->row_end < out->r1)
+        out->r1 = (int64_t)pc->row_end;
+    return !region_empty(out);
+}
+
+/* Whether plan piece gi is gathered and packed (all, unless tr->gathered says otherwise). */
+static inline bool piece_on(const rf_trainer_t *tr, size_t gi)
+{
+    return tr->gathered == NULL || tr->gathered[gi] != 0;
+}
+
 /* Element size of manifest entry i (the manifest's dtype: FP8 scales may travel as bf16). */
 static inline size_t entry_es(const rf_trainer_t *tr, int i)
 {
@@ -68,16 +86,10 @@ rf_status_t trainer_stream_part(rf_trainer_t *tr, int ei, const rf_chunk_piece_t
                                 const rf_region_t *part, char *payload, uint64_t *bytes,
                                 rf_err_t *err);
 
-/* Whether plan piece gi is read from the streamed checkpoint by the pack: packed (tr->gathered)
- * and intersecting this rank's shard; its rows in *part (runtime/trainer_pack.c). */
-bool trainer_stream_piece(const rf_trainer_t *tr, size_t gi, rf_region_t *part);
-
 /* Every streamed part of chunk c read into payload, by tr->read_threads threads (the calling
  * one and a pool started at the first call); adds to stats.bytes_read (trainer_stream.c). */
 rf_status_t trainer_stream_chunk(rf_trainer_t *tr, const rf_chunk_t *c, char *payload,
                                  rf_err_t *err);
 
-/* Joins and frees the read threads (rf_trainer_free). */
-void trainer_stream_pool_free(rf_trainer_t *tr);
 
 #endif /* REFIT_TRAINER_INT_H */

@@ -20,29 +20,6 @@
 #include "refit/trainer.h"
 #include "trainer_int.h"
 
-/* Intersection of an owner's region with piece rows; false when empty. */
-static bool piece_part(const rf_region_t *reg, const rf_chunk_piece_t *pc, rf_region_t *out)
-{
-    *out = *reg;
-    if ((int64_t)pc->row_begin > out->r0)
-        out->r0 = (int64_t)pc->row_begin;
-    if ((int64_t)pc->row_end < out->r1)
-        out->r1 = (int64_t)pc->row_end;
-    return !region_empty(out);
-}
-
-/* Whether plan piece gi is gathered and packed (all, unless tr->gathered says otherwise). */
-static bool piece_on(const rf_trainer_t *tr, size_t gi)
-{
-    return tr->gathered == NULL || tr->gathered[gi] != 0;
-}
-
-bool trainer_stream_piece(const rf_trainer_t *tr, size_t gi, rf_region_t *part)
-{
-    int ei = (int)tr->plan->pieces[gi].item;
-    return piece_on(tr, gi) && tr->has[ei] && piece_part(&tr->reg[ei], &tr->plan->pieces[gi], part);
-}
-
 /* Bytes owner `rank` contributes to chunk c. */
 static uint64_t contribution_bytes(const rf_trainer_t *tr, const rf_chunk_t *c, int rank)
 {

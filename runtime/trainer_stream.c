@@ -60,10 +60,12 @@ static void reader_main(void *ctx, int who, int n)
                                         j->payload, &r->bytes, &r->err);
 }
 
-void trainer_stream_pool_free(rf_trainer_t *tr)
+/* Whether plan piece gi is read from the streamed checkpoint by the pack: packed (tr->gathered)
+ * and intersecting this rank's shard; its rows in *part. */
+static bool stream_piece(const rf_trainer_t *tr, size_t gi, rf_region_t *part)
 {
-    rf_pool_destroy(tr->readers);
-    tr->readers = NULL;
+    int ei = (int)tr->plan->pieces[gi].item;
+    return piece_on(tr, gi) && tr->has[ei] && piece_part(&tr->reg[ei], &tr->plan->pieces[gi], part);
 }
 
 /* The chunk's streamed parts cut into n row ranges of about equal bytes, in payload order.
@@ -74,7 +76,7 @@ static size_t cut_tasks(const rf_trainer_t *tr, const rf_chunk_t *c, int n, stre
     for (size_t k = 0; k < c->piece_count; k++) {
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         rf_region_t part;
-        if (trainer_stream_piece(tr, c->piece_begin + k, &part))
+        if (stream_piece(tr, c->piece_begin + k, &part))
             total += (uint64_t)(part.r1 - part.r0) * (uint64_t)(part.c1 - part.c0) *
                      entry_es(tr, (int)pc->item);
     }
@@ -86,7 +88,7 @@ static size_t cut_tasks(const rf_trainer_t *tr, const rf_chunk_t *c, int n, stre
     for (size_t k = 0; k < c->piece_count; k++) {
         const rf_chunk_piece_t *pc = &tr->plan->pieces[c->piece_begin + k];
         rf_region_t part;
-        if (!trainer_stream_piece(tr, c->piece_begin + k, &part))
+        if (!stream_piece(tr, c->piece_begin + k, &part))
             continue;
         uint64_t rb = (uint64_t)(part.c1 - part.c0) * entry_es(tr, (int)pc->item);
         int64_t r = part.r0;
