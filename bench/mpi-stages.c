@@ -22,6 +22,7 @@
  * writes JSON (stdout when JSON is absent). Needs a CUDA build and a GPU on rank 1 (DEVICE,
  * default 0); with the host accelerator (no CUDA) the h2d rows are memcpy.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -171,9 +172,10 @@ int main(int argc, char **argv)
     size_t chunk = (size_t)strtoull(argv[2], NULL, 10);
     int device = argc > 3 ? atoi(argv[3]) : 0;
     const char *json = argc > 4 && argv[4][0] != '\0' ? argv[4] : NULL;
-    int threads = argc > 5 ? atoi(argv[5]) : 4;
-    if (threads < 1 || threads > 64)
-        die("THREADS must be in [1, 64]");
+    char *end = NULL;
+    long threads = argc > 5 ? strtol(argv[5], &end, 10) : 4;
+    if (threads < 1 || threads > 64 || (argc > 5 && (end == argv[5] || *end != '\0')))
+        die("THREADS must be a count in [1, 64]");
     if (chunk < 4096 || chunk > INT32_MAX)
         die("CHUNK_BYTES must be in [4096, 2^31)");
     uint64_t fsize = 0;
@@ -181,8 +183,10 @@ int main(int argc, char **argv)
     if (rank == 0) {
         struct stat sb;
         fd = open(file, O_RDONLY);
-        if (fd < 0 || fstat(fd, &sb) != 0)
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            fprintf(stderr, "mpi-stages: %s: %s\n", file, strerror(errno));
             die("cannot open FILE");
+        }
         fsize = (uint64_t)sb.st_size;
     }
     MPI_Bcast(&fsize, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
@@ -214,7 +218,7 @@ int main(int argc, char **argv)
     for (int p = 0; p < PASSES; p++) {
         if (rank == 0) {
             t_read[p] = read_pass(fd, fsize, page[0], chunk);
-            t_read_mt[p] = read_mt_pass(fd, fsize, page[0], chunk, threads);
+            t_read_mt[p] = read_mt_pass(fd, fsize, page[0], chunk, (int)threads);
         }
         /* rank 0 sends from pageable memory (the trainer's slots); rank 1 receives into each */
         t_mpi_pin[p] = mpi_pass(rank == 1 ? pin : page, chunk, nmsg);
@@ -232,7 +236,7 @@ int main(int argc, char **argv)
     MPI_Bcast(accel, (int)sizeof(accel), MPI_CHAR, 1, MPI_COMM_WORLD);
     if (rank == 0) {
         char mt_what[64];
-        snprintf(mt_what, sizeof(mt_what), "page-cache pread, %d threads per chunk", threads);
+        snprintf(mt_what, sizeof(mt_what), "page-cache pread, %ld threads per chunk", threads);
         struct {
             const char *name, *what;
             double s;
@@ -249,7 +253,7 @@ int main(int argc, char **argv)
         json_object_set_new(root, "chunk_bytes", json_integer((json_int_t)chunk));
         json_object_set_new(root, "accelerator", json_string(accel));
         json_object_set_new(root, "passes", json_integer(PASSES));
-        json_object_set_new(root, "read_threads", json_integer(threads));
+        json_object_set_new(root, "read_threads", json_integer((json_int_t)threads));
         printf("%-14s %-46s %10s %8s\n", "stage", "what", "best ms", "GB/s");
         for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
             double gbps = (i <= 1 ? (double)fsize : bytes) / rows[i].s / 1e9;

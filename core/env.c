@@ -94,7 +94,13 @@ rf_status_t rf_env_check(rf_err_t *err)
     }
     for (size_t i = 0; i < sizeof(env_counts) / sizeof(env_counts[0]); i++) {
         size_t n;
-        RF_CHECK(rf_env_count(env_counts[i].name, env_counts[i].unit, 1, &n, err));
+        rf_status_t st = rf_env_count(env_counts[i].name, env_counts[i].unit, 1, &n, err);
+        if (st != RF_OK && env_counts[i].max != 0) /* a bounded count: say the range */
+            return rf_err_reset(err, st, "%s=%s: expected a decimal count from 1 to %zu (%s)",
+                              env_counts[i].name, getenv(env_counts[i].name),
+                              env_counts[i].max, env_counts[i].unit);
+        if (st != RF_OK)
+            return st;
         if (env_counts[i].max != 0 && n > env_counts[i].max)
             return rf_err_set(err, RF_ERR_INVALID, "%s=%zu: at most %zu %s", env_counts[i].name,
                               n, env_counts[i].max, env_counts[i].unit);

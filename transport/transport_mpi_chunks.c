@@ -93,7 +93,10 @@ static rf_status_t seal_pool(rf_xfer_t *x, int alg, rf_err_t *err)
 {
     if (alg != RF_CHUNK_TRAILER_SUM64 || x->seal_threads < 2 || x->seal_pool != NULL)
         return RF_OK;
-    return rf_pool_create(x->seal_threads, &x->seal_pool, err);
+    RF_CHECK(rf_pool_create(x->seal_threads, &x->seal_pool, err));
+    RF_LOG(RF_LOG_INFO, "rank %d: seals refit-sum64 chunks with %d thread(s)", x->rank,
+           rf_pool_threads(x->seal_pool));
+    return RF_OK;
 }
 
 /* Waits (ABORT + deadline) until every send from slot b completed; spin: without sleeps (the
@@ -852,8 +855,8 @@ static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_
         x->seal_threads = n > RF_POOL_MAX ? RF_POOL_MAX : (int)n;
         RF_LOG(RF_LOG_INFO,
                "rank %d: as a sender, spins while its chunks stream and packs and seals "
-               "beside the wire where the pack allows it (%d seal thread(s) for refit-sum64)",
-               x->rank, x->seal_threads);
+               "beside the wire where the pack allows it",
+               x->rank);
     }
     rf_accel_t *a = setup->accel;
     if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)

@@ -55,7 +55,7 @@ foreach(case "REFIT_CKPT_STREAM;maybe" "REFIT_HDF5_COLLECTIVE;on" "REFIT_MPI_SEN
 endforeach()
 # the checkpoint read threads (runtime/trainer_stream.c) and the mpi sender's seal threads
 # (rf_chunk_seal_pool): a positive count, at most 64
-foreach(case "CKPT_READ;0;expected a positive decimal integer \\(threads\\), not 0"
+foreach(case "CKPT_READ;0;expected a decimal count from 1 to 64 \\(threads\\)"
              "CKPT_READ;65;at most 64 threads" "MPI_SEAL;65;at most 64 threads")
   list(GET case 0 what)
   list(GET case 1 val)

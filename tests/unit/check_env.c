@@ -160,6 +160,12 @@ START_TEST(test_check_all)
         ck_assert_msg(strstr(err.msg, want) != NULL, "%s", err.msg);
         unsetenv(bad[i][0]);
     }
+    /* a bounded count that is no count: the range named (here a value past SIZE_MAX) */
+    setenv("REFIT_CKPT_READ_THREADS", "99999999999999999999", 1);
+    rf_err_clear(&err);
+    ck_assert_int_eq(rf_env_check(&err), RF_ERR_INVALID);
+    ck_assert_str_eq(err.msg, "REFIT_CKPT_READ_THREADS=99999999999999999999: expected a decimal "
+                              "count from 1 to 64 (threads)");
     /* a count above its bound: named with the bound; the bound itself is accepted */
     setenv("REFIT_CKPT_READ_THREADS", "65", 1);
     rf_err_clear(&err);
