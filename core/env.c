@@ -97,8 +97,8 @@ rf_status_t rf_env_check(rf_err_t *err)
         rf_status_t st = rf_env_count(env_counts[i].name, env_counts[i].unit, 1, &n, err);
         if (st != RF_OK && env_counts[i].max != 0) /* a bounded count: say the range */
             return rf_err_reset(err, st, "%s=%s: expected a decimal count from 1 to %zu (%s)",
-                              env_counts[i].name, getenv(env_counts[i].name),
-                              env_counts[i].max, env_counts[i].unit);
+                                env_counts[i].name, getenv(env_counts[i].name),
+                                env_counts[i].max, env_counts[i].unit);
         if (st != RF_OK)
             return st;
         if (env_counts[i].max != 0 && n > env_counts[i].max)

@@ -137,8 +137,7 @@ rf_status_t trainer_stream_chunk(rf_trainer_t *tr, const rf_chunk_t *c, char *pa
     if (j == NULL || tasks == NULL) {
         free(j);
         free(tasks);
-        return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory",
-                          tr->me.world_rank);
+        return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory", tr->me.world_rank);
     }
     *j = (stream_job_t){.tr = tr, .payload = payload, .tasks = tasks};
     j->ntasks = cut_tasks(tr, c, n, tasks);
