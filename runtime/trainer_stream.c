@@ -43,7 +43,7 @@ typedef struct {
     char *payload;
     const stream_task_t *tasks;
     size_t ntasks;
-    stream_result_t res[RF_POOL_MAX];
+    stream_result_t *res; /* [the run's workers] */
 } stream_job_t;
 
 static void reader_main(void *ctx, int who, int n)
@@ -132,14 +132,14 @@ rf_status_t trainer_stream_chunk(rf_trainer_t *tr, const rf_chunk_t *c, char *pa
         RF_CHECK(rf_pool_create(n, &tr->readers, err));
     rf_pool_t *pool = n > 1 ? tr->readers : NULL;
     n = rf_pool_threads(pool); /* the helpers that started */
-    stream_job_t *j = malloc(sizeof(*j));
+    stream_result_t *res = malloc((size_t)n * sizeof(*res));
     stream_task_t *tasks = malloc((c->piece_count + 2 * (size_t)n) * sizeof(*tasks));
-    if (j == NULL || tasks == NULL) {
-        free(j);
+    if (res == NULL || tasks == NULL) {
+        free(res);
         free(tasks);
         return rf_err_set(err, RF_ERR_NOMEM, "trainer rank %d: out of memory", tr->me.world_rank);
     }
-    *j = (stream_job_t){.tr = tr, .payload = payload, .tasks = tasks};
+    stream_job_t job = {.tr = tr, .payload = payload, .tasks = tasks, .res = res}, *j = &job;
     j->ntasks = cut_tasks(tr, c, n, tasks);
     if (n > tr->stats.read_threads)
         tr->stats.read_threads = n;
@@ -152,6 +152,6 @@ rf_status_t trainer_stream_chunk(rf_trainer_t *tr, const rf_chunk_t *c, char *pa
     }
     rf_status_t st = bad != NULL ? rf_err_set(err, bad->st, "%s", bad->err.msg) : RF_OK;
     free(tasks);
-    free(j);
+    free(res);
     return st;
 }
