@@ -148,6 +148,17 @@ rf_status_t rf_chunk_seal_pool(int alg, void *msg, size_t covered, rf_pool_t *po
     return RF_OK;
 }
 
+rf_status_t rf_chunk_seal_sum(void *msg, size_t covered, uint64_t payload_sum, rf_err_t *err)
+{
+    if (covered < RF_CHUNK_HEADER_BYTES)
+        return rf_err_set(err, RF_ERR_INVALID, "sealing %zu bytes: no chunk header", covered);
+    unsigned char *m = msg;
+    m[15] = (unsigned char)RF_CHUNK_TRAILER_SUM64; /* the header names the algorithm */
+    uint64_t S = rf_accel_sum_words(m, RF_CHUNK_HEADER_BYTES, 0) + payload_sum;
+    rf_chunk_u64le_write(m + covered, rf_accel_sum_final(S, covered));
+    return RF_OK;
+}
+
 /* The header's algorithm byte against the job's: refused unchecked when they differ. */
 static rf_status_t alg_check(int alg, const void *header, rf_err_t *err)
 {

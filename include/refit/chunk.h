@@ -195,6 +195,28 @@ rf_status_t rf_chunk_seal_pool(int alg, void *msg, size_t covered, struct rf_poo
                                rf_err_t *err);
 
 /*
+ * A payload's refit-sum64 v1 word sum made by whoever wrote the payload, so the seal need not
+ * read it again (issue 18 item 1: the trainer's streamed checkpoint reads sum each block while
+ * it is in cache, runtime/trainer_stream.c). S = rf_accel_sum_words(payload, payload_bytes, 2):
+ * the payload's words numbered from 2 (after the 16-byte header), the last one zero-padded, no
+ * final step. have: 1 when S is set; a writer that cannot sum what it wrote leaves it 0 and the
+ * transport seals by reading the message (rf_chunk_seal_pool).
+ */
+typedef struct rf_chunk_sum {
+    int have;
+    uint64_t S;
+} rf_chunk_sum_t;
+
+/*
+ * rf_chunk_seal's one-part refit-sum64 form from the payload's word sum (rf_chunk_sum_t.S):
+ * writes the algorithm byte, sums the 16 header bytes and completes the digest of msg[0,
+ * covered), covered = 16 + payload bytes; the trailer at msg + covered. The sender's twin of
+ * rf_chunk_check_sum: the trailer equals rf_chunk_seal's when payload_sum is the payload's sum.
+ * RF_ERR_INVALID for covered < 16.
+ */
+rf_status_t rf_chunk_seal_sum(void *msg, size_t covered, uint64_t payload_sum, rf_err_t *err);
+
+/*
  * Checks: a starts with the chunk header. A header naming an algorithm other than alg is
  * refused unchecked: RF_ERR_INTEGRITY "trailer algorithm <header's> in the header, this job
  * checks <alg's>". Else recomputes the digest of a + b and compares it with the trailer.
