@@ -100,8 +100,9 @@ typedef struct pack_ctx {
 } pack_ctx_t;
 
 static rf_status_t pack_device(void *vctx, const rf_chunk_t *c, const rf_chunk_piece_t *pieces,
-                               void *payload, rf_err_t *err)
+                               void *payload, rf_chunk_sum_t *sum, rf_err_t *err)
 {
+    (void)sum; /* nccl asks for no payload sum */
     pack_ctx_t *p = vctx;
     for (size_t k = 0; k < c->piece_count; k++) {
         const rf_chunk_piece_t *pc = &pieces[k];
@@ -117,8 +118,9 @@ static rf_status_t pack_device(void *vctx, const rf_chunk_t *c, const rf_chunk_p
 }
 
 static rf_status_t pack_host(void *vctx, const rf_chunk_t *c, const rf_chunk_piece_t *pieces,
-                             void *payload, rf_err_t *err)
+                             void *payload, rf_chunk_sum_t *sum, rf_err_t *err)
 {
+    (void)sum; /* nccl asks for no payload sum */
     (void)vctx;
     (void)c;
     (void)pieces;

@@ -567,12 +567,13 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
          * transport's pack and wire-wait time of the send */
         if (!job_is_rollout(j))
             json_object_set_new(u, "trainer",
-                                json_pack("{s:f, s:f, s:b, s:i, s:f, s:f}", "produce_s",
+                                json_pack("{s:f, s:f, s:b, s:i, s:f, s:f, s:I}", "produce_s",
                                           j->s->tr.stats.produce_s, "send_s", s->send_s,
                                           "reads_in_pack", j->s->tr.stream_ck != NULL,
                                           "read_threads", j->s->tr.stats.read_threads, "pack_s",
                                           xs != NULL ? xs->pack_s : 0.0, "send_wire_s",
-                                          xs != NULL ? xs->wire_s : 0.0));
+                                          xs != NULL ? xs->wire_s : 0.0, "seals_fused",
+                                          (json_int_t)(xs != NULL ? xs->seals_fused : 0)));
         /* the gate's status alone would call an update whose oracle failed healthy */
         json_object_set_new(u, "oracle",
                             json_string(s->status != RF_OK ? "not_run"

@@ -589,11 +589,11 @@ typedef struct p2p_pack {
 } p2p_pack_t;
 
 static rf_status_t p2p_pack_fn(void *ctx, const rf_chunk_t *chunk, const rf_chunk_piece_t *pieces,
-                               void *payload, rf_err_t *err)
+                               void *payload, rf_chunk_sum_t *sum, rf_err_t *err)
 {
     p2p_pack_t *pp = ctx;
     pp->src->rects = pp->rects;
-    return rf_trainer_source_pack(pp->src, chunk, pieces, payload, err);
+    return rf_trainer_source_pack(pp->src, chunk, pieces, payload, sum, err);
 }
 
 /*

@@ -87,9 +87,12 @@ rf_status_t trainer_stream_part(rf_trainer_t *tr, int ei, const rf_chunk_piece_t
                                 rf_err_t *err);
 
 /* Every streamed part of chunk c read into payload, by tr->read_threads threads (the calling
- * one and a pool started at the first call); adds to stats.bytes_read (trainer_stream.c). */
+ * one and a pool started at the first call); adds to stats.bytes_read. sum: NULL, or the
+ * payload's refit-sum64 word sum (rf_chunk_sum_t) made as the parts are read, the bytes no
+ * reader summed read after: the caller writes nothing into the payload afterwards
+ * (trainer_stream.c). */
 rf_status_t trainer_stream_chunk(rf_trainer_t *tr, const rf_chunk_t *c, char *payload,
-                                 rf_err_t *err);
+                                 rf_chunk_sum_t *sum, rf_err_t *err);
 
 
 #endif /* REFIT_TRAINER_INT_H */

@@ -108,7 +108,8 @@ static rf_status_t shard_read(rf_trainer_t *tr, int ei, int64_t r0, int64_t r1, 
 /* Broadcast, host payload: the stage sender's pack of chunk c, its own parts copied while
  * the peers' parts travel through the stage gather. */
 static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk_t *c,
-                               void *payload, double deadline, rf_err_t *err)
+                               void *payload, double deadline, rf_chunk_sum_t *sum,
+                               rf_err_t *err)
 {
     int T = rf_topology_trainer_size(tr->topo);
     int peers[RF_XFER_GATHER_MAX_PEERS], npeers = 0;
@@ -151,7 +152,7 @@ static rf_status_t pack_gather(rf_trainer_t *tr, uint32_t update, const rf_chunk
     /* own parts while the peers' parts travel; streamed checkpoint production: their rows
      * from the file, here, by the read threads (a streamed update has no peers) */
     if (tr->stream_ck != NULL)
-        RF_CHECK(trainer_stream_chunk(tr, c, payload, err));
+        RF_CHECK(trainer_stream_chunk(tr, c, payload, npeers == 0 ? sum : NULL, err));
     for (size_t k = 0; k < c->piece_count && tr->stream_ck == NULL; k++) {
         if (!piece_on(tr, c->piece_begin + k))
             continue;
@@ -427,13 +428,14 @@ rf_status_t rf_trainer_pack(rf_trainer_t *tr, const rf_pack_req_t *req, rf_err_t
         return pack_rects(tr, req, err);
     if (req->mem == RF_PACK_DEVICE)
         return pack_rows(tr, req->chunk, req->payload, req->rows, err);
-    return pack_gather(tr, req->update, req->chunk, req->payload, req->deadline, err);
+    return pack_gather(tr, req->update, req->chunk, req->payload, req->deadline, req->sum, err);
 }
 
 /* ---- the trainer as the transfer's source ------------------------------------------------ */
 
 rf_status_t rf_trainer_source_pack(void *ctx, const rf_chunk_t *chunk,
-                                   const rf_chunk_piece_t *pieces, void *payload, rf_err_t *err)
+                                   const rf_chunk_piece_t *pieces, void *payload,
+                                   rf_chunk_sum_t *sum, rf_err_t *err)
 {
     rf_trainer_source_t *s = ctx;
     bool dev = s->mem == RF_PACK_DEVICE;
@@ -454,7 +456,8 @@ rf_status_t rf_trainer_source_pack(void *ctx, const rf_chunk_t *chunk,
                          .payload = payload,
                          .mem = s->mem,
                          .rows = dev ? s->rows : NULL,
-                         .deadline = s->deadline};
+                         .deadline = s->deadline,
+                         .sum = sum};
     RF_CHECK(rf_trainer_pack(s->tr, &req, err));
     if (!dev)
         return RF_OK;

@@ -705,7 +705,7 @@ static rf_status_t ipc_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
             if (s->ops->device) /* pack on the host, copy into the device slot below */
                 RF_CHECK_GOTO(bounce_get(s, sb, &payload, &e), st, fail);
             double t0 = rf_time_now();
-            st = pack(ctx, c, &plan->pieces[c->piece_begin], payload, &e);
+            st = pack(ctx, c, &plan->pieces[c->piece_begin], payload, NULL, &e);
             x->stats.pack_s += rf_time_now() - t0;
             if (st != RF_OK)
                 goto fail;

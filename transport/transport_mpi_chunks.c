@@ -113,6 +113,27 @@ static rf_status_t wait_slot(rf_xfer_t *x, int b, double deadline, bool spin, rf
     return st;
 }
 
+/* Packs chunk c into msg's payload and, for trailer alg (0: none), seals msg: refit-sum64 from
+ * the pack's own payload sum where it gave one (rf_chunk_seal_sum: the header read, not the
+ * payload; x->seal_fused), else the message read over the seal pool (rf_chunk_seal_pool).
+ * Thread safe for one caller per x (the pack thread or the calling thread). */
+static rf_status_t pack_and_seal(rf_xfer_t *x, rf_xfer_pack_fn pack, void *ctx,
+                                 const rf_chunk_t *c, const rf_chunk_piece_t *pieces, int alg,
+                                 unsigned char *msg, rf_err_t *err)
+{
+    rf_chunk_sum_t sum = {0, 0};
+    bool want = alg == RF_CHUNK_TRAILER_SUM64 && x->seal_fused;
+    RF_CHECK(pack(ctx, c, pieces, msg + RF_CHUNK_HEADER_BYTES, want ? &sum : NULL, err));
+    if (alg == 0)
+        return RF_OK;
+    size_t covered = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
+    if (want && sum.have) {
+        x->stats.seals_fused++; /* one packer at a time: its done flag orders this */
+        return rf_chunk_seal_sum(msg, covered, sum.S, err);
+    }
+    return rf_chunk_seal_pool(alg, msg, covered, x->seal_pool, err);
+}
+
 /*
  * The sender's pack thread (cfg->pack_thread where x->send_spin): one helper thread per
  * rf_xfer_send call packs each chunk into its slot while the calling thread tests the
@@ -136,11 +157,9 @@ typedef struct packer {
     void *ctx;
     const rf_chunk_t *c;
     const rf_chunk_piece_t *pieces;
-    void *payload;
-    int alg;              /* integrity: seal msg[0, covered) after the pack; 0: none */
-    unsigned char *msg;
-    size_t covered;
-    struct rf_pool *pool; /* the seal's workers (x->seal_pool) */
+    rf_xfer_t *x;
+    int alg;           /* integrity: seal msg after the pack (pack_and_seal); 0: none */
+    unsigned char *msg; /* the chunk message: header, then the payload the pack fills */
     rf_status_t st;
     rf_err_t e;
 } packer_t;
@@ -157,9 +176,7 @@ static void *packer_main(void *arg)
         p->job = 0;
         pthread_mutex_unlock(&p->mu);
         rf_err_clear(&p->e);
-        p->st = p->pack(p->ctx, p->c, p->pieces, p->payload, &p->e);
-        if (p->st == RF_OK && p->alg != 0)
-            p->st = rf_chunk_seal_pool(p->alg, p->msg, p->covered, p->pool, &p->e);
+        p->st = pack_and_seal(p->x, p->pack, p->ctx, p->c, p->pieces, p->alg, p->msg, &p->e);
         atomic_store_explicit(&p->done, 1, memory_order_release);
         pthread_mutex_lock(&p->mu);
     }
@@ -187,17 +204,14 @@ static rf_status_t packer_start(packer_t *p, rf_xfer_pack_fn pack, void *ctx, rf
     return RF_OK;
 }
 
-static void packer_post(packer_t *p, const rf_chunk_t *c, const rf_chunk_piece_t *pieces,
-                        void *payload, int alg, unsigned char *msg, size_t covered,
-                        struct rf_pool *pool)
+static void packer_post(packer_t *p, rf_xfer_t *x, const rf_chunk_t *c,
+                        const rf_chunk_piece_t *pieces, int alg, unsigned char *msg)
 {
     p->c = c;
     p->pieces = pieces;
-    p->payload = payload;
+    p->x = x;
     p->alg = alg;
     p->msg = msg;
-    p->covered = covered;
-    p->pool = pool;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
     p->job = 1;
@@ -248,8 +262,7 @@ static rf_status_t packer_run(rf_xfer_t *x, packer_t *p, const rf_xfer_config_t 
                               const rf_chunk_t *c, const rf_chunk_piece_t *pieces, int b,
                               unsigned char *msg, rf_err_t *err)
 {
-    packer_post(p, c, pieces, msg + RF_CHUNK_HEADER_BYTES, cfg->integrity, msg,
-                RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes, x->seal_pool);
+    packer_post(p, x, c, pieces, cfg->integrity, msg);
     pack_wait_t w = {x, p, b};
     rf_status_t st = rf_ctl_wait_fn(x->ctl, pack_wait_test, &w, cfg->deadline, send_spin(x), err);
     while (!atomic_load_explicit(&p->done, memory_order_acquire))
@@ -302,14 +315,12 @@ static rf_status_t mpi_send(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_p
         double t0 = rf_time_now();
         st = threaded /* the pack thread seals too */
                  ? packer_run(x, &pk, cfg, c, &plan->pieces[c->piece_begin], b, buf, &e)
-                 : pack(ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);
+                 : pack_and_seal(x, pack, ctx, c, &plan->pieces[c->piece_begin], cfg->integrity,
+                                 buf, &e);
         x->stats.pack_s += rf_time_now() - t0;
         if (st != RF_OK)
             goto fail;
         size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-        if (cfg->integrity && !threaded)
-            RF_CHECK_GOTO(rf_chunk_seal_pool(cfg->integrity, buf, bytes, x->seal_pool, &e), st,
-                          fail);
         if (cfg->integrity)
             bytes += RF_CHUNK_TRAILER_BYTES;
         if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
@@ -481,16 +492,14 @@ static rf_status_t mpi_send_p2p(rf_xfer_t *x, const rf_xfer_pair_t *pairs, size_
         unsigned char *buf = x->bufs[b];
         rf_chunk_header_write(buf, pc->update, c->seq, c->payload_bytes);
         double t0 = rf_time_now();
-        st = pack(pairs[a].ctx, c, &plan->pieces[c->piece_begin], buf + RF_CHUNK_HEADER_BYTES, &e);
+        st = pack_and_seal(x, pack, pairs[a].ctx, c, &plan->pieces[c->piece_begin],
+                           pc->integrity, buf, &e);
         x->stats.pack_s += rf_time_now() - t0;
         if (st != RF_OK)
             goto fail;
         size_t bytes = RF_CHUNK_HEADER_BYTES + (size_t)c->payload_bytes;
-        if (pc->integrity) {
-            RF_CHECK_GOTO(rf_chunk_seal_pool(cfg->integrity, buf, bytes, x->seal_pool, &e), st,
-                          fail);
+        if (pc->integrity)
             bytes += RF_CHUNK_TRAILER_BYTES;
-        }
         if (f->corrupt_seq == (int64_t)c->seq && c->payload_bytes > 0) {
             buf[RF_CHUNK_HEADER_BYTES + c->payload_bytes / 2] ^= 0x10; /* after the checksum */
             rf_warn("fault: rank %d flipped a payload byte of chunk %u to rank %d (update %u)",
@@ -858,6 +867,11 @@ static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_
                "beside the wire where the pack allows it",
                x->rank);
     }
+    /* a refit-sum64 seal from the pack's own payload sum (the streamed checkpoint's readers
+     * sum what they read); 0: the seal reads the message, for A/B runs */
+    bool fused = true;
+    RF_CHECK(rf_env_flag("REFIT_MPI_SEAL_FUSED", true, &fused, err));
+    x->seal_fused = fused;
     rf_accel_t *a = setup->accel;
     if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)
         return RF_OK;

@@ -267,7 +267,7 @@ rf_status_t rf_xfer_nccl_run(rf_xfer_t *x, const rf_xfer_config_t *cfg, rf_xfer_
                 st = pack(pack_ctx, c, &plan->pieces[c->piece_begin],
                           cfg->pack_device ? (unsigned char *)s->dsend[b] + RF_CHUNK_HEADER_BYTES
                                            : h + RF_CHUNK_HEADER_BYTES,
-                          &e);
+                          NULL, &e);
                 x->stats.pack_s += rf_time_now() - t0;
                 if (st != RF_OK)
                     goto fail;

@@ -58,6 +58,8 @@ struct rf_xfer {
                                   (rf_env_spare_threads or REFIT_MPI_SEAL_THREADS; 1: the
                                   calling thread alone) */
     struct rf_pool *seal_pool; /* ... started at its first refit-sum64 send (NULL: one) */
+    bool seal_fused;           /* mpi sender: asks the pack for its payload's refit-sum64 word
+                                  sum (rf_xfer_pack_fn's sum; REFIT_MPI_SEAL_FUSED, default 1) */
     unsigned wait_flags; /* rf_ctl_wait_fn flags of rf_xfer_wait_one (mpi: RF_CTL_WAIT_SPIN once
                             an update's first chunk arrived; 0 otherwise) */
     struct rf_xfer_devck *dck; /* mpi receiver checking on the device (xfer_devck.c); NULL */

@@ -291,7 +291,6 @@ uint64_t rf_accel_checksum(const void *buf, size_t bytes);
  * are summed apart, S = rf_accel_sum_words(buf, 8k, 0) + rf_accel_sum_words(buf + 8k, n - 8k, k)
  * (the chunk codec's header on the host, payload on the device). */
 uint64_t rf_accel_sum_words(const void *buf, size_t bytes, uint64_t word0);
-/* Its pieces, for implementations: mix of word i, and the final step. */
 /*
  * Device allocations are made in whole 2 MiB (the cuda accelerator's alloc, the CUDA ipc arena):
  * on the H200 an allocation of 16,060,522,496 bytes (7658.25 x 2 MiB: refit-run's Llama-3.1-8B
@@ -305,6 +304,7 @@ static inline uint64_t rf_accel_alloc_round(uint64_t bytes)
     return (bytes + RF_ACCEL_ALLOC_GRAIN - 1) / RF_ACCEL_ALLOC_GRAIN * RF_ACCEL_ALLOC_GRAIN;
 }
 
+/* The checksum's pieces, for implementations: mix of word i, and the final step. */
 static inline uint64_t rf_accel_fmix64(uint64_t x)
 {
     x ^= x >> 33;

@@ -143,6 +143,8 @@ typedef struct rf_trainer {
                                     REFIT_CKPT_READ_THREADS) */
     struct rf_pool *readers;     /* the helpers, started at the first streamed chunk
                                     (owned; runtime/trainer_stream.c) */
+    uint64_t sum_block;          /* the fused seal's read block (rf_pack_req_t.sum), bytes;
+                                    0: 256 KiB (tests set small ones) */
 } rf_trainer_t;
 
 /*
@@ -317,6 +319,10 @@ typedef struct rf_pack_req {
     rf_pack_mem_t mem;
     rf_accel_rows_t *rows;          /* RF_PACK_DEVICE: [chunk->piece_count], caller-owned */
     double deadline;                /* absolute: the stage gather's waits */
+    rf_chunk_sum_t *sum;            /* NULL, or where a streamed checkpoint chunk whose every
+                                       piece this rank reads whole gets the payload's
+                                       refit-sum64 word sum, made by the read threads block by
+                                       block as they read (have 1); else left as it was */
 } rf_pack_req_t;
 
 rf_status_t rf_trainer_pack(rf_trainer_t *tr, const rf_pack_req_t *req, rf_err_t *err);
@@ -345,7 +351,8 @@ typedef struct rf_trainer_source {
 } rf_trainer_source_t;
 
 rf_status_t rf_trainer_source_pack(void *src, const rf_chunk_t *chunk,
-                                   const rf_chunk_piece_t *pieces, void *payload, rf_err_t *err);
+                                   const rf_chunk_piece_t *pieces, void *payload,
+                                   rf_chunk_sum_t *sum, rf_err_t *err);
 /* Frees the row list (the source may be reused after). NULL is fine. */
 void rf_trainer_source_free(rf_trainer_source_t *src);
 

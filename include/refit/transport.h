@@ -100,11 +100,15 @@ void rf_transport_destroy(rf_transport_t *t);
 
 /*
  * Fills payload (capacity plan chunk_bytes - 16, 256-aligned) with the chunk's pieces at their
- * offsets. chunk, pieces[0..chunk->piece_count) borrowed. Returns RF_OK or an error (err set).
+ * offsets. chunk, pieces[0..chunk->piece_count) borrowed. sum: NULL, or (an mpi sender sealing
+ * refit-sum64, cfg->integrity 2) where the pack may give the payload's word sum it made while
+ * writing it (rf_chunk_sum_t, include/refit/chunk.h; have is 0 on entry): the seal then reads
+ * only the header (rf_chunk_seal_sum), else the whole message. Returns RF_OK or an error (err
+ * set).
  */
 typedef rf_status_t (*rf_xfer_pack_fn)(void *ctx, const rf_chunk_t *chunk,
                                        const rf_chunk_piece_t *pieces, void *payload,
-                                       rf_err_t *err);
+                                       rf_chunk_sum_t *sum, rf_err_t *err);
 
 /* Capability bits of a chunk transport (rf_xfer_caps). */
 #define RF_XFER_CAP_DEVICE_PAYLOAD 0x1u /* the receive callback may get device memory */
@@ -405,6 +409,8 @@ typedef struct rf_xfer_stats {
     uint64_t h2d_chunks, h2d_bytes; /* mpi receiver checking on its device (refit-sum64
                                        trailers, device storage): chunk payloads it copied h2d
                                        into its device chunk buffers */
+    uint64_t seals_fused;    /* mpi sender: chunks sealed from the pack's own payload sum
+                                (rf_chunk_seal_sum), not by reading the message again */
     double pack_s;
     double wire_s;           /* time waiting on the wire (send slot reuse, receive arrival) */
     double unpack_s;

@@ -83,3 +83,40 @@ refit_run_test(integrity_seal_pool_corrupt_chunk 2 fail "${SEAL_POOL_CAUGHT}"
                --topology ${TTOPO}/llama-wide-tp1-to-tp1-sum64.yaml --steps 3
                --inject-fault corrupt-chunk)
 set_tests_properties(integrity_seal_pool_corrupt_chunk PROPERTIES ENVIRONMENT "${SEAL_POOL_ENV}")
+
+# the fused seal (issue 18 item 1): a streamed checkpoint's read threads sum each block they
+# read (rf_chunk_sum_t), and the spinning sender seals from that sum (rf_chunk_seal_sum)
+# instead of reading the chunk again: llama-tiny's checkpoint in 64 KiB chunks (15 an update),
+# 3 read threads, refit-sum64 checked by the receiver on the host: every update commits, the
+# oracle verifies every tensor against the reference, and the profile counts the fused seals
+# (every chunk of the checkpoint updates 1 and 3; update 2 is the generator's, packed from
+# the shard buffers: none); with REFIT_MPI_SEAL_FUSED=0 the same job seals by reading (0
+# fused); a byte flipped after the fused seal (update 3, a checkpoint update) is caught before
+# unpacking, and update 4 commits
+set(FUSED_ENV "REFIT_MPI_SEND_SPIN=1;REFIT_CKPT_READ_THREADS=3;REFIT_INTEGRITY_TRAILER=sum64")
+set(FUSED_ARGS --topology ${TTOPO}/llama-tiny-tp1-to-tp1-sum64-64k.yaml
+               --checkpoint ${DATA}/llama-tiny
+               --reference ${DATA}/llama-tiny/tensors.reference.json)
+refit_run_test(integrity_seal_fused_ckpt 2 ok
+               "integrity +on: refit-sum64 v1 trailer on every chunk;refit: COMMITTED 3 update\\(s\\), verified 30 tensors"
+               ${FUSED_ARGS} --steps 3)
+set_tests_properties(integrity_seal_fused_ckpt PROPERTIES ENVIRONMENT "${FUSED_ENV}")
+refit_run_test(integrity_seal_fused_off_ckpt 2 ok
+               "refit: COMMITTED 3 update\\(s\\), verified 30 tensors" ${FUSED_ARGS} --steps 3)
+set_tests_properties(integrity_seal_fused_off_ckpt PROPERTIES
+                     ENVIRONMENT "${FUSED_ENV};REFIT_MPI_SEAL_FUSED=0")
+# the trainer's profile, one line per update: "update source reads_in_pack chunks_sent seals_fused"
+set(FUSED_LINES "import json,sys\nfor l in open(sys.argv[1]):\n    u=json.loads(l); t=u.get('trainer',{})\n    print('update',u['update'],u['source'],t.get('reads_in_pack'),u['counters']['chunks_sent'],t.get('seals_fused'))")
+foreach(case "integrity_seal_fused_ckpt;15" "integrity_seal_fused_off_ckpt;0")
+  list(GET case 0 run)
+  list(GET case 1 n)
+  add_test(NAME ${run}_profile
+           COMMAND ${EXPECT} ok "^update 1 checkpoint True 15 ${n}$" "^update 2 generator False 15 0$"
+                   "^update 3 checkpoint True 15 ${n}$"
+                   -- sh -c "printf \"${FUSED_LINES}\" > ${CMAKE_BINARY_DIR}/fused_lines.py && /usr/bin/python3 ${CMAKE_BINARY_DIR}/fused_lines.py ${CMAKE_BINARY_DIR}/profiles/${run}/profile-rank0.jsonl")
+  set_tests_properties(${run}_profile PROPERTIES LABELS mpi DEPENDS ${run})
+endforeach()
+refit_run_test(integrity_seal_fused_corrupt_chunk 2 fail
+               "refit update 3/4: FAILED;verdict +rank 1: RF_ERR_INTEGRITY: update 3: chunk seq 0 .*checksum mismatch \\(refit-sum64 v1 .*before unpacking;rollout paused: yes; storage unchanged: yes;refit update 4/4: COMMITTED"
+               ${FUSED_ARGS} --steps 4 --inject-fault corrupt-chunk@3)
+set_tests_properties(integrity_seal_fused_corrupt_chunk PROPERTIES ENVIRONMENT "${FUSED_ENV}")

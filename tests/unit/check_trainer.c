@@ -23,7 +23,8 @@
  *                 checkpoint packed by reads in the pack == packed from the shard buffers
  *                 production read, byte for byte, bytes_read the payload; a TP2 trainer (a
  *                 stage gather) reads whole first; a checkpoint truncated after it was opened
- *                 fails a chunk's pack with RF_ERR_IO naming the tensor
+ *                 fails a chunk's pack with RF_ERR_IO naming the tensor; the fused seal's
+ *                 payload sum made by the read threads equals the payload's word sum
  */
 #include <check.h>
 #include <math.h>
@@ -766,6 +767,56 @@ START_TEST(test_stream_same_bytes)
 }
 END_TEST
 
+/* The fused seal's payload sum (rf_pack_req_t.sum): every chunk of llama-tiny's checkpoint
+ * packed by 1, 2, 3 or 5 read threads with read blocks of 1000 bytes (cut inside rows and
+ * words) or the default gives have = 1 and S = the word sum of the whole payload (words
+ * numbered from 2) as packed, padding included (prefilled with a per-chunk pattern); the
+ * shard-buffer pack (not streamed) gives none */
+START_TEST(test_stream_payload_sum)
+{
+    static const int threads[] = {1, 2, 3, 5};
+    static const uint64_t blocks[] = {1000, 0};
+    world_t w;
+    rf_trainer_t a, b;
+    rf_ckpt_t *ck = NULL;
+    rf_err_t err;
+    rf_err_clear(&err);
+    world_up(&w, "llama-tiny", NULL, "tp: 1", (64 << 10) + 40);
+    ck_assert_msg(rf_ckpt_open(REFIT_TEST_DATA "/llama-tiny", &ck, &err) == RF_OK, "%s", err.msg);
+    stream_trainer(&w, &a, false, ck);
+    stream_trainer(&w, &b, true, ck);
+    b.read_threads = threads[_i % 4];
+    b.sum_block = blocks[_i / 4];
+    char *p = malloc(w.plan->chunk_bytes);
+    ck_assert_ptr_nonnull(p);
+    size_t summed = 0;
+    for (size_t c = 0; c < w.plan->n_chunks; c++) {
+        const rf_chunk_t *ch = &w.plan->chunks[c];
+        for (uint64_t i = 0; i < w.plan->chunk_bytes; i++)
+            p[i] = (char)(i * 131 + c * 7 + 1);
+        rf_chunk_sum_t sum = {0, 0};
+        rf_pack_req_t q = {.update = 1, .chunk = ch, .payload = p, .deadline = 1e30, .sum = &sum};
+        ck_assert_msg(rf_trainer_pack(&b, &q, &err) == RF_OK, "%s", err.msg);
+        ck_assert_int_eq(sum.have, ch->piece_count > 0);
+        if (sum.have)
+            ck_assert_msg(sum.S == rf_accel_sum_words(p, (size_t)ch->payload_bytes, 2),
+                          "chunk %u (%llu bytes, %d threads): the readers' sum differs", ch->seq,
+                          (unsigned long long)ch->payload_bytes, b.read_threads);
+        summed += (size_t)sum.have;
+        rf_chunk_sum_t none = {0, 0};
+        q.sum = &none;
+        ck_assert_msg(rf_trainer_pack(&a, &q, &err) == RF_OK, "%s", err.msg);
+        ck_assert_int_eq(none.have, 0);
+    }
+    ck_assert_uint_gt(summed, 8);
+    free(p);
+    rf_trainer_free(&a);
+    rf_trainer_free(&b);
+    rf_ckpt_close(ck);
+    world_down(&w);
+}
+END_TEST
+
 START_TEST(test_stream_not_alone)
 {
     world_t w;
@@ -844,6 +895,7 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, test_master_bf16);
     tcase_add_test(tc, test_master_f16);
     tcase_add_loop_test(tc, test_stream_same_bytes, 0, 3);
+    tcase_add_loop_test(tc, test_stream_payload_sum, 0, 8);
     tcase_add_test(tc, test_stream_not_alone);
     tcase_add_loop_test(tc, test_stream_truncated, 0, 2);
     suite_add_tcase(s, tc);
