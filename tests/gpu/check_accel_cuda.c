@@ -751,8 +751,14 @@ START_TEST(test_checksum_async)
                 RF_OK);
             ck_assert_int_eq(G->ops->event_record(ev, NULL), RF_OK);
             ck_assert_int_eq(G->ops->event_sync(ev), RF_OK);
-            ck_assert_uint_eq(out[0], rf_accel_sum_words(h + 16, sizes[i], w0));
-            ck_assert_uint_eq(out[1], rf_accel_sum_words(h + 3, n2, w0 + 7));
+            uint64_t want0 = rf_accel_sum_words(h + 16, sizes[i], w0);
+            uint64_t want1 = rf_accel_sum_words(h + 3, n2, w0 + 7);
+            ck_assert_msg(out[0] == want0 && out[1] == want1,
+                          "%zu bytes from word %llu: cuda %016llx host %016llx; %zu bytes at "
+                          "offset 3: cuda %016llx host %016llx",
+                          sizes[i], (unsigned long long)w0, (unsigned long long)out[0],
+                          (unsigned long long)want0, n2, (unsigned long long)out[1],
+                          (unsigned long long)want1);
         }
     G->ops->event_destroy(ev);
     G->ops->free_host(G, out);
