@@ -12,6 +12,9 @@
 #   dev   --integrity: refit-sum64 v1 trailers, checked on the receiver's device chunk buffer
 #         (the default for device storage over mpi), the sender's seal summed by its pool
 #   dev1  dev with the sender's seal on one thread (REFIT_MPI_SEAL_THREADS=1)
+#   devr  dev with the seal reading the chunk again (REFIT_MPI_SEAL_FUSED=0): with CKDIR the
+#         default dev seals from the read threads' sums (rf_chunk_seal_sum); the generator
+#         source has no read threads, so there dev and devr are the same path
 #   host  --integrity with REFIT_INTEGRITY_TRAILER=xxh3: XXH3-64 hashed on the receiver's
 #         pinned host buffer (the path before this change)
 # each with --storage-digest (all must agree) and --verify none: refit-run's default,
@@ -59,6 +62,7 @@ for r in ${RUNS:-off dev dev1 host}; do
     case $r in # a run's kind is its name's start: RUNS="off dev offb devb" repeats the pair
     off*) args=(--no-integrity) ;;
     dev1*) env=(-x REFIT_MPI_SEAL_THREADS=1) ;; # the sender's seal on one thread
+    devr*) env=(-x REFIT_MPI_SEAL_FUSED=0) ;;   # the seal reads the chunk (pooled)
     host*) env=(-x REFIT_INTEGRITY_TRAILER=xxh3) ;;
     esac
     rm -rf "$out/prof-$r"

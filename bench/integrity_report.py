@@ -8,7 +8,9 @@ Reads OUT/prof-{off,dev,dev1,host}/profile-rank{0,1}.jsonl (RUNS names others) (
 are the committed ones after the first; each figure is their median: the update (rank 0's
 verdict_s), the trainer's production (produce_s) and the rest (update - production: pack, wire,
 h2d, check, unpack). dev1 is dev with the sender's seal on one thread (REFIT_MPI_SEAL_THREADS=1)
-against dev's pool. Overheads are against `off` of the same run; target: dev at most 3% of
+against dev's pool; devr is dev with the seal reading the chunk (REFIT_MPI_SEAL_FUSED=0) where
+dev seals from the read threads' sums (a checkpoint source; `fused`: chunks sealed so, median of
+the timed updates; `pack ms`: the sender's pack + seal wait). Overheads are against `off` of the same run; target: dev at most 3% of
 the update time. Prints the tables and writes OUT/integrity.json. Exits 1 when a run is missing
 or the storage digests differ.
 """
@@ -38,11 +40,13 @@ def run(out, r):
     upd = med([trn[k]["verdict_s"] for k in timed])
     prod = med([trn[k]["trainer"]["produce_s"] for k in timed])
     rest = med([trn[k]["verdict_s"] - trn[k]["trainer"]["produce_s"] for k in timed])
+    pack = med([trn[k]["trainer"].get("pack_s", 0.0) for k in timed])
+    fused = med([trn[k]["trainer"].get("seals_fused", 0) for k in timed])
     nbytes = roll[timed[0]]["counters"]["bytes_received"]
     digests = re.findall(r"update (\d+) storage digest ([0-9a-f]+)",
                          open(os.path.join(out, "run-%s.log" % r)).read())
     return {"updates": timed, "bytes": nbytes, "update_s": upd, "produce_s": prod,
-            "rest_s": rest, "update_GBps": nbytes / upd / 1e9, "rest_GBps": nbytes / rest / 1e9,
+            "rest_s": rest, "pack_s": pack, "seals_fused": fused, "update_GBps": nbytes / upd / 1e9, "rest_GBps": nbytes / rest / 1e9,
             "trailer": trn[timed[0]].get("trailer"), "digests": dict(digests),
             "all_updates_s": [trn[k]["verdict_s"] for k in timed]}
 
@@ -51,9 +55,9 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "integrity-out"
     res, ok = {"mpi_to_gpu": {}}, True
     print("mpi to GPU: median of the timed updates")
-    print("%-6s %-15s %10s %8s %10s %10s %8s %9s %9s" %
+    print("%-6s %-15s %10s %8s %10s %10s %8s %9s %9s %8s %6s" %
           ("run", "trailer", "update ms", "GB/s", "produce ms", "rest ms", "GB/s", "upd +%",
-           "rest +%"))
+           "rest +%", "pack ms", "fused"))
     runs = {}
     names = os.environ.get("RUNS", "").split() or ["off", "dev", "dev1", "host"]
     for r in names:
@@ -77,11 +81,12 @@ def main():
         if base is not None:
             x["update_overhead"] = x["update_s"] / base["update_s"] - 1
             x["rest_overhead"] = x["rest_s"] / base["rest_s"] - 1
-        print("%-6s %-15s %10.1f %8.2f %10.1f %10.1f %8.2f %9s %9s" %
+        print("%-6s %-15s %10.1f %8.2f %10.1f %10.1f %8.2f %9s %9s %8.1f %6d" %
               (r, x["trailer"] or "none", x["update_s"] * 1e3, x["update_GBps"],
                x["produce_s"] * 1e3, x["rest_s"] * 1e3, x["rest_GBps"],
                "%+.1f" % (100 * x["update_overhead"]) if base else "-",
-               "%+.1f" % (100 * x["rest_overhead"]) if base else "-"))
+               "%+.1f" % (100 * x["rest_overhead"]) if base else "-", x["pack_s"] * 1e3,
+               x["seals_fused"]))
         res["mpi_to_gpu"][r] = x
     ds = [x["digests"] for x in runs.values()]
     same = len(ds) > 1 and all(d and d == ds[0] for d in ds)
