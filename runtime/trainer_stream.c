@@ -215,7 +215,7 @@ rf_status_t trainer_stream_chunk(rf_trainer_t *tr, const rf_chunk_t *c, char *pa
                         .tasks = tasks,
                         .sum = sum != NULL,
                         /* an HDF5 read costs more per call: one read a part */
-                        .block = !st_fmt        ? UINT64_MAX
+                        .block = !st_fmt         ? UINT64_MAX
                                  : tr->sum_block ? tr->sum_block
                                                  : STREAM_SUM_BLOCK,
                         .res = res},
