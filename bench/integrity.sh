@@ -17,6 +17,7 @@
 #         source has no read threads, so there dev and devr are the same path
 #   host  --integrity with REFIT_INTEGRITY_TRAILER=xxh3: XXH3-64 hashed on the receiver's
 #         pinned host buffer (the path before this change)
+#   NAME-tN  any of them with N checkpoint read threads (REFIT_CKPT_READ_THREADS=N)
 # each with --storage-digest (all must agree) and --verify none: refit-run's default,
 # --verify all, runs the host oracle over the 3.85 GB after every update (about 30 s each on the
 # H200): that, not the updates, is what made the runs of 2026-12-02 and 2026-12-03 outlast
@@ -65,6 +66,9 @@ for r in ${RUNS:-off dev dev1 host}; do
     devr*) env=(-x REFIT_MPI_SEAL_FUSED=0) ;;   # the seal reads the chunk (pooled)
     host*) env=(-x REFIT_INTEGRITY_TRAILER=xxh3) ;;
     esac
+    # a name ending in -tN reads the checkpoint with N threads (REFIT_CKPT_READ_THREADS):
+    # RUNS="off dev off-t8 dev-t8"
+    [[ $r =~ -t([0-9]+)$ ]] && env+=(-x REFIT_CKPT_READ_THREADS="${BASH_REMATCH[1]}")
     rm -rf "$out/prof-$r"
     [ -n "${CKDIR:-}" ] && args+=(--checkpoint "$CKDIR" --checkpoint-updates all)
     "${mpirun[@]}" "${env[@]}" -np 2 "$build/refit-run" --topology "$topo" "${args[@]}" \

@@ -582,6 +582,15 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
                                                             : "passed"));
         if (job_is_rollout(j))
             json_object_set_new(u, "paused", json_boolean(s->paused));
+        /* rollout ranks: the h2d copies into device chunk buffers (mpi, the device check)
+         * and the receives that waited for a pinned buffer's h2d copies to finish */
+        json_t *rv = json_object_get(u, "receiver");
+        if (job_is_rollout(j) && xs != NULL && rv != NULL) {
+            json_object_set_new(rv, "h2d_chunks", json_integer((json_int_t)xs->h2d_chunks));
+            json_object_set_new(rv, "h2d_bytes", json_integer((json_int_t)xs->h2d_bytes));
+            json_object_set_new(rv, "pin_waits", json_integer((json_int_t)xs->pin_waits));
+            json_object_set_new(rv, "pin_wait_s", json_real(xs->pin_wait_s));
+        }
         if (s->storage_unchanged >= 0)
             json_object_set_new(u, "storage_unchanged", json_boolean(s->storage_unchanged));
         json_object_set_new(u, "integrity", json_boolean(j->s->integrity));

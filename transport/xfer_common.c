@@ -400,8 +400,8 @@ rf_status_t rf_xfer_pin_gate(rf_xfer_t *x, int b, rf_err_t *err)
     rf_status_t st = x->pin_ax->ops->event_query(x->pin_ev[b], &done);
     if (st == RF_OK && !done) {
         st = x->pin_ax->ops->event_sync(x->pin_ev[b]);
-        x->pin_waits++;
-        x->pin_waited_ns += (uint64_t)((rf_time_now() - t0) * 1e9);
+        x->stats.pin_waits++;
+        x->stats.pin_wait_s += rf_time_now() - t0;
     }
     x->pin_pending[b] = 0;
     if (st != RF_OK)

@@ -51,7 +51,6 @@ struct rf_xfer {
     void **pin_base;            /* [buffers] what alloc_host returned for bufs[b] */
     struct rf_accel_event **pin_ev; /* [buffers] */
     unsigned char *pin_pending; /* [buffers] pin_ev[b] recorded and not yet waited for */
-    uint64_t pin_waits, pin_waited_ns; /* gates that found the copy still running; their wait */
     bool send_spin;      /* mpi sender: spin while chunks stream, pack_thread packs on a
                             helper thread (rf_xfer_setup_t.send_spin, resolved) */
     int seal_threads;          /* spinning mpi sender: the workers of its refit-sum64 seal

@@ -411,6 +411,9 @@ typedef struct rf_xfer_stats {
                                        into its device chunk buffers */
     uint64_t seals_fused;    /* mpi sender: chunks sealed from the pack's own payload sum
                                 (rf_chunk_seal_sum), not by reading the message again */
+    uint64_t pin_waits;      /* mpi receiver on device storage: receives into a pinned buffer
+                                that waited for the h2d copies still reading it */
+    double pin_wait_s;       /* ... their wait, seconds (outside wire_s) */
     double pack_s;
     double wire_s;           /* time waiting on the wire (send slot reuse, receive arrival) */
     double unpack_s;
