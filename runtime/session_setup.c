@@ -1199,6 +1199,18 @@ static rf_status_t manifest_agree(rf_session_t *s, rf_err_t *err)
     return RF_OK;
 }
 
+/* Whether an mpi trainer's sender seals refit-sum64 from its readers' sums by default: it
+ * spins (rf_xfer_send_spin_default: cores to spare, or REFIT_MPI_SEND_SPIN) and
+ * REFIT_MPI_SEAL_FUSED is not 0 (the transport reads both again at its setup). */
+static rf_status_t fused_seal_default(const rf_session_t *s, bool *fused_p, rf_err_t *err)
+{
+    bool spin = false, fused = true;
+    RF_CHECK(rf_xfer_send_spin_default(s->size, &spin, err));
+    RF_CHECK(rf_env_flag("REFIT_MPI_SEAL_FUSED", true, &fused, err));
+    *fused_p = spin && fused;
+    return RF_OK;
+}
+
 rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
 {
     rf_status_t st = rf_session_is_rollout(s) ? build_rollout(s, err) : RF_OK;
@@ -1252,8 +1264,16 @@ rf_status_t rf_session_build(rf_session_t *s, rf_err_t *err)
         s->tr.stream_reads = s->topo.transport == RF_TRANSPORT_MPI && !s->p2p && stream;
         /* threads reading each streamed chunk: the cores a rank of this node can spare
          * beyond its main and pack threads (1 on CI's 2 cores, 4 on the H200 host's 16 with
-         * 2 ranks), or REFIT_CKPT_READ_THREADS (1..RF_ENV_THREADS_MAX) */
+         * 2 ranks), or REFIT_CKPT_READ_THREADS (1..RF_ENV_THREADS_MAX); twice that where the
+         * spinning sender seals refit-sum64 from the readers' sums (the fused seal): the
+         * readers sum what they read, and the seal's workers (as many) read instead */
         size_t rt = (size_t)rf_env_spare_threads(s->size);
+        bool fused = false;
+        if (st == RF_OK && s->tr.stream_reads && s->integrity &&
+            s->trailer == RF_CHUNK_TRAILER_SUM64)
+            st = fused_seal_default(s, &fused, err);
+        if (fused)
+            rt = 2 * rt > RF_ENV_THREADS_MAX ? RF_ENV_THREADS_MAX : 2 * rt;
         if (st == RF_OK)
             st = rf_env_count("REFIT_CKPT_READ_THREADS", "threads", rt, &rt, err);
         if (st == RF_OK && rt > RF_ENV_THREADS_MAX) /* rf_env_check refused it first */

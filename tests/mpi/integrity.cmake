@@ -116,6 +116,24 @@ foreach(case "integrity_seal_fused_ckpt;15" "integrity_seal_fused_off_ckpt;0")
                    -- sh -c "printf \"${FUSED_LINES}\" > ${CMAKE_BINARY_DIR}/fused_lines.py && /usr/bin/python3 ${CMAKE_BINARY_DIR}/fused_lines.py ${CMAKE_BINARY_DIR}/profiles/${run}/profile-rank0.jsonl")
   set_tests_properties(${run}_profile PROPERTIES LABELS mpi DEPENDS ${run})
 endforeach()
+# the readers take the seal's workers (runtime/session_setup.c): with the fused seal on and no
+# REFIT_CKPT_READ_THREADS, a checkpoint update is read by twice the threads it is read by with
+# REFIT_MPI_SEAL_FUSED=0 (rf_env_spare_threads each, whatever the machine's cores)
+foreach(case "on;" "off;REFIT_MPI_SEAL_FUSED=0")
+  list(GET case 0 k)
+  list(GET case 1 extra)
+  refit_run_test(integrity_seal_fused_readers_${k} 2 ok "refit: COMMITTED 1 update\\(s\\), verified 30 tensors"
+                 ${FUSED_ARGS} --steps 1)
+  set_tests_properties(integrity_seal_fused_readers_${k} PROPERTIES
+                       ENVIRONMENT "REFIT_MPI_SEND_SPIN=1;REFIT_INTEGRITY_TRAILER=sum64;${extra}")
+endforeach()
+add_test(NAME integrity_seal_fused_readers
+         COMMAND ${EXPECT} ok "^readers fused [0-9]+ pooled [0-9]+ twice True$"
+                 -- /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/profile_readers.py
+                 ${CMAKE_BINARY_DIR}/profiles/integrity_seal_fused_readers_on/profile-rank0.jsonl
+                 ${CMAKE_BINARY_DIR}/profiles/integrity_seal_fused_readers_off/profile-rank0.jsonl)
+set_tests_properties(integrity_seal_fused_readers PROPERTIES LABELS mpi
+                     DEPENDS "integrity_seal_fused_readers_on;integrity_seal_fused_readers_off")
 refit_run_test(integrity_seal_fused_corrupt_chunk 2 fail
                "refit update 3/4: FAILED;verdict +rank 1: RF_ERR_INTEGRITY: update 3: chunk seq 0 .*checksum mismatch \\(refit-sum64 v1 .*before unpacking;rollout paused: yes; storage unchanged: yes;refit update 4/4: COMMITTED"
                ${FUSED_ARGS} --steps 4 --inject-fault corrupt-chunk@3)
