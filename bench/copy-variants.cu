@@ -127,6 +127,90 @@ __global__ void k_map(const seg *segs, const uint32_t *tmap, uint64_t ntiles, ui
     }
 }
 
+/* ---- TMA bulk copies (sm_90: cp.async.bulk through shared memory) ---------------------------
+ * One thread per block moves each tile global -> shared (completion on an mbarrier) and
+ * shared -> global (a bulk group); S stages of TILE bytes in dynamic shared memory keep S - 1
+ * loads in flight while a store drains. Pieces must be 16-byte aligned with 16-byte lengths
+ * (all of this program's layouts are); anything else is copied by that thread a byte at a
+ * time (correct, slow: not measured). */
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int TILE, int S>
+__global__ void k_tma(const seg *segs, const uint32_t *tmap, uint64_t ntiles, uint64_t tile_b)
+{
+    extern __shared__ __align__(128) char sm[];
+    __shared__ __align__(8) uint64_t bar[S];
+    (void)tile_b;
+    if (threadIdx.x != 0)
+        return;
+    for (int s = 0; s < S; s++)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    uint32_t phase = 0; /* bit s: stage s's parity */
+    /* the tiles of this block: blockIdx.x + k * gridDim.x */
+    auto tile_of = [&](uint64_t k) { return (uint64_t)blockIdx.x + k * gridDim.x; };
+    auto geom = [&](uint64_t tile, char **d, const char **src, uint32_t *len) {
+        const seg g = segs[tmap[tile]];
+        uint64_t off = (tile - g.tile0) * TILE;
+        uint64_t l = g.width - off < TILE ? g.width - off : TILE;
+        *d = g.dst + off;
+        *src = g.src + off;
+        *len = (uint32_t)l;
+    };
+    auto issue = [&](uint64_t k) {
+        char *d;
+        const char *src;
+        uint32_t len;
+        geom(tile_of(k), &d, &src, &len);
+        int s = (int)(k % S);
+        if ((((uintptr_t)d | (uintptr_t)src | len) & 15) != 0)
+            return; /* copied in place at its turn */
+        uint32_t b = smem_u32(&bar[s]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(len)
+                     : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                     "%2, [%3];" ::"r"(smem_u32(sm + (size_t)s * TILE)),
+                     "l"(src), "r"(len), "r"(b)
+                     : "memory");
+    };
+    uint64_t mine = ntiles > blockIdx.x ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    for (uint64_t k = 0; k < mine && k < (uint64_t)S; k++)
+        issue(k);
+    for (uint64_t k = 0; k < mine; k++) {
+        int s = (int)(k % S);
+        char *d;
+        const char *src;
+        uint32_t len;
+        geom(tile_of(k), &d, &src, &len);
+        if ((((uintptr_t)d | (uintptr_t)src | len) & 15) != 0) {
+            for (uint32_t i = 0; i < len; i++)
+                d[i] = src[i];
+        } else {
+            uint32_t b = smem_u32(&bar[s]), par = (phase >> s) & 1u, done = 0;
+            while (!done)
+                asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                             "selp.u32 %0, 1, 0, p; }"
+                             : "=r"(done)
+                             : "r"(b), "r"(par)
+                             : "memory");
+            phase ^= 1u << s;
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(d),
+                         "r"(smem_u32(sm + (size_t)s * TILE)), "r"(len)
+                         : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            /* stage s is reloaded next: its store must have read it */
+            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        }
+        if (k + S < mine)
+            issue(k + S);
+    }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 typedef void (*kmap_t)(const seg *, const uint32_t *, uint64_t, uint64_t);
 
 struct variant {
@@ -136,6 +220,7 @@ struct variant {
     int threads;
     int unroll;     /* tile = threads * unroll * 16 */
     int persistent; /* 0: one block per tile; else blocks per SM (0 < x) */
+    size_t smem;    /* dynamic shared memory per block (the TMA kernels' stages) */
 };
 
 static const variant VARIANTS[] = {
@@ -148,6 +233,12 @@ static const variant VARIANTS[] = {
     {"k6", "persistent 16 blk/SM, 128 thr, 16 KiB tile, ld.nc.no_allocate + st.cs", k_map<8, LD_NA, 1>, 128, 8, 16},
     {"k7", "persistent 8 blk/SM, 256 thr, 64 KiB tile (16/thread), ld.nc.no_allocate + st.cs", k_map<16, LD_NA, 1>, 256, 16, 8},
     {"k8", "block per tile, 256 thr, 64 KiB tile (16/thread), ldg", k_map<16, LD_LDG, 0>, 256, 16, 0},
+    /* TMA: threads * unroll * 16 = the tile; persistent blocks per SM as the stages fit */
+    {"kt1", "TMA bulk, 32 KiB tile, 1 stage, block per tile", k_tma<32768, 1>, 32, 64, 0, 32768},
+    {"kt2", "TMA bulk, 32 KiB tiles, 3 stages, persistent 2 blk/SM", k_tma<32768, 3>, 32, 64, 2, 3 * 32768},
+    {"kt3", "TMA bulk, 16 KiB tiles, 4 stages, persistent 3 blk/SM", k_tma<16384, 4>, 32, 32, 3, 4 * 16384},
+    {"kt4", "TMA bulk, 64 KiB tiles, 3 stages, persistent 1 blk/SM", k_tma<65536, 3>, 32, 128, 1, 3 * 65536},
+    {"kt5", "TMA bulk, 16 KiB tiles, 2 stages, persistent 6 blk/SM", k_tma<16384, 2>, 32, 32, 6, 2 * 16384},
 };
 #define NV (sizeof(VARIANTS) / sizeof(VARIANTS[0]))
 
@@ -338,12 +429,14 @@ static double run_kernel(const variant &v, const std::vector<std::vector<piece>>
 {
     uint64_t tile_b = (uint64_t)v.threads * v.unroll * 16;
     std::vector<prepared> pr = prep(ch, tile_b);
+    if (v.smem > 0)
+        CK(cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)v.smem));
     double ms = best_ms([&] {
         for (const prepared &q : pr) {
             uint64_t grid = v.persistent ? (uint64_t)sms * v.persistent : q.tiles;
             if (grid > q.tiles)
                 grid = q.tiles;
-            v.k<<<(unsigned)grid, v.threads, 0, st[0]>>>(q.d_segs, q.d_map, q.tiles, tile_b);
+            v.k<<<(unsigned)grid, v.threads, v.smem, st[0]>>>(q.d_segs, q.d_map, q.tiles, tile_b);
         }
         CK(cudaGetLastError());
     });
@@ -410,7 +503,8 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--hold") == 0)
         return hold(argc, argv);
     const char *json = argc > 1 ? argv[1] : "copy-variants.json";
-    /* CV_LITE=1: memcpy-1, memcpy-2s and k0 on the one-16GB and llama-8b layouts only */
+    /* CV_LITE=1: memcpy-1, memcpy-2s, k0 and the TMA kernels on the one-16GB and llama-8b
+     * layouts only */
     bool lite = getenv("CV_LITE") && strcmp(getenv("CV_LITE"), "1") == 0;
     uint64_t big = 16ull * 1000 * 1000 * 1000; /* 16 GB: the 8B payload */
     CK(cudaSetDevice(0));
@@ -482,7 +576,9 @@ int main(int argc, char **argv)
             m = run_memcpy_batch(ch);
             row("memcpy-batch", "cudaMemcpyBatchAsync per 1 GiB chunk", m, m < 0 || check(ch));
         }
-        for (size_t k = 0; k < (lite ? 1 : NV); k++) {
+        for (size_t k = 0; k < NV; k++) {
+            if (lite && k > 0 && strncmp(VARIANTS[k].name, "kt", 2) != 0)
+                continue;
             CK(cudaMemset(D, 0, big + GiB));
             m = run_kernel(VARIANTS[k], ch);
             row(VARIANTS[k].name, VARIANTS[k].what, m, check(ch));
