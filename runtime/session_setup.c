@@ -1199,14 +1199,14 @@ static rf_status_t manifest_agree(rf_session_t *s, rf_err_t *err)
     return RF_OK;
 }
 
-/* Whether an mpi trainer's sender seals refit-sum64 from its readers' sums by default: it
- * spins (rf_xfer_send_spin_default: cores to spare, or REFIT_MPI_SEND_SPIN) and
- * REFIT_MPI_SEAL_FUSED is not 0 (the transport reads both again at its setup). */
+/* Whether an mpi trainer's sender seals refit-sum64 from its readers' sums with a seal pool
+ * beside it: it spins (rf_xfer_send_spin_default, the pool's condition) and seals fused
+ * (rf_xfer_seal_fused): the transport's own rules, asked before it is built. */
 static rf_status_t fused_seal_default(const rf_session_t *s, bool *fused_p, rf_err_t *err)
 {
     bool spin = false, fused = true;
     RF_CHECK(rf_xfer_send_spin_default(s->size, &spin, err));
-    RF_CHECK(rf_env_flag("REFIT_MPI_SEAL_FUSED", true, &fused, err));
+    RF_CHECK(rf_xfer_seal_fused(&fused, err));
     *fused_p = spin && fused;
     return RF_OK;
 }

@@ -87,6 +87,11 @@ rf_status_t rf_xfer_send_spin_default(int world_size, bool *spin_p, rf_err_t *er
     return RF_OK;
 }
 
+rf_status_t rf_xfer_seal_fused(bool *on_p, rf_err_t *err)
+{
+    return rf_env_flag("REFIT_MPI_SEAL_FUSED", true, on_p, err);
+}
+
 /* The seal's workers for trailer alg: started at the first refit-sum64 send of a spinning
  * sender (x->seal_threads), kept for the job; NULL (the calling thread) otherwise. */
 static rf_status_t seal_pool(rf_xfer_t *x, int alg, rf_err_t *err)
@@ -870,7 +875,7 @@ static rf_status_t mpi_setup(rf_xfer_t *x, const rf_xfer_setup_t *setup, rf_err_
     /* a refit-sum64 seal from the pack's own payload sum (the streamed checkpoint's readers
      * sum what they read); 0: the seal reads the message, for A/B runs */
     bool fused = true;
-    RF_CHECK(rf_env_flag("REFIT_MPI_SEAL_FUSED", true, &fused, err));
+    RF_CHECK(rf_xfer_seal_fused(&fused, err));
     x->seal_fused = fused;
     rf_accel_t *a = setup->accel;
     if (a == NULL || a->ops->mem_type != RF_MEM_CUDA || setup->pageable_recv)

@@ -472,6 +472,15 @@ typedef struct rf_xfer_setup {
 rf_status_t rf_xfer_send_spin_default(int world_size, bool *spin_p, rf_err_t *err);
 
 /*
+ * Whether an mpi sender seals refit-sum64 trailers from the pack's own payload sum
+ * (rf_xfer_pack_fn's sum; the fused seal): REFIT_MPI_SEAL_FUSED, 1 (the default) or 0 (the
+ * seal reads the message, benchmarks' A/B); any other non-empty value is refused
+ * (RF_ERR_INVALID naming it, rf_env_flag). The mpi transport's setup and the session's choice
+ * of checkpoint read threads both read it here. *on_p is set only on success. Local.
+ */
+rf_status_t rf_xfer_seal_fused(bool *on_p, rf_err_t *err);
+
+/*
  * Once, after rf_xfer_create, on every rank (collective over x's world): the transport's
  * setup (nccl: communicator layout, device, streams; ipc: arena backend, pair, piece
  * placement; mpi: a rank whose accel has device memory (mem_type RF_MEM_CUDA) receives into
