@@ -47,6 +47,8 @@ typedef struct cuda_accel {
     unsigned next;
     size_t engine_min;     /* copy_rows_batch: contiguous pieces from this size: cudaMemcpyAsync */
     size_t engine_default; /* what set_engine_min(0) restores */
+    bool transpose;        /* copy_rows_batch: K-first copies through k_copy_trans
+                            * (REFIT_CUDA_TRANSPOSE=1; off by default until measured) */
 } cuda_accel_t;
 
 extern "C" const rf_accel_ops_t rf_accel_cuda_ops;
@@ -188,6 +190,15 @@ static rf_status_t cu_create(int device, rf_accel_t **accel_p)
     }
     size_t engine_min = 0;
     RF_CHECK(engine_min_env(&engine_min));
+    bool transpose = false;
+    {
+        rf_err_t e;
+        rf_err_clear(&e);
+        if (rf_env_flag("REFIT_CUDA_TRANSPOSE", false, &transpose, &e) != RF_OK) {
+            rf_error("cuda: %s", e.msg);
+            return RF_ERR_INVALID;
+        }
+    }
     RF_CUDA_CHECK(cudaSetDevice(device));
     rf_accel_t *a = (rf_accel_t *)calloc(1, sizeof(*a));
     cuda_accel_t *c = (cuda_accel_t *)calloc(1, sizeof(*c));
@@ -201,6 +212,7 @@ static rf_status_t cu_create(int device, rf_accel_t **accel_p)
     a->impl = c;
     c->engine_default = engine_min;
     c->engine_min = c->engine_default;
+    c->transpose = transpose;
     rf_status_t st = cu_stream_create(a, &c->dflt);
     if (st != RF_OK) {
         free(c);
@@ -493,11 +505,20 @@ static rf_status_t cu_copy_rows(rf_accel_t *a, const rf_accel_rows_t *r, rf_acce
  * the launch; a tile finds its descriptor in the tile map (uint32 per tile, built by the host;
  * a batch of more than BATCH_MAP_MAX tiles is launched in parts). Copies of at most 16 bytes
  * (wna16 weight_shape) take no tile: they follow the other descriptors and are done one per
- * thread by the last blocks.
+ * thread by the last blocks. TRANS: an ELEM copy whose destination is contiguous along the
+ * source's rows (row stride 1: the K-first wna16 expert slots, checkpoint (N, K/8) rows into
+ * (K/8, N)), cut into square tiles of TRANS_SIDE(esize) elements, each read along the source
+ * rows and written along the destination's through shared memory by its own kernel
+ * (k_copy_trans), so both sides are coalesced; an ELEM walk reads or writes with the stride.
  */
-enum { SEG_BYTES = 0, SEG_ELEM = 1 };
+enum { SEG_BYTES = 0, SEG_ELEM = 1, SEG_TRANS = 2 };
 #define BATCH_TILE (32u * 1024u)
 #define BATCH_ETILE 4096u
+/* 64 x 64 elements of up to 4 bytes, 32 x 32 of 8: at most 64 x 65 x 4 = 16,640 bytes of
+ * shared memory a block (one padding column: the column reads hit distinct banks), so 8
+ * blocks of 256 threads still fit on a multiprocessor */
+#define TRANS_SIDE(es) ((es) == 8 ? 32u : 64u)
+#define TRANS_SMEM (64u * 65u * 4u)
 
 struct batch_seg {
     char *dst;
@@ -577,6 +598,65 @@ __device__ static void tile_conv(const batch_seg_t &g, uint64_t t0, uint64_t t1)
     }
 }
 
+/* One TRANS tile: rows [i0, i0 + S) x columns [c0, c0 + S) of the source (contiguous along
+ * columns) into the destination, contiguous along rows (dpitch 1): loads with the column
+ * fastest, stores with the row fastest, through sm (S x (S + 1) elements). Full tiles take an
+ * unrolled path (S * S / blockDim loads in flight a thread); edge tiles are predicated. */
+template <typename T, unsigned S>
+__device__ static void tile_trans(const batch_seg_t &g, uint64_t local, unsigned char *raw)
+{
+    T(*sm)[S + 1] = reinterpret_cast<T(*)[S + 1]>(raw);
+    const uint64_t i0 = local / g.tpr * S, c0 = local % g.tpr * S;
+    const unsigned h = g.height - i0 < S ? (unsigned)(g.height - i0) : S;
+    const unsigned w = g.width - c0 < S ? (unsigned)(g.width - c0) : S;
+    const T *src = reinterpret_cast<const T *>(g.src) + (int64_t)i0 * g.spitch + (int64_t)c0;
+    T *dst = reinterpret_cast<T *>(g.dst) + (int64_t)i0 + (int64_t)c0 * g.dcol;
+    const unsigned x = threadIdx.x % S, y0 = threadIdx.x / S;
+    constexpr unsigned STEP = RF_CUDA_THREADS / S;
+    if (h == S && w == S) {
+#pragma unroll
+        for (unsigned y = y0; y < S; y += STEP)
+            sm[y][x] = __ldg(&src[(int64_t)y * g.spitch + x]);
+        __syncthreads();
+#pragma unroll
+        for (unsigned y = y0; y < S; y += STEP)
+            dst[x + (int64_t)y * g.dcol] = sm[x][y];
+    } else {
+        if (x < w)
+            for (unsigned y = y0; y < h; y += STEP)
+                sm[y][x] = __ldg(&src[(int64_t)y * g.spitch + x]);
+        __syncthreads();
+        if (x < h)
+            for (unsigned y = y0; y < w; y += STEP)
+                dst[x + (int64_t)y * g.dcol] = sm[x][y];
+    }
+    __syncthreads(); /* sm is the next tile's */
+}
+
+/* The TRANS descriptors of a batch (segs[0, ...), tiles in tmap): one block per tile, launched
+ * with RF_CUDA_THREADS threads (the tile's row step). */
+__global__ void k_copy_trans(const batch_seg_t *segs, const uint32_t *tmap, uint64_t ntiles)
+{
+    __shared__ __align__(16) unsigned char raw[TRANS_SMEM];
+    __shared__ unsigned sidx;
+    for (uint64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        if (threadIdx.x == 0)
+            sidx = tmap[tile];
+        __syncthreads();
+        const batch_seg_t g = segs[sidx];
+        __syncthreads();
+        uint64_t local = tile - g.tile0;
+        if (g.esize == 1)
+            tile_trans<uint8_t, 64>(g, local, raw);
+        else if (g.esize == 2)
+            tile_trans<uint16_t, 64>(g, local, raw);
+        else if (g.esize == 4)
+            tile_trans<uint32_t, 64>(g, local, raw);
+        else
+            tile_trans<uint64_t, 32>(g, local, raw);
+    }
+}
+
 __global__ void k_copy_batch(const batch_seg_t *segs, unsigned nmain, const uint32_t *tmap,
                              uint64_t ntiles, unsigned ntiny)
 {
@@ -648,7 +728,31 @@ static bool bytes_rows(const rf_accel_rows_t *r, uint64_t *width, uint64_t *heig
     return true;
 }
 
-static uint64_t batch_describe(const rf_accel_rows_t *r, batch_seg_t *g, uint64_t tile0)
+/* A TRANS copy (k_copy_trans), with the accelerator's switch on: no conversion, the
+ * destination contiguous along the source's rows (row stride 1) and its columns at least the
+ * copy's rows apart (no two columns overlap); 16 rows and 2 columns at least (a thinner copy
+ * is an ELEM walk). */
+static bool batch_trans(const cuda_accel_t *c, const rf_accel_rows_t *r)
+{
+    const rf_accel_dst_t *d = &r->dst;
+    return c->transpose && !rf_accel_rows_convert(r) && d->row_stride == 1 &&
+           d->col_stride >= r->rows && r->rows >= 16 && r->cols >= 2 &&
+           (d->esize == 1 || d->esize == 2 || d->esize == 4 || d->esize == 8);
+}
+
+/* A TRANS copy's tile count (S x S tiles, tiles per row into *tpr_p when not NULL). */
+static uint64_t trans_tiles(const rf_accel_rows_t *r, uint64_t *tpr_p)
+{
+    uint64_t S = TRANS_SIDE(r->dst.esize);
+    uint64_t tpr = ((uint64_t)r->cols + S - 1) / S;
+    if (tpr_p)
+        *tpr_p = tpr;
+    return ((uint64_t)r->rows + S - 1) / S * tpr;
+}
+
+/* trans: a TRANS copy (batch_trans, and the accelerator's transpose switch on) */
+static uint64_t batch_describe(const rf_accel_rows_t *r, batch_seg_t *g, uint64_t tile0,
+                               bool trans)
 {
     const rf_accel_dst_t *d = &r->dst;
     size_t es = d->esize;
@@ -664,6 +768,16 @@ static uint64_t batch_describe(const rf_accel_rows_t *r, batch_seg_t *g, uint64_
         g->spitch = r->src_pitch * (int64_t)es;
         g->tpr = (g->width + BATCH_TILE - 1) / BATCH_TILE;
         return g->tpr * g->height;
+    }
+    if (trans) {
+        g->kind = SEG_TRANS;
+        g->width = (uint64_t)r->cols;
+        g->height = (uint64_t)r->rows;
+        g->dpitch = 1;
+        g->spitch = r->src_pitch;
+        g->dcol = d->col_stride;
+        g->esize = (uint32_t)es;
+        return trans_tiles(r, &g->tpr);
     }
     g->kind = SEG_ELEM;
     g->width = (uint64_t)r->cols;
@@ -685,9 +799,11 @@ static bool batch_tiny(const rf_accel_rows_t *r)
 }
 
 /* batch_describe's tile count, without the descriptor. */
-static uint64_t batch_tiles(const rf_accel_rows_t *r)
+static uint64_t batch_tiles(const rf_accel_rows_t *r, bool trans)
 {
     uint64_t w, h;
+    if (trans)
+        return trans_tiles(r, NULL);
     if (bytes_rows(r, &w, &h))
         return (w + BATCH_TILE - 1) / BATCH_TILE * h;
     return ((uint64_t)r->cols * (uint64_t)r->rows + BATCH_ETILE - 1) / BATCH_ETILE;
@@ -720,8 +836,8 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
     cuda_accel_t *c = (cuda_accel_t *)a->impl;
     /* descriptors: tiled ones first (tile0 in order), tiny ones (<= 16 contiguous bytes) after;
      * contiguous pieces of engine_min bytes or more take none (the copy engines, below) */
-    size_t m = 0, ntiny = 0, neng = 0;
-    uint64_t tiles = 0;
+    size_t m = 0, ntiny = 0, neng = 0, ntrans = 0;
+    uint64_t tiles = 0, ttiles = 0;
     for (size_t i = 0; i < n; i++) {
         RF_CHECK(rf_accel_rows_check(&rows[i]));
         char *ed;
@@ -735,10 +851,13 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
         m++;
         if (batch_tiny(&rows[i]))
             ntiny++;
-        else
-            tiles += batch_tiles(&rows[i]);
+        else if (batch_trans(c, &rows[i])) {
+            ntrans++;
+            ttiles += batch_tiles(&rows[i], true);
+        } else
+            tiles += batch_tiles(&rows[i], false);
     }
-    if (tiles > BATCH_MAP_MAX) { /* 512 GiB of byte tiles: halves, each with its own map */
+    if (tiles + ttiles > BATCH_MAP_MAX) { /* 512 GiB of byte tiles: halves, each with its own map */
         if (n == 1)
             return RF_ERR_INVALID;
         RF_CHECK(cu_copy_rows_batch(a, rows, n / 2, s));
@@ -756,14 +875,14 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
     }
     if (m == 0)
         return RF_OK;
-    size_t nmain = m - ntiny;
+    size_t nmain = m - ntiny - ntrans; /* descriptors: [nmain tiled][ntiny][ntrans] */
     batch_buf_t *b = &c->ring[c->next++ % BATCH_RING];
     if (b->used)
         RF_CUDA_CHECK(cudaEventSynchronize(b->done)); /* the kernel that read it is done */
     b->used = false;
     if (!b->done)
         RF_CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
-    size_t segb = m * sizeof(batch_seg_t), need = segb + tiles * sizeof(uint32_t);
+    size_t segb = m * sizeof(batch_seg_t), need = segb + (tiles + ttiles) * sizeof(uint32_t);
     if (b->cap < need) {
         size_t cap = need < 65536 ? 65536 : need * 2;
         if (b->h)
@@ -779,35 +898,53 @@ static rf_status_t cu_copy_rows_batch(rf_accel_t *a, const rf_accel_rows_t *rows
     }
     batch_seg_t *hs = (batch_seg_t *)b->h;
     uint32_t *map = (uint32_t *)(b->h + segb);
-    uint64_t t = 0;
-    size_t k = 0, q = nmain;
+    uint32_t *tmap = map + tiles; /* the TRANS tiles' map (tile0 counts from its start) */
+    uint64_t t = 0, tt = 0;
+    size_t k = 0, q = nmain, p = nmain + ntiny;
     for (size_t i = 0; i < n; i++) {
         char *ed;
         uint64_t el;
         if (rows[i].rows <= 0 || rows[i].cols <= 0 || batch_engine(c, &rows[i], &ed, &el))
             continue;
         if (batch_tiny(&rows[i])) {
-            batch_describe(&rows[i], &hs[q++], 0);
+            batch_describe(&rows[i], &hs[q++], 0, false);
             continue;
         }
-        uint64_t nt = batch_describe(&rows[i], &hs[k], t);
+        if (batch_trans(c, &rows[i])) {
+            uint64_t nt = batch_describe(&rows[i], &hs[p], tt, true);
+            for (uint64_t u = 0; u < nt; u++)
+                tmap[tt + u] = (uint32_t)p;
+            tt += nt;
+            p++;
+            continue;
+        }
+        uint64_t nt = batch_describe(&rows[i], &hs[k], t, false);
         for (uint64_t u = 0; u < nt; u++)
             map[t + u] = (uint32_t)k;
         t += nt;
         k++;
     }
-    if (t != tiles || k != nmain || q != m)
+    if (t != tiles || k != nmain || q != nmain + ntiny || tt != ttiles || p != m)
         return RF_ERR_INTERNAL;
     RF_CUDA_CHECK(cudaMemcpyAsync(b->d, b->h, need, cudaMemcpyHostToDevice, st));
     /* one block per tile: bench/copy-variants.cu measured this against persistent grids (4-16
      * blocks per multiprocessor walking the tiles) and streaming cache hints, all 1-10% slower
      * on the H200 (docs/benchmarks.md) */
     uint64_t all = tiles + (ntiny + RF_CUDA_THREADS - 1) / RF_CUDA_THREADS;
-    unsigned grid = all > (1u << 30) ? (1u << 30) : (unsigned)all;
-    k_copy_batch<<<grid, RF_CUDA_THREADS, 0, st>>>((const batch_seg_t *)b->d, (unsigned)nmain,
-                                                   (const uint32_t *)(b->d + segb), tiles,
-                                                   (unsigned)ntiny);
-    RF_CUDA_LAUNCH_CHECK();
+    if (all > 0) {
+        unsigned grid = all > (1u << 30) ? (1u << 30) : (unsigned)all;
+        k_copy_batch<<<grid, RF_CUDA_THREADS, 0, st>>>((const batch_seg_t *)b->d,
+                                                       (unsigned)nmain,
+                                                       (const uint32_t *)(b->d + segb), tiles,
+                                                       (unsigned)ntiny);
+        RF_CUDA_LAUNCH_CHECK();
+    }
+    if (ttiles > 0) { /* its own kernel: the byte tiles keep their occupancy */
+        unsigned grid = ttiles > (1u << 30) ? (1u << 30) : (unsigned)ttiles;
+        k_copy_trans<<<grid, RF_CUDA_THREADS, 0, st>>>(
+            (const batch_seg_t *)b->d, (const uint32_t *)(b->d + segb) + tiles, ttiles);
+        RF_CUDA_LAUNCH_CHECK();
+    }
     RF_CUDA_CHECK(cudaEventRecord(b->done, st));
     b->used = true;
     return RF_OK;

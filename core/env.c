@@ -78,7 +78,8 @@ int rf_env_spare_threads(int world_size)
 /* every switch read through the parsers above (include/refit/env.h, rf_env_check) */
 static const char *const env_flags[] = {"REFIT_CKPT_STREAM", "REFIT_HDF5_COLLECTIVE",
                                         "REFIT_MPI_SEND_SPIN", "REFIT_MPI_RECV_PAGEABLE",
-                                        "REFIT_DEVICE_TIMELINE", "REFIT_MPI_SEAL_FUSED"};
+                                        "REFIT_DEVICE_TIMELINE", "REFIT_MPI_SEAL_FUSED",
+                                        "REFIT_CUDA_TRANSPOSE"};
 static const struct {
     const char *name, *unit;
     size_t max; /* 0: SIZE_MAX */

@@ -58,10 +58,12 @@ int rf_env_spare_threads(int world_size);
 /*
  * Every REFIT_* switch read through rf_env_flag / rf_env_count anywhere in the library
  * (REFIT_CKPT_STREAM, REFIT_HDF5_COLLECTIVE, REFIT_MPI_SEND_SPIN, REFIT_MPI_RECV_PAGEABLE,
- * REFIT_DEVICE_TIMELINE, REFIT_CUDA_ENGINE_MIN, REFIT_CKPT_READ_THREADS, REFIT_MPI_SEAL_THREADS), checked at once: the first bad one's error
- * as its parser gives it (a bounded count: "NAME=V: expected a decimal count from 1 to MAX
- * (unit)" for a value that is no count, "NAME=N: at most MAX unit" above the bound). rf_session_create (and refit-run's setup) calls it before anything
- * else, so the later readers cannot fail; a new switch is added to core/env.c's list. Local.
+ * REFIT_DEVICE_TIMELINE, REFIT_MPI_SEAL_FUSED, REFIT_CUDA_TRANSPOSE, REFIT_CUDA_ENGINE_MIN,
+ * REFIT_CKPT_READ_THREADS, REFIT_MPI_SEAL_THREADS), checked at once: the first bad one's
+ * error as its parser gives it (a bounded count: "NAME=V: expected a decimal count from 1 to
+ * MAX (unit)" for a value that is no count, "NAME=N: at most MAX unit" above the bound).
+ * rf_session_create (and refit-run's setup) calls it before anything else, so the later
+ * readers cannot fail; a new switch is added to core/env.c's list. Local.
  */
 rf_status_t rf_env_check(rf_err_t *err);
 
