@@ -17,7 +17,7 @@
 #include "refit/quant.h"
 #include "refit/quant_ops.h"
 
-static rf_accel_t *H, *G; /* host reference, cuda */
+static rf_accel_t *H, *G, *GT; /* host reference, cuda, cuda with REFIT_CUDA_TRANSPOSE=1 */
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
 static uint64_t rnd(void)
@@ -163,6 +163,19 @@ static const struct rows_case rows_cases[] = {
     {"u64 strided", 8, RF_DTYPE_U64, RF_DTYPE_U64, 70, 2, 0, 1, 0, 1, 1, 129, 33, 35},
     {"vocab rows, many blocks", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 4096, 1, 0, 1, 0, 0, 0, 8000,
      4096, 4096},
+    /* K-first destinations (row stride 1): in a batch, the transposing tiles (64 x 64, 32 x 32
+     * for 8 bytes); full and edge tiles, offsets, a source pitch wider than the row */
+    {"k-first int32 wna16 w13, expert 1 of 2", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 1536,
+     1536 * 256, 2, 1, 0, 0, 768, 256, 256},
+    {"k-first bf16 wna16 scales, expert 3", 2, RF_DTYPE_BF16, RF_DTYPE_BF16, 1, 1536, 1536 * 16,
+     4, 3, 768, 0, 768, 16, 16},
+    {"k-first u8 edge tiles", 1, RF_DTYPE_U8, RF_DTYPE_U8, 1, 200, 0, 1, 0, 3, 2, 130, 67, 70},
+    {"k-first u64 edge tiles", 8, RF_DTYPE_U64, RF_DTYPE_U64, 1, 100, 0, 1, 0, 2, 1, 95, 70,
+     71},
+    {"k-first 16 x 2 (the smallest tiled)", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 16, 0, 1, 0, 0, 0,
+     16, 2, 2},
+    {"k-first 15 rows (element walk)", 4, RF_DTYPE_I32, RF_DTYPE_I32, 1, 20, 0, 1, 0, 1, 0, 15,
+     5, 5},
 };
 
 START_TEST(test_copy_rows)
@@ -265,6 +278,18 @@ START_TEST(test_copy_rows_batch)
     batch_run((size_t)8 << 20);
     batch_run(1);
     batch_run(SIZE_MAX);
+}
+END_TEST
+
+/* The same batches through an accelerator opened with REFIT_CUDA_TRANSPOSE=1 (GT): the K-first
+ * cases go through the transposing tiles (k_copy_trans) instead of the element walk. */
+START_TEST(test_copy_rows_batch_transpose)
+{
+    rf_accel_t *g0 = G;
+    G = GT;
+    batch_run(0);
+    batch_run(SIZE_MAX);
+    G = g0;
 }
 END_TEST
 
@@ -860,6 +885,7 @@ static Suite *cuda_suite(void)
     tcase_add_test(tc, test_copies_events);
     tcase_add_test(tc, test_copy_rows);
     tcase_add_test(tc, test_copy_rows_batch);
+    tcase_add_test(tc, test_copy_rows_batch_transpose);
     tcase_add_test(tc, test_copy_rows_batch_arena);
     tcase_add_test(tc, test_gen_fill);
     tcase_add_test(tc, test_zero_rows);
@@ -886,6 +912,13 @@ int main(void)
         fprintf(stderr, "cannot open the host and cuda accelerators\n");
         return EXIT_FAILURE;
     }
+    setenv("REFIT_CUDA_TRANSPOSE", "1", 1); /* read by create: GT transposes, G does not */
+    rf_status_t gts = rf_accel_open("cuda", 0, &GT);
+    unsetenv("REFIT_CUDA_TRANSPOSE");
+    if (gts != RF_OK) {
+        fprintf(stderr, "cannot open the cuda accelerator with REFIT_CUDA_TRANSPOSE=1\n");
+        return EXIT_FAILURE;
+    }
     SRunner *sr = srunner_create(cuda_suite());
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_VERBOSE);
@@ -893,6 +926,7 @@ int main(void)
     srunner_free(sr);
     if (!failed)
         bench_d2d();
+    rf_accel_close(GT);
     rf_accel_close(G);
     rf_accel_close(H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

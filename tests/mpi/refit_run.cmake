@@ -41,10 +41,11 @@ refit_run_test(refit_run_llama_tiny_tp4_refused 5 fail "refit: FAILED: .*num_att
 # the value and the accepted ones (include/refit/env.h), never ignored. Read by the trainer's
 # setup (REFIT_CKPT_STREAM), the checkpoint's open (REFIT_HDF5_COLLECTIVE, whatever the
 # format), the mpi transport's setup (REFIT_MPI_SEND_SPIN on a sender, REFIT_MPI_RECV_PAGEABLE
-# on every rank, REFIT_MPI_SEAL_FUSED on every rank); REFIT_DEVICE_TIMELINE: tests/gpu
-# (emu_ipc_device_timeline_bad_value)
+# on every rank, REFIT_MPI_SEAL_FUSED on every rank; REFIT_CUDA_TRANSPOSE, read by the cuda
+# accelerator's create, by rf_env_check at every rank's setup, GPU or not);
+# REFIT_DEVICE_TIMELINE: tests/gpu (emu_ipc_device_timeline_bad_value)
 foreach(case "REFIT_CKPT_STREAM;maybe" "REFIT_HDF5_COLLECTIVE;on" "REFIT_MPI_SEND_SPIN;2"
-             "REFIT_MPI_RECV_PAGEABLE;yes" "REFIT_MPI_SEAL_FUSED;true")
+             "REFIT_MPI_RECV_PAGEABLE;yes" "REFIT_MPI_SEAL_FUSED;true" "REFIT_CUDA_TRANSPOSE;2")
   list(GET case 0 var)
   list(GET case 1 val)
   string(TOLOWER ${var} n)

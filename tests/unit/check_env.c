@@ -140,7 +140,8 @@ START_TEST(test_check_all)
         {"REFIT_CKPT_STREAM", "maybe"},    {"REFIT_HDF5_COLLECTIVE", "on"},
         {"REFIT_MPI_SEND_SPIN", "2"},      {"REFIT_MPI_RECV_PAGEABLE", "yes"},
         {"REFIT_DEVICE_TIMELINE", "true"}, {"REFIT_CUDA_ENGINE_MIN", "-1"},
-        {"REFIT_CKPT_READ_THREADS", "0"},  {"REFIT_MPI_SEAL_THREADS", "four"}};
+        {"REFIT_CKPT_READ_THREADS", "0"},  {"REFIT_MPI_SEAL_THREADS", "four"},
+        {"REFIT_CUDA_TRANSPOSE", "on"}};
     rf_err_t err;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         unsetenv(bad[i][0]);
