@@ -223,10 +223,11 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
         job_print(
             j->o, RF_JOB_OUT,
             "  %-10s rank %d GPU: row copies of %s in %.3f ms (%.1f GB/s), LAYERWISE %.3f ms, "
-            "other %.3f ms; first to last %.3f ms, idle between %.3f ms (%" PRIu64 " spans)\n",
+            "other %.3f ms; first to last %.3f ms, idle between %.3f ms (%" PRIu64 " spans), "
+            "before the first %.3f ms, after the last %.3f ms\n",
             "timeline", j->T, job_human_bytes((double)r0->dev.copy_bytes, b1, sizeof(b1)),
             r0->dev.copy_ms, gbs, r0->dev.layerwise_ms, r0->dev.other_ms, r0->dev.span_ms,
-            r0->dev.idle_ms, r0->dev.spans);
+            r0->dev.idle_ms, r0->dev.spans, r0->dev.lead_ms, r0->dev.tail_ms);
     }
     double verdict_s = 0;
     int unchanged = -1, paused = 0, rollouts = 0, rebuilt = 0;
@@ -598,12 +599,13 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
             json_object_set_new(u, "trailer", json_string(rf_chunk_trailer_name(j->s->trailer)));
         if (s->dev.timeline)
             json_object_set_new(u, "device_timeline",
-                                json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "spans",
-                                          (json_int_t)s->dev.spans, "copy_bytes",
+                                json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                                          "spans", (json_int_t)s->dev.spans, "copy_bytes",
                                           (json_int_t)s->dev.copy_bytes, "copy_ms", s->dev.copy_ms,
                                           "layerwise_ms", s->dev.layerwise_ms, "other_ms",
                                           s->dev.other_ms, "span_ms", s->dev.span_ms, "idle_ms",
-                                          s->dev.idle_ms));
+                                          s->dev.idle_ms, "lead_ms", s->dev.lead_ms, "tail_ms",
+                                          s->dev.tail_ms));
         if (j->s->ipc && job_is_rollout(j)) {
             json_object_set_new(u, "ipc_bytes_in_place", json_integer((json_int_t)s->ipc_in_place));
             json_object_set_new(u, "ipc_bytes_staged", json_integer((json_int_t)s->ipc_staged));

@@ -185,6 +185,19 @@ static void tl_end(rf_plan_t *p, long i, uint64_t bytes)
         t->n = (size_t)i; /* drop it */
 }
 
+/* Records timeline mark k (0: update begin, 1: finalize entry) on the accelerator's stream: on
+ * an idle stream it completes when the host records it, so its distance to the first span
+ * (lead) or from the last (tail) is device time spent waiting for the host. */
+void rf_plan_tl_mark(rf_plan_t *p, int k)
+{
+    rf_plan_timeline_t *t = &p->tl;
+    if (!t->on)
+        return;
+    rf_accel_t *ax = p->st->accel;
+    t->marked[k] = (t->mark[k] != NULL || ax->ops->event_create(ax, &t->mark[k]) == RF_OK) &&
+                   ax->ops->event_record(t->mark[k], NULL) == RF_OK;
+}
+
 /* Sums the spans of the update (the stream has drained). */
 static void tl_sum(rf_plan_t *p)
 {
@@ -211,11 +224,18 @@ static void tl_sum(rf_plan_t *p)
             gap > 0)
             s->idle_ms += gap;
     }
-    float span = 0;
+    float span = 0, lead = 0, tail = 0;
     if (t->n > 0 &&
         o->event_elapsed_ms(t->span[0].ev[0], t->span[t->n - 1].ev[1], &span) == RF_OK)
         s->span_ms = span;
+    if (t->n > 0 && t->marked[0] &&
+        o->event_elapsed_ms(t->mark[0], t->span[0].ev[0], &lead) == RF_OK && lead > 0)
+        s->lead_ms = lead;
+    if (t->n > 0 && t->marked[1] &&
+        o->event_elapsed_ms(t->span[t->n - 1].ev[1], t->mark[1], &tail) == RF_OK && tail > 0)
+        s->tail_ms = tail;
     t->n = 0;
+    t->marked[0] = t->marked[1] = false;
 }
 
 static void tl_free(rf_plan_t *p)
@@ -225,6 +245,9 @@ static void tl_free(rf_plan_t *p)
         for (int k = 0; k < 2; k++)
             if (t->span[i].ev[k] != NULL)
                 p->st->accel->ops->event_destroy(t->span[i].ev[k]);
+    for (int k = 0; k < 2; k++)
+        if (t->mark[k] != NULL)
+            p->st->accel->ops->event_destroy(t->mark[k]);
     free(t->span);
     memset(t, 0, sizeof(*t));
 }
@@ -714,6 +737,7 @@ rf_status_t rf_plan_finalize(rf_plan_t *p, rf_err_t *err)
     /* device: every piece copy, zero fill and LAYERWISE kernel of this update has completed
      * (errors surface here, and the staging payload is no longer referenced) */
     if (p->dev) {
+        rf_plan_tl_mark(p, 1);
         rf_status_t ds = rf_accel_sync(p->st->accel);
         p->stage_host = NULL;
         p->stage_bytes = 0;

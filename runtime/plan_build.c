@@ -450,6 +450,7 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
     p->batch_launches = 0;
     p->batch_rows = 0;
     p->tl.n = 0;
+    rf_plan_tl_mark(p, 0);
     p->update = update;
     p->in_update = true;
     return RF_OK;

@@ -6,7 +6,8 @@
  *   plan_apply.c  the per-piece path: rf_plan_apply, stage, flush, check, finalize with the
  *                 deferred stage, abort, the device scratch pool and timeline, rf_plan_free
  *
- * plan_build.c calls into plan_apply.c (rf_plan_abort, rf_plan_free), never the other way:
+ * plan_build.c calls into plan_apply.c (rf_plan_abort, rf_plan_free, rf_plan_tl_mark), never
+ * the other way:
  * what plan_apply.c needs of the build side is here, inline.
  */
 #ifndef REFIT_PLAN_INT_H
@@ -43,5 +44,9 @@ static inline int plan_changed_slot(const rf_plan_t *p)
             return i;
     return -1;
 }
+
+/* Device timeline mark k (0 at rf_plan_begin, 1 at rf_plan_finalize's entry); nothing when the
+ * timeline is off (plan_apply.c). */
+void rf_plan_tl_mark(rf_plan_t *p, int k);
 
 #endif

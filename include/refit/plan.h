@@ -45,12 +45,14 @@ typedef enum {
 
 /* Device timeline of one update (device storage with REFIT_DEVICE_TIMELINE=1; see
  * rf_plan_timeline_t): GPU milliseconds of the row-copy launches, the LAYERWISE processing and
- * the other writes (scratch zeroing, vocab padding), the span from the first to the last, and
- * the device idle time between them (the host did not keep the stream fed). */
+ * the other writes (scratch zeroing, vocab padding), the span from the first to the last, the
+ * device idle time between them (the host did not keep the stream fed), and the idle time
+ * before the first (lead: from rf_plan_begin) and after the last (tail: until rf_plan_finalize
+ * was called; 0 when the device was still busy then). */
 typedef struct rf_plan_dev_stats {
     bool timeline; /* false: not recorded */
     uint64_t spans, copy_bytes;
-    double copy_ms, layerwise_ms, other_ms, span_ms, idle_ms;
+    double copy_ms, layerwise_ms, other_ms, span_ms, idle_ms, lead_ms, tail_ms;
 } rf_plan_dev_stats_t;
 
 typedef struct rf_plan_stats {
@@ -80,6 +82,8 @@ typedef struct rf_plan_span {
 
 typedef struct rf_plan_timeline {
     bool on;
+    rf_accel_event_t *mark[2]; /* recorded at rf_plan_begin and at rf_plan_finalize's entry */
+    bool marked[2];            /* this update */
     rf_plan_span_t *span;
     size_t n, cap; /* spans this update, allocated */
 } rf_plan_timeline_t;
