@@ -48,7 +48,8 @@ typedef struct cuda_accel {
     size_t engine_min;     /* copy_rows_batch: contiguous pieces from this size: cudaMemcpyAsync */
     size_t engine_default; /* what set_engine_min(0) restores */
     bool transpose;        /* copy_rows_batch: K-first copies through k_copy_trans
-                            * (REFIT_CUDA_TRANSPOSE=1; off by default until measured) */
+                            * (REFIT_CUDA_TRANSPOSE=1; off by default: no
+                            * faster on an H100, docs/gpu.md) */
 } cuda_accel_t;
 
 extern "C" const rf_accel_ops_t rf_accel_cuda_ops;
