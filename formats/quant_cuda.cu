@@ -142,20 +142,87 @@ static rf_status_t cu_fp8_to_fnuz(rf_accel_t *a, uint8_t *w, size_t nw, float *s
  * r0 C + c0 th + q, q = j th + (i + j) % th. The block reads the tile's rows (coalesced) into
  * shared memory and writes its q range (coalesced), or the reverse for the inverse. The
  * shared pitch of 65 keeps the column-wise reads free of bank conflicts.
+ *
+ * Tiles of the full height (th = 16: all but the last tile row when 16 does not divide R) take
+ * a path without integer division: the model side is walked as a 16 x 64 grid (columns past
+ * tw idle) and q splits as j = q / 16, i = (q % 16 - j) mod 16 with shifts and masks, each
+ * thread's four elements unrolled so that their loads are in flight together. The last tile
+ * row keeps the general walk (divisions by th and tw).
  */
+#define RF_REPACK_TH 16u
+#define RF_REPACK_TW 64u
+#define RF_REPACK_PER (RF_REPACK_TH * RF_REPACK_TW / RF_CUDA_THREADS) /* elements per thread */
+
+template <typename T>
+__device__ static inline void repack_tile16(T *D, const T *S, uint64_t C, uint64_t r0,
+                                            uint64_t c0, unsigned tw, bool inverse, T *sm)
+{
+    const unsigned n = RF_REPACK_TH * tw;
+    const uint64_t base = r0 * C + c0 * RF_REPACK_TH;
+    if (!inverse) {
+#pragma unroll
+        for (unsigned k = 0; k < RF_REPACK_PER; k++) {
+            unsigned e = threadIdx.x + k * RF_CUDA_THREADS, i = e / RF_REPACK_TW,
+                     j = e % RF_REPACK_TW;
+            if (j < tw)
+                sm[i * 65 + j] = S[(r0 + i) * C + c0 + j];
+        }
+        __syncthreads();
+#pragma unroll
+        for (unsigned k = 0; k < RF_REPACK_PER; k++) {
+            unsigned q = threadIdx.x + k * RF_CUDA_THREADS, j = q / RF_REPACK_TH,
+                     i = (q - j) % RF_REPACK_TH;
+            if (q < n)
+                D[base + q] = sm[i * 65 + j];
+        }
+    } else {
+#pragma unroll
+        for (unsigned k = 0; k < RF_REPACK_PER; k++) {
+            unsigned q = threadIdx.x + k * RF_CUDA_THREADS, j = q / RF_REPACK_TH,
+                     i = (q - j) % RF_REPACK_TH;
+            if (q < n)
+                sm[i * 65 + j] = S[base + q];
+        }
+        __syncthreads();
+#pragma unroll
+        for (unsigned k = 0; k < RF_REPACK_PER; k++) {
+            unsigned e = threadIdx.x + k * RF_CUDA_THREADS, i = e / RF_REPACK_TW,
+                     j = e % RF_REPACK_TW;
+            if (j < tw)
+                D[(r0 + i) * C + c0 + j] = sm[i * 65 + j];
+        }
+    }
+}
+
 template <typename T>
 __global__ void k_repack(T *dst, const T *src, uint64_t batch, uint64_t R, uint64_t C,
                          bool inverse)
 {
-    __shared__ T sm[16 * 65];
-    uint64_t tr = (R + 15) / 16, tc = (C + 63) / 64, ntile = batch * tr * tc;
+    __shared__ T sm[RF_REPACK_TH * 65];
+    const uint64_t tr = (R + 15) / 16, tc = (C + 63) / 64, per = tr * tc, ntile = batch * per;
     for (uint64_t tile = blockIdx.x; tile < ntile; tile += gridDim.x) {
-        uint64_t b = tile / (tr * tc), rem = tile % (tr * tc);
-        uint64_t r0 = rem / tc * 16, c0 = rem % tc * 64;
+        uint64_t b, rem, r0, c0;
+        if (ntile <= UINT32_MAX) { /* 32-bit divisions: the usual case */
+            unsigned t = (unsigned)tile, p32 = (unsigned)per, tc32 = (unsigned)tc;
+            b = t / p32;
+            rem = t - (unsigned)b * p32;
+            r0 = (uint64_t)((unsigned)rem / tc32) * 16;
+            c0 = (uint64_t)((unsigned)rem % tc32) * 64;
+        } else {
+            b = tile / per;
+            rem = tile % per;
+            r0 = rem / tc * 16;
+            c0 = rem % tc * 64;
+        }
         unsigned th = (unsigned)(R - r0 < 16 ? R - r0 : 16);
         unsigned tw = (unsigned)(C - c0 < 64 ? C - c0 : 64), n = th * tw;
         const T *S = src + b * R * C;
         T *D = dst + b * R * C;
+        if (th == RF_REPACK_TH) {
+            repack_tile16(D, S, C, r0, c0, tw, inverse, sm);
+            __syncthreads(); /* sm is reused by the next tile */
+            continue;
+        }
         uint64_t base = r0 * C + c0 * th; /* the tile's runtime range */
         if (!inverse) {
             for (unsigned e = threadIdx.x; e < n; e += blockDim.x) {

@@ -451,7 +451,11 @@ START_TEST(test_repack)
     /* batch, R, C, esize */
     static const int64_t cases[][4] = {
         {3, 37, 70, 4}, {1, 16, 64, 4}, {2, 4096, 96, 4}, {5, 515, 33, 2}, {1, 1, 1, 1},
-        {1, 1537, 2050, 4}, {2, 17, 65, 8}};
+        {1, 1537, 2050, 4}, {2, 17, 65, 8},
+        /* Qwen3-30B-A3B attention: qkv_proj / o_proj words and scales (G = 128); full-height
+         * tiles of every width, and one full-height tile row above a short one */
+        {1, 5120, 256, 4}, {1, 2048, 512, 4}, {1, 5120, 16, 2}, {1, 2048, 32, 2},
+        {2, 48, 130, 1}, {1, 40, 64, 2}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int64_t B = cases[i][0], R = cases[i][1], C = cases[i][2];
         size_t es = (size_t)cases[i][3], bytes = (size_t)(B * R * C) * es;
