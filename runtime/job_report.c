@@ -224,7 +224,7 @@ void job_print_table(job_t *j, uint32_t update, const job_stats_t *all, const rf
             j->o, RF_JOB_OUT,
             "  %-10s rank %d GPU: row copies of %s in %.3f ms (%.1f GB/s), LAYERWISE %.3f ms, "
             "other %.3f ms; first to last %.3f ms, idle between %.3f ms (%" PRIu64 " spans), "
-            "before the first %.3f ms, after the last %.3f ms\n",
+            "first launch %.3f ms after the begin, idle after the last %.3f ms\n",
             "timeline", j->T, job_human_bytes((double)r0->dev.copy_bytes, b1, sizeof(b1)),
             r0->dev.copy_ms, gbs, r0->dev.layerwise_ms, r0->dev.other_ms, r0->dev.span_ms,
             r0->dev.idle_ms, r0->dev.spans, r0->dev.lead_ms, r0->dev.tail_ms);

@@ -170,6 +170,8 @@ static long tl_begin(rf_plan_t *p, int kind)
             return -1;
     if (ax->ops->event_record(g->ev[0], NULL) != RF_OK)
         return -1;
+    if (t->n == 0)
+        t->t_first = cpu_now();
     g->kind = kind;
     g->bytes = 0;
     return (long)t->n++;
@@ -185,17 +187,22 @@ static void tl_end(rf_plan_t *p, long i, uint64_t bytes)
         t->n = (size_t)i; /* drop it */
 }
 
-/* Records timeline mark k (0: update begin, 1: finalize entry) on the accelerator's stream: on
- * an idle stream it completes when the host records it, so its distance to the first span
- * (lead) or from the last (tail) is device time spent waiting for the host. */
+/* Timeline mark k: 0 at rf_plan_begin (host time; the first span's launch ends the lead), 1
+ * at rf_plan_finalize's entry, an event on the stream: the stream is then synchronized, which
+ * submits it at once, so on an idle device it completes when the host got there (tail). */
 void rf_plan_tl_mark(rf_plan_t *p, int k)
 {
     rf_plan_timeline_t *t = &p->tl;
     if (!t->on)
         return;
+    if (k == 0) {
+        t->t_begin = cpu_now();
+        t->t_first = 0;
+        return;
+    }
     rf_accel_t *ax = p->st->accel;
-    t->marked[k] = (t->mark[k] != NULL || ax->ops->event_create(ax, &t->mark[k]) == RF_OK) &&
-                   ax->ops->event_record(t->mark[k], NULL) == RF_OK;
+    t->marked = (t->mark != NULL || ax->ops->event_create(ax, &t->mark) == RF_OK) &&
+                ax->ops->event_record(t->mark, NULL) == RF_OK;
 }
 
 /* Sums the spans of the update (the stream has drained). */
@@ -224,18 +231,17 @@ static void tl_sum(rf_plan_t *p)
             gap > 0)
             s->idle_ms += gap;
     }
-    float span = 0, lead = 0, tail = 0;
+    float span = 0, tail = 0;
     if (t->n > 0 &&
         o->event_elapsed_ms(t->span[0].ev[0], t->span[t->n - 1].ev[1], &span) == RF_OK)
         s->span_ms = span;
-    if (t->n > 0 && t->marked[0] &&
-        o->event_elapsed_ms(t->mark[0], t->span[0].ev[0], &lead) == RF_OK && lead > 0)
-        s->lead_ms = lead;
-    if (t->n > 0 && t->marked[1] &&
-        o->event_elapsed_ms(t->span[t->n - 1].ev[1], t->mark[1], &tail) == RF_OK && tail > 0)
+    if (t->n > 0 && t->t_first > t->t_begin && t->t_begin > 0)
+        s->lead_ms = (t->t_first - t->t_begin) * 1e3;
+    if (t->n > 0 && t->marked &&
+        o->event_elapsed_ms(t->span[t->n - 1].ev[1], t->mark, &tail) == RF_OK && tail > 0)
         s->tail_ms = tail;
     t->n = 0;
-    t->marked[0] = t->marked[1] = false;
+    t->marked = false;
 }
 
 static void tl_free(rf_plan_t *p)
@@ -245,9 +251,8 @@ static void tl_free(rf_plan_t *p)
         for (int k = 0; k < 2; k++)
             if (t->span[i].ev[k] != NULL)
                 p->st->accel->ops->event_destroy(t->span[i].ev[k]);
-    for (int k = 0; k < 2; k++)
-        if (t->mark[k] != NULL)
-            p->st->accel->ops->event_destroy(t->mark[k]);
+    if (t->mark != NULL)
+        p->st->accel->ops->event_destroy(t->mark);
     free(t->span);
     memset(t, 0, sizeof(*t));
 }

@@ -45,8 +45,8 @@ static inline int plan_changed_slot(const rf_plan_t *p)
     return -1;
 }
 
-/* Device timeline mark k (0 at rf_plan_begin, 1 at rf_plan_finalize's entry); nothing when the
- * timeline is off (plan_apply.c). */
+/* Device timeline mark k (0 at rf_plan_begin: host time, 1 at rf_plan_finalize's entry: an
+ * event); nothing when the timeline is off (plan_apply.c). */
 void rf_plan_tl_mark(rf_plan_t *p, int k);
 
 #endif

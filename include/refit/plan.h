@@ -46,9 +46,9 @@ typedef enum {
 /* Device timeline of one update (device storage with REFIT_DEVICE_TIMELINE=1; see
  * rf_plan_timeline_t): GPU milliseconds of the row-copy launches, the LAYERWISE processing and
  * the other writes (scratch zeroing, vocab padding), the span from the first to the last, the
- * device idle time between them (the host did not keep the stream fed), and the idle time
- * before the first (lead: from rf_plan_begin) and after the last (tail: until rf_plan_finalize
- * was called; 0 when the device was still busy then). */
+ * device idle time between them (the host did not keep the stream fed); lead: host
+ * milliseconds from rf_plan_begin to the first write's launch; tail: device idle time after the
+ * last write until rf_plan_finalize was called (0 when the device was still busy then). */
 typedef struct rf_plan_dev_stats {
     bool timeline; /* false: not recorded */
     uint64_t spans, copy_bytes;
@@ -82,8 +82,9 @@ typedef struct rf_plan_span {
 
 typedef struct rf_plan_timeline {
     bool on;
-    rf_accel_event_t *mark[2]; /* recorded at rf_plan_begin and at rf_plan_finalize's entry */
-    bool marked[2];            /* this update */
+    double t_begin, t_first;  /* host seconds at rf_plan_begin and at the first span's launch */
+    rf_accel_event_t *mark;   /* recorded at rf_plan_finalize's entry */
+    bool marked;              /* this update */
     rf_plan_span_t *span;
     size_t n, cap; /* spans this update, allocated */
 } rf_plan_timeline_t;
