@@ -253,7 +253,12 @@ static rf_status_t cu_alloc(rf_accel_t *a, size_t bytes, void **ptr_p)
     void *p = NULL;
     if (bytes) {
         RF_CUDA_CHECK(cudaSetDevice(a->device));
-        RF_CUDA_CHECK(cudaMalloc(&p, (size_t)rf_accel_alloc_round(bytes))); /* accel.h */
+        cudaError_t e = cudaMalloc(&p, (size_t)rf_accel_alloc_round(bytes)); /* accel.h */
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError(); /* not sticky: clear it for the next call */
+            return RF_ERR_NOMEM;
+        }
+        RF_CUDA_CHECK(e);
     }
     *ptr_p = p;
     return RF_OK;

@@ -118,7 +118,8 @@ struct rf_accel_ops {
 
     /* ---- memory ---- */
     /* Device arena: cudaMalloc (never managed) of bytes rounded up to RF_ACCEL_ALLOC_GRAIN /
-     * 256-byte aligned host memory. bytes 0 gives NULL and RF_OK. */
+     * 256-byte aligned host memory. bytes 0 gives NULL and RF_OK; RF_ERR_NOMEM when the
+     * device (host) has not that much free. */
     rf_status_t (*alloc)(rf_accel_t *accel, size_t bytes, void **ptr_p);
     void (*free)(rf_accel_t *accel, void *ptr);
     /* Host memory for transfers: pinned (cudaMallocHost) / aligned host memory. */
