@@ -398,6 +398,7 @@ static int run_update(job_t *j, uint32_t v, uint64_t *verified_p, char *fail, si
         j->js.bookkeeping_probes = ps->bookkeeping_probes;
         j->js.loader_s = ps->loader_s;
         j->js.layerwise_s = ps->layerwise_s;
+        j->js.plan_begin_s = ps->begin_s;
         j->js.deferred_s = ps->deferred_s;
         j->js.derived_runs = ps->derived_runs;
         /* staged by the plan, or by the mpi transport's device check (xfer_devck.c) */

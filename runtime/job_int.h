@@ -55,6 +55,7 @@ typedef struct job_stats {
     int max_inflight;
     double update_s, begin_s, receive_s, wire_s, unpack_s, loader_s, finalize_s, layerwise_s,
         deferred_s, gate_s, produce_s, send_s, verify_s;
+    double plan_begin_s; /* rollout: rf_plan_begin alone, within begin_s */
     uint64_t verify_elems, verify_mismatch, diff_elems, diff_changed, cold_slots, dequant_checked, fnuz_tensors;
     uint64_t qdiff_elems, qdiff_changed;
     /* rollout: deferred-stage runs this update, layers with derived state, and DeepSeek's

@@ -344,6 +344,7 @@ static const struct {
     {"update_s", offsetof(job_stats_t, update_s)},
     {"verdict_s", offsetof(job_stats_t, verdict_s)},
     {"initialize_s", offsetof(job_stats_t, begin_s)},
+    {"plan_begin_s", offsetof(job_stats_t, plan_begin_s)},
     {"receive_s", offsetof(job_stats_t, receive_s)},
     {"wire_s", offsetof(job_stats_t, wire_s)},
     {"unpack_s", offsetof(job_stats_t, unpack_s)},
@@ -530,11 +531,12 @@ void job_profile_write(job_t *j, uint32_t update, int rc)
     const job_stats_t *s = &j->js;
     j->prof_rc = rc;
     json_t *u = json_pack(
-        "{s:i, s:i, s:i, s:s, s:s, s:f, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, "
+        "{s:i, s:i, s:i, s:s, s:s, s:f, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, "
         "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
         "v", 2, "rank", j->rank,
         "update", (int)update, "status", rf_status_name((rf_status_t)s->status), "source",
-        j->source, "update_s", s->update_s, "receiver", "initialize_s", s->begin_s, "receive_s",
+        j->source, "update_s", s->update_s, "receiver", "initialize_s", s->begin_s, "plan_begin_s",
+        s->plan_begin_s, "receive_s",
         s->receive_s, "wire_s", s->wire_s, "unpack_s", s->unpack_s, "loader_s", s->loader_s,
         "finalize_s", s->finalize_s, "layerwise_s", s->layerwise_s, "deferred_s", s->deferred_s,
         "gate_s", s->gate_s, "verify_s", s->verify_s, "counters", "layers_direct",

@@ -15,6 +15,7 @@
 #include "refit/hashmap.h"
 #include "refit/log.h"
 #include "refit/plan.h"
+#include "refit/time.h"
 
 const char *rf_plan_mode_name(rf_plan_mode_t m)
 {
@@ -411,7 +412,9 @@ static bool view_confirmed(rf_plan_t *p, int m)
 
 rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
 {
+    double t0 = rf_time_now();
     int changed = plan_changed_slot(p);
+    p->stats.moved_slot = changed;
     bool reconfirm = false;
     if (p->in_update)
         rf_plan_abort(p);
@@ -453,6 +456,7 @@ rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err)
     rf_plan_tl_mark(p, 0);
     p->update = update;
     p->in_update = true;
+    p->stats.begin_s = rf_time_now() - t0;
     return RF_OK;
 }
 

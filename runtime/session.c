@@ -767,11 +767,11 @@ static rf_status_t run_begin(rf_session_t *s, uint64_t version, uint64_t agreed,
     rf_err_clear(&s->reg_err);
     if (st == RF_OK && is_rollout(s)) {
         uint64_t rebuilds = s->plan.stats.rebuilds;
-        for (int i = 0; i < s->plan.nsigs && i < s->st.nslots && tm->moved == NULL; i++)
-            if (!rf_signature_equal(&s->plan.sigs[i], &s->st.slots[i].sig))
-                tm->moved = s->st.slots[i].name;
-        st = rf_plan_begin(&s->plan, v, err); /* rebuilds on a rebound tensor */
+        st = rf_plan_begin(&s->plan, v, err); /* rebuilds on a rebound tensor, naming it */
         tm->rebuilds = s->plan.stats.rebuilds - rebuilds;
+        int moved = s->plan.stats.moved_slot;
+        if (moved >= 0 && moved < s->st.nslots)
+            tm->moved = s->st.slots[moved].name;
     }
     if (h->begin != NULL) {
         rf_status_t hs = h->begin(h->ctx, err);

@@ -66,6 +66,9 @@ typedef struct rf_plan_stats {
     uint64_t shapes_checked;        /* wna16 weight_shape applications checked (not stored) */
     uint64_t derived_runs;          /* deferred-stage calls */
     uint64_t rebuilds;              /* plan rebuilds (signature changed before an update) */
+    int moved_slot;                 /* the last rf_plan_begin: the first storage slot whose
+                                     * signature changed, or -1 */
+    double begin_s;                 /* the last rf_plan_begin (CLOCK_MONOTONIC seconds) */
     double loader_s;                /* seconds in loader calls (CLOCK_MONOTONIC, not CPU time) */
     double layerwise_s, deferred_s, verify_s;
     rf_plan_dev_stats_t dev;
@@ -234,8 +237,8 @@ rf_status_t rf_plan_build_p2p(rf_plan_t *p, const rf_inventory_t *inv,
  * wna16 weight_shape as int32 or int64). */
 rf_status_t rf_plan_set_source_dtype(rf_plan_t *p, int tensor, rf_dtype_t dtype, rf_err_t *err);
 
-/* Starts update `update`: rebuilds the plan if a signature changed (one log line), resets
- * cursors and per-update counters. */
+/* Starts update `update`: rebuilds the plan if a signature changed (one log line; the slot in
+ * stats.moved_slot), resets cursors and per-update counters. */
 rf_status_t rf_plan_begin(rf_plan_t *p, uint32_t update, rf_err_t *err);
 
 /* Where a piece's source bytes live, seen from the plan's storage. */
