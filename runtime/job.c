@@ -115,14 +115,15 @@ static rf_status_t check_source(job_t *j, bool from_ckpt, uint32_t v, rf_err_t *
     /* generator weights with no source fault this update: the view is the manifest itself, so
      * the walk below cannot fail and is skipped (it ran inside the timed update, before the
      * begin agreement, over every manifest entry: 28k on the wna16 MoE bench shape) */
-    bool faulted = job_fault_here(j, v, RF_FAULT_MISSING_TENSOR) ||
-                   job_fault_here(j, v, RF_FAULT_WRONG_DTYPE) ||
-                   job_fault_here(j, v, RF_FAULT_WRONG_SHAPE);
+    const bool walk = from_ckpt || job_fault_here(j, v, RF_FAULT_MISSING_TENSOR) ||
+                      job_fault_here(j, v, RF_FAULT_WRONG_DTYPE) ||
+                      job_fault_here(j, v, RF_FAULT_WRONG_SHAPE);
+    const int n = walk ? j->s->man.n : 0;
     int victim = -1;
-    for (int i = 0; i < j->s->man.n && victim < 0 && (from_ckpt || faulted); i++)
+    for (int i = 0; i < n && victim < 0; i++)
         if (j->s->tr.has[i])
             victim = i;
-    for (int i = 0; i < j->s->man.n && (from_ckpt || faulted); i++) {
+    for (int i = 0; i < n; i++) {
         const rf_manifest_entry_t *e = &j->s->man.entries[i];
         src_view_t sv = {.present = true, .dtype = e->dtype, .ndim = e->ndim};
         if (!j->s->tr.has[i])
